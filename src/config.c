@@ -1,0 +1,522 @@
+/*
+ * config.c - the command line, parsed and validated; no I/O but the
+ * start-up name resolution.
+ */
+
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+enum {
+	OPT_PIPE_SIZE = 256,
+	OPT_BUFFER_SIZE,
+	OPT_MAX_CONNS,
+	OPT_CONNECT_TIMEOUT,
+};
+
+static const struct option zp_longopts[] = {
+	{ "listen",		required_argument,	NULL, 'l' },
+	{ "upstream",		required_argument,	NULL, 'u' },
+	{ "mode",		required_argument,	NULL, 'm' },
+	{ "pipe-size",		required_argument,	NULL, OPT_PIPE_SIZE },
+	{ "buffer-size",	required_argument,	NULL, OPT_BUFFER_SIZE },
+	{ "max-conns",		required_argument,	NULL, OPT_MAX_CONNS },
+	{ "connect-timeout",	required_argument,	NULL, OPT_CONNECT_TIMEOUT },
+	{ "verbose",		no_argument,		NULL, 'v' },
+	{ "quiet",		no_argument,		NULL, 'q' },
+	{ "help",		no_argument,		NULL, 'h' },
+	{ "version",		no_argument,		NULL, 'V' },
+	{ NULL,			0,			NULL, 0 }
+};
+
+#define ZP_MAX_CONNS_LIMIT	10000000L
+#define ZP_MAX_TIMEOUT		86400.0
+
+static void
+seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Fill the caller's error buffer. */
+static void
+seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list	ap;
+
+	if (err == NULL || errlen == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* Fill cfg with defaults. */
+void
+zp_config_init(struct zp_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->mode = ZP_MODE_SPLICE;
+	cfg->pipe_size = ZP_DEFAULT_PIPE_SIZE;
+	cfg->buffer_size = ZP_DEFAULT_BUFFER_SIZE;
+	cfg->connect_timeout = ZP_DEFAULT_CONNECT_TIMEOUT;
+}
+
+/* Free what cfg owns. */
+void
+zp_config_free(struct zp_config *cfg)
+{
+	free(cfg->upstream.host);
+	free(cfg->upstream.addrs);
+	cfg->upstream.host = NULL;
+	cfg->upstream.addrs = NULL;
+	cfg->upstream.naddrs = 0;
+}
+
+/* Usage text. */
+void
+zp_config_usage(FILE *fp, const char *prog)
+{
+	fprintf(fp,
+"usage: %s -l [ADDR]:PORT -u HOST:PORT [options]\n"
+"\n"
+"Relay every TCP connection accepted on the listen address to a fresh\n"
+"connection to the upstream, both ways, with splice(2).\n"
+"\n"
+"  -l, --listen [ADDR]:PORT   where to accept: :PORT (every address),\n"
+"                             0.0.0.0:PORT, 127.0.0.1:PORT, [::1]:PORT\n"
+"  -u, --upstream HOST:PORT   where to connect: name:port, 1.2.3.4:port,\n"
+"                             [::1]:port; every address of a name is tried\n"
+"  -m, --mode splice|copy     data path (default splice)\n"
+"      --pipe-size BYTES      size of each splice pipe (default 1M)\n"
+"      --buffer-size BYTES    per-direction buffer in copy mode (default 64K)\n"
+"      --max-conns N          most pairs at once; beyond it clients wait in\n"
+"                             the listen backlog (default from RLIMIT_NOFILE)\n"
+"      --connect-timeout SEC  per upstream address (default 5)\n"
+"  -v, --verbose              log one line per connection when it ends\n"
+"  -q, --quiet                log errors only\n"
+"  -h, --help                 show this help and exit\n"
+"  -V, --version              show the version and exit\n"
+"\n"
+"Sizes take K, M or G suffixes (powers of 1024).\n",
+	    prog);
+}
+
+/* Parse a port "1".."65535". */
+int
+zp_parse_port(const char *s, unsigned short *port, char *err, size_t errlen)
+{
+	unsigned long	 v;
+	char		*end;
+
+	if (*s == '\0' || !isdigit((unsigned char)*s)) {
+		seterr(err, errlen, "invalid port '%s': expected 1-65535", s);
+		return -1;
+	}
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v == 0 || v > 65535) {
+		seterr(err, errlen, "invalid port '%s': expected 1-65535", s);
+		return -1;
+	}
+	*port = (unsigned short)v;
+	return 0;
+}
+
+/* Parse a size with an optional K/M/G suffix. */
+int
+zp_parse_size(const char *s, size_t *out, char *err, size_t errlen)
+{
+	unsigned long long	 v, mult = 1;
+	char			*end;
+
+	if (*s == '\0' || !isdigit((unsigned char)*s))
+		goto bad;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0)
+		goto bad;
+	switch (*end) {
+	case '\0':
+		break;
+	case 'k': case 'K':
+		mult = 1024ULL;
+		end++;
+		break;
+	case 'm': case 'M':
+		mult = 1024ULL * 1024;
+		end++;
+		break;
+	case 'g': case 'G':
+		mult = 1024ULL * 1024 * 1024;
+		end++;
+		break;
+	default:
+		goto bad;
+	}
+	if (mult > 1 && *end == 'i')
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end != '\0')
+		goto bad;
+	if (v == 0) {
+		seterr(err, errlen, "invalid size '%s': must be above 0", s);
+		return -1;
+	}
+	if (v > ZP_MAX_SIZE / mult) {
+		seterr(err, errlen, "invalid size '%s': above the limit of 1G", s);
+		return -1;
+	}
+	*out = (size_t)(v * mult);
+	return 0;
+bad:
+	seterr(err, errlen, "invalid size '%s': expected a number with an "
+	    "optional K, M or G suffix", s);
+	return -1;
+}
+
+/* Parse ":PORT", "IPv4:PORT" or "[IPv6]:PORT". */
+int
+zp_parse_listen(const char *s, struct zp_listen_spec *ls, char *err,
+    size_t errlen)
+{
+	char	 host[INET6_ADDRSTRLEN + 1];
+	char	 portbuf[8];
+	char	*host_dyn = NULL;
+
+	memset(ls, 0, sizeof(*ls));
+	if (s[0] == ':') {
+		if (zp_parse_port(s + 1, &ls->port, err, errlen) == -1)
+			return -1;
+		ls->any = 1;
+		return 0;
+	}
+	if (zp_parse_hostport(s, &host_dyn, portbuf, sizeof(portbuf), err,
+	    errlen) == -1)
+		return -1;
+	if (strlen(host_dyn) >= sizeof(host)) {
+		seterr(err, errlen, "invalid listen address '%s': expected "
+		    ":PORT, IPv4:PORT or [IPv6]:PORT", s);
+		free(host_dyn);
+		return -1;
+	}
+	strcpy(host, host_dyn);
+	free(host_dyn);
+	/* zp_parse_hostport validated the port already. */
+	ls->port = (unsigned short)atoi(portbuf);
+	if (strchr(host, ':') != NULL) {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ls->addr.ss;
+
+		if (inet_pton(AF_INET6, host, &sin6->sin6_addr) != 1)
+			goto bad;
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons(ls->port);
+		ls->addr.len = sizeof(*sin6);
+	} else {
+		struct sockaddr_in *sin = (struct sockaddr_in *)&ls->addr.ss;
+
+		if (inet_pton(AF_INET, host, &sin->sin_addr) != 1)
+			goto bad;
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(ls->port);
+		ls->addr.len = sizeof(*sin);
+	}
+	return 0;
+bad:
+	seterr(err, errlen, "invalid listen address '%s': expected :PORT, "
+	    "IPv4:PORT or [IPv6]:PORT with a numeric address", s);
+	return -1;
+}
+
+/* Split "host:port" or "[v6]:port". */
+int
+zp_parse_hostport(const char *s, char **hostp, char *port, size_t portlen,
+    char *err, size_t errlen)
+{
+	const char	*colon, *hstart, *hend;
+	unsigned short	 p;
+	size_t		 hlen;
+
+	*hostp = NULL;
+	if (s[0] == '[') {
+		hstart = s + 1;
+		hend = strchr(hstart, ']');
+		if (hend == NULL || hend[1] != ':') {
+			seterr(err, errlen, "invalid address '%s': expected "
+			    "[IPv6]:PORT", s);
+			return -1;
+		}
+		colon = hend + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (colon == NULL) {
+			seterr(err, errlen, "invalid address '%s': expected "
+			    "HOST:PORT", s);
+			return -1;
+		}
+		hstart = s;
+		hend = colon;
+		if (memchr(hstart, ':', hend - hstart) != NULL) {
+			seterr(err, errlen, "invalid address '%s': put an "
+			    "IPv6 address in brackets, [ADDR]:PORT", s);
+			return -1;
+		}
+	}
+	hlen = hend - hstart;
+	if (hlen == 0) {
+		seterr(err, errlen, "invalid address '%s': the host is "
+		    "missing", s);
+		return -1;
+	}
+	if (hlen > 253) {
+		seterr(err, errlen, "invalid address '%s': the host is too "
+		    "long", s);
+		return -1;
+	}
+	if (zp_parse_port(colon + 1, &p, err, errlen) == -1)
+		return -1;
+	if (portlen < 6) {
+		seterr(err, errlen, "internal error: port buffer too small");
+		return -1;
+	}
+	snprintf(port, portlen, "%u", p);
+	if ((*hostp = strndup(hstart, hlen)) == NULL) {
+		seterr(err, errlen, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/* Parse a positive integer option value. */
+static int
+parse_count(const char *name, const char *s, long max, long *out, char *err,
+    size_t errlen)
+{
+	long	 v;
+	char	*end;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (*s == '\0' || !isdigit((unsigned char)*s) || *end != '\0' ||
+	    errno != 0 || v <= 0 || v > max) {
+		seterr(err, errlen, "invalid %s '%s': expected 1-%ld", name, s,
+		    max);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* Parse a positive number of seconds, fractions allowed. */
+static int
+parse_seconds(const char *name, const char *s, double *out, char *err,
+    size_t errlen)
+{
+	double	 v;
+	char	*end;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (*s == '\0' || !(isdigit((unsigned char)*s) || *s == '.') ||
+	    *end != '\0' || errno != 0 || !isfinite(v) || v <= 0 ||
+	    v > ZP_MAX_TIMEOUT) {
+		seterr(err, errlen, "invalid %s '%s': expected seconds above 0 "
+		    "and at most %.0f", name, s, ZP_MAX_TIMEOUT);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* Parse argv into cfg. */
+int
+zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
+    size_t errlen)
+{
+	int	c;
+
+	opterr = 0;
+	optind = 0;	/* 0 makes glibc reinitialise, for the unit tests */
+	while ((c = getopt_long(argc, argv, ":l:u:m:vqhV", zp_longopts,
+	    NULL)) != -1) {
+		switch (c) {
+		case 'l':
+			if (zp_parse_listen(optarg, &cfg->listen, err,
+			    errlen) == -1)
+				return ZP_PARSE_ERROR;
+			cfg->have_listen = 1;
+			break;
+		case 'u':
+			if (cfg->have_upstream) {
+				seterr(err, errlen, "only one --upstream may "
+				    "be given");
+				return ZP_PARSE_ERROR;
+			}
+			if (zp_parse_hostport(optarg, &cfg->upstream.host,
+			    cfg->upstream.port, sizeof(cfg->upstream.port), err,
+			    errlen) == -1)
+				return ZP_PARSE_ERROR;
+			cfg->have_upstream = 1;
+			break;
+		case 'm':
+			if (strcmp(optarg, "splice") == 0)
+				cfg->mode = ZP_MODE_SPLICE;
+			else if (strcmp(optarg, "copy") == 0)
+				cfg->mode = ZP_MODE_COPY;
+			else {
+				seterr(err, errlen, "invalid mode '%s': "
+				    "expected splice or copy", optarg);
+				return ZP_PARSE_ERROR;
+			}
+			break;
+		case OPT_PIPE_SIZE:
+			if (zp_parse_size(optarg, &cfg->pipe_size, err,
+			    errlen) == -1)
+				return ZP_PARSE_ERROR;
+			break;
+		case OPT_BUFFER_SIZE:
+			if (zp_parse_size(optarg, &cfg->buffer_size, err,
+			    errlen) == -1)
+				return ZP_PARSE_ERROR;
+			break;
+		case OPT_MAX_CONNS:
+			if (parse_count("max-conns", optarg,
+			    ZP_MAX_CONNS_LIMIT, &cfg->max_conns, err,
+			    errlen) == -1)
+				return ZP_PARSE_ERROR;
+			break;
+		case OPT_CONNECT_TIMEOUT:
+			if (parse_seconds("connect-timeout", optarg,
+			    &cfg->connect_timeout, err, errlen) == -1)
+				return ZP_PARSE_ERROR;
+			break;
+		case 'v':	/* the last of -v and -q wins */
+			cfg->verbose++;
+			cfg->quiet = 0;
+			break;
+		case 'q':
+			cfg->quiet = 1;
+			cfg->verbose = 0;
+			break;
+		case 'h':
+			return ZP_PARSE_HELP;
+		case 'V':
+			return ZP_PARSE_VERSION;
+		case ':':
+			seterr(err, errlen, "option '%s' needs a value",
+			    argv[optind - 1]);
+			return ZP_PARSE_ERROR;
+		default:
+			if (optopt != 0)
+				seterr(err, errlen, "unknown option '-%c'",
+				    optopt);
+			else
+				seterr(err, errlen, "unknown option '%s'",
+				    argv[optind - 1]);
+			return ZP_PARSE_ERROR;
+		}
+	}
+	if (optind < argc) {
+		seterr(err, errlen, "unexpected argument '%s'", argv[optind]);
+		return ZP_PARSE_ERROR;
+	}
+	if (!cfg->have_listen) {
+		seterr(err, errlen, "missing --listen [ADDR]:PORT");
+		return ZP_PARSE_ERROR;
+	}
+	if (!cfg->have_upstream) {
+		seterr(err, errlen, "missing --upstream HOST:PORT");
+		return ZP_PARSE_ERROR;
+	}
+	return ZP_PARSE_OK;
+}
+
+/* Resolve the upstream with a blocking getaddrinfo. */
+int
+zp_config_resolve(struct zp_config *cfg, char *err, size_t errlen)
+{
+	struct zp_upstream_spec	*up = &cfg->upstream;
+	struct addrinfo		 hints, *res = NULL, *ai;
+	size_t			 n = 0;
+	int			 rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_protocol = IPPROTO_TCP;
+	hints.ai_flags = AI_NUMERICSERV;
+	rc = getaddrinfo(up->host, up->port, &hints, &res);
+	if (rc != 0) {
+		seterr(err, errlen, "upstream '%s' does not resolve: %s",
+		    up->host, rc == EAI_SYSTEM ? strerror(errno) :
+		    gai_strerror(rc));
+		return -1;
+	}
+	for (ai = res; ai != NULL; ai = ai->ai_next)
+		n++;
+	free(up->addrs);
+	up->naddrs = 0;
+	if ((up->addrs = calloc(n, sizeof(*up->addrs))) == NULL) {
+		freeaddrinfo(res);
+		seterr(err, errlen, "out of memory");
+		return -1;
+	}
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		if (ai->ai_addrlen > sizeof(up->addrs[0].ss))
+			continue;
+		memcpy(&up->addrs[up->naddrs].ss, ai->ai_addr, ai->ai_addrlen);
+		up->addrs[up->naddrs].len = ai->ai_addrlen;
+		up->naddrs++;
+	}
+	freeaddrinfo(res);
+	if (up->naddrs == 0) {
+		seterr(err, errlen, "upstream '%s' does not resolve to a "
+		    "usable address", up->host);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Format an address; a v4-mapped IPv6 address (a client of a dual-stack
+ * listener) is shown as the IPv4 address it is.
+ */
+const char *
+zp_addr_str(const struct zp_addr *a, char *buf, size_t len)
+{
+	char	host[INET6_ADDRSTRLEN];
+
+	if (a->ss.ss_family == AF_INET) {
+		const struct sockaddr_in *sin = (const void *)&a->ss;
+
+		inet_ntop(AF_INET, &sin->sin_addr, host, sizeof(host));
+		snprintf(buf, len, "%s:%u", host, ntohs(sin->sin_port));
+	} else if (a->ss.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const void *)&a->ss;
+
+		if (IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr)) {
+			inet_ntop(AF_INET, &sin6->sin6_addr.s6_addr[12], host,
+			    sizeof(host));
+			snprintf(buf, len, "%s:%u", host,
+			    ntohs(sin6->sin6_port));
+		} else {
+			inet_ntop(AF_INET6, &sin6->sin6_addr, host,
+			    sizeof(host));
+			snprintf(buf, len, "[%s]:%u", host,
+			    ntohs(sin6->sin6_port));
+		}
+	} else
+		snprintf(buf, len, "?");
+	return buf;
+}

@@ -1,0 +1,122 @@
+/*
+ * config.h - the command line, parsed and validated into struct zp_config.
+ *
+ * Parsing does no I/O apart from name resolution in zp_config_resolve();
+ * every error is reported as one line in a caller's buffer.
+ */
+#ifndef ZP_CONFIG_H
+#define ZP_CONFIG_H
+
+#include <sys/socket.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#define ZP_EX_USAGE	64	/* sysexits.h EX_USAGE: bad command line */
+#define ZP_EX_NOHOST	68	/* sysexits.h EX_NOHOST: name did not resolve */
+#define ZP_EX_OSERR	71	/* sysexits.h EX_OSERR: a system call failed */
+
+#define ZP_ERRLEN	256
+
+enum zp_mode {
+	ZP_MODE_SPLICE = 0,
+	ZP_MODE_COPY,
+};
+
+struct zp_addr {
+	struct sockaddr_storage	ss;
+	socklen_t		len;
+};
+
+/* Where to listen: a literal address, or every address (":PORT"). */
+struct zp_listen_spec {
+	int		any;	/* ":PORT": IPv6 dual-stack, else IPv4 */
+	unsigned short	port;
+	struct zp_addr	addr;	/* valid when !any */
+};
+
+/* One upstream as given, and the addresses it resolved to. */
+struct zp_upstream_spec {
+	char		*host;		/* name or literal, no brackets */
+	char		 port[6];
+	struct zp_addr	*addrs;		/* after zp_config_resolve() */
+	size_t		 naddrs;
+};
+
+struct zp_config {
+	struct zp_listen_spec	listen;
+	int			have_listen;
+	struct zp_upstream_spec	upstream;
+	int			have_upstream;
+	enum zp_mode		mode;
+	size_t			pipe_size;	/* bytes */
+	size_t			buffer_size;	/* bytes, copy mode */
+	long			max_conns;	/* 0: derive from RLIMIT_NOFILE */
+	double			connect_timeout; /* seconds */
+	int			verbose;	/* count of -v */
+	int			quiet;
+};
+
+#define ZP_DEFAULT_PIPE_SIZE	(1024 * 1024)
+#define ZP_DEFAULT_BUFFER_SIZE	(64 * 1024)
+#define ZP_DEFAULT_CONNECT_TIMEOUT 5.0
+#define ZP_MAX_SIZE		(1024UL * 1024 * 1024)
+
+/* What zp_config_parse() asks the caller to do. */
+enum zp_parse_result {
+	ZP_PARSE_OK = 0,	/* run */
+	ZP_PARSE_HELP,		/* print usage on stdout, exit 0 */
+	ZP_PARSE_VERSION,	/* print version on stdout, exit 0 */
+	ZP_PARSE_ERROR = -1,	/* err holds the reason; exit ZP_EX_USAGE */
+};
+
+/* Fill cfg with defaults; cfg owns nothing yet. */
+void	zp_config_init(struct zp_config *);
+
+/*
+ * Parse argv into cfg (getopt_long; resets optind). Returns a
+ * zp_parse_result; on ZP_PARSE_ERROR err holds one line naming the problem.
+ */
+int	zp_config_parse(struct zp_config *, int, char **, char *, size_t);
+
+/*
+ * Resolve the upstream name into cfg->upstream.addrs with a blocking
+ * getaddrinfo (start-up only). Returns 0, or -1 with err filled.
+ */
+int	zp_config_resolve(struct zp_config *, char *, size_t);
+
+/* Free what cfg owns. */
+void	zp_config_free(struct zp_config *);
+
+/* Usage text, for -h and after a usage error. */
+void	zp_config_usage(FILE *, const char *);
+
+/*
+ * Parse a size: decimal digits with an optional K, M or G suffix (powers of
+ * 1024, either case, optional trailing "B"/"iB"). Returns 0, or -1 with err
+ * filled when empty, malformed, zero, or above ZP_MAX_SIZE.
+ */
+int	zp_parse_size(const char *, size_t *, char *, size_t);
+
+/*
+ * Parse a port "1".."65535". Returns 0, or -1 with err filled.
+ */
+int	zp_parse_port(const char *, unsigned short *, char *, size_t);
+
+/*
+ * Parse a listen address: ":PORT", "IPv4:PORT" or "[IPv6]:PORT".
+ * Returns 0, or -1 with err filled.
+ */
+int	zp_parse_listen(const char *, struct zp_listen_spec *, char *, size_t);
+
+/*
+ * Split "host:port" or "[v6]:port" into host (malloc'd, brackets removed)
+ * and a validated port. Returns 0, or -1 with err filled.
+ */
+int	zp_parse_hostport(const char *, char **, char *, size_t, char *,
+	    size_t);
+
+/* Format an address as "1.2.3.4:80" or "[::1]:80" into buf. */
+const char *zp_addr_str(const struct zp_addr *, char *, size_t);
+#define ZP_ADDRSTRLEN	(46 + 10)
+
+#endif

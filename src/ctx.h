@@ -1,0 +1,57 @@
+/*
+ * ctx.h - the one context that all of zproxy's state hangs off.
+ *
+ * Nothing in zproxy is global and mutable: every module is handed this
+ * struct, so that one context per worker thread is a small step later.
+ */
+#ifndef ZP_CTX_H
+#define ZP_CTX_H
+
+#include <sys/queue.h>
+#include <sys/time.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "log.h"
+#include "pipepool.h"
+
+struct event_base;
+struct zp_listener;
+struct zp_pair;
+
+/* Why a pair relays in copy mode although splice was asked for. */
+enum zp_fallback {
+	ZP_FALLBACK_POOL = 0,	/* no pipe to be had */
+	ZP_FALLBACK_REFUSED,	/* the kernel refused splice on the sockets */
+	ZP_FALLBACK_MAX,
+};
+
+struct zp_stats {
+	uint64_t	conns_total;	/* accepted */
+	uint64_t	conns_open;
+	uint64_t	conns_failed;	/* upstream never answered */
+	uint64_t	bytes_up;	/* client -> upstream */
+	uint64_t	bytes_down;	/* upstream -> client */
+	uint64_t	fallbacks[ZP_FALLBACK_MAX];
+	uint64_t	accept_pauses;	/* out of descriptors */
+};
+
+TAILQ_HEAD(zp_pair_list, zp_pair);
+
+struct zp_ctx {
+	struct event_base	*base;
+	struct zp_config	*cfg;
+	struct zp_log		 log;
+	struct zp_pipepool	 pool;
+	int			 have_pool;
+	struct zp_listener	*listener;
+	struct zp_pair_list	 pairs;
+	struct zp_stats		 stats;
+	uint64_t		 next_id;
+	long			 max_conns;	/* effective */
+	size_t			 budget;	/* bytes per direction per callback */
+	struct timeval		 started;
+	int			 stopping;
+};
+
+#endif

@@ -1,0 +1,253 @@
+/*
+ * listener.c - accept clients; pause when out of descriptors or at the
+ * connection limit, and resume by itself.
+ */
+
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <event2/event.h>
+
+#include "ctx.h"
+#include "listener.h"
+#include "log.h"
+#include "pair.h"
+
+/* Accepts per callback: enough to empty a burst, few enough to be fair. */
+#define ZP_ACCEPT_BATCH		64
+/* How long accepting rests after EMFILE/ENFILE, in milliseconds. */
+#define ZP_ACCEPT_PAUSE_MS	100
+
+struct zp_listener {
+	struct zp_ctx	*ctx;
+	int		 fd;
+	struct zp_addr	 addr;
+	struct event	*ev;		/* EV_READ | EV_PERSIST on fd */
+	struct event	*timer;		/* ends an out-of-descriptors pause */
+	unsigned	 on:1;		/* ev is added */
+	unsigned	 full:1;	/* paused at the connection limit */
+	unsigned	 starved:1;	/* paused for descriptors */
+	struct timeval	 last_warn;
+};
+
+/* Add or delete the accept event to match the pause flags. */
+static void
+listener_update(struct zp_listener *l)
+{
+	int	want = !l->full && !l->starved && !l->ctx->stopping;
+
+	if (want == l->on)
+		return;
+	if (want)
+		event_add(l->ev, NULL);
+	else
+		event_del(l->ev);
+	l->on = want;
+}
+
+/* The out-of-descriptors pause is over. */
+static void
+listener_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_listener *l = arg;
+
+	l->starved = 0;
+	listener_update(l);
+}
+
+/*
+ * Out of descriptors: the pending client stays in the backlog. Accepting
+ * again at once would spin (the error repeats until a descriptor frees),
+ * so rest for a moment; warn at most once a second.
+ */
+static void
+listener_starve(struct zp_listener *l, int err)
+{
+	struct zp_ctx	*ctx = l->ctx;
+	struct timeval	 tv = { 0, ZP_ACCEPT_PAUSE_MS * 1000 }, now, dt;
+
+	ctx->stats.accept_pauses++;
+	gettimeofday(&now, NULL);
+	timersub(&now, &l->last_warn, &dt);
+	if (dt.tv_sec >= 1) {
+		zp_log(&ctx->log, ZP_LOG_WARN, "accept: %s; pausing %d ms "
+		    "(%llu connections open)", strerror(err),
+		    ZP_ACCEPT_PAUSE_MS,
+		    (unsigned long long)ctx->stats.conns_open);
+		l->last_warn = now;
+	}
+	l->starved = 1;
+	listener_update(l);
+	event_add(l->timer, &tv);
+}
+
+static void
+listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
+{
+	struct zp_listener	*l = arg;
+	struct zp_ctx		*ctx = l->ctx;
+	struct sockaddr_storage	 ss;
+	socklen_t		 len;
+	int			 i, fd;
+
+	for (i = 0; i < ZP_ACCEPT_BATCH; i++) {
+		if ((long)ctx->stats.conns_open >= ctx->max_conns) {
+			/* Later clients wait in the backlog, as HAProxy's do. */
+			zp_listener_pause(l);
+			return;
+		}
+		len = sizeof(ss);
+		fd = accept4(l->fd, (struct sockaddr *)&ss, &len,
+		    SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd == -1) {
+			switch (errno) {
+			case EAGAIN:
+				return;
+			case EINTR:
+			case ECONNABORTED:
+			case EPROTO:
+			case EPERM:	/* a firewall rule */
+				continue;
+			case EMFILE:
+			case ENFILE:
+			case ENOBUFS:
+			case ENOMEM:
+				listener_starve(l, errno);
+				return;
+			default:
+				zp_log(&ctx->log, ZP_LOG_ERROR, "accept: %s",
+				    strerror(errno));
+				listener_starve(l, errno);
+				return;
+			}
+		}
+		(void)zp_pair_start(ctx, fd, (struct sockaddr *)&ss, len);
+	}
+}
+
+/* Bind and listen. */
+struct zp_listener *
+zp_listener_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec,
+    char *err, size_t errlen)
+{
+	struct zp_listener	*l;
+	struct zp_addr		 a;
+	char			 abuf[ZP_ADDRSTRLEN];
+	int			 on = 1, off = 0;
+
+	if ((l = calloc(1, sizeof(*l))) == NULL) {
+		snprintf(err, errlen, "listener: %s", strerror(errno));
+		return NULL;
+	}
+	l->ctx = ctx;
+	l->fd = -1;
+	memset(&a, 0, sizeof(a));
+	if (spec->any) {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&a.ss;
+
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_addr = in6addr_any;
+		sin6->sin6_port = htons(spec->port);
+		a.len = sizeof(*sin6);
+		l->fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK |
+		    SOCK_CLOEXEC, IPPROTO_TCP);
+		if (l->fd != -1 && setsockopt(l->fd, IPPROTO_IPV6, IPV6_V6ONLY,
+		    &off, sizeof(off)) == -1) {
+			close(l->fd);
+			l->fd = -1;
+		}
+		if (l->fd == -1) {
+			/* No IPv6 here: every IPv4 address, then. */
+			struct sockaddr_in *sin = (struct sockaddr_in *)&a.ss;
+
+			memset(&a, 0, sizeof(a));
+			sin->sin_family = AF_INET;
+			sin->sin_addr.s_addr = htonl(INADDR_ANY);
+			sin->sin_port = htons(spec->port);
+			a.len = sizeof(*sin);
+		}
+	} else
+		a = spec->addr;
+	if (l->fd == -1)
+		l->fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
+		    SOCK_CLOEXEC, IPPROTO_TCP);
+	zp_addr_str(&a, abuf, sizeof(abuf));
+	if (l->fd == -1) {
+		snprintf(err, errlen, "cannot listen on %s: socket: %s", abuf,
+		    strerror(errno));
+		goto fail;
+	}
+	(void)setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+	if (bind(l->fd, (struct sockaddr *)&a.ss, a.len) == -1) {
+		snprintf(err, errlen, "cannot listen on %s: %s", abuf,
+		    strerror(errno));
+		goto fail;
+	}
+	/* The kernel caps the backlog at net.core.somaxconn. */
+	if (listen(l->fd, 65535) == -1) {
+		snprintf(err, errlen, "cannot listen on %s: %s", abuf,
+		    strerror(errno));
+		goto fail;
+	}
+	a.len = sizeof(a.ss);
+	if (getsockname(l->fd, (struct sockaddr *)&a.ss, &a.len) == -1) {
+		snprintf(err, errlen, "getsockname: %s", strerror(errno));
+		goto fail;
+	}
+	l->addr = a;
+	l->ev = event_new(ctx->base, l->fd, EV_READ | EV_PERSIST,
+	    listener_accept_cb, l);
+	l->timer = evtimer_new(ctx->base, listener_timer_cb, l);
+	if (l->ev == NULL || l->timer == NULL) {
+		snprintf(err, errlen, "listener: cannot create events");
+		goto fail;
+	}
+	listener_update(l);
+	return l;
+fail:
+	zp_listener_free(l);
+	return NULL;
+}
+
+/* Stop accepting while at the connection limit. */
+void
+zp_listener_pause(struct zp_listener *l)
+{
+	l->full = 1;
+	listener_update(l);
+}
+
+/* Accept again if paused for the limit and there is room. */
+void
+zp_listener_resume(struct zp_listener *l)
+{
+	if (l->full && (long)l->ctx->stats.conns_open < l->ctx->max_conns) {
+		l->full = 0;
+		listener_update(l);
+	}
+}
+
+/* The bound address. */
+const struct zp_addr *
+zp_listener_addr(const struct zp_listener *l)
+{
+	return &l->addr;
+}
+
+/* Close the socket and free. */
+void
+zp_listener_free(struct zp_listener *l)
+{
+	if (l == NULL)
+		return;
+	if (l->ev != NULL)
+		event_free(l->ev);
+	if (l->timer != NULL)
+		event_free(l->timer);
+	if (l->fd != -1)
+		close(l->fd);
+	free(l);
+}

@@ -1,0 +1,44 @@
+/*
+ * main.c - zproxy: a transparent TCP forwarding proxy that relays with
+ * splice(2).
+ */
+
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "zproxy.h"
+
+int
+main(int argc, char **argv)
+{
+	struct zp_config	cfg;
+	char			err[ZP_ERRLEN];
+	int			rc;
+
+	zp_config_init(&cfg);
+	switch (zp_config_parse(&cfg, argc, argv, err, sizeof(err))) {
+	case ZP_PARSE_OK:
+		break;
+	case ZP_PARSE_HELP:
+		zp_config_usage(stdout, "zproxy");
+		zp_config_free(&cfg);
+		return 0;
+	case ZP_PARSE_VERSION:
+		printf("zproxy %s\n", PACKAGE_VERSION);
+		zp_config_free(&cfg);
+		return 0;
+	default:
+		fprintf(stderr, "zproxy: %s (see zproxy --help)\n", err);
+		zp_config_free(&cfg);
+		return ZP_EX_USAGE;
+	}
+	if (zp_config_resolve(&cfg, err, sizeof(err)) == -1) {
+		fprintf(stderr, "zproxy: %s\n", err);
+		zp_config_free(&cfg);
+		return ZP_EX_NOHOST;
+	}
+	rc = zp_run(&cfg);
+	zp_config_free(&cfg);
+	return rc;
+}

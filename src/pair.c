@@ -1,0 +1,470 @@
+/*
+ * pair.c - the life of one proxied connection: connect upstream (trying
+ * each address), relay both directions, end once and log it once.
+ */
+
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <event2/event.h>
+
+#include "ctx.h"
+#include "listener.h"
+#include "log.h"
+#include "pair.h"
+
+static void	pair_connect_next(struct zp_pair *);
+static void	pair_connect_cb(evutil_socket_t, short, void *);
+
+/* Name of an end reason; these words are what users grep logs for. */
+const char *
+zp_end_str(enum zp_end e)
+{
+	switch (e) {
+	case ZP_END_CLOSED:		return "closed";
+	case ZP_END_CLIENT_RESET:	return "client-reset";
+	case ZP_END_UPSTREAM_RESET:	return "upstream-reset";
+	case ZP_END_CLIENT_ERROR:	return "client-error";
+	case ZP_END_UPSTREAM_ERROR:	return "upstream-error";
+	case ZP_END_REFUSED:		return "upstream-refused";
+	case ZP_END_TIMEOUT:		return "upstream-timeout";
+	case ZP_END_UNREACHABLE:	return "upstream-unreachable";
+	case ZP_END_NOMEM:		return "out-of-memory";
+	case ZP_END_SHUTDOWN:		return "shutdown";
+	}
+	return "unknown";
+}
+
+/* "splice", "copy" or "mixed", from the pair's directions. */
+const char *
+zp_pair_mode(const struct zp_pair *p)
+{
+	int	s_up = p->up.ops == &zp_relay_splice;
+	int	s_down = p->down.ops == &zp_relay_splice;
+
+	if (p->up.fellback || p->down.fellback) {
+		if (!p->up.fellback || !p->down.fellback)
+			return "mixed";
+		return "copy";
+	}
+	if (s_up && s_down)
+		return "splice";
+	if (!s_up && !s_down)
+		return "copy";
+	return "mixed";
+}
+
+/* TCP_NODELAY: relay small writes (log lines) as they come. */
+static void
+sock_nodelay(int fd)
+{
+	int	on = 1;
+
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+}
+
+/*
+ * Throw away what waits in a socket's receive queue. Closing a socket
+ * with unread bytes makes the kernel send RST and drop what is still
+ * queued for the peer; after a one-sided failure the bytes we hold for the
+ * surviving peer must get there, and its own bytes have nowhere to go.
+ */
+static void
+sock_discard(int fd)
+{
+	int	i;
+
+	for (i = 0; i < 64; i++) {
+		ssize_t n = recv(fd, NULL, 1 << 20, MSG_TRUNC | MSG_DONTWAIT);
+
+		if (n <= 0 && !(n == -1 && errno == EINTR))
+			break;
+	}
+}
+
+/* The end reason that a dead half stands for. */
+static enum zp_end
+half_end(const struct zp_half *h, int client)
+{
+	int	reset = h->err == ECONNRESET || h->err == EPIPE ||
+		    h->err == ECONNABORTED;
+
+	if (client)
+		return reset ? ZP_END_CLIENT_RESET : ZP_END_CLIENT_ERROR;
+	return reset ? ZP_END_UPSTREAM_RESET : ZP_END_UPSTREAM_ERROR;
+}
+
+/* Free a half's events and close its socket. */
+static void
+half_close(struct zp_half *h, int discard)
+{
+	if (h->rev != NULL)
+		event_free(h->rev);
+	if (h->wev != NULL)
+		event_free(h->wev);
+	h->rev = h->wev = NULL;
+	h->ron = h->won = 0;
+	if (h->fd != -1) {
+		if (discard && !h->dead)
+			sock_discard(h->fd);
+		close(h->fd);
+	}
+	h->fd = -1;
+}
+
+/* Log the whole story of a pair in one line. */
+static void
+pair_log(struct zp_pair *p, enum zp_end end)
+{
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_upstream_spec	*us = &ctx->cfg->upstream;
+	char			 cbuf[ZP_ADDRSTRLEN], ubuf[ZP_ADDRSTRLEN];
+	char			 why[128] = "";
+	struct timeval		 now, dt;
+	int			 level, err = 0;
+
+	switch (end) {
+	case ZP_END_REFUSED:
+	case ZP_END_TIMEOUT:
+	case ZP_END_UNREACHABLE:
+	case ZP_END_NOMEM:
+		level = ZP_LOG_WARN;
+		err = p->connect_err;
+		break;
+	case ZP_END_CLIENT_RESET:
+	case ZP_END_CLIENT_ERROR:
+		level = ZP_LOG_CONN;
+		err = p->client.err;
+		break;
+	case ZP_END_UPSTREAM_RESET:
+	case ZP_END_UPSTREAM_ERROR:
+		level = ZP_LOG_CONN;
+		err = p->upstream.err;
+		break;
+	default:
+		level = ZP_LOG_CONN;
+		break;
+	}
+	if (!zp_log_enabled(&ctx->log, level))
+		return;
+	if (err != 0)
+		snprintf(why, sizeof(why), " error=\"%s\"", strerror(err));
+	gettimeofday(&now, NULL);
+	timersub(&now, &p->started, &dt);
+	zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf));
+	if (p->addr_idx < us->naddrs)
+		zp_addr_str(&us->addrs[p->addr_idx], ubuf, sizeof(ubuf));
+	else
+		snprintf(ubuf, sizeof(ubuf), "%s:%s", us->host, us->port);
+	zp_log(&ctx->log, level, "conn=%llu client=%s upstream=%s mode=%s "
+	    "up=%llu down=%llu duration=%ld.%03lds end=%s%s",
+	    (unsigned long long)p->id, cbuf, ubuf, zp_pair_mode(p),
+	    (unsigned long long)p->up.bytes, (unsigned long long)p->down.bytes,
+	    (long)dt.tv_sec, (long)(dt.tv_usec / 1000), zp_end_str(end), why);
+}
+
+/* End a pair in any state, log it, free everything it owns. */
+void
+zp_pair_close(struct zp_pair *p, enum zp_end end)
+{
+	struct zp_ctx	*ctx = p->ctx;
+	int		 discard;
+
+	pair_log(p, end);
+	ctx->stats.bytes_up += p->up.bytes;
+	ctx->stats.bytes_down += p->down.bytes;
+	switch (end) {
+	case ZP_END_REFUSED:
+	case ZP_END_TIMEOUT:
+	case ZP_END_UNREACHABLE:
+		ctx->stats.conns_failed++;
+		break;
+	default:
+		break;
+	}
+	zp_dir_release(ctx, &p->up);
+	zp_dir_release(ctx, &p->down);
+	/* After a one-sided failure, keep the survivor's queue from an RST. */
+	discard = p->state == ZP_PAIR_RELAYING && end != ZP_END_SHUTDOWN;
+	half_close(&p->client, discard);
+	half_close(&p->upstream, discard);
+	TAILQ_REMOVE(&ctx->pairs, p, entry);
+	ctx->stats.conns_open--;
+	if (ctx->listener != NULL)
+		zp_listener_resume(ctx->listener);
+	free(p);
+}
+
+/*
+ * Pump one direction and whatever its failures wake; close the pair when
+ * both directions are done. Returns 1 when the pair was freed.
+ */
+static int
+pair_run(struct zp_pair *p, struct zp_dir *d)
+{
+	struct zp_ctx	*ctx = p->ctx;
+	struct zp_dir	*other = d == &p->up ? &p->down : &p->up;
+	int		 i, rc;
+
+	/* A death can wake the other direction, whose failure wakes back. */
+	for (i = 0; i < 3; i++) {
+		rc = zp_dir_pump(ctx, d, ctx->budget);
+		if (rc & ZP_PUMP_FELLBACK) {
+			ctx->stats.fallbacks[ZP_FALLBACK_REFUSED]++;
+			zp_log(&ctx->log, ZP_LOG_WARN, "conn=%llu splice refused "
+			    "by the kernel; relaying in copy mode",
+			    (unsigned long long)p->id);
+		}
+		if (!(rc & ZP_PUMP_DEAD))
+			break;
+		d = other;
+		other = d == &p->up ? &p->down : &p->up;
+	}
+	if (!p->up.done || !p->down.done)
+		return 0;
+	if (p->client.dead)
+		zp_pair_close(p, half_end(&p->client, 1));
+	else if (p->upstream.dead)
+		zp_pair_close(p, half_end(&p->upstream, 0));
+	else
+		zp_pair_close(p, ZP_END_CLOSED);
+	return 1;
+}
+
+static void
+client_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair	*p = arg;
+
+	(void)pair_run(p, &p->up);
+}
+
+static void
+client_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair	*p = arg;
+
+	(void)pair_run(p, &p->down);
+}
+
+static void
+upstream_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair	*p = arg;
+
+	(void)pair_run(p, &p->down);
+}
+
+static void
+upstream_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair	*p = arg;
+
+	(void)pair_run(p, &p->up);
+}
+
+/* Create a half's two persistent events. Returns 0 or -1. */
+static int
+half_events(struct zp_pair *p, struct zp_half *h, event_callback_fn rcb,
+    event_callback_fn wcb)
+{
+	struct event_base *base = p->ctx->base;
+
+	h->rev = event_new(base, h->fd, EV_READ | EV_PERSIST, rcb, p);
+	h->wev = event_new(base, h->fd, EV_WRITE | EV_PERSIST, wcb, p);
+	return h->rev == NULL || h->wev == NULL ? -1 : 0;
+}
+
+/* The upstream answered: set up events and move what is waiting. */
+static void
+pair_connected(struct zp_pair *p)
+{
+	if (half_events(p, &p->client, client_read_cb, client_write_cb) == -1 ||
+	    half_events(p, &p->upstream, upstream_read_cb,
+	    upstream_write_cb) == -1) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return;
+	}
+	p->state = ZP_PAIR_RELAYING;
+	/*
+	 * Try both directions before arming any event: the client has
+	 * usually sent its first bytes while we were connecting.
+	 */
+	if (pair_run(p, &p->up) == 0)
+		pair_run(p, &p->down);
+}
+
+/* Give up on the current upstream address and try the next one. */
+static void
+pair_connect_failed(struct zp_pair *p, int err)
+{
+	if (p->upstream.wev != NULL)
+		event_free(p->upstream.wev);
+	p->upstream.wev = NULL;
+	if (p->upstream.fd != -1)
+		close(p->upstream.fd);
+	p->upstream.fd = -1;
+	p->connect_err = err;
+	p->addr_idx++;
+	pair_connect_next(p);
+}
+
+/* The one-shot connect event fired: connected, refused or timed out. */
+static void
+pair_connect_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair	*p = arg;
+	socklen_t	 len = sizeof(int);
+	int		 err = 0;
+
+	if (what & EV_TIMEOUT)
+		err = ETIMEDOUT;
+	else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
+		err = errno;
+	if (err != 0) {
+		pair_connect_failed(p, err);
+		return;
+	}
+	event_free(p->upstream.wev);
+	p->upstream.wev = NULL;
+	pair_connected(p);
+}
+
+/*
+ * Start a non-blocking connect to the current address, skipping addresses
+ * that fail at once; with none left, end the pair and say why.
+ */
+static void
+pair_connect_next(struct zp_pair *p)
+{
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_upstream_spec	*us = &ctx->cfg->upstream;
+	struct timeval		 tv;
+	const struct zp_addr	*a;
+	double			 t = ctx->cfg->connect_timeout;
+	int			 fd;
+
+	for (; p->addr_idx < us->naddrs; p->addr_idx++) {
+		a = &us->addrs[p->addr_idx];
+		fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
+		    SOCK_CLOEXEC, IPPROTO_TCP);
+		if (fd == -1) {
+			p->connect_err = errno;
+			continue;
+		}
+		sock_nodelay(fd);
+		if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0) {
+			p->upstream.fd = fd;
+			pair_connected(p);
+			return;
+		}
+		if (errno != EINPROGRESS && errno != EINTR) {
+			p->connect_err = errno;
+			close(fd);
+			continue;
+		}
+		p->upstream.fd = fd;
+		p->upstream.wev = event_new(ctx->base, fd, EV_WRITE,
+		    pair_connect_cb, p);
+		tv.tv_sec = (time_t)t;
+		tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
+		if (p->upstream.wev == NULL || event_add(p->upstream.wev,
+		    &tv) == -1) {
+			zp_pair_close(p, ZP_END_NOMEM);
+			return;
+		}
+		return;
+	}
+	/* Keep addr_idx pointing at the last address tried, for the log. */
+	if (us->naddrs > 0)
+		p->addr_idx = us->naddrs - 1;
+	switch (p->connect_err) {
+	case ECONNREFUSED:
+		zp_pair_close(p, ZP_END_REFUSED);
+		break;
+	case ETIMEDOUT:
+		zp_pair_close(p, ZP_END_TIMEOUT);
+		break;
+	case ENOMEM:
+	case ENOBUFS:
+		zp_pair_close(p, ZP_END_NOMEM);
+		break;
+	default:
+		zp_pair_close(p, ZP_END_UNREACHABLE);
+		break;
+	}
+}
+
+/* Set up a direction from src to dst with the given backend. */
+static void
+dir_init(struct zp_dir *d, struct zp_half *src, struct zp_half *dst,
+    const struct zp_relay_ops *ops, size_t bufsize)
+{
+	d->src = src;
+	d->dst = dst;
+	d->ops = ops;
+	d->pipe.rfd = d->pipe.wfd = -1;
+	d->bufsize = bufsize;
+}
+
+/* Take two pipes, or none: a pair never splices one way only by choice. */
+static int
+pair_take_pipes(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx;
+
+	if (zp_pipepool_get(&ctx->pool, &p->up.pipe) == -1)
+		return -1;
+	if (zp_pipepool_get(&ctx->pool, &p->down.pipe) == -1) {
+		zp_pipepool_put(&ctx->pool, &p->up.pipe, 0);
+		return -1;
+	}
+	return 0;
+}
+
+/* Start a pair for an accepted client socket. */
+int
+zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
+    socklen_t salen)
+{
+	struct zp_pair	*p;
+	size_t		 bufsize = ctx->cfg->buffer_size;
+
+	if ((p = calloc(1, sizeof(*p))) == NULL) {
+		zp_log(&ctx->log, ZP_LOG_WARN, "dropping a client: %s",
+		    strerror(errno));
+		close(fd);
+		return -1;
+	}
+	p->ctx = ctx;
+	p->id = ++ctx->next_id;
+	p->client.fd = fd;
+	p->upstream.fd = -1;
+	if (salen > sizeof(p->client_addr.ss))
+		salen = sizeof(p->client_addr.ss);
+	memcpy(&p->client_addr.ss, sa, salen);
+	p->client_addr.len = salen;
+	gettimeofday(&p->started, NULL);
+	TAILQ_INSERT_TAIL(&ctx->pairs, p, entry);
+	ctx->stats.conns_total++;
+	ctx->stats.conns_open++;
+	sock_nodelay(fd);
+
+	dir_init(&p->up, &p->client, &p->upstream, &zp_relay_copy, bufsize);
+	dir_init(&p->down, &p->upstream, &p->client, &zp_relay_copy, bufsize);
+	if (ctx->have_pool) {
+		if (pair_take_pipes(p) == 0)
+			p->up.ops = p->down.ops = &zp_relay_splice;
+		else if (ctx->stats.fallbacks[ZP_FALLBACK_POOL]++ == 0 ||
+		    zp_log_enabled(&ctx->log, ZP_LOG_CONN))
+			zp_log(&ctx->log, ZP_LOG_WARN, "conn=%llu no pipe (%s); "
+			    "relaying in copy mode", (unsigned long long)p->id,
+			    zp_pipe_shortage_str(ctx->pool.shortage));
+	}
+	pair_connect_next(p);
+	return 0;
+}

@@ -1,0 +1,73 @@
+/*
+ * pair.h - a client connection, its upstream connection and the two
+ * directions between them: the whole life of one proxied connection.
+ *
+ * A pair owns its descriptors, events, pipes and buffers; zp_pair_close()
+ * is the one function that frees them, safe in any state, and logs the
+ * connection's story once.
+ */
+#ifndef ZP_PAIR_H
+#define ZP_PAIR_H
+
+#include <sys/queue.h>
+#include <sys/time.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "relay.h"
+
+struct zp_ctx;
+struct event;
+
+enum zp_pair_state {
+	ZP_PAIR_CONNECTING = 0,
+	ZP_PAIR_RELAYING,
+};
+
+/* How a pair ended, for the log line. */
+enum zp_end {
+	ZP_END_CLOSED = 0,	/* both directions finished with a FIN */
+	ZP_END_CLIENT_RESET,
+	ZP_END_UPSTREAM_RESET,
+	ZP_END_CLIENT_ERROR,
+	ZP_END_UPSTREAM_ERROR,
+	ZP_END_REFUSED,		/* every upstream address refused */
+	ZP_END_TIMEOUT,		/* the last upstream address timed out */
+	ZP_END_UNREACHABLE,	/* connect failed otherwise */
+	ZP_END_NOMEM,
+	ZP_END_SHUTDOWN,	/* zproxy is stopping */
+};
+
+struct zp_pair {
+	struct zp_ctx		*ctx;
+	uint64_t		 id;
+	enum zp_pair_state	 state;
+	struct zp_half		 client;
+	struct zp_half		 upstream;
+	struct zp_dir		 up;		/* client -> upstream */
+	struct zp_dir		 down;		/* upstream -> client */
+	struct zp_addr		 client_addr;
+	size_t			 addr_idx;	/* upstream address being tried */
+	int			 connect_err;	/* last connect failure */
+	struct timeval		 started;
+	TAILQ_ENTRY(zp_pair)	 entry;
+};
+
+/*
+ * Start a pair for an accepted, non-blocking client socket: take pipes
+ * (or fall back to copy), begin connecting upstream. Takes ownership of fd
+ * in every case; returns 0, or -1 when the pair was closed already.
+ */
+int	zp_pair_start(struct zp_ctx *, int fd, const struct sockaddr *,
+	    socklen_t);
+
+/* End a pair in any state, log it, free everything it owns. */
+void	zp_pair_close(struct zp_pair *, enum zp_end);
+
+/* Name of an end reason. */
+const char *zp_end_str(enum zp_end);
+
+/* "splice", "copy" or "mixed", from the pair's directions. */
+const char *zp_pair_mode(const struct zp_pair *);
+
+#endif

@@ -1,0 +1,163 @@
+/*
+ * pipepool.c - a stack of empty pipes of one size.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pipepool.h"
+
+/* Close both ends of a pipe and mark it empty. */
+static void
+pipe_close(struct zp_pipe *p)
+{
+	if (p->rfd != -1)
+		close(p->rfd);
+	if (p->wfd != -1)
+		close(p->wfd);
+	p->rfd = p->wfd = -1;
+}
+
+/*
+ * Make one pipe of the pool's size. Returns 0, or -1 with pool->shortage
+ * set. Over the per-user budget the kernel hands out 2-page pipes and
+ * refuses F_SETPIPE_SZ with EPERM: such a pipe is closed, never used.
+ */
+static int
+pipe_make(struct zp_pipepool *pool, struct zp_pipe *p)
+{
+	int	fds[2], got;
+
+	if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) == -1) {
+		pool->last_errno = errno;
+		pool->shortage = (errno == EMFILE || errno == ENFILE) ?
+		    ZP_PIPE_NOFD : ZP_PIPE_ERROR;
+		return -1;
+	}
+	p->rfd = fds[0];
+	p->wfd = fds[1];
+	if (fcntl(p->wfd, F_SETPIPE_SZ, (int)pool->size) == -1) {
+		pool->last_errno = errno;
+		pool->shortage = (errno == EPERM || errno == EBUSY) ?
+		    ZP_PIPE_BUDGET : ZP_PIPE_ERROR;
+		pipe_close(p);
+		return -1;
+	}
+	got = fcntl(p->wfd, F_GETPIPE_SZ);
+	if (got == -1 || (size_t)got < pool->size) {
+		pool->last_errno = got == -1 ? errno : EPERM;
+		pool->shortage = ZP_PIPE_BUDGET;
+		pipe_close(p);
+		return -1;
+	}
+	pool->created++;
+	return 0;
+}
+
+/* Set up the pool and prepare some pipes. */
+int
+zp_pipepool_init(struct zp_pipepool *pool, size_t size, size_t cap,
+    size_t prepare, char *err, size_t errlen)
+{
+	struct zp_pipe	p;
+
+	memset(pool, 0, sizeof(*pool));
+	pool->size = size;
+	pool->cap = cap;
+	if (cap == 0 || size > (size_t)0x7fffffff) {
+		snprintf(err, errlen, "invalid pipe pool: %zu pipes of %zu "
+		    "bytes", cap, size);
+		return -1;
+	}
+	if ((pool->free = calloc(cap, sizeof(*pool->free))) == NULL) {
+		snprintf(err, errlen, "pipe pool: %s", strerror(errno));
+		return -1;
+	}
+	if (prepare > cap)
+		prepare = cap;
+	if (prepare == 0)
+		prepare = 1;	/* prove that resizing works before serving */
+	while (pool->nfree < prepare) {
+		if (pipe_make(pool, &p) == -1)
+			break;
+		pool->free[pool->nfree++] = p;
+		pool->nalive++;
+	}
+	if (pool->nfree == 0) {
+		snprintf(err, errlen, "cannot make a pipe of %zu bytes (%s): %s",
+		    size, zp_pipe_shortage_str(pool->shortage),
+		    strerror(pool->last_errno));
+		zp_pipepool_free(pool);
+		return -1;
+	}
+	return 0;
+}
+
+/* Take an empty pipe. */
+int
+zp_pipepool_get(struct zp_pipepool *pool, struct zp_pipe *p)
+{
+	if (pool->nfree > 0) {
+		*p = pool->free[--pool->nfree];
+		return 0;
+	}
+	if (pool->nalive >= pool->cap) {
+		pool->shortage = ZP_PIPE_LIMIT;
+		return -1;
+	}
+	if (pipe_make(pool, p) == -1)
+		return -1;
+	pool->nalive++;
+	return 0;
+}
+
+/* Give back a pipe; one that still holds bytes is closed. */
+void
+zp_pipepool_put(struct zp_pipepool *pool, struct zp_pipe *p, size_t inpipe)
+{
+	if (p->rfd == -1)
+		return;
+	if (inpipe == 0 && pool->nfree < pool->cap) {
+		pool->free[pool->nfree++] = *p;
+		p->rfd = p->wfd = -1;
+		return;
+	}
+	if (inpipe > 0)
+		pool->killed++;
+	pipe_close(p);
+	pool->nalive--;
+}
+
+/* Close every pipe on the stack and free the pool's memory. */
+void
+zp_pipepool_free(struct zp_pipepool *pool)
+{
+	while (pool->nfree > 0) {
+		pipe_close(&pool->free[--pool->nfree]);
+		pool->nalive--;
+	}
+	free(pool->free);
+	pool->free = NULL;
+}
+
+/* Name of a shortage. */
+const char *
+zp_pipe_shortage_str(int s)
+{
+	switch (s) {
+	case ZP_PIPE_OK:
+		return "none";
+	case ZP_PIPE_LIMIT:
+		return "pool limit reached";
+	case ZP_PIPE_NOFD:
+		return "out of descriptors";
+	case ZP_PIPE_BUDGET:
+		return "per-user pipe budget exhausted";
+	default:
+		return "pipe creation failed";
+	}
+}

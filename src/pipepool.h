@@ -1,0 +1,68 @@
+/*
+ * pipepool.h - pipes prepared in advance for the splice relay.
+ *
+ * Every pipe in the pool is empty, non-blocking, close-on-exec and holds
+ * exactly the size asked for: the kernel may silently hand back a smaller
+ * pipe (the per-user pipe budget, fs.pipe-user-pages-soft), and such a pipe
+ * is closed and counted as "the kernel will not give more".
+ */
+#ifndef ZP_PIPEPOOL_H
+#define ZP_PIPEPOOL_H
+
+#include <stddef.h>
+
+struct zp_pipe {
+	int	rfd;		/* read end, -1 when none */
+	int	wfd;		/* write end */
+};
+
+/* Why the pool last failed to hand out a pipe. */
+enum zp_pipe_shortage {
+	ZP_PIPE_OK = 0,
+	ZP_PIPE_LIMIT,		/* the pool's cap was reached */
+	ZP_PIPE_NOFD,		/* EMFILE/ENFILE from pipe2 */
+	ZP_PIPE_BUDGET,		/* F_SETPIPE_SZ refused or the pipe shrank */
+	ZP_PIPE_ERROR,		/* anything else; errno kept in last_errno */
+};
+
+struct zp_pipepool {
+	size_t		 size;		/* bytes per pipe, as asked */
+	size_t		 cap;		/* most pipes alive at once */
+	struct zp_pipe	*free;		/* stack of empty pipes */
+	size_t		 nfree;
+	size_t		 nalive;	/* in the stack and handed out */
+	int		 shortage;	/* enum zp_pipe_shortage, last failure */
+	int		 last_errno;
+	unsigned long	 created;
+	unsigned long	 killed;	/* closed because they held bytes */
+};
+
+/*
+ * Set up a pool of pipes of `size` bytes, at most `cap` alive, and prepare
+ * `prepare` of them now. Returns 0 when at least one pipe could be made at
+ * the right size; -1 with err filled when not even one could (size above
+ * fs.pipe-max-size, say). A pool that prepared fewer than asked is fine.
+ */
+int	zp_pipepool_init(struct zp_pipepool *, size_t size, size_t cap,
+	    size_t prepare, char *err, size_t errlen);
+
+/*
+ * Take an empty pipe: from the stack, else a new one if under the cap.
+ * Returns 0 and fills *p, or -1 and sets pool->shortage.
+ */
+int	zp_pipepool_get(struct zp_pipepool *, struct zp_pipe *);
+
+/*
+ * Give back a pipe. `inpipe` is how many bytes it still holds: an empty
+ * pipe goes back on the stack, one with bytes is closed (its contents
+ * belong to a dead connection). *p is reset to -1s. Safe on a -1 pipe.
+ */
+void	zp_pipepool_put(struct zp_pipepool *, struct zp_pipe *, size_t inpipe);
+
+/* Close every pipe on the stack and free the pool's memory. */
+void	zp_pipepool_free(struct zp_pipepool *);
+
+/* Name of a shortage, for logs and counters. */
+const char *zp_pipe_shortage_str(int);
+
+#endif

@@ -1,0 +1,157 @@
+/*
+ * relay.c - the relay loop for one direction, the same for every backend
+ * and both directions.
+ */
+
+#include <sys/socket.h>
+#include <errno.h>
+#include <event2/event.h>
+
+#include "ctx.h"
+#include "relay.h"
+
+/* Add or delete the read event only when its state changes. */
+void
+zp_half_want_read(struct zp_half *h, int on)
+{
+	on = on && !h->dead && h->rev != NULL;
+	if (on == h->ron)
+		return;
+	if (on)
+		event_add(h->rev, NULL);
+	else
+		event_del(h->rev);
+	h->ron = on;
+}
+
+/* Add or delete the write event only when its state changes. */
+void
+zp_half_want_write(struct zp_half *h, int on)
+{
+	on = on && !h->dead && h->wev != NULL;
+	if (on == h->won)
+		return;
+	if (on)
+		event_add(h->wev, NULL);
+	else
+		event_del(h->wev);
+	h->won = on;
+}
+
+/* A socket failed: no more I/O on it, and remember why. */
+static void
+half_kill(struct zp_half *h, int err)
+{
+	if (h->dead)
+		return;
+	h->dead = 1;
+	h->err = err;
+	zp_half_want_read(h, 0);
+	zp_half_want_write(h, 0);
+}
+
+/* Splice was refused on this direction's sockets: carry on with copy. */
+static void
+dir_fall_back(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	d->ops->release(ctx, d);
+	d->ops = &zp_relay_copy;
+	d->bufsize = ctx->cfg->buffer_size;
+	d->full = 0;
+	d->fellback = 1;
+}
+
+/* Give back the store and clear the direction's events. */
+void
+zp_dir_release(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	if (d->ops != NULL)
+		d->ops->release(ctx, d);
+	d->full = 0;
+}
+
+/* Move bytes for one direction; see relay.h. */
+int
+zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
+{
+	size_t	moved = 0, ask;
+	ssize_t	n;
+	int	rc = 0, progress, drained = 0;
+
+	if (d->done)
+		return 0;
+	if (d->dst->dead) {
+		/* Nobody to deliver to: what the store holds is lost. */
+		zp_dir_release(ctx, d);
+		d->eof = 1;
+		d->done = 1;
+		goto events;
+	}
+	if (d->src->dead)
+		d->eof = 1;	/* deliver what is stored, then FIN */
+
+	for (;;) {
+		progress = 0;
+		if (!d->eof && !d->full && !drained && moved < budget) {
+			ask = budget - moved;
+			n = d->ops->fill(d, ask);
+			if (n > 0) {
+				moved += n;
+				progress = 1;
+				/*
+				 * A short read means the socket is empty (or
+				 * a pipe ran out of slots): do not pay a
+				 * syscall to hear EAGAIN; the level-triggered
+				 * read event says when more arrives.
+				 */
+				if ((size_t)n < ask)
+					drained = 1;
+			} else if (n == 0) {
+				d->eof = 1;
+				progress = 1;
+			} else if (n == ZP_FILL_FALLBACK) {
+				dir_fall_back(ctx, d);
+				rc |= ZP_PUMP_FELLBACK;
+				continue;
+			} else if (errno == EAGAIN) {
+				drained = 1;
+			} else {
+				half_kill(d->src, errno);
+				d->eof = 1;
+				rc |= ZP_PUMP_DEAD;
+			}
+		}
+		if (d->ops->pending(d) > 0) {
+			n = d->ops->flush(d);
+			if (n > 0) {
+				d->bytes += n;
+				d->full = 0;
+				progress = 1;
+			} else if (errno != EAGAIN) {
+				half_kill(d->dst, errno);
+				zp_dir_release(ctx, d);
+				d->done = 1;
+				rc |= ZP_PUMP_DEAD;
+				break;
+			}
+		}
+		if (d->eof && d->ops->pending(d) == 0) {
+			/* Everything is out: carry the FIN over. */
+			if (shutdown(d->dst->fd, SHUT_WR) == -1 &&
+			    errno != ENOTCONN) {
+				half_kill(d->dst, errno);
+				rc |= ZP_PUMP_DEAD;
+			}
+			d->shut = 1;
+			d->done = 1;
+			zp_dir_release(ctx, d);
+			break;
+		}
+		if (!progress || moved >= budget)
+			break;
+	}
+events:
+	zp_half_want_read(d->src, !d->done && !d->eof && !d->full);
+	zp_half_want_write(d->dst, !d->done && d->ops->pending(d) > 0);
+	return rc;
+}

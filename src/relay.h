@@ -1,0 +1,111 @@
+/*
+ * relay.h - one direction of a pair, and the contract of a data-path
+ * backend (splice or copy).
+ *
+ * The relay loop (zp_dir_pump in relay.c) is written once; a backend only
+ * knows how to move bytes from the source socket into its store (a pipe, a
+ * buffer) and from its store to the destination socket.
+ */
+#ifndef ZP_RELAY_H
+#define ZP_RELAY_H
+
+#include <sys/types.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pipepool.h"
+
+struct zp_dir;
+struct zp_ctx;
+
+/* fill() result that asks the relay loop to switch this direction to copy. */
+#define ZP_FILL_FALLBACK	(-2)
+
+struct zp_relay_ops {
+	const char	*name;
+
+	/*
+	 * Move at most `max` bytes from d->src into the store. Returns the
+	 * bytes moved (> 0), 0 on EOF, -1 with errno set (EAGAIN: nothing
+	 * more now; the backend sets d->full when its store is what stopped
+	 * it), or ZP_FILL_FALLBACK when the kernel refuses this kind of
+	 * transfer before any byte moved (only splice).
+	 */
+	ssize_t	(*fill)(struct zp_dir *, size_t max);
+
+	/*
+	 * Move stored bytes to d->dst. Returns bytes moved (> 0), or -1 with
+	 * errno set (EAGAIN: destination full). Never called when the store
+	 * is empty.
+	 */
+	ssize_t	(*flush)(struct zp_dir *);
+
+	/* Bytes held in the store. */
+	size_t	(*pending)(const struct zp_dir *);
+
+	/* Give back the store (pipe to the pool, buffer to free()). */
+	void	(*release)(struct zp_ctx *, struct zp_dir *);
+};
+
+extern const struct zp_relay_ops zp_relay_splice;
+extern const struct zp_relay_ops zp_relay_copy;
+
+/* One socket of a pair, and its two events. */
+struct zp_half {
+	int		 fd;
+	struct event	*rev;		/* read, EV_PERSIST */
+	struct event	*wev;		/* write, EV_PERSIST */
+	unsigned	 ron:1;		/* rev is added */
+	unsigned	 won:1;		/* wev is added */
+	unsigned	 dead:1;	/* reset or failed: no more I/O */
+	int		 err;		/* errno that killed it */
+};
+
+/* One direction: bytes from src to dst. */
+struct zp_dir {
+	struct zp_half			*src;
+	struct zp_half			*dst;
+	const struct zp_relay_ops	*ops;
+
+	/* splice store */
+	struct zp_pipe			 pipe;
+	size_t				 inpipe;
+
+	/* copy store */
+	char				*buf;
+	size_t				 bufsize;
+	size_t				 off;	/* first unsent byte */
+	size_t				 len;	/* unsent bytes */
+
+	uint64_t			 bytes;	/* delivered to dst */
+	unsigned			 full:1; /* store can take no more */
+	unsigned			 eof:1;	/* src is done */
+	unsigned			 shut:1; /* dst got SHUT_WR */
+	unsigned			 done:1; /* nothing more to do */
+	unsigned			 fellback:1; /* splice refused, now copy */
+};
+
+/* What a pump left behind, for the pair to act on (bits). */
+#define ZP_PUMP_DEAD		0x1	/* a half died: the other direction must run */
+#define ZP_PUMP_FELLBACK	0x2	/* splice was refused: now copy */
+
+/*
+ * Move bytes for one direction until the source is empty, the store is
+ * full, the destination can take no more, or `budget` bytes were read.
+ * Then turn src's read event and dst's write event on or off to match.
+ * A refused splice switches the direction to copy (ZP_PUMP_FELLBACK).
+ * An error marks the failing half dead (ZP_PUMP_DEAD): a direction whose
+ * source died delivers what it holds, then shuts its destination; one
+ * whose destination died drops what it holds. d->done is set when the
+ * direction has nothing more to do. Returns ZP_PUMP_* bits.
+ */
+int	zp_dir_pump(struct zp_ctx *, struct zp_dir *, size_t budget);
+
+/* Give back the store and clear the direction's events. */
+void	zp_dir_release(struct zp_ctx *, struct zp_dir *);
+
+/* Add or delete an event only when its state changes. */
+void	zp_half_want_read(struct zp_half *, int);
+void	zp_half_want_write(struct zp_half *, int);
+
+#endif

@@ -1,0 +1,96 @@
+/*
+ * relay_copy.c - recv/send through a per-direction buffer: the mode for
+ * wherever splice cannot go, and the honest baseline.
+ */
+
+#include <sys/socket.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctx.h"
+#include "relay.h"
+
+/*
+ * Socket -> buffer. The buffer is allocated on the first read, so an idle
+ * connection costs no buffer memory. Returns bytes read, 0 on EOF, -1 with
+ * errno (EAGAIN with d->full set when the buffer is what stopped it).
+ */
+static ssize_t
+copy_fill(struct zp_dir *d, size_t max)
+{
+	size_t	space;
+	ssize_t	n;
+
+	if (d->buf == NULL) {
+		if ((d->buf = malloc(d->bufsize)) == NULL) {
+			errno = ENOMEM;
+			return -1;
+		}
+		d->off = d->len = 0;
+	}
+	if (d->len == 0)
+		d->off = 0;
+	space = d->bufsize - d->off - d->len;
+	if (space == 0 && d->off > 0) {
+		memmove(d->buf, d->buf + d->off, d->len);
+		d->off = 0;
+		space = d->bufsize - d->len;
+	}
+	if (space == 0) {
+		d->full = 1;
+		errno = EAGAIN;
+		return -1;
+	}
+	if (space > max)
+		space = max;
+	do {
+		n = recv(d->src->fd, d->buf + d->off + d->len, space, 0);
+	} while (n == -1 && errno == EINTR);
+	if (n > 0) {
+		d->len += n;
+		if (d->off + d->len == d->bufsize && d->off == 0)
+			d->full = 1;
+	}
+	return n;
+}
+
+/* Buffer -> socket. Returns bytes sent or -1 with errno. */
+static ssize_t
+copy_flush(struct zp_dir *d)
+{
+	ssize_t	n;
+
+	do {
+		n = send(d->dst->fd, d->buf + d->off, d->len, MSG_NOSIGNAL);
+	} while (n == -1 && errno == EINTR);
+	if (n > 0) {
+		d->off += n;
+		d->len -= n;
+		if (d->len == 0)
+			d->off = 0;
+	}
+	return n;
+}
+
+static size_t
+copy_pending(const struct zp_dir *d)
+{
+	return d->len;
+}
+
+static void
+copy_release(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	free(d->buf);
+	d->buf = NULL;
+	d->off = d->len = 0;
+}
+
+const struct zp_relay_ops zp_relay_copy = {
+	.name = "copy",
+	.fill = copy_fill,
+	.flush = copy_flush,
+	.pending = copy_pending,
+	.release = copy_release,
+};

@@ -1,0 +1,280 @@
+/*
+ * zproxy.c - the daemon: build the context, listen, run the loop, stop.
+ */
+
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <event2/event.h>
+
+#include "ctx.h"
+#include "listener.h"
+#include "log.h"
+#include "pair.h"
+#include "zproxy.h"
+
+/* Descriptors each pair needs: two sockets, and two pipes when splicing. */
+#define ZP_FDS_SPLICE	6
+#define ZP_FDS_COPY	2
+/* Pipes made before the first client, so that it finds them ready. */
+#define ZP_POOL_PREPARE	128
+/* Bytes one direction may move per callback before yielding the loop. */
+#define ZP_BUDGET_MIN	(256 * 1024)
+
+/*
+ * Raise RLIMIT_NOFILE's soft limit to the hard one. Returns the soft
+ * limit in force afterwards.
+ */
+static long
+raise_nofile(struct zp_log *lg)
+{
+	struct rlimit	rl;
+	rlim_t		want;
+	FILE		*fp;
+	long		nr_open;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == -1)
+		return 1024;
+	want = rl.rlim_max;
+	if (want == RLIM_INFINITY) {
+		/* The kernel refuses more than fs.nr_open. */
+		want = 1024 * 1024;
+		if ((fp = fopen("/proc/sys/fs/nr_open", "r")) != NULL) {
+			if (fscanf(fp, "%ld", &nr_open) == 1 && nr_open > 0)
+				want = (rlim_t)nr_open;
+			fclose(fp);
+		}
+	}
+	if (want > rl.rlim_cur) {
+		rlim_t old = rl.rlim_cur;
+
+		rl.rlim_cur = want;
+		if (setrlimit(RLIMIT_NOFILE, &rl) == -1) {
+			zp_log(lg, ZP_LOG_WARN, "cannot raise RLIMIT_NOFILE "
+			    "from %llu to %llu: %s", (unsigned long long)old,
+			    (unsigned long long)want, strerror(errno));
+			rl.rlim_cur = old;
+		}
+	}
+	return rl.rlim_cur > (rlim_t)0x7fffffff ? 0x7fffffff :
+	    (long)rl.rlim_cur;
+}
+
+/* CPU seconds this process has used, user and system. */
+static double
+cpu_seconds(void)
+{
+	struct rusage	ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) == -1)
+		return 0;
+	return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+	    (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* Log the counters, open pairs' bytes included. */
+static void
+log_stats(struct zp_ctx *ctx, const char *what)
+{
+	struct zp_pair	*p;
+	uint64_t	 up = ctx->stats.bytes_up, down = ctx->stats.bytes_down;
+	double		 cpu = cpu_seconds(), gib;
+
+	TAILQ_FOREACH(p, &ctx->pairs, entry) {
+		up += p->up.bytes;
+		down += p->down.bytes;
+	}
+	gib = (double)(up + down) / (1024.0 * 1024 * 1024);
+	zp_log(&ctx->log, ZP_LOG_NOTICE, "%s: connections open=%llu "
+	    "total=%llu failed=%llu; bytes up=%llu down=%llu; copy-fallbacks "
+	    "no-pipe=%llu splice-refused=%llu; pipes alive=%zu pooled=%zu; "
+	    "accept-pauses=%llu; cpu=%.3fs cpu-per-GiB=%.3fs", what,
+	    (unsigned long long)ctx->stats.conns_open,
+	    (unsigned long long)ctx->stats.conns_total,
+	    (unsigned long long)ctx->stats.conns_failed,
+	    (unsigned long long)up, (unsigned long long)down,
+	    (unsigned long long)ctx->stats.fallbacks[ZP_FALLBACK_POOL],
+	    (unsigned long long)ctx->stats.fallbacks[ZP_FALLBACK_REFUSED],
+	    ctx->have_pool ? ctx->pool.nalive : 0,
+	    ctx->have_pool ? ctx->pool.nfree : 0,
+	    (unsigned long long)ctx->stats.accept_pauses, cpu,
+	    gib > 0 ? cpu / gib : 0.0);
+}
+
+static void
+signal_stop_cb(evutil_socket_t sig, short what, void *arg)
+{
+	struct zp_ctx	*ctx = arg;
+
+	zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: stopping", (int)sig);
+	ctx->stopping = 1;
+	event_base_loopbreak(ctx->base);
+}
+
+static void
+signal_stats_cb(evutil_socket_t sig, short what, void *arg)
+{
+	log_stats(arg, "stats");
+}
+
+/* Choose max-conns from the descriptor budget unless it was given. */
+static void
+size_limits(struct zp_ctx *ctx, long nofile)
+{
+	struct zp_config	*cfg = ctx->cfg;
+	long			 per = cfg->mode == ZP_MODE_SPLICE ?
+				    ZP_FDS_SPLICE : ZP_FDS_COPY;
+	/* Listener, stdio, epoll, signal pipe and some slack for libevent. */
+	long			 reserve = 16 + nofile / 32;
+
+	if (cfg->max_conns > 0) {
+		ctx->max_conns = cfg->max_conns;
+		if (cfg->max_conns > (nofile - reserve) / per)
+			zp_log(&ctx->log, ZP_LOG_WARN, "--max-conns %ld needs "
+			    "about %ld descriptors and RLIMIT_NOFILE is %ld: "
+			    "expect copy-mode fallbacks and accept pauses",
+			    cfg->max_conns, cfg->max_conns * per + reserve,
+			    nofile);
+	} else {
+		ctx->max_conns = (nofile - reserve) / per;
+		if (ctx->max_conns < 1)
+			ctx->max_conns = 1;
+	}
+	ctx->budget = cfg->pipe_size > ZP_BUDGET_MIN ? cfg->pipe_size :
+	    ZP_BUDGET_MIN;
+}
+
+/* Read an integer sysctl, or -1. */
+static long
+read_sysctl(const char *path)
+{
+	FILE	*fp;
+	long	 v = -1;
+
+	if ((fp = fopen(path, "r")) != NULL) {
+		if (fscanf(fp, "%ld", &v) != 1)
+			v = -1;
+		fclose(fp);
+	}
+	return v;
+}
+
+/* Close every pair and free the context's resources. */
+static void
+ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
+{
+	struct zp_pair	*p;
+	int		 i;
+
+	while ((p = TAILQ_FIRST(&ctx->pairs)) != NULL)
+		zp_pair_close(p, ZP_END_SHUTDOWN);
+	zp_listener_free(ctx->listener);
+	ctx->listener = NULL;
+	for (i = 0; i < nsigs; i++)
+		if (sigs[i] != NULL)
+			event_free(sigs[i]);
+	if (ctx->have_pool)
+		zp_pipepool_free(&ctx->pool);
+	ctx->have_pool = 0;
+	if (ctx->base != NULL)
+		event_base_free(ctx->base);
+	ctx->base = NULL;
+}
+
+/* Run until SIGTERM/SIGINT. */
+int
+zp_run(struct zp_config *cfg)
+{
+	struct zp_ctx	 ctx;
+	struct event	*sigs[3] = { NULL, NULL, NULL };
+	char		 err[ZP_ERRLEN], lbuf[ZP_ADDRSTRLEN];
+	long		 nofile, maxpipe;
+	size_t		 cap;
+	int		 rc = 0, level;
+
+	memset(&ctx, 0, sizeof(ctx));
+	TAILQ_INIT(&ctx.pairs);
+	ctx.cfg = cfg;
+	if (cfg->quiet)
+		level = ZP_LOG_ERROR;
+	else if (cfg->verbose == 0)
+		level = ZP_LOG_NOTICE;
+	else
+		level = cfg->verbose == 1 ? ZP_LOG_CONN : ZP_LOG_DEBUG;
+	zp_log_init(&ctx.log, stderr, level);
+	gettimeofday(&ctx.started, NULL);
+
+	/* splice(2) cannot take MSG_NOSIGNAL: a closed peer must not kill us. */
+	signal(SIGPIPE, SIG_IGN);
+	nofile = raise_nofile(&ctx.log);
+	size_limits(&ctx, nofile);
+
+	if ((ctx.base = event_base_new()) == NULL) {
+		zp_log(&ctx.log, ZP_LOG_ERROR, "cannot create the event loop");
+		return ZP_EX_OSERR;
+	}
+	if (cfg->mode == ZP_MODE_SPLICE) {
+		cap = (size_t)ctx.max_conns * 2;
+		if (zp_pipepool_init(&ctx.pool, cfg->pipe_size, cap,
+		    cap < ZP_POOL_PREPARE ? cap : ZP_POOL_PREPARE, err,
+		    sizeof(err)) == -1) {
+			maxpipe = read_sysctl("/proc/sys/fs/pipe-max-size");
+			if (maxpipe > 0 && cfg->pipe_size > (size_t)maxpipe)
+				zp_log(&ctx.log, ZP_LOG_ERROR, "--pipe-size %zu "
+				    "is above fs.pipe-max-size (%ld): %s",
+				    cfg->pipe_size, maxpipe, err);
+			else
+				zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
+			rc = ZP_EX_OSERR;
+			goto out;
+		}
+		ctx.have_pool = 1;
+		if (ctx.pool.nfree < (cap < ZP_POOL_PREPARE ? cap :
+		    ZP_POOL_PREPARE))
+			zp_log(&ctx.log, ZP_LOG_WARN, "only %zu pipes of %zu "
+			    "bytes could be made (%s); later pairs relay in "
+			    "copy mode", ctx.pool.nfree, cfg->pipe_size,
+			    zp_pipe_shortage_str(ctx.pool.shortage));
+	}
+	if ((ctx.listener = zp_listener_new(&ctx, &cfg->listen, err,
+	    sizeof(err))) == NULL) {
+		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
+		rc = ZP_EX_OSERR;
+		goto out;
+	}
+	sigs[0] = evsignal_new(ctx.base, SIGTERM, signal_stop_cb, &ctx);
+	sigs[1] = evsignal_new(ctx.base, SIGINT, signal_stop_cb, &ctx);
+	sigs[2] = evsignal_new(ctx.base, SIGUSR1, signal_stats_cb, &ctx);
+	if (sigs[0] == NULL || sigs[1] == NULL || sigs[2] == NULL ||
+	    event_add(sigs[0], NULL) == -1 || event_add(sigs[1], NULL) == -1 ||
+	    event_add(sigs[2], NULL) == -1) {
+		zp_log(&ctx.log, ZP_LOG_ERROR, "cannot set up signals");
+		rc = ZP_EX_OSERR;
+		goto out;
+	}
+
+	zp_log(&ctx.log, ZP_LOG_NOTICE, "listening on %s, upstream %s:%s "
+	    "(%zu address%s), mode %s, pipe-size %zu, buffer-size %zu, "
+	    "max-conns %ld, RLIMIT_NOFILE %ld",
+	    zp_addr_str(zp_listener_addr(ctx.listener), lbuf, sizeof(lbuf)),
+	    cfg->upstream.host, cfg->upstream.port, cfg->upstream.naddrs,
+	    cfg->upstream.naddrs == 1 ? "" : "es",
+	    cfg->mode == ZP_MODE_SPLICE ? "splice" : "copy", cfg->pipe_size,
+	    cfg->buffer_size, ctx.max_conns, nofile);
+
+	if (event_base_dispatch(ctx.base) == -1) {
+		zp_log(&ctx.log, ZP_LOG_ERROR, "event loop failed");
+		rc = ZP_EX_OSERR;
+	}
+	ctx.stopping = 1;
+	zp_listener_free(ctx.listener);
+	ctx.listener = NULL;
+	log_stats(&ctx, "stopping");
+out:
+	ctx_free(&ctx, sigs, 3);
+	return rc;
+}

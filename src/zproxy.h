@@ -1,0 +1,16 @@
+/*
+ * zproxy.h - run the daemon: context, listener, signals, the event loop.
+ */
+#ifndef ZP_ZPROXY_H
+#define ZP_ZPROXY_H
+
+#include "config.h"
+
+/*
+ * Run until SIGTERM/SIGINT with a validated, resolved configuration.
+ * Returns the process exit status: 0 after a clean stop, or a sysexits
+ * code when start-up failed (the reason is logged).
+ */
+int	zp_run(struct zp_config *);
+
+#endif
