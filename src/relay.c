@@ -74,9 +74,9 @@ zp_dir_release(struct zp_ctx *ctx, struct zp_dir *d)
 int
 zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 {
-	size_t	moved = 0, ask;
+	size_t	moved = 0, ask, before;
 	ssize_t	n;
-	int	rc = 0, progress, drained = 0;
+	int	rc = 0, progress, blocked = 0;
 
 	if (d->done)
 		return 0;
@@ -90,22 +90,20 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 	if (d->src->dead)
 		d->eof = 1;	/* deliver what is stored, then FIN */
 
+	/*
+	 * d->drained stops a second read in one pass after a short one, and
+	 * `blocked` a second write after a short one: either would only hear
+	 * EAGAIN, and the level-triggered events tell when to go on.
+	 */
+	d->drained = 0;
 	for (;;) {
 		progress = 0;
-		if (!d->eof && !d->full && !drained && moved < budget) {
+		if (!d->eof && !d->full && !d->drained && moved < budget) {
 			ask = budget - moved;
 			n = d->ops->fill(d, ask);
 			if (n > 0) {
 				moved += n;
 				progress = 1;
-				/*
-				 * A short read means the socket is empty (or
-				 * a pipe ran out of slots): do not pay a
-				 * syscall to hear EAGAIN; the level-triggered
-				 * read event says when more arrives.
-				 */
-				if ((size_t)n < ask)
-					drained = 1;
 			} else if (n == 0) {
 				d->eof = 1;
 				progress = 1;
@@ -113,21 +111,23 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 				dir_fall_back(ctx, d);
 				rc |= ZP_PUMP_FELLBACK;
 				continue;
-			} else if (errno == EAGAIN) {
-				drained = 1;
-			} else {
+			} else if (errno != EAGAIN) {
 				half_kill(d->src, errno);
 				d->eof = 1;
 				rc |= ZP_PUMP_DEAD;
 			}
 		}
-		if (d->ops->pending(d) > 0) {
+		if ((before = d->ops->pending(d)) > 0 && !blocked) {
 			n = d->ops->flush(d);
 			if (n > 0) {
 				d->bytes += n;
 				d->full = 0;
 				progress = 1;
-			} else if (errno != EAGAIN) {
+				if ((size_t)n < before)
+					blocked = 1;
+			} else if (errno == EAGAIN)
+				blocked = 1;
+			else {
 				half_kill(d->dst, errno);
 				zp_dir_release(ctx, d);
 				d->done = 1;

@@ -29,7 +29,8 @@ struct zp_relay_ops {
 	 * bytes moved (> 0), 0 on EOF, -1 with errno set (EAGAIN: nothing
 	 * more now; the backend sets d->full when its store is what stopped
 	 * it), or ZP_FILL_FALLBACK when the kernel refuses this kind of
-	 * transfer before any byte moved (only splice).
+	 * transfer before any byte moved (only splice). Sets d->drained when
+	 * a short read says the socket is most likely empty.
 	 */
 	ssize_t	(*fill)(struct zp_dir *, size_t max);
 
@@ -83,6 +84,7 @@ struct zp_dir {
 	unsigned			 shut:1; /* dst got SHUT_WR */
 	unsigned			 done:1; /* nothing more to do */
 	unsigned			 fellback:1; /* splice refused, now copy */
+	unsigned			 drained:1; /* src looked empty; a hint */
 };
 
 /* What a pump left behind, for the pair to act on (bits). */

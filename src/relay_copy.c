@@ -49,9 +49,12 @@ copy_fill(struct zp_dir *d, size_t max)
 	} while (n == -1 && errno == EINTR);
 	if (n > 0) {
 		d->len += n;
-		if (d->off + d->len == d->bufsize && d->off == 0)
+		if ((size_t)n < space)
+			d->drained = 1;	/* TCP hands over all it has */
+		else if (d->off == 0 && d->len == d->bufsize)
 			d->full = 1;
-	}
+	} else if (n == -1 && errno == EAGAIN)
+		d->drained = 1;
 	return n;
 }
 

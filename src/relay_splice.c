@@ -37,7 +37,14 @@ splice_fill(struct zp_dir *d, size_t max)
 		n = splice(d->src->fd, NULL, d->pipe.wfd, NULL, max,
 		    ZP_SPLICE_FLAGS);
 		if (n > 0) {
+			/*
+			 * Short means the socket ran dry, or the pipe ran out
+			 * of slots; guessing "dry" costs at most one more
+			 * wake-up of the level-triggered read event.
+			 */
 			d->inpipe += n;
+			if ((size_t)n < max)
+				d->drained = 1;
 			return n;
 		}
 		if (n == 0)
@@ -47,6 +54,8 @@ splice_fill(struct zp_dir *d, size_t max)
 		if (errno == EAGAIN) {
 			if (d->inpipe > 0)
 				d->full = 1;
+			else
+				d->drained = 1;
 			return -1;
 		}
 		/*
