@@ -49,6 +49,7 @@ struct zp_ctx {
 	struct zp_stats		 stats;
 	uint64_t		 next_id;
 	long			 max_conns;	/* effective */
+	size_t			 pipe_cap;	/* pipes the fd budget holds */
 	size_t			 budget;	/* bytes per direction per callback */
 	struct timeval		 started;
 	int			 stopping;

@@ -20,8 +20,8 @@
 /* Descriptors each pair needs: two sockets, and two pipes when splicing. */
 #define ZP_FDS_SPLICE	6
 #define ZP_FDS_COPY	2
-/* Pipes made before the first client, so that it finds them ready. */
-#define ZP_POOL_PREPARE	128
+/* Pipes made before the first clients, so that they find them ready. */
+#define ZP_POOL_PREPARE	64
 /* Bytes one direction may move per callback before yielding the loop. */
 #define ZP_BUDGET_MIN	(256 * 1024)
 
@@ -130,7 +130,15 @@ size_limits(struct zp_ctx *ctx, long nofile)
 				    ZP_FDS_SPLICE : ZP_FDS_COPY;
 	/* Listener, stdio, epoll, signal pipe and some slack for libevent. */
 	long			 reserve = 16 + nofile / 32;
+	long			 fit = (nofile - reserve) / ZP_FDS_SPLICE;
 
+	/*
+	 * Pipes never take the descriptors that sockets need: beyond what
+	 * the budget holds at 6 a pair, pairs relay in copy mode at 2.
+	 */
+	if (fit < 0)
+		fit = 0;
+	ctx->pipe_cap = (size_t)fit * 2;
 	if (cfg->max_conns > 0) {
 		ctx->max_conns = cfg->max_conns;
 		if (cfg->max_conns > (nofile - reserve) / per)
@@ -193,7 +201,7 @@ zp_run(struct zp_config *cfg)
 	struct event	*sigs[3] = { NULL, NULL, NULL };
 	char		 err[ZP_ERRLEN], lbuf[ZP_ADDRSTRLEN];
 	long		 nofile, maxpipe;
-	size_t		 cap;
+	size_t		 cap, prepare;
 	int		 rc = 0, level;
 
 	memset(&ctx, 0, sizeof(ctx));
@@ -219,9 +227,13 @@ zp_run(struct zp_config *cfg)
 	}
 	if (cfg->mode == ZP_MODE_SPLICE) {
 		cap = (size_t)ctx.max_conns * 2;
-		if (zp_pipepool_init(&ctx.pool, cfg->pipe_size, cap,
-		    cap < ZP_POOL_PREPARE ? cap : ZP_POOL_PREPARE, err,
-		    sizeof(err)) == -1) {
+		if (cap > ctx.pipe_cap)
+			cap = ctx.pipe_cap;
+		if (cap < 2)
+			cap = 2;
+		prepare = cap < ZP_POOL_PREPARE ? cap : ZP_POOL_PREPARE;
+		if (zp_pipepool_init(&ctx.pool, cfg->pipe_size, cap, prepare,
+		    err, sizeof(err)) == -1) {
 			maxpipe = read_sysctl("/proc/sys/fs/pipe-max-size");
 			if (maxpipe > 0 && cfg->pipe_size > (size_t)maxpipe)
 				zp_log(&ctx.log, ZP_LOG_ERROR, "--pipe-size %zu "
@@ -233,8 +245,7 @@ zp_run(struct zp_config *cfg)
 			goto out;
 		}
 		ctx.have_pool = 1;
-		if (ctx.pool.nfree < (cap < ZP_POOL_PREPARE ? cap :
-		    ZP_POOL_PREPARE))
+		if (ctx.pool.nfree < prepare)
 			zp_log(&ctx.log, ZP_LOG_WARN, "only %zu pipes of %zu "
 			    "bytes could be made (%s); later pairs relay in "
 			    "copy mode", ctx.pool.nfree, cfg->pipe_size,
