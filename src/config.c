@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <math.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,6 +42,7 @@ static const struct option zp_longopts[] = {
 
 #define ZP_MAX_CONNS_LIMIT	10000000L
 #define ZP_MAX_TIMEOUT		86400.0
+#define ZP_MIN_TIMEOUT		0.001
 
 static void
 seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -196,6 +196,11 @@ zp_parse_listen(const char *s, struct zp_listen_spec *ls, char *err,
 	char	*host_dyn = NULL;
 
 	memset(ls, 0, sizeof(*ls));
+	if (s[0] == ':' && strchr(s + 1, ':') != NULL) {
+		seterr(err, errlen, "invalid listen address '%s': put an IPv6 "
+		    "address in brackets, [ADDR]:PORT", s);
+		return -1;
+	}
 	if (s[0] == ':') {
 		if (zp_parse_port(s + 1, &ls->port, err, errlen) == -1)
 			return -1;
@@ -215,6 +220,8 @@ zp_parse_listen(const char *s, struct zp_listen_spec *ls, char *err,
 	free(host_dyn);
 	/* zp_parse_hostport validated the port already. */
 	ls->port = (unsigned short)atoi(portbuf);
+	if ((s[0] == '[') != (strchr(host, ':') != NULL))
+		goto bad;	/* brackets are for IPv6 only, and needed */
 	if (strchr(host, ':') != NULL) {
 		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ls->addr.ss;
 
@@ -326,17 +333,49 @@ parse_seconds(const char *name, const char *s, double *out, char *err,
 	double	 v;
 	char	*end;
 
+	/* Plain decimal only: no exponents, hex floats, inf or nan. */
+	if (*s == '\0' || strspn(s, "0123456789.") != strlen(s) ||
+	    strchr(s, '.') != strrchr(s, '.'))
+		goto bad;
 	errno = 0;
 	v = strtod(s, &end);
-	if (*s == '\0' || !(isdigit((unsigned char)*s) || *s == '.') ||
-	    *end != '\0' || errno != 0 || !isfinite(v) || v <= 0 ||
-	    v > ZP_MAX_TIMEOUT) {
-		seterr(err, errlen, "invalid %s '%s': expected seconds above 0 "
-		    "and at most %.0f", name, s, ZP_MAX_TIMEOUT);
-		return -1;
-	}
+	if (*end != '\0' || errno != 0 || v < ZP_MIN_TIMEOUT ||
+	    v > ZP_MAX_TIMEOUT)
+		goto bad;
 	*out = v;
 	return 0;
+bad:
+	seterr(err, errlen, "invalid %s '%s': expected seconds from %.3f to "
+	    "%.0f", name, s, ZP_MIN_TIMEOUT, ZP_MAX_TIMEOUT);
+	return -1;
+}
+
+/*
+ * Name what getopt_long refused. It sets optopt to a flag's letter when a
+ * long flag was given a value ("--verbose=2"), so look at the word itself.
+ */
+static void
+bad_option(const char *word, int opt, char *err, size_t errlen)
+{
+	const struct option	*o;
+	size_t			 len;
+
+	if (strncmp(word, "--", 2) == 0) {
+		len = strcspn(word + 2, "=");
+		for (o = zp_longopts; o->name != NULL; o++)
+			if (strlen(o->name) == len &&
+			    strncmp(o->name, word + 2, len) == 0 &&
+			    word[2 + len] == '=') {
+				seterr(err, errlen, "option '--%s' takes no "
+				    "value", o->name);
+				return;
+			}
+		seterr(err, errlen, "unknown option '%.*s'", (int)(len + 2),
+		    word);
+	} else if (opt != 0)
+		seterr(err, errlen, "unknown option '-%c'", opt);
+	else
+		seterr(err, errlen, "unknown option '%s'", word);
 }
 
 /* Parse argv into cfg. */
@@ -418,12 +457,7 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			    argv[optind - 1]);
 			return ZP_PARSE_ERROR;
 		default:
-			if (optopt != 0)
-				seterr(err, errlen, "unknown option '-%c'",
-				    optopt);
-			else
-				seterr(err, errlen, "unknown option '%s'",
-				    argv[optind - 1]);
+			bad_option(argv[optind - 1], optopt, err, errlen);
 			return ZP_PARSE_ERROR;
 		}
 	}

@@ -1,0 +1,1200 @@
+/*
+ * test_config.c - unit tests for config.c: sizes, ports, listen and
+ * upstream addresses, whole command lines, name resolution and address
+ * formatting.
+ *
+ * Every error path is also checked for the shape of its message: not
+ * empty, one line (it ends up in a log line or after "zproxy: "), and
+ * naming the value that was refused.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+#define MAXARGS	32
+
+/* Per-test state: one config, always freed by the teardown. */
+struct cfg_state {
+	struct zp_config	cfg;
+	char			err[ZP_ERRLEN];
+};
+
+/* A fresh config with defaults and a poisoned error buffer. */
+static int
+cfg_setup(void **state)
+{
+	struct cfg_state	*s;
+
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		return -1;
+	zp_config_init(&s->cfg);
+	memset(s->err, 'X', sizeof(s->err) - 1);
+	s->err[sizeof(s->err) - 1] = '\0';
+	*state = s;
+	return 0;
+}
+
+/* Free what the config owns, whatever the test left behind. */
+static int
+cfg_teardown(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	zp_config_free(&s->cfg);
+	free(s);
+	return 0;
+}
+
+/*
+ * An error message is non-empty, one line, and names `what` (the refused
+ * value, quoted or not).
+ */
+static void
+assert_errmsg(const char *err, const char *what)
+{
+	assert_non_null(err);
+	assert_true(err[0] != '\0');
+	assert_null(strchr(err, '\n'));
+	if (what != NULL) {
+		if (strstr(err, what) == NULL)
+			fail_msg("error \"%s\" does not name \"%s\"", err, what);
+	}
+}
+
+/* An error message names the value in quotes: 'value' (works for ""). */
+static void
+assert_errmsg_quoted(const char *err, const char *value)
+{
+	char	q[ZP_ERRLEN];
+
+	snprintf(q, sizeof(q), "'%s'", value);
+	assert_errmsg(err, q);
+}
+
+/*
+ * Run zp_config_parse on a NULL-terminated list of arguments (argv[0] is
+ * added). The arguments are copied, as getopt may permute them, and freed
+ * before returning: the config must not keep pointers into argv.
+ */
+static int
+parse(struct cfg_state *s, ...)
+{
+	char		*argv[MAXARGS + 2], *copy[MAXARGS + 2];
+	const char	*a;
+	va_list		 ap;
+	int		 argc = 0, i, rc;
+
+	copy[argc++] = strdup("zproxy");
+	va_start(ap, s);
+	while ((a = va_arg(ap, const char *)) != NULL) {
+		if (argc > MAXARGS)
+			fail_msg("too many arguments");
+		copy[argc++] = strdup(a);
+	}
+	va_end(ap);
+	copy[argc] = NULL;
+	for (i = 0; i <= argc; i++) {
+		if (i < argc && copy[i] == NULL)
+			fail_msg("strdup");
+		argv[i] = copy[i];
+	}
+	memset(s->err, 0, sizeof(s->err));
+	rc = zp_config_parse(&s->cfg, argc, argv, s->err, sizeof(s->err));
+	for (i = 0; i < argc; i++) {
+		memset(copy[i], '#', strlen(copy[i]));
+		free(copy[i]);
+	}
+	return rc;
+}
+
+/* Reset the config between two parses within one test. */
+static void
+reparse_reset(struct cfg_state *s)
+{
+	zp_config_free(&s->cfg);
+	zp_config_init(&s->cfg);
+}
+
+/* ---- zp_parse_size ------------------------------------------------ */
+
+/* Plain decimal sizes are bytes, up to and including 1 GiB. */
+static void
+test_size_plain(void **state)
+{
+	char	err[ZP_ERRLEN];
+	size_t	v;
+
+	assert_int_equal(zp_parse_size("1", &v, err, sizeof(err)), 0);
+	assert_int_equal(v, 1);
+	assert_int_equal(zp_parse_size("4096", &v, err, sizeof(err)), 0);
+	assert_int_equal(v, 4096);
+	assert_int_equal(zp_parse_size("65537", &v, err, sizeof(err)), 0);
+	assert_int_equal(v, 65537);
+	assert_int_equal(zp_parse_size("1073741824", &v, err, sizeof(err)), 0);
+	assert_int_equal(v, 1073741824UL);
+}
+
+/* K, M and G are powers of 1024, in either case, with an optional B/iB. */
+static void
+test_size_suffixes(void **state)
+{
+	static const struct {
+		const char	*s;
+		size_t		 v;
+	} ok[] = {
+		{ "1K", 1024 }, { "1k", 1024 }, { "64K", 65536 },
+		{ "1M", 1048576 }, { "1m", 1048576 }, { "3m", 3145728 },
+		{ "1G", 1073741824UL }, { "1g", 1073741824UL },
+		{ "2KiB", 2048 }, { "2KB", 2048 }, { "2kb", 2048 },
+		{ "2kib", 2048 }, { "4MiB", 4194304 }, { "4MB", 4194304 },
+		{ "1GiB", 1073741824UL }, { "1GB", 1073741824UL },
+		{ "1024M", 1073741824UL }, { "1048576K", 1073741824UL },
+	};
+	char	err[ZP_ERRLEN];
+	size_t	i, v;
+
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		v = 0;
+		if (zp_parse_size(ok[i].s, &v, err, sizeof(err)) != 0)
+			fail_msg("'%s' refused: %s", ok[i].s, err);
+		if (v != ok[i].v)
+			fail_msg("'%s' gave %zu, expected %zu", ok[i].s, v,
+			    ok[i].v);
+	}
+}
+
+/* Zero is refused in every spelling, and the message says why. */
+static void
+test_size_zero(void **state)
+{
+	static const char *zero[] = { "0", "00", "0K", "0M", "0GiB" };
+	char	err[ZP_ERRLEN];
+	size_t	i, v;
+
+	for (i = 0; i < sizeof(zero) / sizeof(zero[0]); i++) {
+		v = 7;
+		err[0] = '\0';
+		assert_int_equal(zp_parse_size(zero[i], &v, err, sizeof(err)),
+		    -1);
+		assert_int_equal(v, 7);
+		assert_errmsg_quoted(err, zero[i]);
+	}
+}
+
+/* Anything above 1 GiB is refused, including values that would overflow. */
+static void
+test_size_too_big(void **state)
+{
+	static const char *big[] = {
+		"1073741825", "1025M", "2G", "1048577K", "2GiB",
+		"18446744073709551615",		/* fits in 64 bits, > 1G */
+		"99999999999999999999999",	/* ERANGE in strtoull */
+		"18014398509481984K",		/* 2^54 K: wraps to 0 */
+		"17179869184G",			/* 2^34 G: wraps to 0 */
+		"17592186044416M",		/* 2^44 M: wraps to 0 */
+	};
+	char	err[ZP_ERRLEN];
+	size_t	i, v;
+
+	for (i = 0; i < sizeof(big) / sizeof(big[0]); i++) {
+		v = 7;
+		err[0] = '\0';
+		if (zp_parse_size(big[i], &v, err, sizeof(err)) != -1)
+			fail_msg("'%s' accepted as %zu", big[i], v);
+		assert_int_equal(v, 7);
+		assert_errmsg_quoted(err, big[i]);
+	}
+}
+
+/* Malformed sizes are refused and the message quotes them. */
+static void
+test_size_junk(void **state)
+{
+	static const char *junk[] = {
+		"12Q", "", "-1", " 5", "5 ", "K", "KB", "1KK", "1.5M", "+5",
+		"0x10", "5KiBB", "1 K", "1T", "1KIB", "1iB", "5\n", "abc",
+	};
+	char	err[ZP_ERRLEN];
+	size_t	i, v;
+
+	for (i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
+		v = 7;
+		err[0] = '\0';
+		if (zp_parse_size(junk[i], &v, err, sizeof(err)) != -1)
+			fail_msg("'%s' accepted as %zu", junk[i], v);
+		assert_int_equal(v, 7);
+		if (strchr(junk[i], '\n') == NULL)
+			assert_errmsg_quoted(err, junk[i]);
+		else
+			assert_true(err[0] != '\0');
+	}
+}
+
+/* A NULL error buffer is allowed: the caller only wants the verdict. */
+static void
+test_size_null_err(void **state)
+{
+	size_t	v;
+
+	assert_int_equal(zp_parse_size("12Q", &v, NULL, 0), -1);
+	assert_int_equal(zp_parse_size("0", &v, NULL, 0), -1);
+	assert_int_equal(zp_parse_size("2G", &v, NULL, 0), -1);
+}
+
+/* ---- zp_parse_port ------------------------------------------------ */
+
+/* 1 and 65535 are the bounds; leading zeros are only decimal. */
+static void
+test_port_valid(void **state)
+{
+	char		err[ZP_ERRLEN];
+	unsigned short	p;
+
+	assert_int_equal(zp_parse_port("1", &p, err, sizeof(err)), 0);
+	assert_int_equal(p, 1);
+	assert_int_equal(zp_parse_port("80", &p, err, sizeof(err)), 0);
+	assert_int_equal(p, 80);
+	assert_int_equal(zp_parse_port("65535", &p, err, sizeof(err)), 0);
+	assert_int_equal(p, 65535);
+	assert_int_equal(zp_parse_port("0080", &p, err, sizeof(err)), 0);
+	assert_int_equal(p, 80);
+}
+
+/* 0, out of range, signs, spaces and junk are refused, quoting the value. */
+static void
+test_port_invalid(void **state)
+{
+	static const char *bad[] = {
+		"0", "65536", "70000", "abc", "", "80x", "-1", "+80", " 80",
+		"80 ", "99999999999999999999999", "0x50", "http", "8.0",
+	};
+	char		err[ZP_ERRLEN];
+	unsigned short	p;
+	size_t		i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		p = 7;
+		err[0] = '\0';
+		if (zp_parse_port(bad[i], &p, err, sizeof(err)) != -1)
+			fail_msg("port '%s' accepted as %u", bad[i], p);
+		assert_int_equal(p, 7);
+		assert_errmsg_quoted(err, bad[i]);
+	}
+}
+
+/* ---- zp_parse_listen ---------------------------------------------- */
+
+/* ":PORT" means every address. */
+static void
+test_listen_any(void **state)
+{
+	struct zp_listen_spec	ls;
+	char			err[ZP_ERRLEN];
+
+	memset(&ls, 0xa5, sizeof(ls));
+	assert_int_equal(zp_parse_listen(":9000", &ls, err, sizeof(err)), 0);
+	assert_int_equal(ls.any, 1);
+	assert_int_equal(ls.port, 9000);
+	assert_int_equal(zp_parse_listen(":1", &ls, err, sizeof(err)), 0);
+	assert_int_equal(ls.any, 1);
+	assert_int_equal(ls.port, 1);
+}
+
+/* IPv4 literals, including 0.0.0.0 (a literal, not "any"). */
+static void
+test_listen_v4(void **state)
+{
+	struct zp_listen_spec	 ls;
+	struct sockaddr_in	*sin = (struct sockaddr_in *)&ls.addr.ss;
+	char			 err[ZP_ERRLEN];
+
+	assert_int_equal(zp_parse_listen("0.0.0.0:9000", &ls, err,
+	    sizeof(err)), 0);
+	assert_int_equal(ls.any, 0);
+	assert_int_equal(ls.port, 9000);
+	assert_int_equal(sin->sin_family, AF_INET);
+	assert_int_equal(sin->sin_addr.s_addr, htonl(INADDR_ANY));
+	assert_int_equal(sin->sin_port, htons(9000));
+	assert_int_equal(ls.addr.len, sizeof(struct sockaddr_in));
+
+	assert_int_equal(zp_parse_listen("127.0.0.1:9000", &ls, err,
+	    sizeof(err)), 0);
+	assert_int_equal(ls.any, 0);
+	assert_int_equal(ls.port, 9000);
+	assert_int_equal(sin->sin_family, AF_INET);
+	assert_int_equal(sin->sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+	assert_int_equal(sin->sin_port, htons(9000));
+	assert_int_equal(ls.addr.len, sizeof(struct sockaddr_in));
+}
+
+/* IPv6 literals in brackets. */
+static void
+test_listen_v6(void **state)
+{
+	struct zp_listen_spec	 ls;
+	struct sockaddr_in6	*sin6 = (struct sockaddr_in6 *)&ls.addr.ss;
+	struct in6_addr		 want;
+	char			 err[ZP_ERRLEN];
+
+	assert_int_equal(zp_parse_listen("[::1]:9000", &ls, err, sizeof(err)),
+	    0);
+	assert_int_equal(ls.any, 0);
+	assert_int_equal(ls.port, 9000);
+	assert_int_equal(sin6->sin6_family, AF_INET6);
+	assert_memory_equal(&sin6->sin6_addr, &in6addr_loopback,
+	    sizeof(in6addr_loopback));
+	assert_int_equal(sin6->sin6_port, htons(9000));
+	assert_int_equal(ls.addr.len, sizeof(struct sockaddr_in6));
+
+	assert_int_equal(zp_parse_listen("[2001:db8::7]:65535", &ls, err,
+	    sizeof(err)), 0);
+	assert_int_equal(inet_pton(AF_INET6, "2001:db8::7", &want), 1);
+	assert_memory_equal(&sin6->sin6_addr, &want, sizeof(want));
+	assert_int_equal(ls.port, 65535);
+
+	assert_int_equal(zp_parse_listen("[::]:80", &ls, err, sizeof(err)), 0);
+	assert_memory_equal(&sin6->sin6_addr, &in6addr_any,
+	    sizeof(in6addr_any));
+}
+
+/*
+ * Bad listen addresses: no colon, names (a listen address must be
+ * numeric), broken brackets, missing or bad ports, unbracketed IPv6.
+ * Each message names the input or, for a port error, the port.
+ */
+static void
+test_listen_bad(void **state)
+{
+	static const struct {
+		const char	*s;
+		const char	*named;	/* what the message must contain */
+	} bad[] = {
+		{ "9000", "9000" },
+		{ "localhost:9000", "localhost:9000" },
+		{ "[::1]9000", "[::1]9000" },
+		{ "1.2.3.4:", "''" },
+		{ "1.2.3.4:0", "'0'" },
+		{ ":70000", "70000" },
+		{ ":0", "'0'" },
+		{ ":", "''" },
+		{ ":abc", "abc" },
+		{ "", "''" },
+		{ "[::1]", "[::1]" },
+		{ "[::1", "[::1" },
+		{ "[]:9000", "[]:9000" },
+		{ "1.2.3.256:80", "1.2.3.256:80" },
+		{ "1.2.3:80", "1.2.3:80" },
+		{ "[::g]:80", "[::g]:80" },
+		{ "example.com:80", "example.com:80" },
+		{ "127.0.0.1:80x", "80x" },
+	};
+	struct zp_listen_spec	ls;
+	char			err[ZP_ERRLEN];
+	size_t			i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		if (zp_parse_listen(bad[i].s, &ls, err, sizeof(err)) != -1)
+			fail_msg("listen '%s' accepted", bad[i].s);
+		assert_errmsg(err, bad[i].named);
+	}
+}
+
+/*
+ * An unbracketed IPv6 listen address ("::1:9000") is refused, and the
+ * message names what was typed rather than a fragment of it taken for a
+ * port.
+ */
+static void
+test_listen_unbracketed_v6(void **state)
+{
+	static const char *bad[] = { "::1:9000", "::9000", "fe80::1:80" };
+	struct zp_listen_spec	ls;
+	char			err[ZP_ERRLEN];
+	size_t			i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		if (zp_parse_listen(bad[i], &ls, err, sizeof(err)) != -1)
+			fail_msg("listen '%s' accepted", bad[i]);
+		assert_errmsg_quoted(err, bad[i]);
+	}
+}
+
+/* ---- zp_parse_hostport -------------------------------------------- */
+
+/* Names, literals and bracketed IPv6 split into host and port. */
+static void
+test_hostport_ok(void **state)
+{
+	static const struct {
+		const char	*s, *host, *port;
+	} ok[] = {
+		{ "example.com:80", "example.com", "80" },
+		{ "localhost:1", "localhost", "1" },
+		{ "1.2.3.4:65535", "1.2.3.4", "65535" },
+		{ "[::1]:443", "::1", "443" },
+		{ "[2001:db8::1]:8080", "2001:db8::1", "8080" },
+		{ "[fe80::1%eth0]:22", "fe80::1%eth0", "22" },
+		{ "a:0080", "a", "80" },		/* port normalised */
+		{ "name.with.dot.:9", "name.with.dot.", "9" },
+	};
+	char	 err[ZP_ERRLEN], port[8], *host;
+	size_t	 i;
+
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		host = NULL;
+		if (zp_parse_hostport(ok[i].s, &host, port, sizeof(port), err,
+		    sizeof(err)) != 0)
+			fail_msg("'%s' refused: %s", ok[i].s, err);
+		assert_non_null(host);
+		assert_string_equal(host, ok[i].host);
+		assert_string_equal(port, ok[i].port);
+		free(host);
+	}
+}
+
+/*
+ * Bad host:port strings are refused, *host stays NULL (nothing leaks),
+ * and the message names the input or the bad port.
+ */
+static void
+test_hostport_bad(void **state)
+{
+	static const struct {
+		const char	*s, *named;
+	} bad[] = {
+		{ ":80", ":80" },			/* missing host */
+		{ "[]:80", "[]:80" },
+		{ "host", "host" },			/* no port */
+		{ "host:", "''" },
+		{ "host:0", "'0'" },
+		{ "host:65536", "65536" },
+		{ "host:http", "http" },		/* no service names */
+		{ "host:-1", "-1" },
+		{ "[::1]80", "[::1]80" },
+		{ "[::1", "[::1" },
+		{ "::1:80", "::1:80" },			/* unbracketed v6 */
+		{ "a:b:80", "a:b:80" },
+		{ "", "''" },
+	};
+	char	 err[ZP_ERRLEN], port[8], *host;
+	size_t	 i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		host = (char *)&err;	/* must be reset to NULL */
+		err[0] = '\0';
+		if (zp_parse_hostport(bad[i].s, &host, port, sizeof(port), err,
+		    sizeof(err)) != -1) {
+			free(host);
+			fail_msg("'%s' accepted", bad[i].s);
+		}
+		assert_null(host);
+		assert_errmsg(err, bad[i].named);
+	}
+}
+
+/* A 253-character host is fine, 254 is too long; a small port buffer fails. */
+static void
+test_hostport_limits(void **state)
+{
+	char	 s[300], err[1024], port[8], small[4], *host;
+
+	memset(s, 'a', 253);
+	strcpy(s + 253, ":80");
+	assert_int_equal(zp_parse_hostport(s, &host, port, sizeof(port), err,
+	    sizeof(err)), 0);
+	assert_int_equal(strlen(host), 253);
+	free(host);
+
+	memset(s, 'a', 254);
+	strcpy(s + 254, ":80");
+	host = NULL;
+	assert_int_equal(zp_parse_hostport(s, &host, port, sizeof(port), err,
+	    sizeof(err)), -1);
+	assert_null(host);
+	assert_errmsg(err, "too long");
+
+	host = NULL;
+	assert_int_equal(zp_parse_hostport("a:80", &host, small, sizeof(small),
+	    err, sizeof(err)), -1);
+	assert_null(host);
+	assert_errmsg(err, NULL);
+}
+
+/* ---- zp_config_parse ---------------------------------------------- */
+
+/* The minimal command line gives every documented default. */
+static void
+test_parse_defaults(void **state)
+{
+	struct cfg_state	*s = *state;
+	struct zp_config	*c = &s->cfg;
+
+	assert_int_equal(parse(s, "-l", ":9000", "-u", "backend:80", NULL),
+	    ZP_PARSE_OK);
+	assert_int_equal(c->have_listen, 1);
+	assert_int_equal(c->listen.any, 1);
+	assert_int_equal(c->listen.port, 9000);
+	assert_int_equal(c->have_upstream, 1);
+	assert_string_equal(c->upstream.host, "backend");
+	assert_string_equal(c->upstream.port, "80");
+	assert_null(c->upstream.addrs);
+	assert_int_equal(c->upstream.naddrs, 0);
+	assert_int_equal(c->mode, ZP_MODE_SPLICE);
+	assert_int_equal(c->pipe_size, ZP_DEFAULT_PIPE_SIZE);
+	assert_int_equal(c->pipe_size, 1024 * 1024);
+	assert_int_equal(c->buffer_size, ZP_DEFAULT_BUFFER_SIZE);
+	assert_int_equal(c->buffer_size, 64 * 1024);
+	assert_int_equal(c->max_conns, 0);
+	assert_true(c->connect_timeout == ZP_DEFAULT_CONNECT_TIMEOUT);
+	assert_true(c->connect_timeout == 5.0);
+	assert_int_equal(c->verbose, 0);
+	assert_int_equal(c->quiet, 0);
+}
+
+/* Every long option, in both "--opt value" and "--opt=value" forms. */
+static void
+test_parse_long_options(void **state)
+{
+	struct cfg_state	*s = *state;
+	struct zp_config	*c = &s->cfg;
+	struct sockaddr_in	*sin = (struct sockaddr_in *)&c->listen.addr.ss;
+
+	assert_int_equal(parse(s, "--listen", "127.0.0.1:9001",
+	    "--upstream", "[::1]:8080", "--mode", "copy",
+	    "--pipe-size", "256K", "--buffer-size", "16KiB",
+	    "--max-conns", "100", "--connect-timeout", "2.5",
+	    "--verbose", "--verbose", NULL), ZP_PARSE_OK);
+	assert_int_equal(c->listen.any, 0);
+	assert_int_equal(c->listen.port, 9001);
+	assert_int_equal(sin->sin_family, AF_INET);
+	assert_int_equal(sin->sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+	assert_string_equal(c->upstream.host, "::1");
+	assert_string_equal(c->upstream.port, "8080");
+	assert_int_equal(c->mode, ZP_MODE_COPY);
+	assert_int_equal(c->pipe_size, 256 * 1024);
+	assert_int_equal(c->buffer_size, 16 * 1024);
+	assert_int_equal(c->max_conns, 100);
+	assert_true(c->connect_timeout == 2.5);
+	assert_int_equal(c->verbose, 2);
+	assert_int_equal(c->quiet, 0);
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "--listen=:7", "--upstream=h:8",
+	    "--mode=splice", "--pipe-size=2M", "--buffer-size=1K",
+	    "--max-conns=10000000", "--connect-timeout=86400", "--quiet",
+	    NULL), ZP_PARSE_OK);
+	assert_int_equal(c->listen.any, 1);
+	assert_int_equal(c->listen.port, 7);
+	assert_string_equal(c->upstream.host, "h");
+	assert_string_equal(c->upstream.port, "8");
+	assert_int_equal(c->mode, ZP_MODE_SPLICE);
+	assert_int_equal(c->pipe_size, 2 * 1024 * 1024);
+	assert_int_equal(c->buffer_size, 1024);
+	assert_int_equal(c->max_conns, 10000000);
+	assert_true(c->connect_timeout == 86400.0);
+	assert_int_equal(c->quiet, 1);
+	assert_int_equal(c->verbose, 0);
+}
+
+/* Every short option, separate and attached, and -v counting. */
+static void
+test_parse_short_options(void **state)
+{
+	struct cfg_state	*s = *state;
+	struct zp_config	*c = &s->cfg;
+
+	assert_int_equal(parse(s, "-l", "[::1]:1", "-u", "h:2", "-m", "copy",
+	    "-v", "-v", "-v", NULL), ZP_PARSE_OK);
+	assert_int_equal(c->listen.any, 0);
+	assert_int_equal(c->listen.port, 1);
+	assert_int_equal(c->listen.addr.ss.ss_family, AF_INET6);
+	assert_string_equal(c->upstream.host, "h");
+	assert_string_equal(c->upstream.port, "2");
+	assert_int_equal(c->mode, ZP_MODE_COPY);
+	assert_int_equal(c->verbose, 3);
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l:9000", "-uhost:3", "-msplice", "-vv",
+	    NULL), ZP_PARSE_OK);
+	assert_int_equal(c->listen.any, 1);
+	assert_int_equal(c->listen.port, 9000);
+	assert_string_equal(c->upstream.host, "host");
+	assert_string_equal(c->upstream.port, "3");
+	assert_int_equal(c->mode, ZP_MODE_SPLICE);
+	assert_int_equal(c->verbose, 2);
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-q", "-l", ":1", "-u", "h:1", NULL),
+	    ZP_PARSE_OK);
+	assert_int_equal(c->quiet, 1);
+}
+
+/* Without -l or -u the parse fails and says which one is missing. */
+static void
+test_parse_missing_required(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(parse(s, "-u", "h:1", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--listen");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--upstream");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, NULL);
+}
+
+/* An unknown option is refused and the message names it as written. */
+static void
+test_parse_unknown_option(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--bogus", NULL),
+	    ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--bogus");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-x", "-l", ":1", "-u", "h:1", NULL),
+	    ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "-x");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-vZ", "-l", ":1", "-u", "h:1", NULL),
+	    ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "-Z");
+}
+
+/*
+ * A long option that takes no value, given one ("--verbose=2"), is
+ * refused, and the message names the option as the user wrote it.
+ */
+static void
+test_parse_flag_with_value(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--verbose=2",
+	    NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--verbose");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--quiet=yes",
+	    NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--quiet");
+}
+
+/* An option missing its value: the message names the option. */
+static void
+test_parse_missing_value(void **state)
+{
+	static const char *opts[] = {
+		"-l", "-u", "-m", "--listen", "--upstream", "--mode",
+		"--pipe-size", "--buffer-size", "--max-conns",
+		"--connect-timeout",
+	};
+	struct cfg_state	*s = *state;
+	size_t			 i;
+
+	for (i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+		reparse_reset(s);
+		if (parse(s, "-l", ":1", "-u", "h:1", opts[i], NULL) !=
+		    ZP_PARSE_ERROR)
+			fail_msg("'%s' without a value accepted", opts[i]);
+		assert_errmsg_quoted(s->err, opts[i]);
+	}
+}
+
+/* A second -u is refused (only one upstream), and nothing leaks. */
+static void
+test_parse_second_upstream(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "-u", "b:2", NULL),
+	    ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "upstream");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "--upstream", "a:1",
+	    "--upstream=a:1", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "upstream");
+}
+
+/* A second -l simply replaces the first. */
+static void
+test_parse_second_listen(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(parse(s, "-l", ":1", "-l", "127.0.0.1:2", "-u", "a:1",
+	    NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.listen.any, 0);
+	assert_int_equal(s->cfg.listen.port, 2);
+}
+
+/* Of -v and -q, the last one given wins. */
+static void
+test_parse_verbose_quiet(void **state)
+{
+	struct cfg_state	*s = *state;
+	struct zp_config	*c = &s->cfg;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "-v", "-q", NULL),
+	    ZP_PARSE_OK);
+	assert_int_equal(c->quiet, 1);
+	assert_int_equal(c->verbose, 0);
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "-q", "-v", NULL),
+	    ZP_PARSE_OK);
+	assert_int_equal(c->quiet, 0);
+	assert_int_equal(c->verbose, 1);
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "-vv", "-q", "-vv",
+	    NULL), ZP_PARSE_OK);
+	assert_int_equal(c->quiet, 0);
+	assert_int_equal(c->verbose, 2);
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--quiet",
+	    "--verbose", "--quiet", NULL), ZP_PARSE_OK);
+	assert_int_equal(c->quiet, 1);
+	assert_int_equal(c->verbose, 0);
+}
+
+/* --mode takes only "splice" or "copy", and names a bad value. */
+static void
+test_parse_bad_mode(void **state)
+{
+	static const char *bad[] = { "fast", "", "SPLICE", "copy ", "spl" };
+	struct cfg_state	*s = *state;
+	size_t			 i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		reparse_reset(s);
+		assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--mode",
+		    bad[i], NULL), ZP_PARSE_ERROR);
+		assert_errmsg_quoted(s->err, bad[i]);
+	}
+}
+
+/* --connect-timeout takes positive finite seconds, fractions allowed. */
+static void
+test_parse_connect_timeout(void **state)
+{
+	static const struct {
+		const char	*s;
+		double		 v;
+	} ok[] = {
+		{ "0.5", 0.5 }, { "1", 1.0 }, { ".25", 0.25 }, { "30", 30.0 },
+		{ "86400", 86400.0 },
+	};
+	static const char *bad[] = {
+		"0", "0.0", "-1", "abc", "inf", "nan", "", "1e999", "86401",
+		"5s", " 5", "-0.5", "INF", "NaN", "infinity",
+	};
+	struct cfg_state	*s = *state;
+	size_t			 i;
+
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		reparse_reset(s);
+		if (parse(s, "-l", ":1", "-u", "h:1", "--connect-timeout",
+		    ok[i].s, NULL) != ZP_PARSE_OK)
+			fail_msg("timeout '%s' refused: %s", ok[i].s, s->err);
+		assert_true(s->cfg.connect_timeout == ok[i].v);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		reparse_reset(s);
+		if (parse(s, "-l", ":1", "-u", "h:1", "--connect-timeout",
+		    bad[i], NULL) != ZP_PARSE_ERROR)
+			fail_msg("timeout '%s' accepted as %f", bad[i],
+			    s->cfg.connect_timeout);
+		assert_errmsg_quoted(s->err, bad[i]);
+	}
+}
+
+/* --max-conns takes 1..10000000. */
+static void
+test_parse_max_conns(void **state)
+{
+	static const char *bad[] = {
+		"0", "-5", "abc", "", "10000001", "1.5", "10x", " 3",
+		"99999999999999999999999",
+	};
+	struct cfg_state	*s = *state;
+	size_t			 i;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--max-conns", "1",
+	    NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.max_conns, 1);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		reparse_reset(s);
+		if (parse(s, "-l", ":1", "-u", "h:1", "--max-conns", bad[i],
+		    NULL) != ZP_PARSE_ERROR)
+			fail_msg("max-conns '%s' accepted", bad[i]);
+		assert_errmsg_quoted(s->err, bad[i]);
+	}
+}
+
+/* Bad sizes, listen and upstream values fail the parse, naming the value. */
+static void
+test_parse_bad_values(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--pipe-size", "0",
+	    NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "0");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--buffer-size",
+	    "12Q", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "12Q");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--pipe-size",
+	    "2G", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "2G");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", "localhost:9000", "-u", "h:1", NULL),
+	    ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "localhost:9000");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "::1:80", NULL),
+	    ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "::1:80");
+	assert_null(s->cfg.upstream.host);
+}
+
+/* -h and -V ask the caller to print and exit, wherever they appear. */
+static void
+test_parse_help_version(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(parse(s, "-h", NULL), ZP_PARSE_HELP);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "--help", NULL), ZP_PARSE_HELP);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-h", NULL), ZP_PARSE_HELP);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-V", NULL), ZP_PARSE_VERSION);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "--version", NULL), ZP_PARSE_VERSION);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-u", "h:1", "-V", "-l", ":1", NULL),
+	    ZP_PARSE_VERSION);
+}
+
+/* A positional argument is refused and named, wherever it is. */
+static void
+test_parse_positional(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "extra", NULL),
+	    ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "extra");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "stray", "-l", ":1", "-u", "h:1", NULL),
+	    ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "stray");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--", "-v", NULL),
+	    ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "-v");
+}
+
+/*
+ * zp_config_parse can be called again after a failure part-way through
+ * an argv (getopt's state is reset each time).
+ */
+static void
+test_parse_repeatable(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(parse(s, "-vx", "-l", ":1", NULL), ZP_PARSE_ERROR);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":2", "-u", "h:2", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.listen.port, 2);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", NULL), ZP_PARSE_ERROR);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":3", "-u", "h:3", "-v", NULL),
+	    ZP_PARSE_OK);
+	assert_int_equal(s->cfg.listen.port, 3);
+	assert_int_equal(s->cfg.verbose, 1);
+}
+
+/* The usage text names the program and every option. */
+static void
+test_usage(void **state)
+{
+	static const char *opts[] = {
+		"--listen", "--upstream", "--mode", "--pipe-size",
+		"--buffer-size", "--max-conns", "--connect-timeout",
+		"--verbose", "--quiet", "--help", "--version",
+	};
+	char	*text = NULL;
+	size_t	 len = 0, i;
+	FILE	*fp;
+
+	assert_non_null(fp = open_memstream(&text, &len));
+	zp_config_usage(fp, "myprog");
+	fclose(fp);
+	assert_non_null(strstr(text, "myprog"));
+	for (i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+		if (strstr(text, opts[i]) == NULL) {
+			free(text);
+			fail_msg("usage does not mention %s", opts[i]);
+		}
+	free(text);
+}
+
+/* ---- zp_config_resolve -------------------------------------------- */
+
+/* An IPv4 literal resolves to itself, with the port. */
+static void
+test_resolve_v4(void **state)
+{
+	struct cfg_state	*s = *state;
+	struct sockaddr_in	*sin;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "127.0.0.1:8080", NULL),
+	    ZP_PARSE_OK);
+	assert_int_equal(zp_config_resolve(&s->cfg, s->err, sizeof(s->err)),
+	    0);
+	assert_int_equal(s->cfg.upstream.naddrs, 1);
+	sin = (struct sockaddr_in *)&s->cfg.upstream.addrs[0].ss;
+	assert_int_equal(sin->sin_family, AF_INET);
+	assert_int_equal(sin->sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+	assert_int_equal(sin->sin_port, htons(8080));
+	assert_int_equal(s->cfg.upstream.addrs[0].len,
+	    sizeof(struct sockaddr_in));
+
+	/* Resolving again replaces the list; the old one is not leaked. */
+	assert_int_equal(zp_config_resolve(&s->cfg, s->err, sizeof(s->err)),
+	    0);
+	assert_int_equal(s->cfg.upstream.naddrs, 1);
+}
+
+/* A bracketed IPv6 literal resolves to itself. */
+static void
+test_resolve_v6(void **state)
+{
+	struct cfg_state	*s = *state;
+	struct sockaddr_in6	*sin6;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "[::1]:9", NULL),
+	    ZP_PARSE_OK);
+	assert_int_equal(zp_config_resolve(&s->cfg, s->err, sizeof(s->err)),
+	    0);
+	assert_int_equal(s->cfg.upstream.naddrs, 1);
+	sin6 = (struct sockaddr_in6 *)&s->cfg.upstream.addrs[0].ss;
+	assert_int_equal(sin6->sin6_family, AF_INET6);
+	assert_memory_equal(&sin6->sin6_addr, &in6addr_loopback,
+	    sizeof(in6addr_loopback));
+	assert_int_equal(sin6->sin6_port, htons(9));
+	assert_int_equal(s->cfg.upstream.addrs[0].len,
+	    sizeof(struct sockaddr_in6));
+}
+
+/* "localhost" gives at least one loopback address, each with the port. */
+static void
+test_resolve_localhost(void **state)
+{
+	struct cfg_state	*s = *state;
+	size_t			 i;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "localhost:5000", NULL),
+	    ZP_PARSE_OK);
+	assert_int_equal(zp_config_resolve(&s->cfg, s->err, sizeof(s->err)),
+	    0);
+	assert_true(s->cfg.upstream.naddrs >= 1);
+	for (i = 0; i < s->cfg.upstream.naddrs; i++) {
+		struct zp_addr	*a = &s->cfg.upstream.addrs[i];
+
+		if (a->ss.ss_family == AF_INET) {
+			struct sockaddr_in *sin = (struct sockaddr_in *)&a->ss;
+
+			assert_int_equal(sin->sin_port, htons(5000));
+			assert_int_equal(ntohl(sin->sin_addr.s_addr) >> 24,
+			    127);
+		} else if (a->ss.ss_family == AF_INET6) {
+			struct sockaddr_in6 *sin6 =
+			    (struct sockaddr_in6 *)&a->ss;
+
+			assert_int_equal(sin6->sin6_port, htons(5000));
+			assert_true(IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr));
+		} else
+			fail_msg("family %d", a->ss.ss_family);
+	}
+}
+
+/* A name that cannot resolve fails with a one-line message naming it. */
+static void
+test_resolve_nonexistent(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "nonexistent.invalid:80",
+	    NULL), ZP_PARSE_OK);
+	memset(s->err, 0, sizeof(s->err));
+	assert_int_equal(zp_config_resolve(&s->cfg, s->err, sizeof(s->err)),
+	    -1);
+	assert_errmsg(s->err, "nonexistent.invalid");
+	assert_int_equal(s->cfg.upstream.naddrs, 0);
+}
+
+/* ---- zp_addr_str -------------------------------------------------- */
+
+/* v4 as a.b.c.d:port, v6 in brackets, v4-mapped v6 as plain v4. */
+static void
+test_addr_str(void **state)
+{
+	struct zp_addr		 a;
+	struct sockaddr_in	*sin = (struct sockaddr_in *)&a.ss;
+	struct sockaddr_in6	*sin6 = (struct sockaddr_in6 *)&a.ss;
+	struct sockaddr_un	*sun = (struct sockaddr_un *)&a.ss;
+	char			 buf[ZP_ADDRSTRLEN], small[8];
+
+	memset(&a, 0, sizeof(a));
+	sin->sin_family = AF_INET;
+	sin->sin_port = htons(80);
+	assert_int_equal(inet_pton(AF_INET, "1.2.3.4", &sin->sin_addr), 1);
+	a.len = sizeof(*sin);
+	assert_ptr_equal(zp_addr_str(&a, buf, sizeof(buf)), buf);
+	assert_string_equal(buf, "1.2.3.4:80");
+
+	memset(&a, 0, sizeof(a));
+	sin6->sin6_family = AF_INET6;
+	sin6->sin6_port = htons(8080);
+	sin6->sin6_addr = in6addr_loopback;
+	a.len = sizeof(*sin6);
+	assert_string_equal(zp_addr_str(&a, buf, sizeof(buf)), "[::1]:8080");
+
+	assert_int_equal(inet_pton(AF_INET6, "2001:db8::1", &sin6->sin6_addr),
+	    1);
+	sin6->sin6_port = htons(443);
+	assert_string_equal(zp_addr_str(&a, buf, sizeof(buf)),
+	    "[2001:db8::1]:443");
+
+	/* A client of a dual-stack listener. */
+	assert_int_equal(inet_pton(AF_INET6, "::ffff:10.0.0.1",
+	    &sin6->sin6_addr), 1);
+	sin6->sin6_port = htons(9);
+	assert_string_equal(zp_addr_str(&a, buf, sizeof(buf)), "10.0.0.1:9");
+
+	/* The longest form fits ZP_ADDRSTRLEN. */
+	assert_int_equal(inet_pton(AF_INET6,
+	    "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe", &sin6->sin6_addr), 1);
+	sin6->sin6_port = htons(65535);
+	assert_string_equal(zp_addr_str(&a, buf, sizeof(buf)),
+	    "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe]:65535");
+
+	/* Truncation stays terminated. */
+	zp_addr_str(&a, small, sizeof(small));
+	assert_int_equal(strlen(small), sizeof(small) - 1);
+
+	memset(&a, 0, sizeof(a));
+	sun->sun_family = AF_UNIX;
+	assert_string_equal(zp_addr_str(&a, buf, sizeof(buf)), "?");
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_size_plain),
+		cmocka_unit_test(test_size_suffixes),
+		cmocka_unit_test(test_size_zero),
+		cmocka_unit_test(test_size_too_big),
+		cmocka_unit_test(test_size_junk),
+		cmocka_unit_test(test_size_null_err),
+		cmocka_unit_test(test_port_valid),
+		cmocka_unit_test(test_port_invalid),
+		cmocka_unit_test(test_listen_any),
+		cmocka_unit_test(test_listen_v4),
+		cmocka_unit_test(test_listen_v6),
+		cmocka_unit_test(test_listen_bad),
+		cmocka_unit_test(test_listen_unbracketed_v6),
+		cmocka_unit_test(test_hostport_ok),
+		cmocka_unit_test(test_hostport_bad),
+		cmocka_unit_test(test_hostport_limits),
+		cmocka_unit_test_setup_teardown(test_parse_defaults,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_long_options,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_short_options,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_missing_required,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_unknown_option,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_flag_with_value,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_missing_value,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_second_upstream,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_second_listen,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_verbose_quiet,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_bad_mode,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_connect_timeout,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_max_conns,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_bad_values,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_help_version,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_positional,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_repeatable,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test(test_usage),
+		cmocka_unit_test_setup_teardown(test_resolve_v4,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_resolve_v6,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_resolve_localhost,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_resolve_nonexistent,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test(test_addr_str),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
