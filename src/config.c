@@ -17,12 +17,29 @@
 #include <string.h>
 
 #include "config.h"
+#include "upstream.h"
 
 enum {
 	OPT_PIPE_SIZE = 256,
 	OPT_BUFFER_SIZE,
 	OPT_MAX_CONNS,
 	OPT_CONNECT_TIMEOUT,
+	OPT_BALANCE,
+	OPT_RETRIES,
+	OPT_MAX_FAILS,
+	OPT_FAIL_TIMEOUT,
+	OPT_CHECK_INTERVAL,
+	OPT_RESOLVE_INTERVAL,
+	OPT_IDLE_TIMEOUT,
+	OPT_FIN_TIMEOUT,
+	OPT_KEEPALIVE,
+	OPT_DRAIN_TIMEOUT,
+	OPT_LOG_FILE,
+	OPT_SYSLOG,
+	OPT_LOG_FORMAT,
+	OPT_STATS,
+	OPT_SEND_PROXY,
+	OPT_DNS_SERVER,
 };
 
 static const struct option zp_longopts[] = {
@@ -33,6 +50,22 @@ static const struct option zp_longopts[] = {
 	{ "buffer-size",	required_argument,	NULL, OPT_BUFFER_SIZE },
 	{ "max-conns",		required_argument,	NULL, OPT_MAX_CONNS },
 	{ "connect-timeout",	required_argument,	NULL, OPT_CONNECT_TIMEOUT },
+	{ "balance",		required_argument,	NULL, OPT_BALANCE },
+	{ "retries",		required_argument,	NULL, OPT_RETRIES },
+	{ "max-fails",		required_argument,	NULL, OPT_MAX_FAILS },
+	{ "fail-timeout",	required_argument,	NULL, OPT_FAIL_TIMEOUT },
+	{ "check-interval",	required_argument,	NULL, OPT_CHECK_INTERVAL },
+	{ "resolve-interval",	required_argument,	NULL, OPT_RESOLVE_INTERVAL },
+	{ "idle-timeout",	required_argument,	NULL, OPT_IDLE_TIMEOUT },
+	{ "fin-timeout",	required_argument,	NULL, OPT_FIN_TIMEOUT },
+	{ "keepalive",		no_argument,		NULL, OPT_KEEPALIVE },
+	{ "drain-timeout",	required_argument,	NULL, OPT_DRAIN_TIMEOUT },
+	{ "log-file",		required_argument,	NULL, OPT_LOG_FILE },
+	{ "syslog",		no_argument,		NULL, OPT_SYSLOG },
+	{ "log-format",		required_argument,	NULL, OPT_LOG_FORMAT },
+	{ "stats",		required_argument,	NULL, OPT_STATS },
+	{ "send-proxy",		required_argument,	NULL, OPT_SEND_PROXY },
+	{ "dns-server",		required_argument,	NULL, OPT_DNS_SERVER },
 	{ "verbose",		no_argument,		NULL, 'v' },
 	{ "quiet",		no_argument,		NULL, 'q' },
 	{ "help",		no_argument,		NULL, 'h' },
@@ -70,17 +103,29 @@ zp_config_init(struct zp_config *cfg)
 	cfg->pipe_size = ZP_DEFAULT_PIPE_SIZE;
 	cfg->buffer_size = ZP_DEFAULT_BUFFER_SIZE;
 	cfg->connect_timeout = ZP_DEFAULT_CONNECT_TIMEOUT;
+	cfg->balance = ZP_BALANCE_ROUNDROBIN;
+	cfg->retries = -1;
+	cfg->max_fails = ZP_DEFAULT_MAX_FAILS;
+	cfg->fail_timeout = ZP_DEFAULT_FAIL_TIMEOUT;
+	cfg->drain_timeout = ZP_DEFAULT_DRAIN_TIMEOUT;
 }
 
 /* Free what cfg owns. */
 void
 zp_config_free(struct zp_config *cfg)
 {
-	free(cfg->upstream.host);
-	free(cfg->upstream.addrs);
-	cfg->upstream.host = NULL;
-	cfg->upstream.addrs = NULL;
-	cfg->upstream.naddrs = 0;
+	size_t	i;
+
+	for (i = 0; i < cfg->nupstreams; i++) {
+		free(cfg->upstreams[i].host);
+		free(cfg->upstreams[i].addrs);
+		cfg->upstreams[i].host = NULL;
+		cfg->upstreams[i].addrs = NULL;
+		cfg->upstreams[i].naddrs = 0;
+	}
+	cfg->nupstreams = 0;
+	free(cfg->log_file);
+	cfg->log_file = NULL;
 }
 
 /* Usage text. */
@@ -96,13 +141,46 @@ zp_config_usage(FILE *fp, const char *prog)
 "  -l, --listen [ADDR]:PORT   where to accept: :PORT (every address),\n"
 "                             0.0.0.0:PORT, 127.0.0.1:PORT, [::1]:PORT\n"
 "  -u, --upstream HOST:PORT   where to connect: name:port, 1.2.3.4:port,\n"
-"                             [::1]:port; every address of a name is tried\n"
+"                             [::1]:port; every address of a name is tried;\n"
+"                             give it again for more upstreams\n"
 "  -m, --mode splice|copy     data path (default splice)\n"
 "      --pipe-size BYTES      size of each splice pipe (default 1M)\n"
 "      --buffer-size BYTES    per-direction buffer in copy mode (default 64K)\n"
 "      --max-conns N          most pairs at once; beyond it clients wait in\n"
 "                             the listen backlog (default from RLIMIT_NOFILE)\n"
 "      --connect-timeout SEC  per upstream address (default 5)\n"
+"\n"
+"Upstreams:\n"
+"      --balance first|roundrobin|leastconn|source\n"
+"                             how to choose (default roundrobin; first:\n"
+"                             failover in order; source: client address hash)\n"
+"      --retries N            other upstreams to try when one fails\n"
+"                             (default: every one, once)\n"
+"      --max-fails N          failed connects in a row that mark an upstream\n"
+"                             down (default 3)\n"
+"      --fail-timeout SEC     how long it stays down before a retry (default 10)\n"
+"      --check-interval SEC   check each upstream with a TCP connect this often\n"
+"                             (default: no active checks)\n"
+"      --resolve-interval SEC re-resolve upstream names this often, without\n"
+"                             blocking (default: at start-up only)\n"
+"      --dns-server ADDR:PORT ask this DNS server when re-resolving, instead\n"
+"                             of /etc/resolv.conf's (and /etc/hosts)\n"
+"      --send-proxy v1|v2     send a PROXY protocol header to the upstream\n"
+"\n"
+"Time and stopping:\n"
+"      --idle-timeout SEC     close a pair with no byte either way for this\n"
+"                             long (default: never)\n"
+"      --fin-timeout SEC      close a half-closed pair after this long\n"
+"                             (default: never)\n"
+"      --keepalive            TCP keepalive on both sockets\n"
+"      --drain-timeout SEC    at SIGTERM, let open pairs finish for this long\n"
+"                             (default 30)\n"
+"\n"
+"Seeing what it does:\n"
+"      --log-file PATH        log there instead of stderr (SIGHUP reopens it)\n"
+"      --syslog               log to syslog (facility daemon)\n"
+"      --log-format text|json one line of text or one JSON object per event\n"
+"      --stats ADDR:PORT      serve Prometheus metrics on http://ADDR:PORT/metrics\n"
 "  -v, --verbose              log one line per connection when it ends\n"
 "  -q, --quiet                log errors only\n"
 "  -h, --help                 show this help and exit\n"
@@ -350,6 +428,32 @@ bad:
 	return -1;
 }
 
+/* The long name of an option, for messages. */
+static const char *
+opt_name(int val)
+{
+	const struct option	*o;
+
+	for (o = zp_longopts; o->name != NULL; o++)
+		if (o->val == val)
+			return o->name;
+	return "option";
+}
+
+/* Where a seconds-valued option goes. */
+static double *
+seconds_field(struct zp_config *cfg, int opt)
+{
+	switch (opt) {
+	case OPT_FAIL_TIMEOUT:		return &cfg->fail_timeout;
+	case OPT_CHECK_INTERVAL:	return &cfg->check_interval;
+	case OPT_RESOLVE_INTERVAL:	return &cfg->resolve_interval;
+	case OPT_IDLE_TIMEOUT:		return &cfg->idle_timeout;
+	case OPT_FIN_TIMEOUT:		return &cfg->fin_timeout;
+	default:			return &cfg->drain_timeout;
+	}
+}
+
 /*
  * Name what getopt_long refused. It sets optopt to a flag's letter when a
  * long flag was given a value ("--verbose=2"), so look at the word itself.
@@ -383,7 +487,9 @@ int
 zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
     size_t errlen)
 {
-	int	c;
+	struct zp_upstream_spec	*up;
+	long			 v;
+	int			 c;
 
 	opterr = 0;
 	optind = 0;	/* 0 makes glibc reinitialise, for the unit tests */
@@ -397,16 +503,107 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			cfg->have_listen = 1;
 			break;
 		case 'u':
-			if (cfg->have_upstream) {
-				seterr(err, errlen, "only one --upstream may "
-				    "be given");
+			if (cfg->nupstreams == ZP_MAX_UPSTREAMS) {
+				seterr(err, errlen, "too many --upstream: at "
+				    "most %d", ZP_MAX_UPSTREAMS);
 				return ZP_PARSE_ERROR;
 			}
-			if (zp_parse_hostport(optarg, &cfg->upstream.host,
-			    cfg->upstream.port, sizeof(cfg->upstream.port), err,
+			up = &cfg->upstreams[cfg->nupstreams];
+			if (zp_parse_hostport(optarg, &up->host, up->port,
+			    sizeof(up->port), err, errlen) == -1)
+				return ZP_PARSE_ERROR;
+			cfg->nupstreams++;
+			break;
+		case OPT_BALANCE:
+			if ((cfg->balance = zp_balance_parse(optarg)) == -1) {
+				seterr(err, errlen, "invalid balance '%s': "
+				    "expected first, roundrobin, leastconn or "
+				    "source", optarg);
+				return ZP_PARSE_ERROR;
+			}
+			break;
+		case OPT_RETRIES:
+			/* 0 is meaningful here: never try another upstream. */
+			if (strcmp(optarg, "0") == 0)
+				cfg->retries = 0;
+			else if (parse_count("retries", optarg,
+			    ZP_MAX_UPSTREAMS, &v, err, errlen) == -1)
+				return ZP_PARSE_ERROR;
+			else
+				cfg->retries = (int)v;
+			break;
+		case OPT_MAX_FAILS:
+			if (parse_count("max-fails", optarg, 1000000, &v, err,
 			    errlen) == -1)
 				return ZP_PARSE_ERROR;
-			cfg->have_upstream = 1;
+			cfg->max_fails = (int)v;
+			break;
+		case OPT_FAIL_TIMEOUT:
+		case OPT_CHECK_INTERVAL:
+		case OPT_RESOLVE_INTERVAL:
+		case OPT_IDLE_TIMEOUT:
+		case OPT_FIN_TIMEOUT:
+		case OPT_DRAIN_TIMEOUT:
+			if (parse_seconds(opt_name(c), optarg,
+			    seconds_field(cfg, c), err, errlen) == -1)
+				return ZP_PARSE_ERROR;
+			break;
+		case OPT_KEEPALIVE:
+			cfg->keepalive = 1;
+			break;
+		case OPT_LOG_FILE:
+			if (*optarg == '\0') {
+				seterr(err, errlen, "invalid log-file: empty "
+				    "path");
+				return ZP_PARSE_ERROR;
+			}
+			free(cfg->log_file);
+			if ((cfg->log_file = strdup(optarg)) == NULL) {
+				seterr(err, errlen, "out of memory");
+				return ZP_PARSE_ERROR;
+			}
+			break;
+		case OPT_SYSLOG:
+			cfg->use_syslog = 1;
+			break;
+		case OPT_LOG_FORMAT:
+			if (strcmp(optarg, "text") == 0)
+				cfg->log_format = ZP_LOG_TEXT;
+			else if (strcmp(optarg, "json") == 0)
+				cfg->log_format = ZP_LOG_JSON;
+			else {
+				seterr(err, errlen, "invalid log-format '%s': "
+				    "expected text or json", optarg);
+				return ZP_PARSE_ERROR;
+			}
+			break;
+		case OPT_STATS:
+			if (zp_parse_listen(optarg, &cfg->stats, err,
+			    errlen) == -1)
+				return ZP_PARSE_ERROR;
+			cfg->have_stats = 1;
+			break;
+		case OPT_DNS_SERVER:
+			if (zp_parse_listen(optarg, &cfg->dns_server, err,
+			    errlen) == -1)
+				return ZP_PARSE_ERROR;
+			if (cfg->dns_server.any) {
+				seterr(err, errlen, "invalid dns-server '%s': "
+				    "expected ADDR:PORT", optarg);
+				return ZP_PARSE_ERROR;
+			}
+			cfg->have_dns_server = 1;
+			break;
+		case OPT_SEND_PROXY:
+			if (strcmp(optarg, "v1") == 0)
+				cfg->send_proxy = 1;
+			else if (strcmp(optarg, "v2") == 0)
+				cfg->send_proxy = 2;
+			else {
+				seterr(err, errlen, "invalid send-proxy '%s': "
+				    "expected v1 or v2", optarg);
+				return ZP_PARSE_ERROR;
+			}
 			break;
 		case 'm':
 			if (strcmp(optarg, "splice") == 0)
@@ -469,21 +666,55 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		seterr(err, errlen, "missing --listen [ADDR]:PORT");
 		return ZP_PARSE_ERROR;
 	}
-	if (!cfg->have_upstream) {
+	if (cfg->nupstreams == 0) {
 		seterr(err, errlen, "missing --upstream HOST:PORT");
+		return ZP_PARSE_ERROR;
+	}
+	if (cfg->log_file != NULL && cfg->use_syslog) {
+		seterr(err, errlen, "--log-file and --syslog exclude each "
+		    "other");
 		return ZP_PARSE_ERROR;
 	}
 	return ZP_PARSE_OK;
 }
 
-/* Resolve the upstream with a blocking getaddrinfo. */
+/* Replace an upstream's addresses with those of a getaddrinfo result. */
 int
-zp_config_resolve(struct zp_config *cfg, char *err, size_t errlen)
+zp_upstream_set_addrs(struct zp_upstream_spec *up, const struct addrinfo *res)
 {
-	struct zp_upstream_spec	*up = &cfg->upstream;
-	struct addrinfo		 hints, *res = NULL, *ai;
+	const struct addrinfo	*ai;
+	struct zp_addr		*v;
 	size_t			 n = 0;
-	int			 rc;
+
+	for (ai = res; ai != NULL; ai = ai->ai_next)
+		n++;
+	if (n == 0 || (v = calloc(n, sizeof(*v))) == NULL)
+		return -1;
+	n = 0;
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		if (ai->ai_addrlen > sizeof(v[0].ss) ||
+		    (ai->ai_family != AF_INET && ai->ai_family != AF_INET6))
+			continue;
+		memcpy(&v[n].ss, ai->ai_addr, ai->ai_addrlen);
+		v[n].len = ai->ai_addrlen;
+		n++;
+	}
+	if (n == 0) {
+		free(v);
+		return -1;
+	}
+	free(up->addrs);
+	up->addrs = v;
+	up->naddrs = n;
+	return 0;
+}
+
+/* Resolve one upstream with a blocking getaddrinfo. */
+int
+zp_upstream_resolve(struct zp_upstream_spec *up, char *err, size_t errlen)
+{
+	struct addrinfo	 hints, *res = NULL;
+	int		 rc;
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
@@ -497,28 +728,25 @@ zp_config_resolve(struct zp_config *cfg, char *err, size_t errlen)
 		    gai_strerror(rc));
 		return -1;
 	}
-	for (ai = res; ai != NULL; ai = ai->ai_next)
-		n++;
-	free(up->addrs);
-	up->naddrs = 0;
-	if ((up->addrs = calloc(n, sizeof(*up->addrs))) == NULL) {
-		freeaddrinfo(res);
-		seterr(err, errlen, "out of memory");
-		return -1;
-	}
-	for (ai = res; ai != NULL; ai = ai->ai_next) {
-		if (ai->ai_addrlen > sizeof(up->addrs[0].ss))
-			continue;
-		memcpy(&up->addrs[up->naddrs].ss, ai->ai_addr, ai->ai_addrlen);
-		up->addrs[up->naddrs].len = ai->ai_addrlen;
-		up->naddrs++;
-	}
+	rc = zp_upstream_set_addrs(up, res);
 	freeaddrinfo(res);
-	if (up->naddrs == 0) {
+	if (rc == -1) {
 		seterr(err, errlen, "upstream '%s' does not resolve to a "
 		    "usable address", up->host);
 		return -1;
 	}
+	return 0;
+}
+
+/* Resolve every upstream. */
+int
+zp_config_resolve(struct zp_config *cfg, char *err, size_t errlen)
+{
+	size_t	i;
+
+	for (i = 0; i < cfg->nupstreams; i++)
+		if (zp_upstream_resolve(&cfg->upstreams[i], err, errlen) == -1)
+			return -1;
 	return 0;
 }
 

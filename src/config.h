@@ -8,12 +8,14 @@
 #define ZP_CONFIG_H
 
 #include <sys/socket.h>
+#include <netdb.h>
 #include <stddef.h>
 #include <stdio.h>
 
 #define ZP_EX_USAGE	64	/* sysexits.h EX_USAGE: bad command line */
 #define ZP_EX_NOHOST	68	/* sysexits.h EX_NOHOST: name did not resolve */
 #define ZP_EX_OSERR	71	/* sysexits.h EX_OSERR: a system call failed */
+#define ZP_EX_CANTCREAT	73	/* sysexits.h EX_CANTCREAT: cannot open the log */
 
 #define ZP_ERRLEN	256
 
@@ -42,16 +44,41 @@ struct zp_upstream_spec {
 	size_t		 naddrs;
 };
 
+#define ZP_MAX_UPSTREAMS	64
+
+enum zp_log_format {
+	ZP_LOG_TEXT = 0,
+	ZP_LOG_JSON,
+};
+
 struct zp_config {
 	struct zp_listen_spec	listen;
 	int			have_listen;
-	struct zp_upstream_spec	upstream;
-	int			have_upstream;
+	struct zp_upstream_spec	upstreams[ZP_MAX_UPSTREAMS];
+	size_t			nupstreams;
+	int			balance;	/* enum zp_balance */
+	int			retries;	/* -1: every upstream once */
+	int			max_fails;	/* passive health */
+	double			fail_timeout;	/* seconds down after that */
+	double			check_interval;	/* 0: no active checks */
+	double			resolve_interval; /* 0: resolve at start only */
 	enum zp_mode		mode;
 	size_t			pipe_size;	/* bytes */
 	size_t			buffer_size;	/* bytes, copy mode */
 	long			max_conns;	/* 0: derive from RLIMIT_NOFILE */
 	double			connect_timeout; /* seconds */
+	double			idle_timeout;	/* 0: none */
+	double			fin_timeout;	/* 0: none */
+	double			drain_timeout;	/* seconds, at SIGTERM */
+	int			keepalive;
+	int			send_proxy;	/* 0, 1 or 2 */
+	struct zp_listen_spec	stats;
+	int			have_stats;
+	struct zp_listen_spec	dns_server;	/* for --resolve-interval */
+	int			have_dns_server;
+	char			*log_file;
+	int			use_syslog;
+	enum zp_log_format	log_format;
 	int			verbose;	/* count of -v */
 	int			quiet;
 };
@@ -59,6 +86,9 @@ struct zp_config {
 #define ZP_DEFAULT_PIPE_SIZE	(1024 * 1024)
 #define ZP_DEFAULT_BUFFER_SIZE	(64 * 1024)
 #define ZP_DEFAULT_CONNECT_TIMEOUT 5.0
+#define ZP_DEFAULT_MAX_FAILS	3
+#define ZP_DEFAULT_FAIL_TIMEOUT	10.0
+#define ZP_DEFAULT_DRAIN_TIMEOUT 30.0
 #define ZP_MAX_SIZE		(1024UL * 1024 * 1024)
 
 /* What zp_config_parse() asks the caller to do. */
@@ -79,10 +109,19 @@ void	zp_config_init(struct zp_config *);
 int	zp_config_parse(struct zp_config *, int, char **, char *, size_t);
 
 /*
- * Resolve the upstream name into cfg->upstream.addrs with a blocking
- * getaddrinfo (start-up only). Returns 0, or -1 with err filled.
+ * Resolve every upstream name into its addrs with a blocking getaddrinfo
+ * (start-up only). Returns 0, or -1 with err filled.
  */
 int	zp_config_resolve(struct zp_config *, char *, size_t);
+
+/*
+ * Resolve one upstream (blocking). Returns 0, or -1 with err filled.
+ */
+int	zp_upstream_resolve(struct zp_upstream_spec *, char *, size_t);
+
+/* Replace an upstream's addresses with those of a getaddrinfo result. */
+int	zp_upstream_set_addrs(struct zp_upstream_spec *,
+	    const struct addrinfo *);
 
 /* Free what cfg owns. */
 void	zp_config_free(struct zp_config *);

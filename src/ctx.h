@@ -14,10 +14,14 @@
 #include "config.h"
 #include "log.h"
 #include "pipepool.h"
+#include "upstream.h"
 
 struct event_base;
 struct zp_listener;
 struct zp_pair;
+struct zp_stats_server;
+struct zp_health;
+struct zp_resolver;
 
 /* Why a pair relays in copy mode although splice was asked for. */
 enum zp_fallback {
@@ -34,6 +38,8 @@ struct zp_stats {
 	uint64_t	bytes_down;	/* upstream -> client */
 	uint64_t	fallbacks[ZP_FALLBACK_MAX];
 	uint64_t	accept_pauses;	/* out of descriptors */
+	uint64_t	timeouts_idle;
+	uint64_t	timeouts_fin;
 };
 
 TAILQ_HEAD(zp_pair_list, zp_pair);
@@ -45,6 +51,11 @@ struct zp_ctx {
 	struct zp_pipepool	 pool;
 	int			 have_pool;
 	struct zp_listener	*listener;
+	struct zp_upstreams	 ups;
+	struct zp_stats_server	*stats_server;	/* --stats */
+	struct zp_health	*health;	/* --check-interval */
+	struct zp_resolver	*resolver;	/* --resolve-interval */
+	struct event		*drain_timer;
 	struct zp_pair_list	 pairs;
 	struct zp_stats		 stats;
 	uint64_t		 next_id;

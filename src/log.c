@@ -5,6 +5,7 @@
 #include <sys/time.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,8 +15,49 @@
 void
 zp_log_init(struct zp_log *lg, FILE *fp, int level)
 {
+	memset(lg, 0, sizeof(*lg));
 	lg->fp = fp;
 	lg->level = level;
+}
+
+/* Switch to a file or syslog. */
+int
+zp_log_open(struct zp_log *lg, const char *path, int use_syslog, int json,
+    char *err, size_t errlen)
+{
+	lg->json = json;
+	(void)path;
+	(void)use_syslog;
+	(void)err;
+	(void)errlen;
+	return 0;
+}
+
+int
+zp_log_reopen(struct zp_log *lg)
+{
+	return 0;
+}
+
+void
+zp_log_close(struct zp_log *lg)
+{
+}
+
+/* A connection's line. */
+void
+zp_log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r)
+{
+	char	why[160] = "";
+
+	if (!zp_log_enabled(lg, level))
+		return;
+	if (r->error != NULL)
+		snprintf(why, sizeof(why), " error=\"%s\"", r->error);
+	zp_log(lg, level, "conn=%llu client=%s upstream=%s mode=%s up=%llu "
+	    "down=%llu duration=%.3fs end=%s%s", (unsigned long long)r->id,
+	    r->client, r->upstream, r->mode, (unsigned long long)r->up,
+	    (unsigned long long)r->down, r->duration, r->end, why);
 }
 
 /* True when a line at level would be written. */

@@ -1,12 +1,15 @@
 /*
- * log.h - zproxy's logger: one line per event, to stderr.
+ * log.h - zproxy's logger: one line per event, to stderr, a file or
+ * syslog, as text or JSON.
  *
  * A struct zp_log lives in the context; nothing here is global.
  */
 #ifndef ZP_LOG_H
 #define ZP_LOG_H
 
+#include <sys/time.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 
 enum zp_log_level {
@@ -17,17 +20,64 @@ enum zp_log_level {
 	ZP_LOG_DEBUG,		/* -vv */
 };
 
-struct zp_log {
-	FILE	*fp;
-	int	 level;		/* highest level written */
+/* Where lines go. */
+enum zp_log_sink {
+	ZP_LOG_STDERR = 0,
+	ZP_LOG_FILE,
+	ZP_LOG_SYSLOG,
 };
 
-/* Set up a logger writing to fp at the given level. */
+struct zp_log {
+	FILE		*fp;
+	int		 level;		/* highest level written */
+	int		 sink;		/* enum zp_log_sink */
+	int		 json;		/* one JSON object per line */
+	char		*path;		/* ZP_LOG_FILE */
+	/* Rate limit for WARN and ERROR lines: a storm can't fill a disk. */
+	struct timeval	 rl_window;
+	unsigned	 rl_count;
+	unsigned long	 rl_dropped;
+};
+
+/* The story of one connection, for zp_log_conn(). */
+struct zp_conn_record {
+	uint64_t	 id;
+	const char	*client;	/* "1.2.3.4:5" or "[::1]:5" */
+	const char	*upstream;
+	const char	*mode;		/* splice, copy, mixed */
+	uint64_t	 up;		/* bytes client -> upstream */
+	uint64_t	 down;
+	double		 duration;	/* seconds */
+	const char	*end;		/* zp_end_str() */
+	const char	*error;		/* strerror text, or NULL */
+};
+
+/* Set up a logger writing to fp (stderr) at the given level, as text. */
 void	zp_log_init(struct zp_log *, FILE *, int);
 
-/* Write one line if level is enabled; a newline is added. */
+/*
+ * Switch the logger to a file (appending, created 0640) or to syslog
+ * (facility daemon, ident "zproxy"), and to JSON if json != 0. path NULL
+ * and use_syslog 0 keep stderr. Returns 0, or -1 with err filled.
+ */
+int	zp_log_open(struct zp_log *, const char *path, int use_syslog,
+	    int json, char *err, size_t errlen);
+
+/*
+ * Reopen the log file (SIGHUP, after logrotate moved it). Returns 0, or
+ * -1 and keeps writing to the old file, having logged why.
+ */
+int	zp_log_reopen(struct zp_log *);
+
+/* Close the file or syslog and free. */
+void	zp_log_close(struct zp_log *);
+
+/* Write one line if level is enabled. */
 void	zp_log(struct zp_log *, int, const char *, ...)
 	    __attribute__((format(printf, 3, 4)));
+
+/* Write a connection's line: key=value text, or a JSON object. */
+void	zp_log_conn(struct zp_log *, int, const struct zp_conn_record *);
 
 /* True when a line at level would be written (to skip costly formatting). */
 int	zp_log_enabled(const struct zp_log *, int);

@@ -16,9 +16,12 @@
 #include "listener.h"
 #include "log.h"
 #include "pair.h"
+#include "proxyproto.h"
 
 static void	pair_connect_next(struct zp_pair *);
+static void	pair_connect_upstream(struct zp_pair *);
 static void	pair_connect_cb(evutil_socket_t, short, void *);
+static void	pair_timer_update(struct zp_pair *);
 
 /* Name of an end reason; these words are what users grep logs for. */
 const char *
@@ -35,6 +38,9 @@ zp_end_str(enum zp_end e)
 	case ZP_END_UNREACHABLE:	return "upstream-unreachable";
 	case ZP_END_NOMEM:		return "out-of-memory";
 	case ZP_END_SHUTDOWN:		return "shutdown";
+	case ZP_END_IDLE:		return "idle-timeout";
+	case ZP_END_FIN_TIMEOUT:	return "fin-timeout";
+	case ZP_END_PROXY_HEADER:	return "proxy-header-failed";
 	}
 	return "unknown";
 }
@@ -58,13 +64,19 @@ zp_pair_mode(const struct zp_pair *p)
 	return "mixed";
 }
 
-/* TCP_NODELAY: relay small writes (log lines) as they come. */
+/*
+ * TCP_NODELAY: relay small writes (log lines) as they come; and with
+ * --keepalive, let the kernel find peers that vanished without a word.
+ */
 static void
-sock_nodelay(int fd)
+sock_tune(struct zp_ctx *ctx, int fd)
 {
 	int	on = 1;
 
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+	if (ctx->cfg->keepalive)
+		(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on,
+		    sizeof(on));
 }
 
 /*
@@ -121,9 +133,8 @@ static void
 pair_log(struct zp_pair *p, enum zp_end end)
 {
 	struct zp_ctx		*ctx = p->ctx;
-	struct zp_upstream_spec	*us = &ctx->cfg->upstream;
-	char			 cbuf[ZP_ADDRSTRLEN], ubuf[ZP_ADDRSTRLEN];
-	char			 why[128] = "";
+	struct zp_conn_record	 rec;
+	char			 cbuf[ZP_ADDRSTRLEN], ubuf[300];
 	struct timeval		 now, dt;
 	int			 level, err = 0;
 
@@ -151,20 +162,25 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	}
 	if (!zp_log_enabled(&ctx->log, level))
 		return;
-	if (err != 0)
-		snprintf(why, sizeof(why), " error=\"%s\"", strerror(err));
 	gettimeofday(&now, NULL);
 	timersub(&now, &p->started, &dt);
-	zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf));
-	if (p->addr_idx < us->naddrs)
-		zp_addr_str(&us->addrs[p->addr_idx], ubuf, sizeof(ubuf));
+	if (p->up_addr.len > 0)
+		zp_addr_str(&p->up_addr, ubuf, sizeof(ubuf));
+	else if (p->up_idx >= 0)
+		zp_upstream_name(&ctx->ups.v[p->up_idx], ubuf, sizeof(ubuf));
 	else
-		snprintf(ubuf, sizeof(ubuf), "%s:%s", us->host, us->port);
-	zp_log(&ctx->log, level, "conn=%llu client=%s upstream=%s mode=%s "
-	    "up=%llu down=%llu duration=%ld.%03lds end=%s%s",
-	    (unsigned long long)p->id, cbuf, ubuf, zp_pair_mode(p),
-	    (unsigned long long)p->up.bytes, (unsigned long long)p->down.bytes,
-	    (long)dt.tv_sec, (long)(dt.tv_usec / 1000), zp_end_str(end), why);
+		snprintf(ubuf, sizeof(ubuf), "none");
+	memset(&rec, 0, sizeof(rec));
+	rec.id = p->id;
+	rec.client = zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf));
+	rec.upstream = ubuf;
+	rec.mode = zp_pair_mode(p);
+	rec.up = p->up.bytes;
+	rec.down = p->down.bytes;
+	rec.duration = dt.tv_sec + dt.tv_usec / 1e6;
+	rec.end = zp_end_str(end);
+	rec.error = err != 0 ? strerror(err) : NULL;
+	zp_log_conn(&ctx->log, level, &rec);
 }
 
 /* End a pair in any state, log it, free everything it owns. */
@@ -177,6 +193,21 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	pair_log(p, end);
 	ctx->stats.bytes_up += p->up.bytes;
 	ctx->stats.bytes_down += p->down.bytes;
+	if (p->up_idx >= 0) {
+		struct zp_upstream *u = &ctx->ups.v[p->up_idx];
+
+		u->bytes_up += p->up.bytes;
+		u->bytes_down += p->down.bytes;
+		if (p->state == ZP_PAIR_RELAYING)
+			u->active--;
+	}
+	if (end == ZP_END_IDLE)
+		ctx->stats.timeouts_idle++;
+	else if (end == ZP_END_FIN_TIMEOUT)
+		ctx->stats.timeouts_fin++;
+	if (p->timer != NULL)
+		event_free(p->timer);
+	p->timer = NULL;
 	switch (end) {
 	case ZP_END_REFUSED:
 	case ZP_END_TIMEOUT:
@@ -197,6 +228,8 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	if (ctx->listener != NULL)
 		zp_listener_resume(ctx->listener);
 	free(p);
+	if (ctx->stopping && ctx->stats.conns_open == 0)
+		event_base_loopbreak(ctx->base);	/* drained */
 }
 
 /*
@@ -210,6 +243,7 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 	struct zp_dir	*other = d == &p->up ? &p->down : &p->up;
 	int		 i, rc;
 
+	event_base_gettimeofday_cached(ctx->base, &p->last_active);
 	/* A death can wake the other direction, whose failure wakes back. */
 	for (i = 0; i < 3; i++) {
 		rc = zp_dir_pump(ctx, d, ctx->budget);
@@ -224,8 +258,13 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 		d = other;
 		other = d == &p->up ? &p->down : &p->up;
 	}
-	if (!p->up.done || !p->down.done)
+	if (!p->up.done || !p->down.done) {
+		if ((p->up.done || p->down.done) && !timerisset(&p->half_closed)) {
+			p->half_closed = p->last_active;
+			pair_timer_update(p);
+		}
 		return 0;
+	}
 	if (p->client.dead)
 		zp_pair_close(p, half_end(&p->client, 1));
 	else if (p->upstream.dead)
@@ -279,17 +318,140 @@ half_events(struct zp_pair *p, struct zp_half *h, event_callback_fn rcb,
 	return h->rev == NULL || h->wev == NULL ? -1 : 0;
 }
 
+/*
+ * Write the PROXY header before any client byte. A fresh socket's send
+ * buffer always takes ~100 bytes whole; anything else is a failure.
+ */
+static int
+pair_send_proxy(struct zp_pair *p)
+{
+	struct sockaddr_storage	 local;
+	socklen_t		 len = sizeof(local);
+	char			 hdr[ZP_PROXY_MAX];
+	ssize_t			 n, w;
+
+	if (getsockname(p->client.fd, (struct sockaddr *)&local, &len) == -1)
+		return -1;
+	n = zp_proxy_header(p->ctx->cfg->send_proxy,
+	    (struct sockaddr *)&p->client_addr.ss, (struct sockaddr *)&local,
+	    hdr, sizeof(hdr));
+	if (n == -1)
+		return -1;
+	do {
+		w = send(p->upstream.fd, hdr, (size_t)n, MSG_NOSIGNAL);
+	} while (w == -1 && errno == EINTR);
+	if (w != n) {
+		p->upstream.err = w == -1 ? errno : EAGAIN;
+		return -1;
+	}
+	return 0;
+}
+
+/* The idle or fin timer fired: close, or wait for the rest. */
+static void
+pair_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair		*p = arg;
+	struct zp_config	*cfg = p->ctx->cfg;
+	struct timeval		 now, dt;
+
+	event_base_gettimeofday_cached(p->ctx->base, &now);
+	if (cfg->fin_timeout > 0 && timerisset(&p->half_closed)) {
+		timersub(&now, &p->half_closed, &dt);
+		if (dt.tv_sec + dt.tv_usec / 1e6 >= cfg->fin_timeout) {
+			zp_pair_close(p, ZP_END_FIN_TIMEOUT);
+			return;
+		}
+	}
+	if (cfg->idle_timeout > 0) {
+		timersub(&now, &p->last_active, &dt);
+		if (dt.tv_sec + dt.tv_usec / 1e6 >= cfg->idle_timeout) {
+			zp_pair_close(p, ZP_END_IDLE);
+			return;
+		}
+	}
+	pair_timer_update(p);
+}
+
+/* Seconds as a timeval. */
+static struct timeval
+secs_tv(double t)
+{
+	struct timeval	tv;
+
+	if (t < 0)
+		t = 0;
+	tv.tv_sec = (time_t)t;
+	tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
+	return tv;
+}
+
+/*
+ * Arm the timer for the earliest of the idle and fin deadlines. Traffic
+ * only moves last_active: the timer is re-armed when it fires early,
+ * not on every byte, so the hot path pays nothing for it.
+ */
+static void
+pair_timer_update(struct zp_pair *p)
+{
+	struct zp_config	*cfg = p->ctx->cfg;
+	struct timeval		 now, dt;
+	double			 wait = -1, left;
+
+	if (p->timer == NULL)
+		return;
+	event_base_gettimeofday_cached(p->ctx->base, &now);
+	if (cfg->idle_timeout > 0) {
+		timersub(&now, &p->last_active, &dt);
+		wait = cfg->idle_timeout - (dt.tv_sec + dt.tv_usec / 1e6);
+	}
+	if (cfg->fin_timeout > 0 && timerisset(&p->half_closed)) {
+		timersub(&now, &p->half_closed, &dt);
+		left = cfg->fin_timeout - (dt.tv_sec + dt.tv_usec / 1e6);
+		if (wait < 0 || left < wait)
+			wait = left;
+	}
+	if (wait < 0 && cfg->idle_timeout <= 0 && !(cfg->fin_timeout > 0 &&
+	    timerisset(&p->half_closed)))
+		return;
+	dt = secs_tv(wait < 0.001 ? 0.001 : wait);
+	evtimer_add(p->timer, &dt);
+}
+
 /* The upstream answered: set up events and move what is waiting. */
 static void
 pair_connected(struct zp_pair *p)
 {
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
+	struct timeval		 now;
+
+	p->up_addr = u->spec->addrs[p->addr_idx < u->spec->naddrs ?
+	    p->addr_idx : 0];
+	gettimeofday(&now, NULL);
+	zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 1, 0, &now);
+	u->active++;
+	u->conns_total++;
+	p->state = ZP_PAIR_RELAYING;
+	if (ctx->cfg->send_proxy && pair_send_proxy(p) == -1) {
+		zp_pair_close(p, ZP_END_PROXY_HEADER);
+		return;
+	}
+	if (ctx->cfg->idle_timeout > 0 || ctx->cfg->fin_timeout > 0) {
+		if ((p->timer = evtimer_new(ctx->base, pair_timer_cb, p)) ==
+		    NULL) {
+			zp_pair_close(p, ZP_END_NOMEM);
+			return;
+		}
+		event_base_gettimeofday_cached(ctx->base, &p->last_active);
+		pair_timer_update(p);
+	}
 	if (half_events(p, &p->client, client_read_cb, client_write_cb) == -1 ||
 	    half_events(p, &p->upstream, upstream_read_cb,
 	    upstream_write_cb) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
 		return;
 	}
-	p->state = ZP_PAIR_RELAYING;
 	/*
 	 * Try both directions before arming any event: the client has
 	 * usually sent its first bytes while we were connecting.
@@ -342,8 +504,9 @@ static void
 pair_connect_next(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
-	struct zp_upstream_spec	*us = &ctx->cfg->upstream;
-	struct timeval		 tv;
+	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
+	struct zp_upstream_spec	*us = u->spec;
+	struct timeval		 tv, now;
 	const struct zp_addr	*a;
 	double			 t = ctx->cfg->connect_timeout;
 	int			 fd;
@@ -356,7 +519,7 @@ pair_connect_next(struct zp_pair *p)
 			p->connect_err = errno;
 			continue;
 		}
-		sock_nodelay(fd);
+		sock_tune(ctx, fd);
 		if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0) {
 			p->upstream.fd = fd;
 			pair_connected(p);
@@ -379,9 +542,39 @@ pair_connect_next(struct zp_pair *p)
 		}
 		return;
 	}
-	/* Keep addr_idx pointing at the last address tried, for the log. */
-	if (us->naddrs > 0)
-		p->addr_idx = us->naddrs - 1;
+	/* Every address of this upstream failed: it counts as one failure. */
+	gettimeofday(&now, NULL);
+	u->conns_failed++;
+	zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 0, p->connect_err,
+	    &now);
+	pair_connect_upstream(p);
+}
+
+/*
+ * Choose an upstream not tried yet and start on its first address. With
+ * none left (or --retries spent), end the pair: the client sent nothing
+ * that was forwarded, so closing it loses nothing it cannot resend.
+ */
+static void
+pair_connect_upstream(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx;
+	struct timeval	 now;
+	int		 idx = -1, retries = ctx->cfg->retries;
+
+	if (retries < 0 || p->attempts <= retries) {
+		event_base_gettimeofday_cached(ctx->base, &now);
+		idx = zp_upstream_pick(&ctx->ups, &p->client_addr, p->tried,
+		    &now);
+	}
+	if (idx >= 0) {
+		p->tried[idx] = 1;
+		p->attempts++;
+		p->up_idx = idx;
+		p->addr_idx = 0;
+		pair_connect_next(p);
+		return;
+	}
 	switch (p->connect_err) {
 	case ECONNREFUSED:
 		zp_pair_close(p, ZP_END_REFUSED);
@@ -444,6 +637,7 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	p->id = ++ctx->next_id;
 	p->client.fd = fd;
 	p->upstream.fd = -1;
+	p->up_idx = -1;
 	if (salen > sizeof(p->client_addr.ss))
 		salen = sizeof(p->client_addr.ss);
 	memcpy(&p->client_addr.ss, sa, salen);
@@ -452,7 +646,7 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	TAILQ_INSERT_TAIL(&ctx->pairs, p, entry);
 	ctx->stats.conns_total++;
 	ctx->stats.conns_open++;
-	sock_nodelay(fd);
+	sock_tune(ctx, fd);
 
 	dir_init(&p->up, &p->client, &p->upstream, &zp_relay_copy, bufsize);
 	dir_init(&p->down, &p->upstream, &p->client, &zp_relay_copy, bufsize);
@@ -465,6 +659,6 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 			    "relaying in copy mode", (unsigned long long)p->id,
 			    zp_pipe_shortage_str(ctx->pool.shortage));
 	}
-	pair_connect_next(p);
+	pair_connect_upstream(p);
 	return 0;
 }

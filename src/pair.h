@@ -36,6 +36,9 @@ enum zp_end {
 	ZP_END_UNREACHABLE,	/* connect failed otherwise */
 	ZP_END_NOMEM,
 	ZP_END_SHUTDOWN,	/* zproxy is stopping */
+	ZP_END_IDLE,		/* --idle-timeout */
+	ZP_END_FIN_TIMEOUT,	/* --fin-timeout */
+	ZP_END_PROXY_HEADER,	/* the PROXY header could not be sent */
 };
 
 struct zp_pair {
@@ -47,9 +50,16 @@ struct zp_pair {
 	struct zp_dir		 up;		/* client -> upstream */
 	struct zp_dir		 down;		/* upstream -> client */
 	struct zp_addr		 client_addr;
-	size_t			 addr_idx;	/* upstream address being tried */
+	int			 up_idx;	/* upstream in use, or -1 */
+	unsigned char		 tried[ZP_MAX_UPSTREAMS];
+	int			 attempts;	/* upstreams tried */
+	size_t			 addr_idx;	/* its address being tried */
+	struct zp_addr		 up_addr;	/* the address connected to */
 	int			 connect_err;	/* last connect failure */
 	struct timeval		 started;
+	struct timeval		 last_active;	/* a byte moved (loop time) */
+	struct timeval		 half_closed;	/* one direction done */
+	struct event		*timer;		/* idle and fin timeouts */
 	TAILQ_ENTRY(zp_pair)	 entry;
 };
 

@@ -12,9 +12,13 @@
 #include <event2/event.h>
 
 #include "ctx.h"
+#include "health.h"
 #include "listener.h"
 #include "log.h"
 #include "pair.h"
+#include "resolver.h"
+#include "stats.h"
+#include "upstream.h"
 #include "zproxy.h"
 
 /* Descriptors each pair needs: two sockets, and two pipes when splicing. */
@@ -105,14 +109,67 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    gib > 0 ? cpu / gib : 0.0);
 }
 
+/* The drain ran out of time: close what is left. */
+static void
+drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_ctx	*ctx = arg;
+
+	zp_log(&ctx->log, ZP_LOG_NOTICE, "drain timeout: closing %llu "
+	    "connections", (unsigned long long)ctx->stats.conns_open);
+	event_base_loopbreak(ctx->base);
+}
+
+/*
+ * SIGTERM/SIGINT: stop accepting at once and let open pairs finish for
+ * up to --drain-timeout; a second signal ends at once.
+ */
 static void
 signal_stop_cb(evutil_socket_t sig, short what, void *arg)
 {
 	struct zp_ctx	*ctx = arg;
+	struct timeval	 tv;
+	double		 t = ctx->cfg->drain_timeout;
 
-	zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: stopping", (int)sig);
+	if (ctx->stopping) {
+		zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d again: closing "
+		    "%llu connections now", (int)sig,
+		    (unsigned long long)ctx->stats.conns_open);
+		event_base_loopbreak(ctx->base);
+		return;
+	}
 	ctx->stopping = 1;
-	event_base_loopbreak(ctx->base);
+	zp_listener_free(ctx->listener);
+	ctx->listener = NULL;
+	zp_health_free(ctx->health);
+	ctx->health = NULL;
+	zp_resolver_free(ctx->resolver);
+	ctx->resolver = NULL;
+	if (ctx->stats.conns_open == 0) {
+		zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: stopping",
+		    (int)sig);
+		event_base_loopbreak(ctx->base);
+		return;
+	}
+	zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: not accepting; draining "
+	    "%llu connections for up to %.3gs", (int)sig,
+	    (unsigned long long)ctx->stats.conns_open, t);
+	tv.tv_sec = (time_t)t;
+	tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
+	if ((ctx->drain_timer = evtimer_new(ctx->base, drain_timeout_cb,
+	    ctx)) == NULL || evtimer_add(ctx->drain_timer, &tv) == -1)
+		event_base_loopbreak(ctx->base);
+}
+
+/* SIGHUP: reopen the log file that logrotate moved away. */
+static void
+signal_hup_cb(evutil_socket_t sig, short what, void *arg)
+{
+	struct zp_ctx	*ctx = arg;
+
+	if (zp_log_reopen(&ctx->log) == 0)
+		zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: log reopened",
+		    (int)sig);
 }
 
 static void
@@ -171,6 +228,30 @@ read_sysctl(const char *path)
 	return v;
 }
 
+/* One line that says what this process is about to do. */
+static void
+log_start(struct zp_ctx *ctx, long nofile)
+{
+	struct zp_config	*cfg = ctx->cfg;
+	char			 lbuf[ZP_ADDRSTRLEN], ups[1024], name[300];
+	size_t			 i, off = 0;
+
+	ups[0] = '\0';
+	for (i = 0; i < ctx->ups.n && off < sizeof(ups); i++)
+		off += snprintf(ups + off, sizeof(ups) - off, "%s%s (%zu "
+		    "address%s)", i ? ", " : "", zp_upstream_name(
+		    &ctx->ups.v[i], name, sizeof(name)),
+		    cfg->upstreams[i].naddrs,
+		    cfg->upstreams[i].naddrs == 1 ? "" : "es");
+	zp_log(&ctx->log, ZP_LOG_NOTICE, "listening on %s, upstream%s %s, "
+	    "balance %s, mode %s, pipe-size %zu, buffer-size %zu, max-conns "
+	    "%ld, RLIMIT_NOFILE %ld",
+	    zp_addr_str(zp_listener_addr(ctx->listener), lbuf, sizeof(lbuf)),
+	    ctx->ups.n == 1 ? "" : "s", ups, zp_balance_str(ctx->ups.balance),
+	    cfg->mode == ZP_MODE_SPLICE ? "splice" : "copy", cfg->pipe_size,
+	    cfg->buffer_size, ctx->max_conns, nofile);
+}
+
 /* Close every pair and free the context's resources. */
 static void
 ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
@@ -182,6 +263,16 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 		zp_pair_close(p, ZP_END_SHUTDOWN);
 	zp_listener_free(ctx->listener);
 	ctx->listener = NULL;
+	zp_health_free(ctx->health);
+	ctx->health = NULL;
+	zp_resolver_free(ctx->resolver);
+	ctx->resolver = NULL;
+	zp_stats_free(ctx->stats_server);
+	ctx->stats_server = NULL;
+	if (ctx->drain_timer != NULL)
+		event_free(ctx->drain_timer);
+	ctx->drain_timer = NULL;
+	zp_upstreams_free(&ctx->ups);
 	for (i = 0; i < nsigs; i++)
 		if (sigs[i] != NULL)
 			event_free(sigs[i]);
@@ -198,11 +289,11 @@ int
 zp_run(struct zp_config *cfg)
 {
 	struct zp_ctx	 ctx;
-	struct event	*sigs[3] = { NULL, NULL, NULL };
-	char		 err[ZP_ERRLEN], lbuf[ZP_ADDRSTRLEN];
+	struct event	*sigs[4] = { NULL, NULL, NULL, NULL };
+	char		 err[ZP_ERRLEN];
 	long		 nofile, maxpipe;
 	size_t		 cap, prepare;
-	int		 rc = 0, level;
+	int		 rc = 0, level, i;
 
 	memset(&ctx, 0, sizeof(ctx));
 	TAILQ_INIT(&ctx.pairs);
@@ -214,7 +305,19 @@ zp_run(struct zp_config *cfg)
 	else
 		level = cfg->verbose == 1 ? ZP_LOG_CONN : ZP_LOG_DEBUG;
 	zp_log_init(&ctx.log, stderr, level);
+	if (zp_log_open(&ctx.log, cfg->log_file, cfg->use_syslog,
+	    cfg->log_format == ZP_LOG_JSON, err, sizeof(err)) == -1) {
+		fprintf(stderr, "zproxy: %s\n", err);
+		return ZP_EX_CANTCREAT;
+	}
 	gettimeofday(&ctx.started, NULL);
+	if (zp_upstreams_init(&ctx.ups, cfg->upstreams, cfg->nupstreams,
+	    (enum zp_balance)cfg->balance, cfg->max_fails, cfg->fail_timeout,
+	    &ctx.log) == -1) {
+		zp_log(&ctx.log, ZP_LOG_ERROR, "out of memory");
+		zp_log_close(&ctx.log);
+		return ZP_EX_OSERR;
+	}
 
 	/* splice(2) cannot take MSG_NOSIGNAL: a closed peer must not kill us. */
 	signal(SIGPIPE, SIG_IGN);
@@ -260,22 +363,34 @@ zp_run(struct zp_config *cfg)
 	sigs[0] = evsignal_new(ctx.base, SIGTERM, signal_stop_cb, &ctx);
 	sigs[1] = evsignal_new(ctx.base, SIGINT, signal_stop_cb, &ctx);
 	sigs[2] = evsignal_new(ctx.base, SIGUSR1, signal_stats_cb, &ctx);
-	if (sigs[0] == NULL || sigs[1] == NULL || sigs[2] == NULL ||
-	    event_add(sigs[0], NULL) == -1 || event_add(sigs[1], NULL) == -1 ||
-	    event_add(sigs[2], NULL) == -1) {
-		zp_log(&ctx.log, ZP_LOG_ERROR, "cannot set up signals");
+	sigs[3] = evsignal_new(ctx.base, SIGHUP, signal_hup_cb, &ctx);
+	for (i = 0; i < 4; i++)
+		if (sigs[i] == NULL || event_add(sigs[i], NULL) == -1) {
+			zp_log(&ctx.log, ZP_LOG_ERROR, "cannot set up "
+			    "signals");
+			rc = ZP_EX_OSERR;
+			goto out;
+		}
+	if (cfg->have_stats && (ctx.stats_server = zp_stats_new(&ctx,
+	    &cfg->stats, err, sizeof(err))) == NULL) {
+		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
+		rc = ZP_EX_OSERR;
+		goto out;
+	}
+	if (cfg->check_interval > 0 &&
+	    (ctx.health = zp_health_new(&ctx)) == NULL) {
+		zp_log(&ctx.log, ZP_LOG_ERROR, "cannot start health checks");
+		rc = ZP_EX_OSERR;
+		goto out;
+	}
+	if (cfg->resolve_interval > 0 && (ctx.resolver =
+	    zp_resolver_new(&ctx, err, sizeof(err))) == NULL) {
+		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
 		rc = ZP_EX_OSERR;
 		goto out;
 	}
 
-	zp_log(&ctx.log, ZP_LOG_NOTICE, "listening on %s, upstream %s:%s "
-	    "(%zu address%s), mode %s, pipe-size %zu, buffer-size %zu, "
-	    "max-conns %ld, RLIMIT_NOFILE %ld",
-	    zp_addr_str(zp_listener_addr(ctx.listener), lbuf, sizeof(lbuf)),
-	    cfg->upstream.host, cfg->upstream.port, cfg->upstream.naddrs,
-	    cfg->upstream.naddrs == 1 ? "" : "es",
-	    cfg->mode == ZP_MODE_SPLICE ? "splice" : "copy", cfg->pipe_size,
-	    cfg->buffer_size, ctx.max_conns, nofile);
+	log_start(&ctx, nofile);
 
 	if (event_base_dispatch(ctx.base) == -1) {
 		zp_log(&ctx.log, ZP_LOG_ERROR, "event loop failed");
@@ -284,8 +399,11 @@ zp_run(struct zp_config *cfg)
 	ctx.stopping = 1;
 	zp_listener_free(ctx.listener);
 	ctx.listener = NULL;
+	while (!TAILQ_EMPTY(&ctx.pairs))
+		zp_pair_close(TAILQ_FIRST(&ctx.pairs), ZP_END_SHUTDOWN);
 	log_stats(&ctx, "stopping");
 out:
-	ctx_free(&ctx, sigs, 3);
+	ctx_free(&ctx, sigs, 4);
+	zp_log_close(&ctx.log);
 	return rc;
 }

@@ -1,0 +1,195 @@
+/*
+ * health.c - active checks: every --check-interval, a non-blocking TCP
+ * connect to each upstream (its addresses in order); connected means up.
+ */
+
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <event2/event.h>
+
+#include "ctx.h"
+#include "health.h"
+#include "upstream.h"
+
+struct zp_hcheck {
+	struct zp_health	*h;
+	size_t			 idx;		/* upstream */
+	size_t			 addr;		/* its address being tried */
+	int			 fd;
+	int			 err;
+	struct event		*ev;		/* one-shot write + timeout */
+};
+
+struct zp_health {
+	struct zp_ctx		*ctx;
+	struct event		*timer;		/* EV_PERSIST, the interval */
+	struct zp_hcheck	*checks;
+	size_t			 n;
+	struct timeval		 timeout;
+};
+
+static void	check_next(struct zp_hcheck *);
+
+/* Drop the check's socket and event; the check is idle again. */
+static void
+check_reset(struct zp_hcheck *c)
+{
+	if (c->ev != NULL)
+		event_free(c->ev);
+	c->ev = NULL;
+	if (c->fd != -1)
+		close(c->fd);
+	c->fd = -1;
+}
+
+/* Report the verdict and go idle. */
+static void
+check_done(struct zp_hcheck *c, int ok)
+{
+	struct timeval	now;
+
+	check_reset(c);
+	gettimeofday(&now, NULL);
+	zp_upstream_report(&c->h->ctx->ups, c->idx, ok, c->err, &now);
+}
+
+static void
+check_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_hcheck	*c = arg;
+	socklen_t		 len = sizeof(int);
+	int			 err = 0;
+
+	if (what & EV_TIMEOUT)
+		err = ETIMEDOUT;
+	else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
+		err = errno;
+	if (err == 0) {
+		check_done(c, 1);
+		return;
+	}
+	c->err = err;
+	check_reset(c);
+	c->addr++;
+	check_next(c);
+}
+
+/* Try the check's current address, skipping those that fail at once. */
+static void
+check_next(struct zp_hcheck *c)
+{
+	struct zp_upstream_spec	*us = c->h->ctx->ups.v[c->idx].spec;
+	const struct zp_addr	*a;
+
+	for (; c->addr < us->naddrs; c->addr++) {
+		a = &us->addrs[c->addr];
+		c->fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
+		    SOCK_CLOEXEC, IPPROTO_TCP);
+		if (c->fd == -1) {
+			c->err = errno;
+			continue;
+		}
+		if (connect(c->fd, (const struct sockaddr *)&a->ss,
+		    a->len) == 0) {
+			check_done(c, 1);
+			return;
+		}
+		if (errno != EINPROGRESS) {
+			c->err = errno;
+			check_reset(c);
+			continue;
+		}
+		c->ev = event_new(c->h->ctx->base, c->fd, EV_WRITE, check_cb, c);
+		if (c->ev == NULL || event_add(c->ev, &c->h->timeout) == -1) {
+			c->err = ENOMEM;
+			check_reset(c);
+			continue;
+		}
+		return;
+	}
+	check_done(c, 0);
+}
+
+/* The interval is up: start a check of every upstream not in one. */
+static void
+health_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_health	*h = arg;
+	size_t			 i;
+
+	for (i = 0; i < h->n; i++) {
+		if (h->checks[i].ev != NULL)
+			continue;	/* still waiting on the last one */
+		h->checks[i].addr = 0;
+		h->checks[i].err = 0;
+		check_next(&h->checks[i]);
+	}
+}
+
+/* Seconds as a timeval. */
+static struct timeval
+secs_tv(double t)
+{
+	struct timeval	tv;
+
+	tv.tv_sec = (time_t)t;
+	tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
+	return tv;
+}
+
+/* Start checking every upstream, the first time at once. */
+struct zp_health *
+zp_health_new(struct zp_ctx *ctx)
+{
+	struct zp_health	*h;
+	struct timeval		 iv;
+	double			 t;
+	size_t			 i;
+
+	if ((h = calloc(1, sizeof(*h))) == NULL)
+		return NULL;
+	h->ctx = ctx;
+	h->n = ctx->ups.n;
+	if ((h->checks = calloc(h->n, sizeof(*h->checks))) == NULL) {
+		free(h);
+		return NULL;
+	}
+	for (i = 0; i < h->n; i++) {
+		h->checks[i].h = h;
+		h->checks[i].idx = i;
+		h->checks[i].fd = -1;
+	}
+	/* A check never outlives its interval, nor the connect timeout. */
+	t = ctx->cfg->connect_timeout;
+	if (ctx->cfg->check_interval < t)
+		t = ctx->cfg->check_interval;
+	h->timeout = secs_tv(t);
+	iv = secs_tv(ctx->cfg->check_interval);
+	h->timer = event_new(ctx->base, -1, EV_PERSIST, health_timer_cb, h);
+	if (h->timer == NULL || event_add(h->timer, &iv) == -1) {
+		zp_health_free(h);
+		return NULL;
+	}
+	health_timer_cb(-1, 0, h);
+	return h;
+}
+
+/* Stop checking and free. */
+void
+zp_health_free(struct zp_health *h)
+{
+	size_t	i;
+
+	if (h == NULL)
+		return;
+	for (i = 0; i < h->n; i++)
+		check_reset(&h->checks[i]);
+	if (h->timer != NULL)
+		event_free(h->timer);
+	free(h->checks);
+	free(h);
+}

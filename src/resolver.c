@@ -1,0 +1,218 @@
+/*
+ * resolver.c - re-resolve upstream names with evdns on a timer. A lookup
+ * that fails keeps the addresses the upstream had: a DNS outage must not
+ * take the collectors away.
+ */
+
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/util.h>
+
+#include "ctx.h"
+#include "log.h"
+#include "resolver.h"
+#include "upstream.h"
+
+/*
+ * One lookup in flight. It belongs to evdns until its callback runs:
+ * evdns may run a cancelled lookup's callback later, from the loop, so
+ * the resolver only forgets it (r = NULL) and the callback frees it.
+ */
+struct zp_lookup {
+	struct zp_resolver			*r;
+	size_t					 idx;
+	struct evdns_getaddrinfo_request	*req;
+};
+
+struct zp_resolver {
+	struct zp_ctx		*ctx;
+	struct evdns_base	*dns;
+	struct event		*timer;
+	struct zp_lookup	**inflight;	/* one slot per upstream */
+	int			*failing;	/* last lookup failed: said so */
+};
+
+/* A literal address needs no lookup. */
+static int
+is_literal(const char *host)
+{
+	struct in6_addr	a6;
+	struct in_addr	a4;
+
+	return inet_pton(AF_INET, host, &a4) == 1 ||
+	    inet_pton(AF_INET6, host, &a6) == 1;
+}
+
+/* Same addresses, same order? */
+static int
+same_addrs(const struct zp_upstream_spec *us, const struct evutil_addrinfo *ai)
+{
+	size_t	i = 0;
+
+	for (; ai != NULL; ai = ai->ai_next, i++) {
+		if (i >= us->naddrs || ai->ai_addrlen != us->addrs[i].len ||
+		    memcmp(ai->ai_addr, &us->addrs[i].ss, ai->ai_addrlen) != 0)
+			return 0;
+	}
+	return i == us->naddrs;
+}
+
+static void
+lookup_cb(int result, struct evutil_addrinfo *res, void *arg)
+{
+	struct zp_lookup	*lk = arg;
+	struct zp_resolver	*r = lk->r;
+	struct zp_upstream_spec	*us;
+	char			 name[300], abuf[ZP_ADDRSTRLEN];
+
+	if (r == NULL)
+		goto out;	/* the resolver is gone */
+	r->inflight[lk->idx] = NULL;
+	us = r->ctx->ups.v[lk->idx].spec;
+	zp_upstream_name(&r->ctx->ups.v[lk->idx], name, sizeof(name));
+	if (result != 0 || res == NULL) {
+		if (!r->failing[lk->idx])
+			zp_log(&r->ctx->log, ZP_LOG_WARN, "upstream %s: lookup "
+			    "failed (%s); keeping %zu address%s", name,
+			    evutil_gai_strerror(result), us->naddrs,
+			    us->naddrs == 1 ? "" : "es");
+		r->failing[lk->idx] = 1;
+		goto out;
+	}
+	r->failing[lk->idx] = 0;
+	if (same_addrs(us, res))
+		goto out;
+	if (zp_upstream_set_addrs(us, res) == 0)
+		zp_log(&r->ctx->log, ZP_LOG_NOTICE, "upstream %s now resolves "
+		    "to %zu address%s, first %s", name, us->naddrs,
+		    us->naddrs == 1 ? "" : "es",
+		    zp_addr_str(&us->addrs[0], abuf, sizeof(abuf)));
+out:
+	if (res != NULL)
+		evutil_freeaddrinfo(res);
+	free(lk);
+}
+
+/* The interval is up: look every name up again. */
+static void
+resolver_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_resolver		*r = arg;
+	struct evutil_addrinfo		 hints;
+	struct zp_lookup		*lk;
+	struct evdns_getaddrinfo_request *req;
+	size_t				 i;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_protocol = IPPROTO_TCP;
+	hints.ai_flags = EVUTIL_AI_NUMERICSERV;
+	for (i = 0; i < r->ctx->ups.n; i++) {
+		struct zp_upstream_spec *us = r->ctx->ups.v[i].spec;
+
+		if (r->inflight[i] != NULL || is_literal(us->host))
+			continue;
+		if ((lk = calloc(1, sizeof(*lk))) == NULL)
+			continue;
+		lk->r = r;
+		lk->idx = i;
+		r->inflight[i] = lk;
+		/* The callback may run before this returns (cache, hosts). */
+		req = evdns_getaddrinfo(r->dns, us->host, us->port, &hints,
+		    lookup_cb, lk);
+		if (req != NULL && r->inflight[i] == lk)
+			lk->req = req;
+	}
+}
+
+/* Seconds as a timeval. */
+static struct timeval
+secs_tv(double t)
+{
+	struct timeval	tv;
+
+	tv.tv_sec = (time_t)t;
+	tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
+	return tv;
+}
+
+/* Start re-resolving. */
+struct zp_resolver *
+zp_resolver_new(struct zp_ctx *ctx, char *err, size_t errlen)
+{
+	struct zp_config	*cfg = ctx->cfg;
+	struct zp_resolver	*r;
+	struct timeval		 iv;
+	char			 abuf[ZP_ADDRSTRLEN];
+
+	if ((r = calloc(1, sizeof(*r))) == NULL ||
+	    (r->inflight = calloc(ctx->ups.n, sizeof(*r->inflight))) == NULL ||
+	    (r->failing = calloc(ctx->ups.n, sizeof(*r->failing))) == NULL) {
+		snprintf(err, errlen, "resolver: out of memory");
+		goto fail;
+	}
+	r->ctx = ctx;
+	if (cfg->have_dns_server) {
+		/* Only that server: no resolv.conf, no hosts file. */
+		r->dns = evdns_base_new(ctx->base, 0);
+		zp_addr_str(&cfg->dns_server.addr, abuf, sizeof(abuf));
+		if (r->dns == NULL || evdns_base_nameserver_sockaddr_add(r->dns,
+		    (struct sockaddr *)&cfg->dns_server.addr.ss,
+		    cfg->dns_server.addr.len, 0) != 0) {
+			snprintf(err, errlen, "cannot use DNS server %s", abuf);
+			goto fail;
+		}
+	} else {
+		r->dns = evdns_base_new(ctx->base,
+		    EVDNS_BASE_INITIALIZE_NAMESERVERS |
+		    EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+		if (r->dns == NULL) {
+			snprintf(err, errlen, "cannot read /etc/resolv.conf "
+			    "for --resolve-interval");
+			goto fail;
+		}
+	}
+	iv = secs_tv(cfg->resolve_interval);
+	r->timer = event_new(ctx->base, -1, EV_PERSIST, resolver_timer_cb, r);
+	if (r->timer == NULL || event_add(r->timer, &iv) == -1) {
+		snprintf(err, errlen, "resolver: cannot create its timer");
+		goto fail;
+	}
+	return r;
+fail:
+	zp_resolver_free(r);
+	return NULL;
+}
+
+/* Cancel pending lookups and free. */
+void
+zp_resolver_free(struct zp_resolver *r)
+{
+	size_t	i;
+
+	if (r == NULL)
+		return;
+	if (r->timer != NULL)
+		event_free(r->timer);
+	for (i = 0; r->inflight != NULL && i < r->ctx->ups.n; i++) {
+		struct zp_lookup *lk = r->inflight[i];
+
+		if (lk == NULL)
+			continue;
+		lk->r = NULL;
+		if (lk->req != NULL)
+			evdns_getaddrinfo_cancel(lk->req);
+	}
+	/* Fail what is left so that every callback runs and frees its lookup. */
+	if (r->dns != NULL)
+		evdns_base_free(r->dns, 1);
+	free(r->inflight);
+	free(r->failing);
+	free(r);
+}

@@ -1,0 +1,32 @@
+/*
+ * stats.h - the --stats endpoint: Prometheus text format on /metrics,
+ * served by evhttp inside zproxy's own event loop.
+ */
+#ifndef ZP_STATS_H
+#define ZP_STATS_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+struct zp_ctx;
+struct evbuffer;
+struct zp_stats_server;
+
+/*
+ * Listen on spec and serve GET /metrics from ctx's counters. Returns the
+ * server, or NULL with err filled (address in use...).
+ */
+struct zp_stats_server *zp_stats_new(struct zp_ctx *,
+	    const struct zp_listen_spec *, char *, size_t);
+
+/* Stop serving and free. Safe on NULL. */
+void	zp_stats_free(struct zp_stats_server *);
+
+/*
+ * Append the metrics, Prometheus text exposition format 0.0.4, to buf.
+ * Returns 0, or -1 when out of memory.
+ */
+int	zp_stats_render(struct zp_ctx *, struct evbuffer *);
+
+#endif

@@ -1,0 +1,233 @@
+/*
+ * upstream.c - balancers and health for the upstream list.
+ */
+
+#include <sys/time.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "upstream.h"
+
+/* Set up one zp_upstream per spec, all up. */
+int
+zp_upstreams_init(struct zp_upstreams *us, struct zp_upstream_spec *specs,
+    size_t n, enum zp_balance balance, int max_fails, double fail_timeout,
+    struct zp_log *lg)
+{
+	size_t	i;
+
+	memset(us, 0, sizeof(*us));
+	if ((us->v = calloc(n, sizeof(*us->v))) == NULL)
+		return -1;
+	us->n = n;
+	us->balance = balance;
+	us->max_fails = max_fails;
+	us->fail_timeout.tv_sec = (time_t)fail_timeout;
+	us->fail_timeout.tv_usec = (suseconds_t)((fail_timeout -
+	    (double)us->fail_timeout.tv_sec) * 1e6);
+	us->log = lg;
+	for (i = 0; i < n; i++) {
+		us->v[i].spec = &specs[i];
+		us->v[i].up = 1;
+	}
+	return 0;
+}
+
+void
+zp_upstreams_free(struct zp_upstreams *us)
+{
+	free(us->v);
+	us->v = NULL;
+	us->n = 0;
+}
+
+/* "name:port", with brackets for a literal IPv6 address. */
+const char *
+zp_upstream_name(const struct zp_upstream *u, char *buf, size_t len)
+{
+	if (strchr(u->spec->host, ':') != NULL)
+		snprintf(buf, len, "[%s]:%s", u->spec->host, u->spec->port);
+	else
+		snprintf(buf, len, "%s:%s", u->spec->host, u->spec->port);
+	return buf;
+}
+
+/* FNV-1a over the client's address (not its port: that changes). */
+static uint32_t
+client_hash(const struct zp_addr *a)
+{
+	const unsigned char	*p = NULL;
+	size_t			 len = 0, i;
+	uint32_t		 h = 2166136261u;
+
+	if (a == NULL)
+		return 0;
+	if (a->ss.ss_family == AF_INET) {
+		const struct sockaddr_in *sin = (const void *)&a->ss;
+
+		p = (const unsigned char *)&sin->sin_addr;
+		len = 4;
+	} else if (a->ss.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const void *)&a->ss;
+
+		p = sin6->sin6_addr.s6_addr;
+		len = 16;
+		if (IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr)) {
+			p += 12;	/* same hash as the plain IPv4 client */
+			len = 4;
+		}
+	}
+	for (i = 0; i < len; i++) {
+		h ^= p[i];
+		h *= 16777619u;
+	}
+	return h;
+}
+
+/* May upstream i be tried now, in this round (live, or back-off over)? */
+static int
+usable(const struct zp_upstream *u, const struct timeval *now)
+{
+	return u->up || !timercmp(now, &u->retry_at, <);
+}
+
+/* Choose among the candidates flagged in cand[] by the balancer. */
+static int
+pick_among(struct zp_upstreams *us, const unsigned char *cand, size_t ncand,
+    const struct zp_addr *client)
+{
+	size_t	i, k, best = 0;
+	int	found = 0;
+
+	if (ncand == 0)
+		return -1;
+	switch (us->balance) {
+	case ZP_BALANCE_FIRST:
+		for (i = 0; i < us->n; i++)
+			if (cand[i])
+				return (int)i;
+		break;
+	case ZP_BALANCE_SOURCE:
+		/*
+		 * The k-th candidate by hash: the same client lands on the
+		 * same upstream while the set of candidates stays the same.
+		 */
+		k = client_hash(client) % ncand;
+		for (i = 0; i < us->n; i++)
+			if (cand[i] && k-- == 0)
+				return (int)i;
+		break;
+	case ZP_BALANCE_LEASTCONN:
+		/* Fewest open pairs; ties go round, starting at rr_next. */
+		for (k = 0; k < us->n; k++) {
+			i = (us->rr_next + k) % us->n;
+			if (!cand[i])
+				continue;
+			if (!found || us->v[i].active < us->v[best].active) {
+				best = i;
+				found = 1;
+			}
+		}
+		us->rr_next = (best + 1) % us->n;
+		return (int)best;
+	case ZP_BALANCE_ROUNDROBIN:
+		for (k = 0; k < us->n; k++) {
+			i = (us->rr_next + k) % us->n;
+			if (cand[i]) {
+				us->rr_next = (i + 1) % us->n;
+				return (int)i;
+			}
+		}
+		break;
+	}
+	return -1;
+}
+
+/* Choose the next upstream for a client. */
+int
+zp_upstream_pick(struct zp_upstreams *us, const struct zp_addr *client,
+    const unsigned char *tried, const struct timeval *now)
+{
+	unsigned char	*cand;
+	size_t		 i, n = 0;
+	int		 rc, pass;
+
+	if ((cand = calloc(us->n, 1)) == NULL)
+		return -1;
+	/* Pass 0: up, or down with its back-off over. Pass 1: any left. */
+	for (pass = 0, rc = -1; pass < 2 && rc == -1; pass++) {
+		for (i = 0, n = 0; i < us->n; i++) {
+			cand[i] = !tried[i] && (pass == 1 ||
+			    usable(&us->v[i], now));
+			n += cand[i];
+		}
+		rc = pick_among(us, cand, n, client);
+	}
+	free(cand);
+	return rc;
+}
+
+/* Report a connect or check result for upstream i. */
+void
+zp_upstream_report(struct zp_upstreams *us, size_t i, int ok, int err,
+    const struct timeval *now)
+{
+	struct zp_upstream	*u = &us->v[i];
+	char			 name[300];
+
+	if (ok) {
+		u->fails = 0;
+		u->last_err = 0;
+		if (!u->up) {
+			u->up = 1;
+			zp_log(us->log, ZP_LOG_NOTICE, "upstream %s is up",
+			    zp_upstream_name(u, name, sizeof(name)));
+		}
+		return;
+	}
+	u->last_err = err;
+	if (u->fails < 1000000)
+		u->fails++;
+	if (u->fails >= us->max_fails) {
+		/* Down, or still down: the back-off starts over. */
+		timeradd(now, &us->fail_timeout, &u->retry_at);
+		if (u->up) {
+			u->up = 0;
+			zp_log(us->log, ZP_LOG_WARN, "upstream %s is down: %d "
+			    "connects failed in a row (%s); next try in "
+			    "%ld.%03lds", zp_upstream_name(u, name,
+			    sizeof(name)), u->fails, strerror(err),
+			    (long)us->fail_timeout.tv_sec,
+			    (long)(us->fail_timeout.tv_usec / 1000));
+		}
+	}
+}
+
+const char *
+zp_balance_str(enum zp_balance b)
+{
+	switch (b) {
+	case ZP_BALANCE_FIRST:		return "first";
+	case ZP_BALANCE_LEASTCONN:	return "leastconn";
+	case ZP_BALANCE_SOURCE:		return "source";
+	case ZP_BALANCE_ROUNDROBIN:	return "roundrobin";
+	}
+	return "?";
+}
+
+int
+zp_balance_parse(const char *s)
+{
+	if (strcmp(s, "roundrobin") == 0)
+		return ZP_BALANCE_ROUNDROBIN;
+	if (strcmp(s, "first") == 0)
+		return ZP_BALANCE_FIRST;
+	if (strcmp(s, "leastconn") == 0)
+		return ZP_BALANCE_LEASTCONN;
+	if (strcmp(s, "source") == 0)
+		return ZP_BALANCE_SOURCE;
+	return -1;
+}

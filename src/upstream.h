@@ -1,0 +1,78 @@
+/*
+ * upstream.h - the upstreams a pair may connect to: which one to try next
+ * (the balancer), and whether each is up (passive and active health).
+ */
+#ifndef ZP_UPSTREAM_H
+#define ZP_UPSTREAM_H
+
+#include <sys/time.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+
+struct zp_log;
+
+enum zp_balance {
+	ZP_BALANCE_ROUNDROBIN = 0,
+	ZP_BALANCE_FIRST,	/* failover in the order given */
+	ZP_BALANCE_LEASTCONN,
+	ZP_BALANCE_SOURCE,	/* hash of the client address */
+};
+
+struct zp_upstream {
+	struct zp_upstream_spec	*spec;		/* name, port, addresses */
+	int			 up;
+	int			 fails;		/* connects failed in a row */
+	int			 last_err;
+	struct timeval		 retry_at;	/* a down upstream's next try */
+	uint64_t		 active;	/* open pairs */
+	uint64_t		 conns_total;
+	uint64_t		 conns_failed;
+	uint64_t		 bytes_up;
+	uint64_t		 bytes_down;
+};
+
+struct zp_upstreams {
+	struct zp_upstream	*v;
+	size_t			 n;
+	enum zp_balance		 balance;
+	size_t			 rr_next;
+	int			 max_fails;
+	struct timeval		 fail_timeout;
+	struct zp_log		*log;
+};
+
+/* Set up one zp_upstream per spec, all up. Returns 0 or -1 (memory). */
+int	zp_upstreams_init(struct zp_upstreams *, struct zp_upstream_spec *,
+	    size_t, enum zp_balance, int max_fails, double fail_timeout,
+	    struct zp_log *);
+
+void	zp_upstreams_free(struct zp_upstreams *);
+
+/*
+ * Choose the next upstream for a client, among those not yet tried
+ * (tried[i] != 0). Upstreams that are up come first, by the balancer;
+ * a down one whose back-off is over is tried again; when nothing else is
+ * left, down ones are tried too rather than turning the client away.
+ * Returns the index, or -1 when every upstream was tried.
+ */
+int	zp_upstream_pick(struct zp_upstreams *, const struct zp_addr *client,
+	    const unsigned char *tried, const struct timeval *now);
+
+/*
+ * Report a connect (or health check) result for upstream i: success
+ * marks it up, max_fails failures in a row mark it down for
+ * fail_timeout. State changes are logged once.
+ */
+void	zp_upstream_report(struct zp_upstreams *, size_t, int ok, int err,
+	    const struct timeval *now);
+
+/* "first", "roundrobin", ...; and the reverse, -1 if unknown. */
+const char *zp_balance_str(enum zp_balance);
+int	zp_balance_parse(const char *);
+
+/* "name:port" of upstream i, for logs. */
+const char *zp_upstream_name(const struct zp_upstream *, char *, size_t);
+
+#endif
