@@ -383,6 +383,19 @@ zp_parse_hostport(const char *s, char **hostp, char *port, size_t portlen,
 	return 0;
 }
 
+/* A size option: the message names the option as well as the value. */
+static int
+parse_size_opt(const char *name, const char *s, size_t *out, char *err,
+    size_t errlen)
+{
+	char	why[ZP_ERRLEN];
+
+	if (zp_parse_size(s, out, why, sizeof(why)) == 0)
+		return 0;
+	seterr(err, errlen, "--%s: %s", name, why);
+	return -1;
+}
+
 /* Parse a positive integer option value. */
 static int
 parse_count(const char *name, const char *s, long max, long *out, char *err,
@@ -617,13 +630,13 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			}
 			break;
 		case OPT_PIPE_SIZE:
-			if (zp_parse_size(optarg, &cfg->pipe_size, err,
-			    errlen) == -1)
+			if (parse_size_opt("pipe-size", optarg, &cfg->pipe_size,
+			    err, errlen) == -1)
 				return ZP_PARSE_ERROR;
 			break;
 		case OPT_BUFFER_SIZE:
-			if (zp_parse_size(optarg, &cfg->buffer_size, err,
-			    errlen) == -1)
+			if (parse_size_opt("buffer-size", optarg, &cfg->buffer_size,
+			    err, errlen) == -1)
 				return ZP_PARSE_ERROR;
 			break;
 		case OPT_MAX_CONNS:

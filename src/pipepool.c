@@ -79,19 +79,21 @@ zp_pipepool_init(struct zp_pipepool *pool, size_t size, size_t cap,
 	}
 	if (prepare > cap)
 		prepare = cap;
-	if (prepare == 0)
-		prepare = 1;	/* prove that resizing works before serving */
+	pool->keep = prepare > 0 ? prepare : 1;
 	while (pool->nfree < prepare) {
 		if (pipe_make(pool, &p) == -1)
 			break;
 		pool->free[pool->nfree++] = p;
 		pool->nalive++;
 	}
-	if (pool->nfree == 0) {
+	if (prepare > 0 && pool->nfree == 0) {
+			int shortage = pool->shortage, last = pool->last_errno;
+
 		snprintf(err, errlen, "cannot make a pipe of %zu bytes (%s): %s",
-		    size, zp_pipe_shortage_str(pool->shortage),
-		    strerror(pool->last_errno));
+		    size, zp_pipe_shortage_str(shortage), strerror(last));
 		zp_pipepool_free(pool);
+		pool->shortage = shortage;
+		pool->last_errno = last;
 		return -1;
 	}
 	return 0;
@@ -121,7 +123,7 @@ zp_pipepool_put(struct zp_pipepool *pool, struct zp_pipe *p, size_t inpipe)
 {
 	if (p->rfd == -1)
 		return;
-	if (inpipe == 0 && pool->nfree < pool->cap) {
+	if (inpipe == 0 && pool->nfree < pool->keep) {
 		pool->free[pool->nfree++] = *p;
 		p->rfd = p->wfd = -1;
 		return;

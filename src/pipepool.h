@@ -28,6 +28,7 @@ enum zp_pipe_shortage {
 struct zp_pipepool {
 	size_t		 size;		/* bytes per pipe, as asked */
 	size_t		 cap;		/* most pipes alive at once */
+	size_t		 keep;		/* most empty pipes kept for reuse */
 	struct zp_pipe	*free;		/* stack of empty pipes */
 	size_t		 nfree;
 	size_t		 nalive;	/* in the stack and handed out */
@@ -39,8 +40,11 @@ struct zp_pipepool {
 
 /*
  * Set up a pool of pipes of `size` bytes, at most `cap` alive, and prepare
- * `prepare` of them now. Returns 0 when at least one pipe could be made at
- * the right size; -1 with err filled when not even one could (size above
+ * `prepare` of them now; at most max(prepare, 1) empty pipes are kept for
+ * reuse after a burst (an idle pipe holds descriptors and, for a user
+ * without CAP_SYS_RESOURCE, pipe budget). Returns 0 when prepare is 0 or
+ * at least one pipe could be made at the right size; -1 with err and
+ * pool->shortage filled when not even one could (size above
  * fs.pipe-max-size, say). A pool that prepared fewer than asked is fine.
  */
 int	zp_pipepool_init(struct zp_pipepool *, size_t size, size_t cap,

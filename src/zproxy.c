@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <event2/event.h>
 
 #include "ctx.h"
@@ -252,6 +253,65 @@ log_start(struct zp_ctx *ctx, long nofile)
 	    cfg->buffer_size, ctx->max_conns, nofile);
 }
 
+/*
+ * Prepare the pipe pool within the descriptor budget and, for a user
+ * without CAP_SYS_RESOURCE, within a quarter of the per-user pipe budget
+ * (fs.pipe-user-pages-soft, shared by all of that user's processes).
+ * A pipe size the kernel never grants is a start-up error; a budget that
+ * others hold now only means copy mode until pipes can be had. Returns 0
+ * or an exit status.
+ */
+static int
+pool_setup(struct zp_ctx *ctx)
+{
+	struct zp_config	*cfg = ctx->cfg;
+	char			 err[ZP_ERRLEN];
+	size_t			 cap, prepare;
+	long			 maxpipe, pages;
+
+	cap = (size_t)ctx->max_conns * 2;
+	if (cap > ctx->pipe_cap)
+		cap = ctx->pipe_cap;
+	if (cap < 2)
+		cap = 2;
+	prepare = cap < ZP_POOL_PREPARE ? cap : ZP_POOL_PREPARE;
+	pages = read_sysctl("/proc/sys/fs/pipe-user-pages-soft");
+	if (geteuid() != 0 && pages > 0 &&
+	    prepare > (size_t)pages * 4096 / 4 / cfg->pipe_size)
+		prepare = (size_t)pages * 4096 / 4 / cfg->pipe_size;
+	if (prepare < 2)
+		prepare = 2;
+	if (zp_pipepool_init(&ctx->pool, cfg->pipe_size, cap, prepare, err,
+	    sizeof(err)) == -1) {
+		maxpipe = read_sysctl("/proc/sys/fs/pipe-max-size");
+		if (ctx->pool.shortage == ZP_PIPE_BUDGET && maxpipe > 0 &&
+		    cfg->pipe_size > (size_t)maxpipe) {
+			zp_log(&ctx->log, ZP_LOG_ERROR, "--pipe-size %zu is "
+			    "above fs.pipe-max-size (%ld) and the kernel "
+			    "refuses it", cfg->pipe_size, maxpipe);
+			return ZP_EX_OSERR;
+		}
+		if (ctx->pool.shortage != ZP_PIPE_BUDGET &&
+		    ctx->pool.shortage != ZP_PIPE_NOFD) {
+			zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
+			return ZP_EX_OSERR;
+		}
+		zp_log(&ctx->log, ZP_LOG_WARN, "%s; relaying in copy mode "
+		    "until pipes can be had", err);
+		if (zp_pipepool_init(&ctx->pool, cfg->pipe_size, cap, 0, err,
+		    sizeof(err)) == -1) {
+			zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
+			return ZP_EX_OSERR;
+		}
+	} else if (ctx->pool.nfree < prepare)
+		zp_log(&ctx->log, ZP_LOG_WARN, "only %zu of %zu pipes of %zu "
+		    "bytes could be made (%s); pairs beyond them relay in "
+		    "copy mode", ctx->pool.nfree, prepare, cfg->pipe_size,
+		    zp_pipe_shortage_str(ctx->pool.shortage));
+	ctx->have_pool = 1;
+	return 0;
+}
+
 /* Close every pair and free the context's resources. */
 static void
 ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
@@ -291,8 +351,7 @@ zp_run(struct zp_config *cfg)
 	struct zp_ctx	 ctx;
 	struct event	*sigs[4] = { NULL, NULL, NULL, NULL };
 	char		 err[ZP_ERRLEN];
-	long		 nofile, maxpipe;
-	size_t		 cap, prepare;
+	long		 nofile;
 	int		 rc = 0, level, i;
 
 	memset(&ctx, 0, sizeof(ctx));
@@ -328,38 +387,14 @@ zp_run(struct zp_config *cfg)
 		zp_log(&ctx.log, ZP_LOG_ERROR, "cannot create the event loop");
 		return ZP_EX_OSERR;
 	}
-	if (cfg->mode == ZP_MODE_SPLICE) {
-		cap = (size_t)ctx.max_conns * 2;
-		if (cap > ctx.pipe_cap)
-			cap = ctx.pipe_cap;
-		if (cap < 2)
-			cap = 2;
-		prepare = cap < ZP_POOL_PREPARE ? cap : ZP_POOL_PREPARE;
-		if (zp_pipepool_init(&ctx.pool, cfg->pipe_size, cap, prepare,
-		    err, sizeof(err)) == -1) {
-			maxpipe = read_sysctl("/proc/sys/fs/pipe-max-size");
-			if (maxpipe > 0 && cfg->pipe_size > (size_t)maxpipe)
-				zp_log(&ctx.log, ZP_LOG_ERROR, "--pipe-size %zu "
-				    "is above fs.pipe-max-size (%ld): %s",
-				    cfg->pipe_size, maxpipe, err);
-			else
-				zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
-			rc = ZP_EX_OSERR;
-			goto out;
-		}
-		ctx.have_pool = 1;
-		if (ctx.pool.nfree < prepare)
-			zp_log(&ctx.log, ZP_LOG_WARN, "only %zu pipes of %zu "
-			    "bytes could be made (%s); later pairs relay in "
-			    "copy mode", ctx.pool.nfree, cfg->pipe_size,
-			    zp_pipe_shortage_str(ctx.pool.shortage));
-	}
 	if ((ctx.listener = zp_listener_new(&ctx, &cfg->listen, err,
 	    sizeof(err))) == NULL) {
 		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
 		rc = ZP_EX_OSERR;
 		goto out;
 	}
+	if (cfg->mode == ZP_MODE_SPLICE && (rc = pool_setup(&ctx)) != 0)
+		goto out;
 	sigs[0] = evsignal_new(ctx.base, SIGTERM, signal_stop_cb, &ctx);
 	sigs[1] = evsignal_new(ctx.base, SIGINT, signal_stop_cb, &ctx);
 	sigs[2] = evsignal_new(ctx.base, SIGUSR1, signal_stats_cb, &ctx);

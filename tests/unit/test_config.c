@@ -1060,20 +1060,6 @@ test_resolve_localhost(void **state)
 	}
 }
 
-/* A name that cannot resolve fails with a one-line message naming it. */
-static void
-test_resolve_nonexistent(void **state)
-{
-	struct cfg_state	*s = *state;
-
-	assert_int_equal(parse(s, "-l", ":1", "-u", "nonexistent.invalid:80",
-	    NULL), ZP_PARSE_OK);
-	memset(s->err, 0, sizeof(s->err));
-	assert_int_equal(zp_config_resolve(&s->cfg, s->err, sizeof(s->err)),
-	    -1);
-	assert_errmsg(s->err, "nonexistent.invalid");
-	assert_int_equal(s->cfg.upstream.naddrs, 0);
-}
 
 /* ---- zp_addr_str -------------------------------------------------- */
 
@@ -1190,8 +1176,6 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_resolve_v6,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_resolve_localhost,
-		    cfg_setup, cfg_teardown),
-		cmocka_unit_test_setup_teardown(test_resolve_nonexistent,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test(test_addr_str),
 	};

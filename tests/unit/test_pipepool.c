@@ -319,7 +319,7 @@ test_init_odd_size(void **state)
 	    8192);
 }
 
-/* prepare is clamped to cap, and 0 still makes one pipe (proof it works). */
+/* prepare is clamped to cap, and 0 makes none (the pool fills on demand). */
 static void
 test_init_prepare_bounds(void **state)
 {
@@ -333,8 +333,34 @@ test_init_prepare_bounds(void **state)
 	assert_int_equal(count_fds(), s->fds_before);
 
 	pool_init(s, 64 * KIB, 3, 0);
-	assert_int_equal(s->pool.nfree, 1);
-	assert_int_equal(s->pool.nalive, 1);
+	assert_int_equal(s->pool.nfree, 0);
+	assert_int_equal(s->pool.nalive, 0);
+	assert_int_equal(count_fds(), s->fds_before);
+}
+
+/*
+ * After a burst, only `prepare` empty pipes stay pooled: the rest are
+ * closed on put, giving their descriptors (and pipe budget) back.
+ */
+static void
+test_keep_after_burst(void **state)
+{
+	struct pool_state	*s = *state;
+	struct zp_pipe		 p[4];
+	int			 i;
+
+	pool_init(s, 64 * KIB, 4, 2);
+	for (i = 0; i < 4; i++)
+		assert_int_equal(zp_pipepool_get(&s->pool, &p[i]), 0);
+	assert_int_equal(s->pool.nalive, 4);
+	for (i = 0; i < 4; i++)
+		zp_pipepool_put(&s->pool, &p[i], 0);
+	assert_int_equal(s->pool.nfree, 2);
+	assert_int_equal(s->pool.nalive, 2);
+	assert_int_equal(s->pool.killed, 0);
+	zp_pipepool_free(&s->pool);
+	s->inited = 0;
+	assert_int_equal(count_fds(), s->fds_before);
 }
 
 /* A cap of 0 or a size beyond what fcntl takes is refused with a message. */
@@ -758,6 +784,7 @@ main(void)
 		T(test_init_odd_size),
 		T(test_init_prepare_bounds),
 		T(test_init_bad_args),
+		T(test_keep_after_burst),
 		T(test_get_put_lifo),
 		T(test_put_with_bytes_kills),
 		T(test_put_empty_pipe_noop),

@@ -1,0 +1,1322 @@
+/*
+ * zp-peer.c - a scriptable TCP peer for zproxy's integration tests.
+ *
+ * One program plays every role a test needs on either side of the proxy:
+ * an upstream server (listen), a client (connect), an echo server, many
+ * concurrent clients, a port nobody answers on (blackhole) and a free-port
+ * finder (port). It is libc only and runs every connection from one poll(2)
+ * loop, so that hundreds of connections need no threads.
+ *
+ *   zp-peer listen  [options]            bind (127.0.0.1:0 by default), print
+ *                                        the port on stdout as the first line,
+ *                                        serve --conns connections
+ *   zp-peer connect HOST PORT [options]  run --conns connections at once
+ *   zp-peer blackhole [-b ADDR]          a listener whose accept queue is full:
+ *                                        new SYNs are dropped, connects hang
+ *   zp-peer port [-b ADDR]               print a port free right now, exit
+ *
+ * Every connection ("session") does the same thing, chosen by options:
+ * send a file or a deterministic pseudo-random stream (--send-gen, seeded by
+ * the connection's index, so that the other side can --expect-gen the very
+ * same bytes), receive into a file, discard, verify or echo, in any order
+ * (at once, --after-eof, --no-read), slowly (--read-delay, --read-rate),
+ * and end with a FIN (default), no FIN (--no-shut) or a reset
+ * (--reset-after-recv/--reset-after-send: SO_LINGER {1,0} then close).
+ *
+ * Output: listen and blackhole print the port as their first stdout line
+ * and flush; connect --hold prints "connected N" once every connection is
+ * up; connect --expect-close prints "closed after S.SSSs (eof|reset|refused)".
+ * A summary goes to stderr (unless -q). Exit status: 0 when every session
+ * ended as asked, 1 with one line on stderr on the first unexpected event
+ * (error, short or wrong data, timeout), 2 for a bad command line.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE	/* accept4, SOCK_NONBLOCK */
+#endif
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define OBUF_SIZE	(256 * 1024)
+#define RBUF_SIZE	(256 * 1024)
+#define PER_WAKEUP	(1024 * 1024)	/* bytes per session per poll round */
+
+enum mode {
+	MODE_LISTEN,
+	MODE_CONNECT,
+	MODE_BLACKHOLE,
+	MODE_PORT,
+};
+
+struct opts {
+	enum mode	 mode;
+	const char	*host;
+	const char	*port;		/* connect: the peer's port */
+	const char	*bind_addr;
+	int		 bind_port;
+	long		 conns;		/* listen: 0 = forever */
+	int		 conns_set;
+	const char	*send_file;
+	uint64_t	 send_gen;
+	int		 have_send_gen;
+	const char	*recv_file;
+	uint64_t	 expect_gen;
+	int		 have_expect_gen;
+	uint64_t	 seed;
+	int		 echo;
+	int		 after_eof;
+	int		 no_read;
+	int		 no_shut;
+	int		 nodelay;
+	int		 hold;
+	int		 allow_reset;
+	size_t		 chunk;
+	double		 read_delay;
+	double		 read_rate;	/* bytes per second, 0 = unlimited */
+	double		 accept_delay;
+	double		 expect_close;	/* seconds, 0 = not expected */
+	double		 timeout;	/* seconds, 0 = none */
+	uint64_t	 reset_after_recv;
+	int		 have_rar;
+	uint64_t	 reset_after_send;
+	int		 have_ras;
+	long		 pingpong;	/* messages, 0 = off */
+	size_t		 msg_size;
+	int		 verbose;
+	int		 quiet;
+};
+
+/* A splitmix64 byte stream: the same (seed, index) gives the same bytes. */
+struct rng {
+	uint64_t	state;
+	uint8_t		cache[8];
+	unsigned	avail;
+};
+
+struct sess {
+	int		 fd;
+	long		 idx;
+	int		 connecting;
+	int		 done;
+	double		 t0;
+	const char	*end;		/* how it ended */
+
+	/* outgoing */
+	int		 src_fd;	/* --send file, -1 when none */
+	uint64_t	 gen_left;	/* --send-gen bytes still to make */
+	struct rng	 txr;
+	char		*obuf;
+	size_t		 ooff, olen;
+	int		 src_done;	/* nothing more will enter obuf */
+	int		 shut;		/* write side finished */
+	uint64_t	 sent;
+
+	/* incoming */
+	int		 sink_fd;	/* --recv file, -1 when none */
+	struct rng	 rxr;
+	uint64_t	 recvd;
+	int		 rd_eof;
+
+	/* --pingpong */
+	long		 pp_left;	/* messages still to send */
+	size_t		 pp_wait;	/* bytes of the last one not back yet */
+	double		 pp_sent_at;
+};
+
+static struct opts	 o;
+static struct sess	*sessions;
+static long		 nsess, cap_sess;
+static long		 nconnected;	/* connects that completed */
+static double		 t_start;
+static struct pollfd	*pfds;		/* run_sessions' poll set */
+static struct sess	**owner;	/* session of each pfds entry */
+static size_t		 npfd_cap;
+static double		*rtts;		/* --pingpong round trips, seconds */
+static size_t		 nrtt, cap_rtt;
+static char		 rbuf[RBUF_SIZE];
+static char		 vbuf[RBUF_SIZE];
+
+static void usage(FILE *fp)
+{
+	fputs(
+"usage: zp-peer listen [options]\n"
+"       zp-peer connect HOST PORT [options]\n"
+"       zp-peer blackhole [-b ADDR] [-p PORT]\n"
+"       zp-peer port [-b ADDR]\n"
+"\n"
+"listen     bind ADDR:PORT (127.0.0.1:0), print the port as the first line of\n"
+"           stdout, accept --conns connections (1; 0 = forever) and run a\n"
+"           session on each; exit when the last one is done\n"
+"connect    open --conns connections (1) to HOST PORT at once, run a session\n"
+"           on each, exit when all are done\n"
+"blackhole  listen with backlog 0, fill the accept queue and never accept, so\n"
+"           that new SYNs are dropped; print the port, wait until killed\n"
+"port       print a TCP port that is free now on ADDR (default :: dual stack,\n"
+"           else 0.0.0.0) and exit\n"
+"\n"
+"addresses\n"
+"  -b, --bind ADDR          listen address (127.0.0.1; ::1 for IPv6)\n"
+"  -p, --port N             listen port (0 = any)\n"
+"  -n, --conns N            number of connections (see above)\n"
+"what a session sends (default nothing)\n"
+"  -s, --send FILE          the contents of FILE\n"
+"  -g, --send-gen N         N pseudo-random bytes, seeded by --seed and the\n"
+"                           connection's index (0, 1, ... in accept/connect order)\n"
+"  -e, --echo               every byte received\n"
+"what it does with what it receives (default discard)\n"
+"  -o, --recv FILE          write it to FILE (%d: the connection index; -:\n"
+"                           stdout, after the port line in listen mode)\n"
+"  -x, --expect-gen N       it must be exactly the --send-gen N stream; with\n"
+"                           --no-shut the session ends once N bytes arrived\n"
+"      --seed N             stream seed (default 1)\n"
+"how\n"
+"      --after-eof          read to EOF before sending anything\n"
+"      --no-read            never read: send, shut down, close\n"
+"      --no-shut            no shutdown(SHUT_WR) after the last byte sent; wait\n"
+"                           for the peer's EOF (or --expect-gen bytes)\n"
+"      --chunk N            at most N bytes per send() (default 64K)\n"
+"      --nodelay            set TCP_NODELAY\n"
+"      --read-delay SEC     do not read during the first SEC seconds\n"
+"      --read-rate BYTES    read at most BYTES per second (K/M/G suffixes)\n"
+"      --reset-after-recv N abort (SO_LINGER 0 close: RST) once N bytes arrived\n"
+"      --reset-after-send N abort once N bytes were sent\n"
+"      --allow-reset        a reset or EPIPE from the peer ends the session\n"
+"                           quietly instead of failing\n"
+"      --accept-delay SEC   listen: accept nothing during the first SEC seconds\n"
+"      --hold               connect: no FIN; print \"connected N\" once all N are\n"
+"                           up, then keep them open until the peer closes them\n"
+"                           or zp-peer is killed\n"
+"      --pingpong N         connect: N times send a --msg-size message (100)\n"
+"                           and wait for its echo (verified); prints \"rtt n=N\n"
+"                           p50=...ms p99=...ms max=...ms\" on stdout\n"
+"      --expect-close SEC   connect: the connection must be closed by the peer\n"
+"                           (EOF, reset, or refused) within SEC seconds; prints\n"
+"                           \"closed after S.SSSs (how)\"\n"
+"  -t, --timeout SEC        fail if not done within SEC seconds (120; 0 = never)\n"
+"  -v, --verbose            one line per session on stderr\n"
+"  -q, --quiet              no summary line\n"
+"  -h, --help               this text\n"
+"\n"
+"Sizes take K, M, G suffixes (powers of 1024). Exit status: 0 all sessions\n"
+"ended as asked, 1 unexpected event (one line on stderr), 2 usage error.\n",
+	    fp);
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2),
+    noreturn));
+
+/* Print one line "zp-peer: ..." and exit 1. */
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fputs("zp-peer: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static void usage_error(const char *fmt, ...) __attribute__((format(printf,
+    1, 2), noreturn));
+
+/* Print one line about the command line and exit 2. */
+static void usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("zp-peer: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(" (zp-peer --help)\n", stderr);
+	exit(2);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Parse "123", "64K", "1M", "2G" (powers of 1024). */
+static uint64_t parse_size(const char *opt, const char *s)
+{
+	char *end;
+	unsigned long long v;
+	uint64_t mul = 1;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (end == s || errno != 0 || *s == '-')
+		usage_error("%s: bad size '%s'", opt, s);
+	switch (*end) {
+	case 'k': case 'K': mul = 1024ULL; end++; break;
+	case 'm': case 'M': mul = 1024ULL * 1024; end++; break;
+	case 'g': case 'G': mul = 1024ULL * 1024 * 1024; end++; break;
+	default: break;
+	}
+	if (*end != '\0')
+		usage_error("%s: bad size '%s'", opt, s);
+	return (uint64_t)v * mul;
+}
+
+static double parse_secs(const char *opt, const char *s)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || *end != '\0' || errno != 0 || v < 0)
+		usage_error("%s: bad number of seconds '%s'", opt, s);
+	return v;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static void rng_init(struct rng *r, uint64_t seed, long idx)
+{
+	uint64_t s = seed * 0x100000001b3ULL + (uint64_t)idx;
+
+	r->state = splitmix64(&s);
+	r->avail = 0;
+}
+
+static void rng_fill(struct rng *r, char *buf, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (r->avail == 0) {
+			uint64_t v = splitmix64(&r->state);
+
+			memcpy(r->cache, &v, sizeof(v));
+			r->avail = 8;
+		}
+		buf[i] = (char)r->cache[8 - r->avail--];
+	}
+}
+
+static void set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl == -1 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) == -1)
+		die("fcntl: %s", strerror(errno));
+}
+
+/* Resolve a numeric or named address; die on failure. */
+static struct addrinfo *resolve(const char *host, const char *port, int passive)
+{
+	struct addrinfo hints, *res;
+	int rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+	rc = getaddrinfo(host, port, &hints, &res);
+	if (rc != 0)
+		die("%s port %s: %s", host ? host : "*", port, gai_strerror(rc));
+	return res;
+}
+
+static int bound_port(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) == -1)
+		die("getsockname: %s", strerror(errno));
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+/* A socket bound to addr:port (no SO_REUSEPORT: a second bind must fail). */
+static int bind_socket(const char *addr, int port, int dualstack)
+{
+	struct addrinfo *ai;
+	char pbuf[16];
+	int fd, one = 1, zero = 0;
+
+	snprintf(pbuf, sizeof(pbuf), "%d", port);
+	ai = resolve(addr, pbuf, 1);
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd == -1)
+		die("socket: %s", strerror(errno));
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == -1)
+		die("SO_REUSEADDR: %s", strerror(errno));
+	if (dualstack && ai->ai_family == AF_INET6)
+		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero,
+		    sizeof(zero));
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) == -1)
+		die("bind %s port %d: %s", addr, port, strerror(errno));
+	freeaddrinfo(ai);
+	return fd;
+}
+
+static void print_port(int port)
+{
+	printf("%d\n", port);
+	if (fflush(stdout) == EOF)
+		die("stdout: %s", strerror(errno));
+}
+
+/* Mode port: bind port 0, print what the kernel chose, close. */
+static int run_port(void)
+{
+	int fd;
+
+	if (o.bind_addr != NULL)
+		fd = bind_socket(o.bind_addr, 0, 1);
+	else {
+		/* dual stack "::" when IPv6 exists, so both families are free */
+		int s6 = socket(AF_INET6, SOCK_STREAM, 0);
+
+		if (s6 != -1) {
+			close(s6);
+			fd = bind_socket("::", 0, 1);
+		} else
+			fd = bind_socket("0.0.0.0", 0, 0);
+	}
+	print_port(bound_port(fd));
+	close(fd);
+	return 0;
+}
+
+/*
+ * Mode blackhole: listen(fd, 0) and connect to it ourselves until a
+ * connection no longer completes, i.e. the accept queue is full and the
+ * kernel drops SYNs; then nothing will ever be accepted.
+ */
+static int run_blackhole(void)
+{
+	const char *addr = o.bind_addr ? o.bind_addr : "127.0.0.1";
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int lfd, fillers[16], n = 0, full = 0;
+
+	lfd = bind_socket(addr, o.bind_port, 0);
+	if (listen(lfd, 0) == -1)
+		die("listen: %s", strerror(errno));
+	if (getsockname(lfd, (struct sockaddr *)&ss, &len) == -1)
+		die("getsockname: %s", strerror(errno));
+	while (!full && n < (int)(sizeof(fillers) / sizeof(fillers[0]))) {
+		struct pollfd pfd;
+		int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+		if (fd == -1)
+			die("socket: %s", strerror(errno));
+		if (connect(fd, (struct sockaddr *)&ss, len) == -1 &&
+		    errno != EINPROGRESS)
+			die("blackhole: connect: %s", strerror(errno));
+		pfd.fd = fd;
+		pfd.events = POLLOUT;
+		if (poll(&pfd, 1, 300) == 0) {
+			/* SYN dropped: the queue is full */
+			close(fd);
+			full = 1;
+		} else {
+			int err = 0;
+			socklen_t elen = sizeof(err);
+
+			getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen);
+			if (err != 0)
+				die("blackhole: connect: %s", strerror(err));
+			fillers[n++] = fd;
+		}
+	}
+	if (!full)
+		die("blackhole: %d connections completed, queue never filled",
+		    n);
+	print_port(bound_port(lfd));
+	for (;;) {
+		double left = o.timeout > 0 ? t_start + o.timeout - now() : 3600;
+
+		if (left <= 0)
+			die("blackhole: timeout after %.1fs", o.timeout);
+		poll(NULL, 0, (int)(left * 1000) + 1);
+	}
+}
+
+static void sess_refill(struct sess *);
+
+static void sess_abort(struct sess *s)
+{
+	struct linger l = { 1, 0 };
+
+	if (setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l)) == -1)
+		die("conn %ld: SO_LINGER: %s", s->idx, strerror(errno));
+	close(s->fd);
+	s->fd = -1;
+}
+
+static void sess_finish(struct sess *s, const char *end, int abort_it)
+{
+	double t = now();
+
+	if (s->fd != -1) {
+		if (abort_it)
+			sess_abort(s);
+		else
+			close(s->fd);
+		s->fd = -1;
+	}
+	if (s->sink_fd != -1) {
+		close(s->sink_fd);
+		s->sink_fd = -1;
+	}
+	if (s->src_fd != -1) {
+		close(s->src_fd);
+		s->src_fd = -1;
+	}
+	free(s->obuf);
+	s->obuf = NULL;
+	s->done = 1;
+	s->end = end;
+	if (o.expect_close > 0) {
+		printf("closed after %.3fs (%s)\n", t - s->t0, end);
+		fflush(stdout);
+	}
+	if (o.verbose)
+		fprintf(stderr, "zp-peer: conn %ld: sent %" PRIu64 " received %"
+		    PRIu64 " end %s after %.3fs\n", s->idx, s->sent, s->recvd,
+		    end, t - s->t0);
+}
+
+/* A reset (or EPIPE) from the peer: fine only if the options say so. */
+static void sess_reset(struct sess *s, const char *what, int err)
+{
+	if (o.allow_reset || o.expect_close > 0 || o.hold)
+		sess_finish(s, "reset", 0);
+	else
+		die("conn %ld: %s: %s (after %" PRIu64 " bytes sent, %" PRIu64
+		    " received)", s->idx, what, strerror(err), s->sent,
+		    s->recvd);
+}
+
+static int is_reset(int err)
+{
+	return err == ECONNRESET || err == EPIPE || err == ECONNABORTED;
+}
+
+static void sess_setup(struct sess *s, int fd, long idx)
+{
+	int one = 1;
+
+	memset(s, 0, sizeof(*s));
+	s->fd = fd;
+	s->idx = idx;
+	s->t0 = now();
+	s->src_fd = -1;
+	s->sink_fd = -1;
+	if (o.nodelay && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
+	    sizeof(one)) == -1)
+		die("TCP_NODELAY: %s", strerror(errno));
+	if ((s->obuf = malloc(OBUF_SIZE)) == NULL)
+		die("out of memory");
+	if (o.send_file != NULL) {
+		s->src_fd = open(o.send_file, O_RDONLY | O_CLOEXEC);
+		if (s->src_fd == -1)
+			die("%s: %s", o.send_file, strerror(errno));
+	}
+	if (o.have_send_gen) {
+		s->gen_left = o.send_gen;
+		rng_init(&s->txr, o.seed, idx);
+	}
+	s->pp_left = o.pingpong;
+	if (o.have_expect_gen)
+		rng_init(&s->rxr, o.seed, idx);
+	if (o.recv_file != NULL) {
+		char name[4096];
+		const char *p = strstr(o.recv_file, "%d");
+
+		if (p != NULL)
+			snprintf(name, sizeof(name), "%.*s%ld%s",
+			    (int)(p - o.recv_file), o.recv_file, idx, p + 2);
+		else
+			snprintf(name, sizeof(name), "%s", o.recv_file);
+		if (strcmp(name, "-") == 0) {
+			fflush(stdout);
+			s->sink_fd = dup(STDOUT_FILENO);
+		} else
+			s->sink_fd = open(name, O_WRONLY | O_CREAT | O_TRUNC |
+			    O_CLOEXEC, 0644);
+		if (s->sink_fd == -1)
+			die("%s: %s", name, strerror(errno));
+	}
+	if (!o.echo && o.send_file == NULL && !o.have_send_gen)
+		s->src_done = 1;
+	sess_refill(s);
+}
+
+static struct sess *sess_new(int fd)
+{
+	if (nsess == cap_sess) {
+		long ncap = cap_sess ? cap_sess * 2 : 16;
+		struct sess *n = realloc(sessions, ncap * sizeof(*n));
+
+		if (n == NULL)
+			die("out of memory");
+		sessions = n;
+		cap_sess = ncap;
+	}
+	sess_setup(&sessions[nsess], fd, nsess);
+	return &sessions[nsess++];
+}
+
+/* Top up obuf from the file or the generator (never for echo). */
+static void sess_refill(struct sess *s)
+{
+	ssize_t r;
+
+	if (s->olen > 0 || s->src_done || o.echo)
+		return;
+	s->ooff = 0;
+	if (s->src_fd != -1) {
+		do
+			r = read(s->src_fd, s->obuf, OBUF_SIZE);
+		while (r == -1 && errno == EINTR);
+		if (r == -1)
+			die("%s: %s", o.send_file, strerror(errno));
+		if (r == 0) {
+			close(s->src_fd);
+			s->src_fd = -1;
+		} else {
+			s->olen = (size_t)r;
+			return;
+		}
+	}
+	if (o.pingpong > 0 && s->pp_wait > 0)
+		return;		/* the echo of the last message first */
+	if (s->gen_left > 0) {
+		size_t n = s->gen_left < OBUF_SIZE ? s->gen_left : OBUF_SIZE;
+
+		if (o.pingpong > 0) {
+			n = o.msg_size;
+			s->pp_wait = n;
+			s->pp_left--;
+			s->pp_sent_at = now();
+		}
+		rng_fill(&s->txr, s->obuf, n);
+		s->gen_left -= n;
+		s->olen = n;
+		return;
+	}
+	s->src_done = 1;
+}
+
+/* Bytes this session may read now (0: not now), and when to look again. */
+static size_t sess_read_allowance(const struct sess *s, double t, double *wake)
+{
+	size_t max = RBUF_SIZE;
+	double start = s->t0 + o.read_delay;
+
+	if (s->rd_eof || o.no_read || s->connecting)
+		return 0;
+	if (t < start) {
+		if (start < *wake)
+			*wake = start;
+		return 0;
+	}
+	if (o.read_rate > 0) {
+		double allowed = o.read_rate * (t - start) - (double)s->recvd;
+		double step = o.read_rate / 50 > 1024 ? 1024 : o.read_rate / 50;
+
+		if (allowed < step) {
+			double w = start + ((double)s->recvd + step) /
+			    o.read_rate;
+
+			if (w < *wake)
+				*wake = w;
+			return 0;
+		}
+		if (allowed < (double)max)
+			max = (size_t)allowed;
+	}
+	if (o.have_rar && o.reset_after_recv - s->recvd < max)
+		max = (size_t)(o.reset_after_recv - s->recvd);
+	if (o.echo) {
+		size_t room = OBUF_SIZE - s->olen;
+
+		if (room == 0)
+			return 0;
+		if (room < max)
+			max = room;
+	}
+	return max;
+}
+
+static int sess_wants_write(const struct sess *s)
+{
+	if (s->connecting)
+		return 1;
+	if (o.after_eof && !s->rd_eof)
+		return 0;
+	return s->olen > 0;
+}
+
+/* All sent (and FIN given unless --no-shut): is the session over? */
+static void sess_check_done(struct sess *s)
+{
+	if (s->done)
+		return;
+	if (o.expect_close > 0) {
+		if (s->rd_eof)
+			sess_finish(s, "eof", 0);
+		return;
+	}
+	if (!(s->src_done && s->olen == 0))
+		return;
+	if (!s->shut) {
+		if (!o.no_shut && shutdown(s->fd, SHUT_WR) == -1) {
+			if (is_reset(errno) || errno == ENOTCONN) {
+				sess_reset(s, "shutdown", errno);
+				return;
+			}
+			die("conn %ld: shutdown: %s", s->idx, strerror(errno));
+		}
+		s->shut = 1;
+	}
+	if (o.no_read || s->rd_eof)
+		sess_finish(s, "eof", 0);
+	else if (o.no_shut && o.have_expect_gen && s->recvd == o.expect_gen)
+		sess_finish(s, "done", 0);
+}
+
+static void sess_consume(struct sess *s, const char *buf, size_t n)
+{
+	if (o.have_expect_gen) {
+		size_t i;
+
+		if (s->recvd + n > o.expect_gen)
+			die("conn %ld: received more than the %" PRIu64
+			    " bytes expected", s->idx, o.expect_gen);
+		rng_fill(&s->rxr, vbuf, n);
+		if (memcmp(buf, vbuf, n) != 0) {
+			for (i = 0; i < n && buf[i] == vbuf[i]; i++)
+				;
+			die("conn %ld: wrong byte at offset %" PRIu64,
+			    s->idx, s->recvd + i);
+		}
+	}
+	if (s->sink_fd != -1) {
+		size_t off = 0;
+
+		while (off < n) {
+			ssize_t w = write(s->sink_fd, buf + off, n - off);
+
+			if (w == -1 && errno == EINTR)
+				continue;
+			if (w == -1)
+				die("conn %ld: write to file: %s", s->idx,
+				    strerror(errno));
+			off += (size_t)w;
+		}
+	}
+	if (o.echo) {
+		if (s->ooff + s->olen + n > OBUF_SIZE) {
+			memmove(s->obuf, s->obuf + s->ooff, s->olen);
+			s->ooff = 0;
+		}
+		memcpy(s->obuf + s->ooff + s->olen, buf, n);
+		s->olen += n;
+	}
+	s->recvd += n;
+	if (o.pingpong > 0 && s->pp_wait > 0) {
+		if (n > s->pp_wait)
+			die("conn %ld: more bytes back than sent", s->idx);
+		s->pp_wait -= n;
+		if (s->pp_wait == 0) {
+			if (nrtt == cap_rtt) {
+				cap_rtt = cap_rtt ? cap_rtt * 2 : 1024;
+				rtts = realloc(rtts, cap_rtt * sizeof(*rtts));
+				if (rtts == NULL)
+					die("out of memory");
+			}
+			rtts[nrtt++] = now() - s->pp_sent_at;
+			sess_refill(s);
+		}
+	}
+}
+
+static void sess_read(struct sess *s, size_t max)
+{
+	ssize_t r;
+
+	do
+		r = recv(s->fd, rbuf, max, 0);
+	while (r == -1 && errno == EINTR);
+	if (r == -1) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return;
+		if (is_reset(errno)) {
+			sess_reset(s, "recv", errno);
+			return;
+		}
+		die("conn %ld: recv: %s", s->idx, strerror(errno));
+	}
+	if (r == 0) {
+		s->rd_eof = 1;
+		if (o.echo)
+			s->src_done = 1;
+		if (o.have_expect_gen && s->recvd != o.expect_gen &&
+		    o.expect_close == 0 && !o.allow_reset)
+			die("conn %ld: EOF after %" PRIu64 " of %" PRIu64
+			    " expected bytes", s->idx, s->recvd, o.expect_gen);
+		return;
+	}
+	sess_consume(s, rbuf, (size_t)r);
+	if (o.have_rar && s->recvd >= o.reset_after_recv)
+		sess_finish(s, "abort", 1);
+}
+
+static void sess_write(struct sess *s)
+{
+	size_t moved = 0;
+
+	while (!s->done && moved < PER_WAKEUP) {
+		size_t n;
+		ssize_t w;
+
+		sess_refill(s);
+		if (s->olen == 0)
+			break;
+		n = s->olen < o.chunk ? s->olen : o.chunk;
+		if (o.have_ras && o.reset_after_send - s->sent < n)
+			n = (size_t)(o.reset_after_send - s->sent);
+		do
+			w = send(s->fd, s->obuf + s->ooff, n, MSG_NOSIGNAL);
+		while (w == -1 && errno == EINTR);
+		if (w == -1) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			if (is_reset(errno)) {
+				sess_reset(s, "send", errno);
+				return;
+			}
+			die("conn %ld: send: %s", s->idx, strerror(errno));
+		}
+		s->ooff += (size_t)w;
+		s->olen -= (size_t)w;
+		if (s->olen == 0)
+			s->ooff = 0;
+		s->sent += (size_t)w;
+		moved += (size_t)w;
+		if (o.have_ras && s->sent >= o.reset_after_send) {
+			sess_finish(s, "abort", 1);
+			return;
+		}
+	}
+	sess_refill(s);
+}
+
+/* The non-blocking connect finished: did it work? */
+static void sess_connected(struct sess *s)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
+		err = errno;
+	if (err == EINPROGRESS || err == EALREADY)
+		return;
+	s->connecting = 0;
+	if (err != 0) {
+		if (o.expect_close > 0 && (err == ECONNREFUSED ||
+		    is_reset(err))) {
+			sess_finish(s, err == ECONNREFUSED ? "refused" :
+			    "reset", 0);
+			return;
+		}
+		die("conn %ld: connect to %s port %s: %s", s->idx, o.host,
+		    o.port, strerror(err));
+	}
+	nconnected++;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* "rtt n=N p50=X p99=Y max=Z" (milliseconds) on stdout. */
+static void report_rtts(void)
+{
+	size_t p99 = (nrtt * 99 + 99) / 100;
+
+	qsort(rtts, nrtt, sizeof(*rtts), cmp_double);
+	if (p99 > nrtt)
+		p99 = nrtt;
+	printf("rtt n=%zu p50=%.3fms p99=%.3fms max=%.3fms\n", nrtt,
+	    rtts[nrtt / 2] * 1e3, rtts[p99 - 1] * 1e3, rtts[nrtt - 1] * 1e3);
+	fflush(stdout);
+}
+
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+/* The poll loop shared by listen and connect. */
+static int run_sessions(int lfd)
+{
+	long accepted = 0, i, ndone;
+	int printed_connected = 0;
+	uint64_t tot_sent = 0, tot_recvd = 0;
+
+	for (;;) {
+		double t = now(), wake = t + 3600;
+		size_t np = 0;
+		int ms, rc;
+		long want_accept;
+
+		ndone = 0;
+		for (i = 0; i < nsess; i++)
+			ndone += sessions[i].done;
+		want_accept = lfd != -1 && (o.conns == 0 || accepted < o.conns);
+		if (!want_accept && ndone == nsess)
+			break;
+		if (o.hold && !printed_connected && nconnected == nsess) {
+			printf("connected %ld\n", nconnected);
+			fflush(stdout);
+			printed_connected = 1;
+		}
+		if (o.timeout > 0) {
+			if (t >= t_start + o.timeout) {
+				for (i = 0; i < nsess; i++) {
+					struct sess *s = &sessions[i];
+
+					if (!s->done)
+						die("timeout after %.1fs: conn"
+						    " %ld %s, %" PRIu64 " sent,"
+						    " %" PRIu64 " received%s",
+						    o.timeout, s->idx,
+						    s->connecting ?
+						    "connecting" : "open",
+						    s->sent, s->recvd,
+						    s->rd_eof ? ", got EOF" :
+						    "");
+				}
+				if (o.conns == 0)
+					die("timeout after %.1fs: still serving"
+					    " (%ld connections accepted)",
+					    o.timeout, accepted);
+				die("timeout after %.1fs: %ld of %ld "
+				    "connections accepted", o.timeout,
+				    accepted, o.conns);
+			}
+			wake = t_start + o.timeout;
+		}
+		if (npfd_cap < (size_t)nsess + 1) {
+			npfd_cap = (size_t)nsess * 2 + 16;
+			pfds = realloc(pfds, npfd_cap * sizeof(*pfds));
+			owner = realloc(owner, npfd_cap * sizeof(*owner));
+			if (pfds == NULL || owner == NULL)
+				die("out of memory");
+		}
+		if (want_accept) {
+			double at = t_start + o.accept_delay;
+
+			if (t >= at) {
+				pfds[np].fd = lfd;
+				pfds[np].events = POLLIN;
+				owner[np++] = NULL;
+			} else if (at < wake)
+				wake = at;
+		}
+		for (i = 0; i < nsess; i++) {
+			struct sess *s = &sessions[i];
+			short ev = 0;
+
+			if (s->done)
+				continue;
+			if (o.expect_close > 0) {
+				double dl = s->t0 + o.expect_close;
+
+				if (t >= dl) {
+					printf("not closed after %.3fs\n",
+					    t - s->t0);
+					die("conn %ld: still open after %.3fs "
+					    "(%" PRIu64 " bytes received)",
+					    s->idx, t - s->t0, s->recvd);
+				}
+				if (dl < wake)
+					wake = dl;
+			}
+			if (sess_read_allowance(s, t, &wake) > 0)
+				ev |= POLLIN;
+			if (sess_wants_write(s))
+				ev |= POLLOUT;
+			if (ev == 0)
+				continue;	/* POLLHUP/POLLERR would spin */
+			pfds[np].fd = s->fd;
+			pfds[np].events = ev;
+			owner[np++] = s;
+		}
+		ms = (int)((wake - t) * 1000) + 1;
+		if (ms < 0)
+			ms = 0;
+		rc = poll(pfds, np, ms);
+		if (rc == -1) {
+			if (errno == EINTR)
+				continue;
+			die("poll: %s", strerror(errno));
+		}
+		t = now();
+		for (size_t k = 0; k < np && rc > 0; k++) {
+			struct sess *s = owner[k];
+			short re = pfds[k].revents;
+
+			if (re == 0)
+				continue;
+			if (s == NULL) {
+				int fd = accept4(lfd, NULL, NULL,
+				    SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+				if (fd == -1) {
+					if (errno == EAGAIN || errno == EINTR ||
+					    errno == ECONNABORTED)
+						continue;
+					die("accept: %s", strerror(errno));
+				}
+				sess_new(fd);
+				accepted++;
+				nconnected++;
+				if (o.conns != 0 && accepted == o.conns) {
+					close(lfd);
+					lfd = -1;
+				}
+				/* sessions may have moved: restart the round */
+				break;
+			}
+			if (s->done)
+				continue;
+			if (s->connecting) {
+				if (re & (POLLOUT | POLLERR | POLLHUP))
+					sess_connected(s);
+				continue;
+			}
+			if (re & (POLLIN | POLLERR | POLLHUP)) {
+				double w2 = t + 3600;
+				size_t max = sess_read_allowance(s, t, &w2);
+
+				if (max > 0)
+					sess_read(s, max);
+			}
+			if (!s->done && (re & (POLLOUT | POLLERR | POLLHUP)) &&
+			    sess_wants_write(s))
+				sess_write(s);
+			sess_check_done(s);
+		}
+		for (i = 0; i < nsess; i++)
+			if (!sessions[i].done && !sessions[i].connecting)
+				sess_check_done(&sessions[i]);
+	}
+	for (i = 0; i < nsess; i++) {
+		tot_sent += sessions[i].sent;
+		tot_recvd += sessions[i].recvd;
+	}
+	if (nrtt > 0)
+		report_rtts();
+	if (!o.quiet)
+		fprintf(stderr, "zp-peer: %ld connection%s, %" PRIu64
+		    " bytes sent, %" PRIu64 " received, %.3fs\n", nsess,
+		    nsess == 1 ? "" : "s", tot_sent, tot_recvd,
+		    now() - t_start);
+	return 0;
+}
+
+static int run_listen(void)
+{
+	const char *addr = o.bind_addr ? o.bind_addr : "127.0.0.1";
+	int lfd = bind_socket(addr, o.bind_port, 0);
+
+	if (listen(lfd, 1024) == -1)
+		die("listen: %s", strerror(errno));
+	set_nonblock(lfd);
+	print_port(bound_port(lfd));
+	return run_sessions(lfd);
+}
+
+static int run_connect(void)
+{
+	struct addrinfo *ai = resolve(o.host, o.port, 0);
+	long i, n = o.conns_set ? o.conns : 1;
+
+	for (i = 0; i < n; i++) {
+		struct sess *s;
+		int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK |
+		    SOCK_CLOEXEC, 0);
+
+		if (fd == -1)
+			die("socket: %s", strerror(errno));
+		s = sess_new(fd);
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+			nconnected++;
+		else {
+			if (errno == EINPROGRESS) {
+				s->connecting = 1;
+				continue;
+			}
+			if (errno == ECONNREFUSED && o.expect_close > 0) {
+				sess_finish(s, "refused", 0);
+				continue;
+			}
+			die("conn %ld: connect to %s port %s: %s", i, o.host,
+			    o.port, strerror(errno));
+		}
+	}
+	freeaddrinfo(ai);
+	return run_sessions(-1);
+}
+
+enum {
+	OPT_SEED = 256, OPT_AFTER_EOF, OPT_NO_READ, OPT_NO_SHUT, OPT_CHUNK,
+	OPT_NODELAY, OPT_READ_DELAY, OPT_READ_RATE, OPT_RAR, OPT_RAS,
+	OPT_ALLOW_RESET, OPT_ACCEPT_DELAY, OPT_HOLD, OPT_EXPECT_CLOSE,
+	OPT_PINGPONG, OPT_MSG_SIZE,
+};
+
+static const struct option longopts[] = {
+	{ "bind",		required_argument, NULL, 'b' },
+	{ "port",		required_argument, NULL, 'p' },
+	{ "conns",		required_argument, NULL, 'n' },
+	{ "send",		required_argument, NULL, 's' },
+	{ "send-gen",		required_argument, NULL, 'g' },
+	{ "echo",		no_argument,	   NULL, 'e' },
+	{ "recv",		required_argument, NULL, 'o' },
+	{ "expect-gen",		required_argument, NULL, 'x' },
+	{ "seed",		required_argument, NULL, OPT_SEED },
+	{ "after-eof",		no_argument,	   NULL, OPT_AFTER_EOF },
+	{ "no-read",		no_argument,	   NULL, OPT_NO_READ },
+	{ "no-shut",		no_argument,	   NULL, OPT_NO_SHUT },
+	{ "chunk",		required_argument, NULL, OPT_CHUNK },
+	{ "nodelay",		no_argument,	   NULL, OPT_NODELAY },
+	{ "read-delay",		required_argument, NULL, OPT_READ_DELAY },
+	{ "read-rate",		required_argument, NULL, OPT_READ_RATE },
+	{ "reset-after-recv",	required_argument, NULL, OPT_RAR },
+	{ "reset-after-send",	required_argument, NULL, OPT_RAS },
+	{ "allow-reset",	no_argument,	   NULL, OPT_ALLOW_RESET },
+	{ "accept-delay",	required_argument, NULL, OPT_ACCEPT_DELAY },
+	{ "hold",		no_argument,	   NULL, OPT_HOLD },
+	{ "expect-close",	required_argument, NULL, OPT_EXPECT_CLOSE },
+	{ "pingpong",		required_argument, NULL, OPT_PINGPONG },
+	{ "msg-size",		required_argument, NULL, OPT_MSG_SIZE },
+	{ "timeout",		required_argument, NULL, 't' },
+	{ "verbose",		no_argument,	   NULL, 'v' },
+	{ "quiet",		no_argument,	   NULL, 'q' },
+	{ "help",		no_argument,	   NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static void parse_args(int argc, char **argv)
+{
+	const char *m;
+	int c, npos;
+	char **pos;
+
+	if (argc < 2)
+		usage_error("missing mode: listen, connect, blackhole or port");
+	m = argv[1];
+	if (strcmp(m, "-h") == 0 || strcmp(m, "--help") == 0) {
+		usage(stdout);
+		exit(0);
+	}
+	if (strcmp(m, "listen") == 0)
+		o.mode = MODE_LISTEN;
+	else if (strcmp(m, "connect") == 0)
+		o.mode = MODE_CONNECT;
+	else if (strcmp(m, "blackhole") == 0)
+		o.mode = MODE_BLACKHOLE;
+	else if (strcmp(m, "port") == 0)
+		o.mode = MODE_PORT;
+	else
+		usage_error("unknown mode '%s'", m);
+
+	o.conns = 1;
+	o.chunk = 64 * 1024;
+	o.seed = 1;
+	o.timeout = 120;
+	argc--;
+	argv++;
+	while ((c = getopt_long(argc, argv, "b:p:n:s:g:eo:x:t:vqh", longopts,
+	    NULL)) != -1) {
+		switch (c) {
+		case 'b': o.bind_addr = optarg; break;
+		case 'p': {
+			uint64_t p = parse_size("--port", optarg);
+
+			if (p > 65535)
+				usage_error("--port: bad port '%s'", optarg);
+			o.bind_port = (int)p;
+			break;
+		}
+		case 'n':
+			o.conns = (long)parse_size("--conns", optarg);
+			o.conns_set = 1;
+			break;
+		case 's': o.send_file = optarg; break;
+		case 'g':
+			o.send_gen = parse_size("--send-gen", optarg);
+			o.have_send_gen = 1;
+			break;
+		case 'e': o.echo = 1; break;
+		case 'o': o.recv_file = optarg; break;
+		case 'x':
+			o.expect_gen = parse_size("--expect-gen", optarg);
+			o.have_expect_gen = 1;
+			break;
+		case OPT_SEED: o.seed = parse_size("--seed", optarg); break;
+		case OPT_AFTER_EOF: o.after_eof = 1; break;
+		case OPT_NO_READ: o.no_read = 1; break;
+		case OPT_NO_SHUT: o.no_shut = 1; break;
+		case OPT_CHUNK:
+			o.chunk = (size_t)parse_size("--chunk", optarg);
+			if (o.chunk == 0 || o.chunk > OBUF_SIZE)
+				usage_error("--chunk: 1 to %d bytes",
+				    OBUF_SIZE);
+			break;
+		case OPT_NODELAY: o.nodelay = 1; break;
+		case OPT_READ_DELAY:
+			o.read_delay = parse_secs("--read-delay", optarg);
+			break;
+		case OPT_READ_RATE:
+			o.read_rate = (double)parse_size("--read-rate", optarg);
+			break;
+		case OPT_RAR:
+			o.reset_after_recv = parse_size("--reset-after-recv",
+			    optarg);
+			o.have_rar = 1;
+			break;
+		case OPT_RAS:
+			o.reset_after_send = parse_size("--reset-after-send",
+			    optarg);
+			o.have_ras = 1;
+			break;
+		case OPT_ALLOW_RESET: o.allow_reset = 1; break;
+		case OPT_ACCEPT_DELAY:
+			o.accept_delay = parse_secs("--accept-delay", optarg);
+			break;
+		case OPT_HOLD: o.hold = 1; o.no_shut = 1; break;
+		case OPT_EXPECT_CLOSE:
+			o.expect_close = parse_secs("--expect-close", optarg);
+			break;
+		case OPT_PINGPONG:
+			o.pingpong = (long)parse_size("--pingpong", optarg);
+			break;
+		case OPT_MSG_SIZE:
+			o.msg_size = (size_t)parse_size("--msg-size", optarg);
+			if (o.msg_size == 0 || o.msg_size > OBUF_SIZE)
+				usage_error("--msg-size: 1 to %d bytes",
+				    OBUF_SIZE);
+			break;
+		case 't': o.timeout = parse_secs("--timeout", optarg); break;
+		case 'v': o.verbose = 1; break;
+		case 'q': o.quiet = 1; break;
+		case 'h': usage(stdout); exit(0);
+		default: usage_error("bad option");
+		}
+	}
+	pos = argv + optind;
+	npos = argc - optind;
+	if (o.mode == MODE_CONNECT) {
+		if (npos != 2)
+			usage_error("connect needs HOST PORT");
+		o.host = pos[0];
+		o.port = pos[1];
+	} else if (npos != 0)
+		usage_error("unexpected argument '%s'", pos[0]);
+	if (o.echo && (o.send_file || o.have_send_gen))
+		usage_error("--echo sends what it receives: no --send/--send-gen");
+	if (o.send_file && o.have_send_gen)
+		usage_error("--send and --send-gen exclude each other");
+	if (o.echo && (o.no_read || o.after_eof))
+		usage_error("--echo needs to read as it goes");
+	if (o.no_read && (o.after_eof || o.recv_file || o.have_expect_gen))
+		usage_error("--no-read receives nothing");
+	if (o.recv_file && strstr(o.recv_file, "%d") == NULL &&
+	    (o.conns != 1 || (o.mode == MODE_LISTEN && o.conns == 0)))
+		usage_error("--recv with several connections needs %%d");
+	if (o.mode == MODE_CONNECT && o.conns == 0)
+		usage_error("connect --conns must be at least 1");
+	if ((o.hold || o.expect_close > 0 || o.pingpong) &&
+	    o.mode != MODE_CONNECT)
+		usage_error("--hold, --expect-close, --pingpong are for connect");
+	if (o.pingpong > 0) {
+		/* N messages of the --send-gen stream, each echo verified */
+		if (o.send_file || o.have_send_gen || o.have_expect_gen ||
+		    o.no_read || o.after_eof)
+			usage_error("--pingpong makes its own stream: no --send,"
+			    " --send-gen, --expect-gen, --no-read, --after-eof");
+		if (o.msg_size == 0)
+			o.msg_size = 100;
+		o.have_send_gen = o.have_expect_gen = 1;
+		o.send_gen = o.expect_gen = (uint64_t)o.pingpong * o.msg_size;
+	}
+	if (o.accept_delay > 0 && o.mode != MODE_LISTEN)
+		usage_error("--accept-delay is for listen");
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	signal(SIGPIPE, SIG_IGN);
+	/* never outlive the test script that started us */
+	(void)prctl(PR_SET_PDEATHSIG, SIGTERM);
+	t_start = now();
+	parse_args(argc, argv);
+	raise_nofile();
+	switch (o.mode) {
+	case MODE_LISTEN:
+		return run_listen();
+	case MODE_CONNECT:
+		return run_connect();
+	case MODE_BLACKHOLE:
+		return run_blackhole();
+	case MODE_PORT:
+		return run_port();
+	}
+	return 2;
+}
