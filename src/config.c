@@ -763,6 +763,21 @@ zp_config_resolve(struct zp_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
+/* Seconds as a timeval, rounded to the microsecond. */
+struct timeval
+zp_seconds_tv(double t)
+{
+	struct timeval	tv;
+	long long	us;
+
+	if (!(t > 0))
+		t = 0;
+	us = (long long)(t * 1e6 + 0.5);
+	tv.tv_sec = (time_t)(us / 1000000);
+	tv.tv_usec = (suseconds_t)(us % 1000000);
+	return tv;
+}
+
 /*
  * Format an address; a v4-mapped IPv6 address (a client of a dual-stack
  * listener) is shown as the IPv4 address it is.

@@ -8,6 +8,7 @@
 #define ZP_CONFIG_H
 
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <netdb.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -153,6 +154,12 @@ int	zp_parse_listen(const char *, struct zp_listen_spec *, char *, size_t);
  */
 int	zp_parse_hostport(const char *, char **, char *, size_t, char *,
 	    size_t);
+
+/*
+ * Seconds (as parsed from the command line) as a timeval, rounded to the
+ * microsecond; negative values give zero.
+ */
+struct timeval zp_seconds_tv(double);
 
 /* Format an address as "1.2.3.4:80" or "[::1]:80" into buf. */
 const char *zp_addr_str(const struct zp_addr *, char *, size_t);

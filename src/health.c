@@ -130,17 +130,6 @@ health_timer_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-/* Seconds as a timeval. */
-static struct timeval
-secs_tv(double t)
-{
-	struct timeval	tv;
-
-	tv.tv_sec = (time_t)t;
-	tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
-	return tv;
-}
-
 /* Start checking every upstream, the first time at once. */
 struct zp_health *
 zp_health_new(struct zp_ctx *ctx)
@@ -167,8 +156,8 @@ zp_health_new(struct zp_ctx *ctx)
 	t = ctx->cfg->connect_timeout;
 	if (ctx->cfg->check_interval < t)
 		t = ctx->cfg->check_interval;
-	h->timeout = secs_tv(t);
-	iv = secs_tv(ctx->cfg->check_interval);
+	h->timeout = zp_seconds_tv(t);
+	iv = zp_seconds_tv(ctx->cfg->check_interval);
 	h->timer = event_new(ctx->base, -1, EV_PERSIST, health_timer_cb, h);
 	if (h->timer == NULL || event_add(h->timer, &iv) == -1) {
 		zp_health_free(h);

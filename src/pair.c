@@ -373,19 +373,6 @@ pair_timer_cb(evutil_socket_t fd, short what, void *arg)
 	pair_timer_update(p);
 }
 
-/* Seconds as a timeval. */
-static struct timeval
-secs_tv(double t)
-{
-	struct timeval	tv;
-
-	if (t < 0)
-		t = 0;
-	tv.tv_sec = (time_t)t;
-	tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
-	return tv;
-}
-
 /*
  * Arm the timer for the earliest of the idle and fin deadlines. Traffic
  * only moves last_active: the timer is re-armed when it fires early,
@@ -414,7 +401,7 @@ pair_timer_update(struct zp_pair *p)
 	if (wait < 0 && cfg->idle_timeout <= 0 && !(cfg->fin_timeout > 0 &&
 	    timerisset(&p->half_closed)))
 		return;
-	dt = secs_tv(wait < 0.001 ? 0.001 : wait);
+	dt = zp_seconds_tv(wait < 0.001 ? 0.001 : wait);
 	evtimer_add(p->timer, &dt);
 }
 
@@ -533,8 +520,7 @@ pair_connect_next(struct zp_pair *p)
 		p->upstream.fd = fd;
 		p->upstream.wev = event_new(ctx->base, fd, EV_WRITE,
 		    pair_connect_cb, p);
-		tv.tv_sec = (time_t)t;
-		tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
+		tv = zp_seconds_tv(t);
 		if (p->upstream.wev == NULL || event_add(p->upstream.wev,
 		    &tv) == -1) {
 			zp_pair_close(p, ZP_END_NOMEM);

@@ -131,17 +131,6 @@ resolver_timer_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-/* Seconds as a timeval. */
-static struct timeval
-secs_tv(double t)
-{
-	struct timeval	tv;
-
-	tv.tv_sec = (time_t)t;
-	tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
-	return tv;
-}
-
 /* Start re-resolving. */
 struct zp_resolver *
 zp_resolver_new(struct zp_ctx *ctx, char *err, size_t errlen)
@@ -178,7 +167,7 @@ zp_resolver_new(struct zp_ctx *ctx, char *err, size_t errlen)
 			goto fail;
 		}
 	}
-	iv = secs_tv(cfg->resolve_interval);
+	iv = zp_seconds_tv(cfg->resolve_interval);
 	r->timer = event_new(ctx->base, -1, EV_PERSIST, resolver_timer_cb, r);
 	if (r->timer == NULL || event_add(r->timer, &iv) == -1) {
 		snprintf(err, errlen, "resolver: cannot create its timer");

@@ -25,9 +25,7 @@ zp_upstreams_init(struct zp_upstreams *us, struct zp_upstream_spec *specs,
 	us->n = n;
 	us->balance = balance;
 	us->max_fails = max_fails;
-	us->fail_timeout.tv_sec = (time_t)fail_timeout;
-	us->fail_timeout.tv_usec = (suseconds_t)((fail_timeout -
-	    (double)us->fail_timeout.tv_sec) * 1e6);
+	us->fail_timeout = zp_seconds_tv(fail_timeout);
 	us->log = lg;
 	for (i = 0; i < n; i++) {
 		us->v[i].spec = &specs[i];

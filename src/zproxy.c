@@ -155,8 +155,7 @@ signal_stop_cb(evutil_socket_t sig, short what, void *arg)
 	zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: not accepting; draining "
 	    "%llu connections for up to %.3gs", (int)sig,
 	    (unsigned long long)ctx->stats.conns_open, t);
-	tv.tv_sec = (time_t)t;
-	tv.tv_usec = (suseconds_t)((t - (double)tv.tv_sec) * 1e6);
+	tv = zp_seconds_tv(t);
 	if ((ctx->drain_timer = evtimer_new(ctx->base, drain_timeout_cb,
 	    ctx)) == NULL || evtimer_add(ctx->drain_timer, &tv) == -1)
 		event_base_loopbreak(ctx->base);

@@ -27,8 +27,9 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "upstream.h"
 
-#define MAXARGS	32
+#define MAXARGS	64
 
 /* Per-test state: one config, always freed by the teardown. */
 struct cfg_state {
@@ -553,11 +554,11 @@ test_parse_defaults(void **state)
 	assert_int_equal(c->have_listen, 1);
 	assert_int_equal(c->listen.any, 1);
 	assert_int_equal(c->listen.port, 9000);
-	assert_int_equal(c->have_upstream, 1);
-	assert_string_equal(c->upstream.host, "backend");
-	assert_string_equal(c->upstream.port, "80");
-	assert_null(c->upstream.addrs);
-	assert_int_equal(c->upstream.naddrs, 0);
+	assert_int_equal(c->nupstreams, 1);
+	assert_string_equal(c->upstreams[0].host, "backend");
+	assert_string_equal(c->upstreams[0].port, "80");
+	assert_null(c->upstreams[0].addrs);
+	assert_int_equal(c->upstreams[0].naddrs, 0);
 	assert_int_equal(c->mode, ZP_MODE_SPLICE);
 	assert_int_equal(c->pipe_size, ZP_DEFAULT_PIPE_SIZE);
 	assert_int_equal(c->pipe_size, 1024 * 1024);
@@ -587,8 +588,8 @@ test_parse_long_options(void **state)
 	assert_int_equal(c->listen.port, 9001);
 	assert_int_equal(sin->sin_family, AF_INET);
 	assert_int_equal(sin->sin_addr.s_addr, htonl(INADDR_LOOPBACK));
-	assert_string_equal(c->upstream.host, "::1");
-	assert_string_equal(c->upstream.port, "8080");
+	assert_string_equal(c->upstreams[0].host, "::1");
+	assert_string_equal(c->upstreams[0].port, "8080");
 	assert_int_equal(c->mode, ZP_MODE_COPY);
 	assert_int_equal(c->pipe_size, 256 * 1024);
 	assert_int_equal(c->buffer_size, 16 * 1024);
@@ -604,8 +605,8 @@ test_parse_long_options(void **state)
 	    NULL), ZP_PARSE_OK);
 	assert_int_equal(c->listen.any, 1);
 	assert_int_equal(c->listen.port, 7);
-	assert_string_equal(c->upstream.host, "h");
-	assert_string_equal(c->upstream.port, "8");
+	assert_string_equal(c->upstreams[0].host, "h");
+	assert_string_equal(c->upstreams[0].port, "8");
 	assert_int_equal(c->mode, ZP_MODE_SPLICE);
 	assert_int_equal(c->pipe_size, 2 * 1024 * 1024);
 	assert_int_equal(c->buffer_size, 1024);
@@ -627,8 +628,8 @@ test_parse_short_options(void **state)
 	assert_int_equal(c->listen.any, 0);
 	assert_int_equal(c->listen.port, 1);
 	assert_int_equal(c->listen.addr.ss.ss_family, AF_INET6);
-	assert_string_equal(c->upstream.host, "h");
-	assert_string_equal(c->upstream.port, "2");
+	assert_string_equal(c->upstreams[0].host, "h");
+	assert_string_equal(c->upstreams[0].port, "2");
 	assert_int_equal(c->mode, ZP_MODE_COPY);
 	assert_int_equal(c->verbose, 3);
 
@@ -637,8 +638,8 @@ test_parse_short_options(void **state)
 	    NULL), ZP_PARSE_OK);
 	assert_int_equal(c->listen.any, 1);
 	assert_int_equal(c->listen.port, 9000);
-	assert_string_equal(c->upstream.host, "host");
-	assert_string_equal(c->upstream.port, "3");
+	assert_string_equal(c->upstreams[0].host, "host");
+	assert_string_equal(c->upstreams[0].port, "3");
 	assert_int_equal(c->mode, ZP_MODE_SPLICE);
 	assert_int_equal(c->verbose, 2);
 
@@ -727,19 +728,38 @@ test_parse_missing_value(void **state)
 	}
 }
 
-/* A second -u is refused (only one upstream), and nothing leaks. */
+/*
+ * -u may be given several times, kept in order; more than
+ * ZP_MAX_UPSTREAMS is refused with a message, and nothing leaks.
+ */
 static void
 test_parse_second_upstream(void **state)
 {
 	struct cfg_state	*s = *state;
+	char			*argv[2 * ZP_MAX_UPSTREAMS + 8];
+	char			 names[ZP_MAX_UPSTREAMS + 1][16];
+	int			 i, n = 0;
 
-	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "-u", "b:2", NULL),
-	    ZP_PARSE_ERROR);
-	assert_errmsg(s->err, "upstream");
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "-u", "[::1]:2",
+	    "--upstream=c:3", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.nupstreams, 3);
+	assert_string_equal(s->cfg.upstreams[0].host, "a");
+	assert_string_equal(s->cfg.upstreams[0].port, "1");
+	assert_string_equal(s->cfg.upstreams[1].host, "::1");
+	assert_string_equal(s->cfg.upstreams[2].port, "3");
 
 	reparse_reset(s);
-	assert_int_equal(parse(s, "-l", ":1", "--upstream", "a:1",
-	    "--upstream=a:1", NULL), ZP_PARSE_ERROR);
+	argv[n++] = (char *)"zproxy";
+	argv[n++] = (char *)"-l";
+	argv[n++] = (char *)":1";
+	for (i = 0; i <= ZP_MAX_UPSTREAMS; i++) {
+		snprintf(names[i], sizeof(names[i]), "h%d:1", i);
+		argv[n++] = (char *)"-u";
+		argv[n++] = names[i];
+	}
+	argv[n] = NULL;
+	assert_int_equal(zp_config_parse(&s->cfg, n, argv, s->err,
+	    sizeof(s->err)), ZP_PARSE_ERROR);
 	assert_errmsg(s->err, "upstream");
 }
 
@@ -889,7 +909,7 @@ test_parse_bad_values(void **state)
 	assert_int_equal(parse(s, "-l", ":1", "-u", "::1:80", NULL),
 	    ZP_PARSE_ERROR);
 	assert_errmsg(s->err, "::1:80");
-	assert_null(s->cfg.upstream.host);
+	assert_null(s->cfg.upstreams[0].host);
 }
 
 /* -h and -V ask the caller to print and exit, wherever they appear. */
@@ -993,18 +1013,18 @@ test_resolve_v4(void **state)
 	    ZP_PARSE_OK);
 	assert_int_equal(zp_config_resolve(&s->cfg, s->err, sizeof(s->err)),
 	    0);
-	assert_int_equal(s->cfg.upstream.naddrs, 1);
-	sin = (struct sockaddr_in *)&s->cfg.upstream.addrs[0].ss;
+	assert_int_equal(s->cfg.upstreams[0].naddrs, 1);
+	sin = (struct sockaddr_in *)&s->cfg.upstreams[0].addrs[0].ss;
 	assert_int_equal(sin->sin_family, AF_INET);
 	assert_int_equal(sin->sin_addr.s_addr, htonl(INADDR_LOOPBACK));
 	assert_int_equal(sin->sin_port, htons(8080));
-	assert_int_equal(s->cfg.upstream.addrs[0].len,
+	assert_int_equal(s->cfg.upstreams[0].addrs[0].len,
 	    sizeof(struct sockaddr_in));
 
 	/* Resolving again replaces the list; the old one is not leaked. */
 	assert_int_equal(zp_config_resolve(&s->cfg, s->err, sizeof(s->err)),
 	    0);
-	assert_int_equal(s->cfg.upstream.naddrs, 1);
+	assert_int_equal(s->cfg.upstreams[0].naddrs, 1);
 }
 
 /* A bracketed IPv6 literal resolves to itself. */
@@ -1018,13 +1038,13 @@ test_resolve_v6(void **state)
 	    ZP_PARSE_OK);
 	assert_int_equal(zp_config_resolve(&s->cfg, s->err, sizeof(s->err)),
 	    0);
-	assert_int_equal(s->cfg.upstream.naddrs, 1);
-	sin6 = (struct sockaddr_in6 *)&s->cfg.upstream.addrs[0].ss;
+	assert_int_equal(s->cfg.upstreams[0].naddrs, 1);
+	sin6 = (struct sockaddr_in6 *)&s->cfg.upstreams[0].addrs[0].ss;
 	assert_int_equal(sin6->sin6_family, AF_INET6);
 	assert_memory_equal(&sin6->sin6_addr, &in6addr_loopback,
 	    sizeof(in6addr_loopback));
 	assert_int_equal(sin6->sin6_port, htons(9));
-	assert_int_equal(s->cfg.upstream.addrs[0].len,
+	assert_int_equal(s->cfg.upstreams[0].addrs[0].len,
 	    sizeof(struct sockaddr_in6));
 }
 
@@ -1039,9 +1059,9 @@ test_resolve_localhost(void **state)
 	    ZP_PARSE_OK);
 	assert_int_equal(zp_config_resolve(&s->cfg, s->err, sizeof(s->err)),
 	    0);
-	assert_true(s->cfg.upstream.naddrs >= 1);
-	for (i = 0; i < s->cfg.upstream.naddrs; i++) {
-		struct zp_addr	*a = &s->cfg.upstream.addrs[i];
+	assert_true(s->cfg.upstreams[0].naddrs >= 1);
+	for (i = 0; i < s->cfg.upstreams[0].naddrs; i++) {
+		struct zp_addr	*a = &s->cfg.upstreams[0].addrs[i];
 
 		if (a->ss.ss_family == AF_INET) {
 			struct sockaddr_in *sin = (struct sockaddr_in *)&a->ss;
@@ -1116,6 +1136,88 @@ test_addr_str(void **state)
 	assert_string_equal(zp_addr_str(&a, buf, sizeof(buf)), "?");
 }
 
+/* The issue-4 options: defaults, each value form, and each refusal. */
+static void
+test_parse_upstream_options(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", NULL),
+	    ZP_PARSE_OK);
+	assert_int_equal(s->cfg.balance, ZP_BALANCE_ROUNDROBIN);
+	assert_int_equal(s->cfg.retries, -1);
+	assert_int_equal(s->cfg.max_fails, ZP_DEFAULT_MAX_FAILS);
+	assert_true(s->cfg.fail_timeout == ZP_DEFAULT_FAIL_TIMEOUT);
+	assert_true(s->cfg.drain_timeout == ZP_DEFAULT_DRAIN_TIMEOUT);
+	assert_true(s->cfg.idle_timeout == 0 && s->cfg.fin_timeout == 0);
+	assert_true(s->cfg.check_interval == 0);
+	assert_int_equal(s->cfg.send_proxy, 0);
+	assert_int_equal(s->cfg.keepalive, 0);
+	assert_int_equal(s->cfg.log_format, ZP_LOG_TEXT);
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--balance",
+	    "source", "--retries", "0", "--max-fails", "2", "--fail-timeout",
+	    "1.5", "--check-interval", "0.3", "--resolve-interval", "2",
+	    "--idle-timeout", "60", "--fin-timeout", "5", "--keepalive",
+	    "--drain-timeout", "0.5", "--send-proxy", "v2", "--stats",
+	    "127.0.0.1:9100", "--log-format", "json", "--log-file",
+	    "/tmp/x.log", "--dns-server", "127.0.0.1:53", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.balance, ZP_BALANCE_SOURCE);
+	assert_int_equal(s->cfg.retries, 0);
+	assert_int_equal(s->cfg.max_fails, 2);
+	assert_true(s->cfg.fail_timeout == 1.5);
+	assert_true(s->cfg.check_interval == 0.3);
+	assert_true(s->cfg.resolve_interval == 2);
+	assert_true(s->cfg.idle_timeout == 60);
+	assert_true(s->cfg.fin_timeout == 5);
+	assert_true(s->cfg.drain_timeout == 0.5);
+	assert_int_equal(s->cfg.keepalive, 1);
+	assert_int_equal(s->cfg.send_proxy, 2);
+	assert_int_equal(s->cfg.have_stats, 1);
+	assert_int_equal(s->cfg.stats.port, 9100);
+	assert_int_equal(s->cfg.log_format, ZP_LOG_JSON);
+	assert_string_equal(s->cfg.log_file, "/tmp/x.log");
+	assert_int_equal(s->cfg.have_dns_server, 1);
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--balance",
+	    "random", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "random");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--send-proxy",
+	    "v3", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "v3");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--log-format",
+	    "xml", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "xml");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--idle-timeout",
+	    "0", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "idle-timeout");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--max-fails",
+	    "0", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "max-fails");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--retries",
+	    "-1", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "retries");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--stats",
+	    "9100", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "9100");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--dns-server",
+	    ":53", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, ":53");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--syslog",
+	    "--log-file", "/tmp/x", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "syslog");
+}
+
 int
 main(void)
 {
@@ -1149,6 +1251,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_parse_flag_with_value,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_missing_value,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_upstream_options,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_second_upstream,
 		    cfg_setup, cfg_teardown),

@@ -1,0 +1,871 @@
+/*
+ * test_proxyproto.c - unit tests for proxyproto.c, checked against
+ * HAProxy's proxy-protocol.txt: exact v1 lines and v2 bytes for the
+ * cases the spec spells out, the v1 length bound, buffers that are too
+ * small, and a round trip of many random address pairs through the
+ * encoder and an independent decoder written here from the spec.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "proxyproto.h"
+
+#define V1_LIMIT	107	/* the spec: a v1 line, CRLF included */
+#define GUARD		64	/* bytes past the buffer that must stay put */
+#define GUARD_BYTE	0xa5
+#define ROUNDS		5000
+#define SEED		0x5eed2024cafef00dULL
+
+static const unsigned char sig[12] = {
+	0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a
+};
+
+/* ---- building addresses ------------------------------------------- */
+
+/* An IPv4 sockaddr from text; the test fails on bad text. */
+static const struct sockaddr *
+sa4(struct sockaddr_storage *ss, const char *ip, uint16_t port)
+{
+	struct sockaddr_in	*sin = (struct sockaddr_in *)ss;
+
+	memset(ss, 0, sizeof(*ss));
+	sin->sin_family = AF_INET;
+	sin->sin_port = htons(port);
+	if (inet_pton(AF_INET, ip, &sin->sin_addr) != 1)
+		fail_msg("bad IPv4 literal %s", ip);
+	return (const struct sockaddr *)ss;
+}
+
+/* An IPv6 sockaddr from text. */
+static const struct sockaddr *
+sa6(struct sockaddr_storage *ss, const char *ip, uint16_t port)
+{
+	struct sockaddr_in6	*sin6 = (struct sockaddr_in6 *)ss;
+
+	memset(ss, 0, sizeof(*ss));
+	sin6->sin6_family = AF_INET6;
+	sin6->sin6_port = htons(port);
+	if (inet_pton(AF_INET6, ip, &sin6->sin6_addr) != 1)
+		fail_msg("bad IPv6 literal %s", ip);
+	return (const struct sockaddr *)ss;
+}
+
+/* A unix-domain sockaddr: a family the header cannot carry. */
+static const struct sockaddr *
+saun(struct sockaddr_storage *ss, const char *path)
+{
+	struct sockaddr_un	*su = (struct sockaddr_un *)ss;
+
+	memset(ss, 0, sizeof(*ss));
+	su->sun_family = AF_UNIX;
+	snprintf(su->sun_path, sizeof(su->sun_path), "%s", path);
+	return (const struct sockaddr *)ss;
+}
+
+/*
+ * Encode into the first len bytes of a larger poisoned buffer, and check
+ * that nothing past len was written, whatever the result.
+ */
+static ssize_t
+encode(int version, const struct sockaddr *src, const struct sockaddr *dst,
+    unsigned char *buf, size_t len)
+{
+	ssize_t	n;
+	size_t	i;
+
+	memset(buf, GUARD_BYTE, len + GUARD);
+	n = zp_proxy_header(version, src, dst, (char *)buf, len);
+	for (i = len; i < len + GUARD; i++) {
+		if (buf[i] != GUARD_BYTE)
+			fail_msg("v%d header wrote byte %zu of a %zu-byte "
+			    "buffer", version, i, len);
+	}
+	if (n != -1 && (n <= 0 || (size_t)n > len))
+		fail_msg("v%d header returned %zd for a %zu-byte buffer",
+		    version, n, len);
+	return n;
+}
+
+/* The v1 result n in buf is exactly the line `want`. */
+static void
+assert_v1_line(const unsigned char *buf, ssize_t n, const char *want)
+{
+	if (n == -1)
+		fail_msg("v1 header failed, want \"%s\"", want);
+	if ((size_t)n != strlen(want) || memcmp(buf, want, (size_t)n) != 0)
+		fail_msg("v1 header is \"%.*s\" (%zd bytes), want \"%s\" "
+		    "(%zu bytes)", (int)n, (const char *)buf, n, want,
+		    strlen(want));
+}
+
+/* ---- an independent decoder, from the spec ------------------------- */
+
+struct decoded {
+	int		local;		/* v2 LOCAL, or v1 UNKNOWN */
+	int		family;		/* AF_INET, AF_INET6, 0 */
+	unsigned char	src[16], dst[16];
+	unsigned	sport, dport;	/* host order */
+};
+
+/* A v1 port: decimal, 0..65535, no sign, no leading zero. */
+static int
+v1_port(const char *s, unsigned *out)
+{
+	unsigned	v;
+	int		used = -1;
+
+	if (s[0] < '0' || s[0] > '9' || (s[0] == '0' && s[1] != '\0'))
+		return -1;
+	if (strlen(s) > 5 || sscanf(s, "%u%n", &v, &used) != 1 ||
+	    used != (int)strlen(s) || v > 65535)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/*
+ * Parse a v1 line of n bytes: "PROXY" and five fields separated by single
+ * spaces and ended by one CRLF, or "PROXY UNKNOWN" (the spec lets a
+ * receiver ignore what follows UNKNOWN, but we send nothing there).
+ * Returns 0 and fills d, or -1 with a reason in why.
+ */
+static int
+decode_v1(const unsigned char *buf, size_t n, struct decoded *d,
+    const char **why)
+{
+	char		 line[V1_LIMIT + 1], *f[6], *p, *sp;
+	int		 nf = 0, af;
+
+	memset(d, 0, sizeof(*d));
+	*why = "longer than 107 bytes";
+	if (n > V1_LIMIT)
+		return -1;
+	*why = "not ended by CRLF";
+	if (n < 2 || buf[n - 2] != '\r' || buf[n - 1] != '\n')
+		return -1;
+	memcpy(line, buf, n - 2);
+	line[n - 2] = '\0';
+	*why = "a NUL, CR or LF inside the line";
+	if (strlen(line) != n - 2 || strpbrk(line, "\r\n") != NULL)
+		return -1;
+	if (strcmp(line, "PROXY UNKNOWN") == 0) {
+		d->local = 1;
+		return 0;
+	}
+	*why = "not six fields separated by single spaces";
+	for (p = line; nf < 6; p = sp + 1) {
+		f[nf++] = p;
+		if ((sp = strchr(p, ' ')) == NULL)
+			break;
+		*sp = '\0';
+	}
+	if (nf != 6 || sp != NULL)
+		return -1;
+	for (nf = 0; nf < 6; nf++)
+		if (f[nf][0] == '\0')
+			return -1;
+	*why = "no PROXY signature";
+	if (strcmp(f[0], "PROXY") != 0)
+		return -1;
+	*why = "unknown protocol";
+	if (strcmp(f[1], "TCP4") == 0)
+		af = AF_INET;
+	else if (strcmp(f[1], "TCP6") == 0)
+		af = AF_INET6;
+	else
+		return -1;
+	*why = "an address that is not of the protocol's family";
+	if (inet_pton(af, f[2], d->src) != 1 ||
+	    inet_pton(af, f[3], d->dst) != 1)
+		return -1;
+	*why = "a bad port";
+	if (v1_port(f[4], &d->sport) == -1 || v1_port(f[5], &d->dport) == -1)
+		return -1;
+	d->family = af;
+	return 0;
+}
+
+/*
+ * Parse a v2 header of exactly n bytes: signature, version 2 with the
+ * LOCAL or PROXY command, family and transport, length, and the address
+ * block for TCP over IPv4 or IPv6 (no TLVs: we send none).
+ */
+static int
+decode_v2(const unsigned char *buf, size_t n, struct decoded *d,
+    const char **why)
+{
+	size_t		 blen, alen;
+	const unsigned char	*b;
+
+	memset(d, 0, sizeof(*d));
+	*why = "shorter than 16 bytes";
+	if (n < 16)
+		return -1;
+	*why = "bad signature";
+	if (memcmp(buf, sig, 12) != 0)
+		return -1;
+	*why = "version is not 2";
+	if ((buf[12] & 0xf0) != 0x20)
+		return -1;
+	blen = ((size_t)buf[14] << 8) | buf[15];
+	*why = "length does not match the bytes returned";
+	if (16 + blen != n)
+		return -1;
+	b = buf + 16;
+	switch (buf[12] & 0x0f) {
+	case 0x0:
+		/* LOCAL: we send it with UNSPEC and no address block. */
+		*why = "LOCAL with a family or an address block";
+		if (buf[13] != 0x00 || blen != 0)
+			return -1;
+		d->local = 1;
+		return 0;
+	case 0x1:
+		break;
+	default:
+		*why = "unknown command";
+		return -1;
+	}
+	*why = "PROXY with a family/transport other than TCP4 or TCP6";
+	if (buf[13] == 0x11) {
+		d->family = AF_INET;
+		alen = 4;
+	} else if (buf[13] == 0x21) {
+		d->family = AF_INET6;
+		alen = 16;
+	} else
+		return -1;
+	*why = "address block of the wrong size";
+	if (blen != 2 * alen + 4)
+		return -1;
+	memcpy(d->src, b, alen);
+	memcpy(d->dst, b + alen, alen);
+	d->sport = ((unsigned)b[2 * alen] << 8) | b[2 * alen + 1];
+	d->dport = ((unsigned)b[2 * alen + 2] << 8) | b[2 * alen + 3];
+	return 0;
+}
+
+/*
+ * What the header should carry for one sockaddr, worked out here: IPv4
+ * as is, v4-mapped IPv6 as IPv4, other IPv6 as is, anything else 0.
+ */
+static int
+expect_addr(const struct sockaddr *sa, unsigned char *addr, unsigned *port)
+{
+	const struct sockaddr_in	*sin = (const struct sockaddr_in *)sa;
+	const struct sockaddr_in6	*sin6 = (const struct sockaddr_in6 *)sa;
+	static const unsigned char	 mapped[12] = {
+		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff
+	};
+
+	memset(addr, 0, 16);
+	*port = 0;
+	if (sa->sa_family == AF_INET) {
+		memcpy(addr, &sin->sin_addr, 4);
+		*port = ntohs(sin->sin_port);
+		return AF_INET;
+	}
+	if (sa->sa_family == AF_INET6) {
+		*port = ntohs(sin6->sin6_port);
+		if (memcmp(sin6->sin6_addr.s6_addr, mapped, 12) == 0) {
+			memcpy(addr, sin6->sin6_addr.s6_addr + 12, 4);
+			return AF_INET;
+		}
+		memcpy(addr, sin6->sin6_addr.s6_addr, 16);
+		return AF_INET6;
+	}
+	return 0;
+}
+
+/* Decoded d is what src -> dst should give; say which field differs. */
+static void
+assert_decoded(int version, const struct decoded *d,
+    const struct sockaddr *src, const struct sockaddr *dst,
+    const unsigned char *buf, size_t n, unsigned round)
+{
+	unsigned char	es[16], ed[16];
+	unsigned	esp, edp;
+	int		fs, fd;
+	size_t		alen;
+
+	fs = expect_addr(src, es, &esp);
+	fd = expect_addr(dst, ed, &edp);
+	if (fs == 0 || fs != fd) {
+		if (!d->local)
+			fail_msg("round %u v%d: families %d/%d should give %s",
+			    round, version, fs, fd,
+			    version == 1 ? "UNKNOWN" : "LOCAL");
+		return;
+	}
+	if (d->local || d->family != fs)
+		fail_msg("round %u v%d: family %d, want %d (%zu bytes: "
+		    "%.*s)", round, version, d->family, fs, n,
+		    version == 1 ? (int)n : 0, (const char *)buf);
+	alen = fs == AF_INET ? 4 : 16;
+	if (memcmp(d->src, es, alen) != 0 || memcmp(d->dst, ed, alen) != 0)
+		fail_msg("round %u v%d: addresses differ", round, version);
+	if (d->sport != esp || d->dport != edp)
+		fail_msg("round %u v%d: ports %u %u, want %u %u", round,
+		    version, d->sport, d->dport, esp, edp);
+}
+
+/* ---- v1: exact lines ---------------------------------------------- */
+
+/* TCP over IPv4 gives the spec's line, byte for byte, with no NUL. */
+static void
+test_v1_tcp4(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V1_MAX + GUARD];
+	ssize_t			n;
+
+	n = encode(1, sa4(&s, "192.0.2.1", 40000),
+	    sa4(&d, "198.51.100.2", 9000), buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n,
+	    "PROXY TCP4 192.0.2.1 198.51.100.2 40000 9000\r\n");
+}
+
+/* Ports 0 and 65535 are written in plain decimal. */
+static void
+test_v1_port_limits(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V1_MAX + GUARD];
+	ssize_t			n;
+
+	n = encode(1, sa4(&s, "0.0.0.0", 0),
+	    sa4(&d, "255.255.255.255", 65535), buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n, "PROXY TCP4 0.0.0.0 255.255.255.255 0 65535\r\n");
+}
+
+/* TCP over IPv6 uses the compressed text form of each address. */
+static void
+test_v1_tcp6(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V1_MAX + GUARD];
+	ssize_t			n;
+
+	n = encode(1, sa6(&s, "2001:0db8:0000:0000:0000:0000:0000:0001", 40000),
+	    sa6(&d, "2001:db8:0:0:1:0:0:2", 443), buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n,
+	    "PROXY TCP6 2001:db8::1 2001:db8::1:0:0:2 40000 443\r\n");
+	n = encode(1, sa6(&s, "::1", 1), sa6(&d, "::", 2), buf,
+	    ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n, "PROXY TCP6 ::1 :: 1 2\r\n");
+}
+
+/*
+ * A v4-mapped IPv6 pair (what a dual-stack listener sees) is sent as
+ * TCP4 with plain dotted IPv4 text; so is a mapped client on a plain
+ * IPv4 destination, as both reduce to IPv4.
+ */
+static void
+test_v1_v4mapped(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V1_MAX + GUARD];
+	ssize_t			n;
+
+	n = encode(1, sa6(&s, "::ffff:192.0.2.1", 40000),
+	    sa6(&d, "::ffff:198.51.100.2", 9000), buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n,
+	    "PROXY TCP4 192.0.2.1 198.51.100.2 40000 9000\r\n");
+	n = encode(1, sa6(&s, "::ffff:192.0.2.1", 40000),
+	    sa4(&d, "198.51.100.2", 9000), buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n,
+	    "PROXY TCP4 192.0.2.1 198.51.100.2 40000 9000\r\n");
+}
+
+/*
+ * Addresses of different families, or of a family the protocol cannot
+ * carry, give the spec's "PROXY UNKNOWN\r\n".
+ */
+static void
+test_v1_unknown(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V1_MAX + GUARD];
+	ssize_t			n;
+
+	n = encode(1, sa4(&s, "192.0.2.1", 40000),
+	    sa6(&d, "2001:db8::2", 9000), buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n, "PROXY UNKNOWN\r\n");
+	n = encode(1, sa6(&s, "2001:db8::1", 40000),
+	    sa4(&d, "198.51.100.2", 9000), buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n, "PROXY UNKNOWN\r\n");
+	/* Mapped reduces to IPv4, which still differs from real IPv6. */
+	n = encode(1, sa6(&s, "::ffff:192.0.2.1", 40000),
+	    sa6(&d, "2001:db8::2", 9000), buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n, "PROXY UNKNOWN\r\n");
+	n = encode(1, saun(&s, "/tmp/a"), saun(&d, "/tmp/b"), buf,
+	    ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n, "PROXY UNKNOWN\r\n");
+	memset(&s, 0, sizeof(s));
+	s.ss_family = AF_UNSPEC;
+	n = encode(1, (struct sockaddr *)&s, sa4(&d, "198.51.100.2", 9000),
+	    buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n, "PROXY UNKNOWN\r\n");
+}
+
+/*
+ * The longest line there is -- full-width IPv6 text on both sides and
+ * five-digit ports -- stays within the spec's 107 bytes, and fits a
+ * buffer of ZP_PROXY_V1_MAX.
+ */
+static void
+test_v1_longest(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V1_MAX + GUARD];
+	const char		*full = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff";
+	const char		*other = "fe80:1234:5678:9abc:def0:1234:5678:9abc";
+	char			want[200];
+	ssize_t			n;
+
+	n = encode(1, sa6(&s, full, 65535), sa6(&d, full, 65535), buf,
+	    ZP_PROXY_V1_MAX);
+	snprintf(want, sizeof(want), "PROXY TCP6 %s %s 65535 65535\r\n", full,
+	    full);
+	assert_v1_line(buf, n, want);
+	assert_true(n <= V1_LIMIT);
+	n = encode(1, sa6(&s, other, 65535), sa6(&d, full, 10000), buf,
+	    ZP_PROXY_V1_MAX);
+	snprintf(want, sizeof(want), "PROXY TCP6 %s %s 65535 10000\r\n", other,
+	    full);
+	assert_v1_line(buf, n, want);
+	assert_true(n <= V1_LIMIT);
+	/* The macros callers size their buffers with cover it. */
+	assert_true(ZP_PROXY_V1_MAX >= V1_LIMIT);
+	assert_true(ZP_PROXY_MAX >= ZP_PROXY_V1_MAX);
+	assert_true(ZP_PROXY_MAX >= ZP_PROXY_V2_MAX);
+}
+
+/*
+ * A buffer too small for the line gives -1 and writes nothing past its
+ * end, down to a zero-length buffer; one byte more than the line (room
+ * for a NUL) is always enough.
+ */
+static void
+test_v1_small_buffer(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V1_MAX + GUARD];
+	const char		*want =
+	    "PROXY TCP4 192.0.2.1 198.51.100.2 40000 9000\r\n";
+	size_t			len, wlen = strlen(want);
+	ssize_t			n;
+
+	sa4(&s, "192.0.2.1", 40000);
+	sa4(&d, "198.51.100.2", 9000);
+	for (len = 0; len < wlen; len++)
+		assert_int_equal(encode(1, (struct sockaddr *)&s,
+		    (struct sockaddr *)&d, buf, len), -1);
+	/*
+	 * Exactly the line's length: -1 (no room for the NUL), or the
+	 * whole line -- never a line cut short by snprintf.
+	 */
+	n = encode(1, (struct sockaddr *)&s, (struct sockaddr *)&d, buf, wlen);
+	if (n != -1)
+		assert_v1_line(buf, n, want);
+	assert_v1_line(buf, encode(1, (struct sockaddr *)&s,
+	    (struct sockaddr *)&d, buf, wlen + 1), want);
+	/* Also for the short UNKNOWN line. */
+	sa6(&d, "2001:db8::2", 9000);
+	for (len = 0; len < strlen("PROXY UNKNOWN\r\n"); len++)
+		assert_int_equal(encode(1, (struct sockaddr *)&s,
+		    (struct sockaddr *)&d, buf, len), -1);
+}
+
+/* Versions other than 1 and 2 are refused, whatever the buffer. */
+static void
+test_bad_version(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_MAX + GUARD];
+	static const int	bad[] = { 0, 3, -1, 10, 0x21 };
+	size_t			i;
+
+	sa4(&s, "192.0.2.1", 40000);
+	sa4(&d, "198.51.100.2", 9000);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(encode(bad[i], (struct sockaddr *)&s,
+		    (struct sockaddr *)&d, buf, ZP_PROXY_MAX), -1);
+		assert_int_equal(encode(bad[i], (struct sockaddr *)&s,
+		    sa6(&d, "2001:db8::2", 1), buf, ZP_PROXY_MAX), -1);
+		sa4(&d, "198.51.100.2", 9000);
+	}
+}
+
+/* ---- v2: exact bytes ---------------------------------------------- */
+
+/* Compare n bytes of a v2 header with want, naming the first difference. */
+static void
+assert_bytes(const unsigned char *buf, ssize_t n, const unsigned char *want,
+    size_t wlen)
+{
+	size_t	i;
+
+	if (n == -1)
+		fail_msg("v2 header failed, want %zu bytes", wlen);
+	if ((size_t)n != wlen)
+		fail_msg("v2 header is %zd bytes, want %zu", n, wlen);
+	for (i = 0; i < wlen; i++)
+		if (buf[i] != want[i])
+			fail_msg("v2 byte %zu is 0x%02x, want 0x%02x", i,
+			    buf[i], want[i]);
+}
+
+/*
+ * TCP over IPv4: signature, 0x21 (v2, PROXY), 0x11 (INET, STREAM),
+ * length 12 big-endian, source and destination addresses, then source
+ * and destination ports, all in network order.
+ */
+static void
+test_v2_tcp4(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V2_MAX + GUARD];
+	static const unsigned char want[28] = {
+		0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49,
+		0x54, 0x0a,
+		0x21, 0x11, 0x00, 0x0c,
+		192, 0, 2, 1,
+		198, 51, 100, 2,
+		0x9c, 0x40,	/* 40000 */
+		0x23, 0x28,	/* 9000 */
+	};
+	ssize_t			n;
+
+	n = encode(2, sa4(&s, "192.0.2.1", 40000),
+	    sa4(&d, "198.51.100.2", 9000), buf, ZP_PROXY_V2_MAX);
+	assert_bytes(buf, n, want, sizeof(want));
+}
+
+/* TCP over IPv6: 0x21 family, length 36, 16-byte addresses. */
+static void
+test_v2_tcp6(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V2_MAX + GUARD];
+	static const unsigned char want[52] = {
+		0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49,
+		0x54, 0x0a,
+		0x21, 0x21, 0x00, 0x24,
+		0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01,
+		0x20, 0x01, 0x0d, 0xb8, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0,
+		0x12, 0x34,
+		0xff, 0xff,	/* 65535 */
+		0x00, 0x50,	/* 80 */
+	};
+	ssize_t			n;
+
+	n = encode(2, sa6(&s, "2001:db8::1", 65535),
+	    sa6(&d, "2001:db8:ffff::1234", 80), buf, ZP_PROXY_V2_MAX);
+	assert_bytes(buf, n, want, sizeof(want));
+}
+
+/* A v4-mapped IPv6 pair is sent in the 0x11 (TCP over IPv4) form. */
+static void
+test_v2_v4mapped(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V2_MAX + GUARD];
+	static const unsigned char want[28] = {
+		0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49,
+		0x54, 0x0a,
+		0x21, 0x11, 0x00, 0x0c,
+		192, 0, 2, 1,
+		198, 51, 100, 2,
+		0x9c, 0x40,
+		0x23, 0x28,
+	};
+	ssize_t			n;
+
+	n = encode(2, sa6(&s, "::ffff:192.0.2.1", 40000),
+	    sa6(&d, "::ffff:198.51.100.2", 9000), buf, ZP_PROXY_V2_MAX);
+	assert_bytes(buf, n, want, sizeof(want));
+	n = encode(2, sa4(&s, "192.0.2.1", 40000),
+	    sa6(&d, "::ffff:198.51.100.2", 9000), buf, ZP_PROXY_V2_MAX);
+	assert_bytes(buf, n, want, sizeof(want));
+}
+
+/*
+ * Mismatched or unknown families give the LOCAL command: signature,
+ * 0x20, family 0x00 (UNSPEC), length 0 -- 16 bytes in all.
+ */
+static void
+test_v2_local(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V2_MAX + GUARD];
+	static const unsigned char want[16] = {
+		0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49,
+		0x54, 0x0a,
+		0x20, 0x00, 0x00, 0x00,
+	};
+	ssize_t			n;
+
+	n = encode(2, sa4(&s, "192.0.2.1", 40000),
+	    sa6(&d, "2001:db8::2", 9000), buf, ZP_PROXY_V2_MAX);
+	assert_bytes(buf, n, want, sizeof(want));
+	n = encode(2, sa6(&s, "2001:db8::1", 40000),
+	    sa6(&d, "::ffff:198.51.100.2", 9000), buf, ZP_PROXY_V2_MAX);
+	assert_bytes(buf, n, want, sizeof(want));
+	n = encode(2, saun(&s, "/tmp/a"), saun(&d, "/tmp/b"), buf,
+	    ZP_PROXY_V2_MAX);
+	assert_bytes(buf, n, want, sizeof(want));
+}
+
+/*
+ * One byte short of each form (28, 52 and 16 bytes) gives -1 and writes
+ * nothing past the buffer; the exact size is enough.
+ */
+static void
+test_v2_small_buffer(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V2_MAX + GUARD];
+	size_t			len;
+
+	sa4(&s, "192.0.2.1", 40000);
+	sa4(&d, "198.51.100.2", 9000);
+	for (len = 0; len < 28; len++)
+		assert_int_equal(encode(2, (struct sockaddr *)&s,
+		    (struct sockaddr *)&d, buf, len), -1);
+	assert_int_equal(encode(2, (struct sockaddr *)&s,
+	    (struct sockaddr *)&d, buf, 28), 28);
+
+	sa6(&s, "2001:db8::1", 40000);
+	sa6(&d, "2001:db8::2", 9000);
+	for (len = 0; len < 52; len++)
+		assert_int_equal(encode(2, (struct sockaddr *)&s,
+		    (struct sockaddr *)&d, buf, len), -1);
+	assert_int_equal(encode(2, (struct sockaddr *)&s,
+	    (struct sockaddr *)&d, buf, 52), 52);
+	assert_int_equal(ZP_PROXY_V2_MAX, 52);
+
+	sa4(&d, "198.51.100.2", 9000);
+	for (len = 0; len < 16; len++)
+		assert_int_equal(encode(2, (struct sockaddr *)&s,
+		    (struct sockaddr *)&d, buf, len), -1);
+	assert_int_equal(encode(2, (struct sockaddr *)&s,
+	    (struct sockaddr *)&d, buf, 16), 16);
+}
+
+/* ---- round trip ---------------------------------------------------- */
+
+/* xorshift64*: a fixed, platform-independent sequence. */
+static uint64_t
+rnd(uint64_t *x)
+{
+	*x ^= *x >> 12;
+	*x ^= *x << 25;
+	*x ^= *x >> 27;
+	return *x * 0x2545f4914f6cdd1dULL;
+}
+
+/* A port, often at the edges. */
+static uint16_t
+rnd_port(uint64_t *x)
+{
+	switch (rnd(x) % 8) {
+	case 0:		return 0;
+	case 1:		return 65535;
+	case 2:		return (uint16_t)(rnd(x) % 10);
+	default:	return (uint16_t)rnd(x);
+	}
+}
+
+/*
+ * A random address: IPv4, random IPv6, IPv6 with runs of zero groups (so
+ * that the text form is compressed in every way), v4-mapped IPv6, and
+ * now and then a unix-domain one.
+ */
+static const struct sockaddr *
+rnd_addr(uint64_t *x, struct sockaddr_storage *ss)
+{
+	struct sockaddr_in	*sin = (struct sockaddr_in *)ss;
+	struct sockaddr_in6	*sin6 = (struct sockaddr_in6 *)ss;
+	uint64_t		 r;
+	int			 i, kind;
+
+	memset(ss, 0, sizeof(*ss));
+	kind = (int)(rnd(x) % 20);
+	if (kind == 0)
+		return saun(ss, "/run/zp.sock");
+	if (kind < 8) {
+		sin->sin_family = AF_INET;
+		r = rnd(x);
+		memcpy(&sin->sin_addr, &r, 4);
+		sin->sin_port = htons(rnd_port(x));
+		return (struct sockaddr *)ss;
+	}
+	sin6->sin6_family = AF_INET6;
+	sin6->sin6_port = htons(rnd_port(x));
+	if (kind < 11) {
+		sin6->sin6_addr.s6_addr[10] = 0xff;
+		sin6->sin6_addr.s6_addr[11] = 0xff;
+		r = rnd(x);
+		memcpy(sin6->sin6_addr.s6_addr + 12, &r, 4);
+	} else if (kind < 15) {
+		for (i = 0; i < 16; i += 8) {
+			r = rnd(x);
+			memcpy(sin6->sin6_addr.s6_addr + i, &r, 8);
+		}
+	} else {
+		for (i = 0; i < 16; i += 2) {
+			if (rnd(x) % 2 == 0)
+				continue;
+			r = rnd(x);
+			/* Mostly full-width groups: the longest text. */
+			sin6->sin6_addr.s6_addr[i] = (unsigned char)(r | 0x10);
+			sin6->sin6_addr.s6_addr[i + 1] = (unsigned char)(r >> 8);
+		}
+	}
+	return (struct sockaddr *)ss;
+}
+
+/*
+ * Many random address pairs (a fixed seed, so a failure reproduces) go
+ * through the encoder and the decoder above, for both versions: what
+ * comes out is what went in (reduced as the spec says), every v1 line is
+ * within 107 bytes, and every header fits the ZP_PROXY_* buffers.
+ */
+static void
+test_round_trip(void **state)
+{
+	struct sockaddr_storage	 s, d;
+	const struct sockaddr	*src, *dst;
+	unsigned char		 buf[ZP_PROXY_MAX + GUARD];
+	struct decoded		 dec;
+	const char		*why;
+	uint64_t		 x = SEED;
+	unsigned		 round, seen[3] = { 0, 0, 0 };
+	size_t			 longest = 0;
+	ssize_t			 n;
+
+	for (round = 0; round < ROUNDS; round++) {
+		src = rnd_addr(&x, &s);
+		/* Same family more often than not, to test the addresses. */
+		if (rnd(&x) % 4 != 0 && src->sa_family != AF_UNIX) {
+			dst = rnd_addr(&x, &d);
+			while (dst->sa_family != src->sa_family)
+				dst = rnd_addr(&x, &d);
+		} else
+			dst = rnd_addr(&x, &d);
+
+		n = encode(1, src, dst, buf, ZP_PROXY_V1_MAX);
+		if (n == -1)
+			fail_msg("round %u: v1 header failed", round);
+		if ((size_t)n > longest)
+			longest = (size_t)n;
+		if (decode_v1(buf, (size_t)n, &dec, &why) == -1)
+			fail_msg("round %u: v1 \"%.*s\": %s", round, (int)n,
+			    (const char *)buf, why);
+		assert_decoded(1, &dec, src, dst, buf, (size_t)n, round);
+		seen[dec.local ? 0 : dec.family == AF_INET ? 1 : 2]++;
+
+		n = encode(2, src, dst, buf, ZP_PROXY_V2_MAX);
+		if (n == -1)
+			fail_msg("round %u: v2 header failed", round);
+		if (decode_v2(buf, (size_t)n, &dec, &why) == -1)
+			fail_msg("round %u: v2: %s", round, why);
+		assert_decoded(2, &dec, src, dst, buf, (size_t)n, round);
+	}
+	/* The generator did reach every kind of header. */
+	assert_true(seen[0] > ROUNDS / 20);
+	assert_true(seen[1] > ROUNDS / 20);
+	assert_true(seen[2] > ROUNDS / 20);
+	assert_true(longest <= V1_LIMIT);
+}
+
+/*
+ * The decoder itself refuses what the spec does not allow, so that the
+ * round trip above means something.
+ */
+static void
+test_decoder_self_check(void **state)
+{
+	static const char	*bad_v1[] = {
+		"PROXY TCP4 192.0.2.1 198.51.100.2 40000 9000\n",
+		"PROXY TCP4 192.0.2.1 198.51.100.2 40000 9000",
+		"PROXY TCP4 192.0.2.1  198.51.100.2 40000 9000\r\n",
+		"PROXY TCP4 192.0.2.1 198.51.100.2 040000 9000\r\n",
+		"PROXY TCP4 192.0.2.1 198.51.100.2 65536 9000\r\n",
+		"PROXY TCP4 2001:db8::1 198.51.100.2 1 2\r\n",
+		"PROXY TCP6 192.0.2.1 2001:db8::2 1 2\r\n",
+		"PROXY UDP4 192.0.2.1 198.51.100.2 1 2\r\n",
+		"PROXY TCP4 192.0.2.1 198.51.100.2 1 2 3\r\n",
+		"proxy TCP4 192.0.2.1 198.51.100.2 1 2\r\n",
+		"PROXY UNKNOWN \r\n",
+	};
+	unsigned char		v2[28] = {
+		0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49,
+		0x54, 0x0a, 0x21, 0x11, 0x00, 0x0c,
+	};
+	struct decoded		d;
+	const char		*why;
+	size_t			i;
+
+	for (i = 0; i < sizeof(bad_v1) / sizeof(bad_v1[0]); i++)
+		if (decode_v1((const unsigned char *)bad_v1[i],
+		    strlen(bad_v1[i]), &d, &why) != -1)
+			fail_msg("decoder took \"%s\"", bad_v1[i]);
+	assert_int_equal(decode_v1((const unsigned char *)"PROXY UNKNOWN\r\n",
+	    15, &d, &why), 0);
+	assert_true(d.local);
+
+	assert_int_equal(decode_v2(v2, sizeof(v2), &d, &why), 0);
+	assert_int_equal(d.family, AF_INET);
+	assert_int_equal(decode_v2(v2, sizeof(v2) - 1, &d, &why), -1);
+	v2[12] = 0x11;		/* version 1 */
+	assert_int_equal(decode_v2(v2, sizeof(v2), &d, &why), -1);
+	v2[12] = 0x21;
+	v2[13] = 0x21;		/* IPv6 with an IPv4-sized block */
+	assert_int_equal(decode_v2(v2, sizeof(v2), &d, &why), -1);
+	v2[13] = 0x11;
+	v2[0] = 0x0a;
+	assert_int_equal(decode_v2(v2, sizeof(v2), &d, &why), -1);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_v1_tcp4),
+		cmocka_unit_test(test_v1_port_limits),
+		cmocka_unit_test(test_v1_tcp6),
+		cmocka_unit_test(test_v1_v4mapped),
+		cmocka_unit_test(test_v1_unknown),
+		cmocka_unit_test(test_v1_longest),
+		cmocka_unit_test(test_v1_small_buffer),
+		cmocka_unit_test(test_bad_version),
+		cmocka_unit_test(test_v2_tcp4),
+		cmocka_unit_test(test_v2_tcp6),
+		cmocka_unit_test(test_v2_v4mapped),
+		cmocka_unit_test(test_v2_local),
+		cmocka_unit_test(test_v2_small_buffer),
+		cmocka_unit_test(test_decoder_self_check),
+		cmocka_unit_test(test_round_trip),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
