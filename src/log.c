@@ -1,105 +1,574 @@
 /*
- * log.c - timestamped lines on a stdio stream.
+ * log.c - one line per event, to stderr, a file or syslog, as text or JSON.
+ *
+ * A line is built whole in a buffer on the stack, then leaves in one
+ * write(2) (file), one fwrite (stderr) or one syslog(3) call: several
+ * processes appending to one file never interleave their lines. A line
+ * that does not fit is cut at a character boundary, and a JSON one still
+ * closes its string and its object, so that every line stays parseable.
  */
 
-#include <sys/time.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 
-/* Set up a logger writing to fp at the given level. */
+/*
+ * Room kept at the end of the buffer for what closes a line even when
+ * its content was cut: a JSON string's quote, the object's brace, the
+ * newline and the NUL.
+ */
+#define LOG_RESERVE	4
+
+/* A line being built: appends either fit whole or set full. */
+struct log_buf {
+	char	*p;
+	size_t	 len;
+	size_t	 cap;		/* content stops here; LOG_RESERVE follows */
+	int	 full;		/* something was cut: append nothing more */
+};
+
+/* Start an empty line in buf, which has size bytes (> LOG_RESERVE). */
+static void
+buf_init(struct log_buf *b, char *buf, size_t size)
+{
+	b->p = buf;
+	b->len = 0;
+	b->cap = size - LOG_RESERVE;
+	b->full = 0;
+	buf[0] = '\0';
+}
+
+/* Append n bytes whole, or nothing and mark the line cut. */
+static void
+buf_add(struct log_buf *b, const char *s, size_t n)
+{
+	if (b->full || n > b->cap - b->len) {
+		b->full = 1;
+		return;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+}
+
+/* Append a closing byte into the reserve, which is there for it. */
+static void
+buf_close(struct log_buf *b, char c)
+{
+	if (b->len < b->cap + LOG_RESERVE - 1)
+		b->p[b->len++] = c;
+	b->p[b->len] = '\0';
+}
+
+/* Append a short printf-formatted token (a key, a number) whole. */
+static void __attribute__((format(printf, 2, 3)))
+buf_printf(struct log_buf *b, const char *fmt, ...)
+{
+	char	tok[128];
+	va_list	ap;
+	int	n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(tok, sizeof(tok), fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof(tok)) {
+		b->full = 1;
+		return;
+	}
+	buf_add(b, tok, (size_t)n);
+}
+
+/*
+ * The length of the well-formed UTF-8 sequence at s (n bytes left), or 0
+ * when the byte there starts none: a JSON reader may reject the line.
+ */
+static size_t
+utf8_len(const unsigned char *s, size_t n)
+{
+	unsigned char	lo = 0x80, hi = 0xbf;
+	size_t		len, i;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		len = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		len = 3;
+		if (s[0] == 0xe0)
+			lo = 0xa0;	/* overlong */
+		else if (s[0] == 0xed)
+			hi = 0x9f;	/* surrogates */
+	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		len = 4;
+		if (s[0] == 0xf0)
+			lo = 0x90;	/* overlong */
+		else if (s[0] == 0xf4)
+			hi = 0x8f;	/* beyond U+10FFFF */
+	} else
+		return 0;
+	if (n < len || s[1] < lo || s[1] > hi)
+		return 0;
+	for (i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return len;
+}
+
+/*
+ * Append n bytes of s, escaped one character at a time so that a cut
+ * never splits an escape or a character. JSON: RFC 8259, \uFFFD for a
+ * byte that is not UTF-8. Text: control characters and stray bytes as
+ * \xNN, so that a message can never start a line of its own.
+ */
+static void
+buf_str(struct log_buf *b, const char *s, size_t n, int json)
+{
+	const unsigned char	*u = (const unsigned char *)s;
+	char			 esc[8];
+	size_t			 i, k;
+
+	for (i = 0; i < n && !b->full; i += k) {
+		k = utf8_len(u + i, n - i);
+		if (json && k == 0) {
+			buf_add(b, "\\ufffd", 6);
+			k = 1;
+		} else if (k == 0) {
+			snprintf(esc, sizeof(esc), "\\x%02x", u[i]);
+			buf_add(b, esc, 4);
+			k = 1;
+		} else if (k > 1)
+			buf_add(b, s + i, k);
+		else if (!json && (u[i] < 0x20 || u[i] == 0x7f)) {
+			snprintf(esc, sizeof(esc), "\\x%02x", u[i]);
+			buf_add(b, esc, 4);
+		} else if (!json)
+			buf_add(b, s + i, 1);
+		else if (u[i] == '"')
+			buf_add(b, "\\\"", 2);
+		else if (u[i] == '\\')
+			buf_add(b, "\\\\", 2);
+		else if (u[i] == '\n')
+			buf_add(b, "\\n", 2);
+		else if (u[i] == '\r')
+			buf_add(b, "\\r", 2);
+		else if (u[i] == '\t')
+			buf_add(b, "\\t", 2);
+		else if (u[i] < 0x20 || u[i] == 0x7f) {
+			snprintf(esc, sizeof(esc), "\\u%04x", u[i]);
+			buf_add(b, esc, 6);
+		} else
+			buf_add(b, s + i, 1);
+	}
+}
+
+/*
+ * Append ,"key":"value" (null when s is NULL). Once the opening quote is
+ * in, the closing one always follows, into the reserve if need be.
+ */
+static void
+buf_jstr(struct log_buf *b, const char *key, const char *s)
+{
+	if (s == NULL) {
+		buf_printf(b, ",\"%s\":null", key);
+		return;
+	}
+	buf_printf(b, ",\"%s\":\"", key);
+	if (b->full)
+		return;
+	buf_str(b, s, strlen(s), 1);
+	if (!b->full)
+		buf_add(b, "\"", 1);
+	if (b->full)
+		buf_close(b, '"');
+}
+
+/* The level's name in JSON: syslog's names, "info" for a connection. */
+static const char *
+level_name(int level)
+{
+	static const char *const names[] = {
+		"error", "warn", "notice", "info", "debug"
+	};
+
+	if (level < ZP_LOG_ERROR)
+		level = ZP_LOG_ERROR;
+	if (level > ZP_LOG_DEBUG)
+		level = ZP_LOG_DEBUG;
+	return names[level];
+}
+
+/* The syslog(3) priority of a level. */
+static int
+level_priority(int level)
+{
+	switch (level) {
+	case ZP_LOG_ERROR:
+		return LOG_ERR;
+	case ZP_LOG_WARN:
+		return LOG_WARNING;
+	case ZP_LOG_NOTICE:
+		return LOG_NOTICE;
+	case ZP_LOG_CONN:
+		return LOG_INFO;
+	default:
+		return level < ZP_LOG_ERROR ? LOG_ERR : LOG_DEBUG;
+	}
+}
+
+/* Append UTC wall-clock time to the millisecond: 2026-12-02T15:22:26.123Z */
+static void
+buf_time(struct log_buf *b)
+{
+	struct timespec	 ts;
+	struct tm	 tm;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	buf_printf(b, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
+	    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+	    tm.tm_min, tm.tm_sec, (long)(ts.tv_nsec / 1000000));
+}
+
+/* Append a connection record's fields after the JSON header. */
+static void
+buf_conn(struct log_buf *b, const struct zp_conn_record *r)
+{
+	buf_printf(b, ",\"event\":\"conn\",\"conn\":%llu",
+	    (unsigned long long)r->id);
+	buf_jstr(b, "client", r->client);
+	buf_jstr(b, "upstream", r->upstream);
+	buf_jstr(b, "mode", r->mode);
+	buf_printf(b, ",\"up\":%llu,\"down\":%llu",
+	    (unsigned long long)r->up, (unsigned long long)r->down);
+	/* NaN and infinities are not JSON numbers. */
+	if (isfinite(r->duration))
+		buf_printf(b, ",\"duration\":%.3f", r->duration);
+	else
+		buf_printf(b, ",\"duration\":null");
+	buf_jstr(b, "end", r->end);
+	if (r->error != NULL)
+		buf_jstr(b, "error", r->error);
+}
+
+/*
+ * Send a finished line (len bytes, newline included unless syslog) to
+ * the sink. Failures are dropped: there is nowhere left to report them.
+ */
+static void
+log_write(struct zp_log *lg, int level, const char *line, size_t len)
+{
+	ssize_t	n;
+	int	fd;
+
+	switch (lg->sink) {
+	case ZP_LOG_SYSLOG:
+		syslog(level_priority(level), "%s", line);
+		break;
+	case ZP_LOG_FILE:
+		/* One write(2) per line: O_APPEND makes it atomic. */
+		fd = fileno(lg->fp);
+		while (len > 0) {
+			if ((n = write(fd, line, len)) == -1) {
+				if (errno == EINTR)
+					continue;
+				break;
+			}
+			line += n;
+			len -= (size_t)n;
+		}
+		break;
+	default:
+		fwrite(line, 1, len, lg->fp);
+		fflush(lg->fp);
+		break;
+	}
+}
+
+/*
+ * Build and write one line at level, bypassing filter and rate limit:
+ * msg as text or as JSON "msg", or, in JSON with r set, r's fields.
+ */
+static void
+log_emit(struct zp_log *lg, int level, const char *msg,
+    const struct zp_conn_record *r)
+{
+	char		line[ZP_LOG_LINE_MAX];
+	struct log_buf	b;
+
+	buf_init(&b, line, sizeof(line));
+	if (lg->json) {
+		buf_add(&b, "{\"time\":\"", 9);
+		buf_time(&b);
+		buf_printf(&b, "\",\"level\":\"%s\",\"pid\":%ld",
+		    level_name(level), (long)getpid());
+		if (r != NULL)
+			buf_conn(&b, r);
+		else
+			buf_jstr(&b, "msg", msg);
+		buf_close(&b, '}');
+	} else {
+		/* syslog(3) stamps time, ident and pid itself. */
+		if (lg->sink != ZP_LOG_SYSLOG) {
+			buf_time(&b);
+			buf_printf(&b, " zproxy[%ld]: ", (long)getpid());
+		}
+		buf_str(&b, msg, strlen(msg), 0);
+	}
+	if (lg->sink != ZP_LOG_SYSLOG)
+		buf_close(&b, '\n');
+	line[b.len] = '\0';	/* syslog(3) takes a C string */
+	log_write(lg, level, line, b.len);
+}
+
+/* True when the logger has somewhere to write. */
+static int
+log_usable(const struct zp_log *lg)
+{
+	return lg->sink == ZP_LOG_SYSLOG || lg->fp != NULL;
+}
+
+/* Write "N log lines suppressed" for the lines the limit held back. */
+static void
+log_report_dropped(struct zp_log *lg)
+{
+	char	msg[64];
+
+	snprintf(msg, sizeof(msg), "%lu log lines suppressed",
+	    lg->rl_dropped);
+	lg->rl_dropped = 0;
+	/*
+	 * Not filtered by level: the lines it counts passed the filter, and
+	 * under -q (errors only) it is the one trace of an error storm.
+	 */
+	log_emit(lg, ZP_LOG_WARN, msg, NULL);
+}
+
+/*
+ * The rate limit: may a line at level (already enabled) be written now?
+ * WARN and ERROR lines beyond ZP_LOG_RATE in a one-second window are
+ * counted instead. The first line of any level once such a window is
+ * over is preceded by the count.
+ */
+static int
+log_admit(struct zp_log *lg, int level)
+{
+	struct timespec	now;
+	int		limited = level <= ZP_LOG_WARN;
+	long long	ms;
+
+	if (!limited && lg->rl_dropped == 0)
+		return 1;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ms = (long long)(now.tv_sec - lg->rl_window.tv_sec) * 1000 +
+	    (now.tv_nsec - lg->rl_window.tv_nsec) / 1000000;
+	if (ms >= 1000 || ms < 0) {
+		if (lg->rl_dropped > 0)
+			log_report_dropped(lg);
+		lg->rl_window = now;
+		lg->rl_count = 0;
+	}
+	if (!limited)
+		return 1;
+	if (lg->rl_count >= ZP_LOG_RATE) {
+		lg->rl_dropped++;
+		return 0;
+	}
+	lg->rl_count++;
+	return 1;
+}
+
+/*
+ * Open path for appending (created 0640) as a FILE whose descriptor is
+ * not inherited. Returns it, or NULL with errno set.
+ */
+static FILE *
+log_open_file(const char *path)
+{
+	FILE	*fp;
+	int	 fd, e;
+
+	if ((fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+	    0640)) == -1)
+		return NULL;
+	if ((fp = fdopen(fd, "a")) == NULL) {
+		e = errno;
+		close(fd);
+		errno = e;
+	}
+	return fp;
+}
+
+/* Let go of the current sink (never the stderr it was given). */
+static void
+log_close_sink(struct zp_log *lg)
+{
+	if (lg->sink == ZP_LOG_FILE && lg->fp != NULL)
+		fclose(lg->fp);
+	else if (lg->sink == ZP_LOG_SYSLOG)
+		closelog();
+	lg->fp = NULL;
+	lg->sink = ZP_LOG_STDERR;
+	free(lg->path);
+	lg->path = NULL;
+}
+
+/* Set up a logger writing to fp (not owned) at the given level, as text. */
 void
 zp_log_init(struct zp_log *lg, FILE *fp, int level)
 {
 	memset(lg, 0, sizeof(*lg));
 	lg->fp = fp;
 	lg->level = level;
+	lg->sink = ZP_LOG_STDERR;
 }
 
-/* Switch to a file or syslog. */
+/*
+ * Switch to the file at path or to syslog, and to JSON if json != 0.
+ * The old sink is let go only once the new one is open. Returns 0, or -1
+ * with err filled and the logger unchanged.
+ */
 int
 zp_log_open(struct zp_log *lg, const char *path, int use_syslog, int json,
     char *err, size_t errlen)
 {
-	lg->json = json;
-	(void)path;
-	(void)use_syslog;
-	(void)err;
-	(void)errlen;
+	FILE	*fp;
+	char	*copy;
+
+	if (path != NULL && use_syslog) {
+		snprintf(err, errlen, "cannot log both to '%s' and to syslog",
+		    path);
+		return -1;
+	}
+	if (path != NULL) {
+		if ((copy = strdup(path)) == NULL) {
+			snprintf(err, errlen, "cannot open log file '%s': %s",
+			    path, strerror(errno));
+			return -1;
+		}
+		if ((fp = log_open_file(path)) == NULL) {
+			snprintf(err, errlen, "cannot open log file '%s': %s",
+			    path, strerror(errno));
+			free(copy);
+			return -1;
+		}
+		log_close_sink(lg);
+		lg->fp = fp;
+		lg->path = copy;
+		lg->sink = ZP_LOG_FILE;
+	} else if (use_syslog) {
+		log_close_sink(lg);
+		/* LOG_NDELAY: connect now, while /dev/log is reachable. */
+		openlog("zproxy", LOG_PID | LOG_NDELAY, LOG_DAEMON);
+		lg->sink = ZP_LOG_SYSLOG;
+	}
+	lg->json = json != 0;
 	return 0;
 }
 
+/*
+ * Open the log file's path again, after logrotate moved the old file
+ * away, and swap it in. On failure keep the old file and say so in it.
+ */
 int
 zp_log_reopen(struct zp_log *lg)
 {
+	FILE	*fp;
+
+	if (lg->sink != ZP_LOG_FILE || lg->fp == NULL)
+		return 0;
+	if ((fp = log_open_file(lg->path)) == NULL) {
+		zp_log(lg, ZP_LOG_ERROR, "cannot reopen log file '%s': %s; "
+		    "still writing to the old file", lg->path,
+		    strerror(errno));
+		return -1;
+	}
+	fclose(lg->fp);
+	lg->fp = fp;
 	return 0;
 }
 
+/* Report what the rate limit held back, close the file or syslog, free. */
 void
 zp_log_close(struct zp_log *lg)
 {
+	if (lg->rl_dropped > 0 && log_usable(lg))
+		log_report_dropped(lg);
+	log_close_sink(lg);
+	lg->json = 0;
+	lg->rl_dropped = 0;
 }
 
-/* A connection's line. */
+/*
+ * A connection's line: key=value text (the format scripts grep), or a
+ * JSON object with the same fields.
+ */
 void
 zp_log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r)
 {
-	char	why[160] = "";
+	char		 msg[ZP_LOG_LINE_MAX];
+	const char	*q1 = "", *error = "", *q2 = "";
+	int		 saved = errno;
 
-	if (!zp_log_enabled(lg, level))
+	if (!zp_log_enabled(lg, level) || !log_admit(lg, level))
 		return;
-	if (r->error != NULL)
-		snprintf(why, sizeof(why), " error=\"%s\"", r->error);
-	zp_log(lg, level, "conn=%llu client=%s upstream=%s mode=%s up=%llu "
-	    "down=%llu duration=%.3fs end=%s%s", (unsigned long long)r->id,
-	    r->client, r->upstream, r->mode, (unsigned long long)r->up,
-	    (unsigned long long)r->down, r->duration, r->end, why);
+	if (lg->json) {
+		log_emit(lg, level, NULL, r);
+		errno = saved;
+		return;
+	}
+	if (r->error != NULL) {
+		q1 = " error=\"";
+		error = r->error;
+		q2 = "\"";
+	}
+#define NZ(s)	((s) != NULL ? (s) : "-")
+	snprintf(msg, sizeof(msg), "conn=%llu client=%s upstream=%s mode=%s "
+	    "up=%llu down=%llu duration=%.3fs end=%s%s%s%s",
+	    (unsigned long long)r->id, NZ(r->client), NZ(r->upstream),
+	    NZ(r->mode), (unsigned long long)r->up,
+	    (unsigned long long)r->down, r->duration, NZ(r->end), q1, error,
+	    q2);
+#undef NZ
+	log_emit(lg, level, msg, NULL);
+	errno = saved;
 }
 
 /* True when a line at level would be written. */
 int
 zp_log_enabled(const struct zp_log *lg, int level)
 {
-	return level <= lg->level && lg->fp != NULL;
+	return level <= lg->level && log_usable(lg);
 }
 
 /*
- * Write one line: UTC time to the millisecond, program and pid, message.
- * The whole line goes out in one write so that lines from several
- * processes sharing a file do not interleave.
+ * Write one line if level is enabled and the rate limit lets it through.
+ * errno is kept: a caller may still want it after logging.
  */
 void
 zp_log(struct zp_log *lg, int level, const char *fmt, ...)
 {
-	char		 line[1024];
-	struct timeval	 tv;
-	struct tm	 tm;
-	va_list		 ap;
-	int		 n, m;
+	char	msg[ZP_LOG_LINE_MAX];
+	va_list	ap;
+	int	n, saved = errno;
 
-	if (!zp_log_enabled(lg, level))
-		return;
-	gettimeofday(&tv, NULL);
-	gmtime_r(&tv.tv_sec, &tm);
-	n = snprintf(line, sizeof(line),
-	    "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ zproxy[%ld]: ",
-	    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-	    tm.tm_min, tm.tm_sec, (long)(tv.tv_usec / 1000), (long)getpid());
-	if (n < 0 || (size_t)n >= sizeof(line))
+	if (!zp_log_enabled(lg, level) || !log_admit(lg, level))
 		return;
 	va_start(ap, fmt);
-	m = vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
+	n = vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (m < 0)
-		return;
-	n += m;
-	if ((size_t)n > sizeof(line) - 2)
-		n = sizeof(line) - 2;
-	line[n++] = '\n';
-	fwrite(line, 1, n, lg->fp);
-	fflush(lg->fp);
+	/*
+	 * A message cut here needs no care: the line has less room than msg
+	 * for it, so buf_str() cuts it first, at a character boundary.
+	 */
+	if (n >= 0)
+		log_emit(lg, level, msg, NULL);
+	errno = saved;
 }

@@ -11,6 +11,12 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
+
+/* Most bytes of one line, newline included; longer ones are cut. */
+#define ZP_LOG_LINE_MAX	2048
+/* WARN and ERROR lines written per second at most; the rest are counted. */
+#define ZP_LOG_RATE	20
 
 enum zp_log_level {
 	ZP_LOG_ERROR = 0,	/* something failed; always shown */
@@ -28,15 +34,19 @@ enum zp_log_sink {
 };
 
 struct zp_log {
-	FILE		*fp;
+	FILE		*fp;		/* stderr, or the file; NULL: syslog */
 	int		 level;		/* highest level written */
 	int		 sink;		/* enum zp_log_sink */
 	int		 json;		/* one JSON object per line */
 	char		*path;		/* ZP_LOG_FILE */
-	/* Rate limit for WARN and ERROR lines: a storm can't fill a disk. */
-	struct timeval	 rl_window;
-	unsigned	 rl_count;
-	unsigned long	 rl_dropped;
+	/*
+	 * Rate limit for WARN and ERROR lines: a storm can't fill a disk.
+	 * rl_window is when the current one-second window began, on
+	 * CLOCK_MONOTONIC (a test may move it back to end the window).
+	 */
+	struct timespec	 rl_window;
+	unsigned	 rl_count;	/* lines written in the window */
+	unsigned long	 rl_dropped;	/* held back, not yet reported */
 };
 
 /* The story of one connection, for zp_log_conn(). */
@@ -69,7 +79,11 @@ int	zp_log_open(struct zp_log *, const char *path, int use_syslog,
  */
 int	zp_log_reopen(struct zp_log *);
 
-/* Close the file or syslog and free. */
+/*
+ * Close the file or syslog and free, first reporting lines the rate limit
+ * held back. The logger then writes nothing until zp_log_init(). Safe to
+ * call twice, and on a logger that was only zp_log_init()'ed.
+ */
 void	zp_log_close(struct zp_log *);
 
 /* Write one line if level is enabled. */
