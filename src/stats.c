@@ -1,23 +1,748 @@
-/* stats.c - placeholder until the endpoint lands. */
-#include <stddef.h>
-#include "ctx.h"
-#include "stats.h"
+/*
+ * stats.c - the --stats endpoint: GET /metrics in Prometheus text
+ * exposition format 0.0.4, served by evhttp in zproxy's own event loop.
+ *
+ * Rendering reads the context and writes nothing to it: a scrape costs one
+ * walk of the open pairs and one getrusage(2). The HTTP side is kept small
+ * on purpose: one path, two methods, tight limits on what a client may
+ * send and on how long it may take, so that the endpoint cannot be used to
+ * grow zproxy's memory.
+ */
 
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <netinet/in.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+
+#include "ctx.h"
+#include "log.h"
+#include "pair.h"
+#include "relay.h"
+#include "stats.h"
+#include "upstream.h"
+
+#define ZP_STATS_CONTENT_TYPE	"text/plain; version=0.0.4; charset=utf-8"
+/* A scraper sends one short request line and a few headers. */
+#define ZP_STATS_MAX_HEADERS	8192
+/* Nothing here takes a body; a small one is read to answer 405. */
+#define ZP_STATS_MAX_BODY	1024
+/* Seconds a client may take to send a request or read the answer. */
+#define ZP_STATS_TIMEOUT	5
+/* How long accepting rests after EMFILE/ENFILE, in milliseconds. */
+#define ZP_STATS_PAUSE_MS	250
+/* Seconds between two idle runs of the server's timer (see there). */
+#define ZP_STATS_IDLE_TICK	86400
+/* Room for "name:port" of an upstream and a "#NN" for a repeated one. */
+#define ZP_STATS_NAMELEN	320
+
+struct zp_stats_server {
+	struct zp_ctx		*ctx;
+	struct evhttp		*http;
+	struct evconnlistener	*lev;	/* owned by http */
+	struct event		*timer;	/* ends an out-of-descriptors pause */
+	int			 paused; /* lev disabled until timer fires */
+	struct zp_addr		 addr;	/* bound */
+};
+
+/* Where a render writes, and whether any write failed. */
+struct render {
+	struct evbuffer	*b;
+	int		 failed;
+};
+
+/* One label of a sample: name="value". */
+struct label {
+	const char	*name;
+	const char	*value;
+};
+
+/* A formatted append; remembers a failure (out of memory). */
+static void
+put(struct render *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+put(struct render *r, const char *fmt, ...)
+{
+	va_list	ap;
+
+	va_start(ap, fmt);
+	if (evbuffer_add_vprintf(r->b, fmt, ap) == -1)
+		r->failed = 1;
+	va_end(ap);
+}
+
+/* Append bytes as they are. */
+static void
+put_raw(struct render *r, const char *s, size_t len)
+{
+	if (len > 0 && evbuffer_add(r->b, s, len) == -1)
+		r->failed = 1;
+}
+
+/*
+ * Append a label value escaped as the text format asks: backslash, double
+ * quote and line feed become \\, \" and \n; every other byte is as is
+ * (UTF-8 passes through).
+ */
+static void
+put_label_value(struct render *r, const char *v)
+{
+	const char	*run = v;
+
+	for (; *v != '\0'; v++) {
+		const char *esc;
+
+		switch (*v) {
+		case '\\':
+			esc = "\\\\";
+			break;
+		case '"':
+			esc = "\\\"";
+			break;
+		case '\n':
+			esc = "\\n";
+			break;
+		default:
+			continue;
+		}
+		put_raw(r, run, (size_t)(v - run));
+		put_raw(r, esc, 2);
+		run = v + 1;
+	}
+	put_raw(r, run, (size_t)(v - run));
+}
+
+/* "# HELP" and "# TYPE" lines that open a metric family. */
+static void
+family(struct render *r, const char *name, const char *type, const char *help)
+{
+	put(r, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* name{l0="v0",...} : the part of a sample line before its value. */
+static void
+sample_head(struct render *r, const char *name, const struct label *l,
+    size_t nl)
+{
+	size_t	i;
+
+	put_raw(r, name, strlen(name));
+	if (nl == 0)
+		return;
+	put_raw(r, "{", 1);
+	for (i = 0; i < nl; i++) {
+		put(r, "%s%s=\"", i > 0 ? "," : "", l[i].name);
+		put_label_value(r, l[i].value);
+		put_raw(r, "\"", 1);
+	}
+	put_raw(r, "}", 1);
+}
+
+/* A sample with an integer value. */
+static void
+sample_u64(struct render *r, const char *name, const struct label *l,
+    size_t nl, uint64_t v)
+{
+	sample_head(r, name, l, nl);
+	put(r, " %llu\n", (unsigned long long)v);
+}
+
+/* A family of one sample without labels: HELP, TYPE and the value. */
+static void
+single_u64(struct render *r, const char *name, const char *type,
+    const char *help, uint64_t v)
+{
+	family(r, name, type, help);
+	sample_u64(r, name, NULL, 0, v);
+}
+
+/* A timeval as seconds with microseconds, "1733155346.123456". */
+static void
+sample_tv(struct render *r, const char *name, const struct timeval *tv)
+{
+	put(r, "%s %lld.%06ld\n", name, (long long)tv->tv_sec,
+	    (long)tv->tv_usec);
+}
+
+/*
+ * The label value of each upstream: "host:port", and "host:port#N" for
+ * the Nth entry of a name given more than once, so that no two series of a
+ * family share their labels.
+ */
+static void
+upstream_labels(const struct zp_upstreams *ups, size_t n,
+    char (*names)[ZP_STATS_NAMELEN])
+{
+	char	base[ZP_STATS_NAMELEN];
+	size_t	i, j;
+	int	seen;
+
+	for (i = 0; i < n; i++) {
+		zp_upstream_name(&ups->v[i], base, sizeof(base));
+		seen = 0;
+		for (j = 0; j < i; j++) {
+			char other[ZP_STATS_NAMELEN];
+
+			zp_upstream_name(&ups->v[j], other, sizeof(other));
+			if (strcmp(base, other) == 0)
+				seen++;
+		}
+		if (seen == 0)
+			snprintf(names[i], ZP_STATS_NAMELEN, "%s", base);
+		else
+			snprintf(names[i], ZP_STATS_NAMELEN, "%.*s#%d",
+			    ZP_STATS_NAMELEN - 16, base, seen + 1);
+	}
+}
+
+/* What the open pairs add to the counters of the closed ones. */
+struct open_totals {
+	uint64_t	up, down;
+	uint64_t	ups_up[ZP_MAX_UPSTREAMS];
+	uint64_t	ups_down[ZP_MAX_UPSTREAMS];
+	uint64_t	splice, copy, mixed;
+};
+
+/* Walk the open pairs: their bytes, overall and per upstream; modes. */
+static void
+open_totals(struct zp_ctx *ctx, struct open_totals *t)
+{
+	struct zp_pair	*p;
+	const char	*mode;
+
+	memset(t, 0, sizeof(*t));
+	TAILQ_FOREACH(p, &ctx->pairs, entry) {
+		t->up += p->up.bytes;
+		t->down += p->down.bytes;
+		if (p->up_idx >= 0 && (size_t)p->up_idx < ctx->ups.n &&
+		    p->up_idx < ZP_MAX_UPSTREAMS) {
+			t->ups_up[p->up_idx] += p->up.bytes;
+			t->ups_down[p->up_idx] += p->down.bytes;
+		}
+		mode = zp_pair_mode(p);
+		if (strcmp(mode, "splice") == 0)
+			t->splice++;
+		else if (strcmp(mode, "copy") == 0)
+			t->copy++;
+		else
+			t->mixed++;
+	}
+}
+
+/* CPU time this process used, user and system. */
+static void
+cpu_time(struct timeval *tv)
+{
+	struct rusage	ru;
+
+	timerclear(tv);
+	if (getrusage(RUSAGE_SELF, &ru) == 0)
+		timeradd(&ru.ru_utime, &ru.ru_stime, tv);
+}
+
+/* The per-upstream families with one sample per upstream. */
+enum upstream_metric {
+	UPSTREAM_UP,
+	UPSTREAM_FAILS,
+	UPSTREAM_OPEN,
+	UPSTREAM_CONNS,
+	UPSTREAM_FAILED,
+};
+
+static const struct {
+	const char		*name;
+	const char		*type;
+	const char		*help;
+	enum upstream_metric	 what;
+} upstream_families[] = {
+	{ "zproxy_upstream_up", "gauge",
+	    "Whether the upstream is taken to be up (1) or down (0).",
+	    UPSTREAM_UP },
+	{ "zproxy_upstream_consecutive_failures", "gauge",
+	    "Connects to the upstream that failed in a row, up to now.",
+	    UPSTREAM_FAILS },
+	{ "zproxy_upstream_connections_open", "gauge",
+	    "Connections open to the upstream and relaying.", UPSTREAM_OPEN },
+	{ "zproxy_upstream_connections_total", "counter",
+	    "Connections to the upstream that were established.",
+	    UPSTREAM_CONNS },
+	{ "zproxy_upstream_connections_failed_total", "counter",
+	    "Attempts to connect to the upstream that failed on every "
+	    "address.", UPSTREAM_FAILED },
+};
+
+/* One upstream's value of one of upstream_families. */
+static uint64_t
+upstream_value(const struct zp_upstream *u, enum upstream_metric what)
+{
+	switch (what) {
+	case UPSTREAM_UP:
+		return u->up ? 1 : 0;
+	case UPSTREAM_FAILS:
+		return u->fails > 0 ? (uint64_t)u->fails : 0;
+	case UPSTREAM_OPEN:
+		return u->active;
+	case UPSTREAM_CONNS:
+		return u->conns_total;
+	case UPSTREAM_FAILED:
+		return u->conns_failed;
+	}
+	return 0;
+}
+
+/* Every per-upstream family, open pairs' bytes included. */
+static void
+render_upstreams(struct render *r, struct zp_ctx *ctx,
+    const struct open_totals *t)
+{
+	char			(*names)[ZP_STATS_NAMELEN];
+	const struct zp_upstream *u;
+	struct label		 l[2];
+	size_t			 i, f, n = ctx->ups.n;
+
+	if (n > ZP_MAX_UPSTREAMS)
+		n = ZP_MAX_UPSTREAMS;
+	if ((names = calloc(n > 0 ? n : 1, sizeof(*names))) == NULL) {
+		r->failed = 1;
+		return;
+	}
+	upstream_labels(&ctx->ups, n, names);
+	l[0].name = "upstream";
+	l[1].name = "direction";
+	for (f = 0; f < sizeof(upstream_families) /
+	    sizeof(upstream_families[0]); f++) {
+		family(r, upstream_families[f].name, upstream_families[f].type,
+		    upstream_families[f].help);
+		for (i = 0; i < n; i++) {
+			l[0].value = names[i];
+			sample_u64(r, upstream_families[f].name, l, 1,
+			    upstream_value(&ctx->ups.v[i],
+			    upstream_families[f].what));
+		}
+	}
+	family(r, "zproxy_upstream_bytes_total", "counter",
+	    "Bytes relayed through the upstream: up is client to upstream, "
+	    "down is upstream to client.");
+	for (i = 0; i < n; i++) {
+		u = &ctx->ups.v[i];
+		l[0].value = names[i];
+		l[1].value = "up";
+		sample_u64(r, "zproxy_upstream_bytes_total", l, 2,
+		    u->bytes_up + t->ups_up[i]);
+		l[1].value = "down";
+		sample_u64(r, "zproxy_upstream_bytes_total", l, 2,
+		    u->bytes_down + t->ups_down[i]);
+	}
+	free(names);
+}
+
+/*
+ * Append the metrics, Prometheus text exposition format 0.0.4, to buf.
+ * Returns 0, or -1 when out of memory (buf then holds part of them).
+ */
+int
+zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
+{
+	struct render		 r = { buf, 0 };
+	struct open_totals	 t;
+	struct label		 l;
+	struct timeval		 cpu;
+	size_t			 nalive = 0, nfree = 0;
+	unsigned long		 killed = 0, created = 0;
+
+	open_totals(ctx, &t);
+
+	single_u64(&r, "zproxy_connections_open", "gauge",
+	    "Client connections open now.", ctx->stats.conns_open);
+	single_u64(&r, "zproxy_connections_total", "counter",
+	    "Client connections accepted.", ctx->stats.conns_total);
+	single_u64(&r, "zproxy_connections_failed_total", "counter",
+	    "Client connections closed because no upstream answered.",
+	    ctx->stats.conns_failed);
+	single_u64(&r, "zproxy_max_connections", "gauge",
+	    "Most client connections open at once (--max-conns); later ones "
+	    "wait in the listen backlog.",
+	    ctx->max_conns > 0 ? (uint64_t)ctx->max_conns : 0);
+
+	family(&r, "zproxy_bytes_total", "counter",
+	    "Bytes relayed: up is client to upstream, down is upstream to "
+	    "client.");
+	l.name = "direction";
+	l.value = "up";
+	sample_u64(&r, "zproxy_bytes_total", &l, 1, ctx->stats.bytes_up + t.up);
+	l.value = "down";
+	sample_u64(&r, "zproxy_bytes_total", &l, 1,
+	    ctx->stats.bytes_down + t.down);
+
+	render_upstreams(&r, ctx, &t);
+
+	family(&r, "zproxy_pairs", "gauge",
+	    "Open connections by data path: splice, copy, or mixed (one "
+	    "direction each).");
+	l.name = "mode";
+	l.value = "splice";
+	sample_u64(&r, "zproxy_pairs", &l, 1, t.splice);
+	l.value = "copy";
+	sample_u64(&r, "zproxy_pairs", &l, 1, t.copy);
+	l.value = "mixed";
+	sample_u64(&r, "zproxy_pairs", &l, 1, t.mixed);
+
+	family(&r, "zproxy_copy_fallbacks_total", "counter",
+	    "Connections or directions that relay by copying although "
+	    "splice was asked for, by reason.");
+	l.name = "reason";
+	l.value = "no-pipe";
+	sample_u64(&r, "zproxy_copy_fallbacks_total", &l, 1,
+	    ctx->stats.fallbacks[ZP_FALLBACK_POOL]);
+	l.value = "splice-refused";
+	sample_u64(&r, "zproxy_copy_fallbacks_total", &l, 1,
+	    ctx->stats.fallbacks[ZP_FALLBACK_REFUSED]);
+
+	if (ctx->have_pool) {
+		nalive = ctx->pool.nalive;
+		nfree = ctx->pool.nfree;
+		killed = ctx->pool.killed;
+		created = ctx->pool.created;
+	}
+	single_u64(&r, "zproxy_pipes_pooled", "gauge",
+	    "Empty pipes waiting in the pool.", nfree);
+	single_u64(&r, "zproxy_pipes_in_use", "gauge",
+	    "Pipes held by open connections.",
+	    nalive > nfree ? nalive - nfree : 0);
+	single_u64(&r, "zproxy_pipes_created_total", "counter",
+	    "Pipes the pool made.", created);
+	single_u64(&r, "zproxy_pipes_killed_total", "counter",
+	    "Pipes closed instead of reused because they still held bytes.",
+	    killed);
+
+	single_u64(&r, "zproxy_accept_pauses_total", "counter",
+	    "Times accepting paused for lack of file descriptors.",
+	    ctx->stats.accept_pauses);
+
+	family(&r, "zproxy_timeouts_total", "counter",
+	    "Connections closed by a timeout: idle (--idle-timeout) or fin "
+	    "(--fin-timeout).");
+	l.name = "kind";
+	l.value = "idle";
+	sample_u64(&r, "zproxy_timeouts_total", &l, 1,
+	    ctx->stats.timeouts_idle);
+	l.value = "fin";
+	sample_u64(&r, "zproxy_timeouts_total", &l, 1,
+	    ctx->stats.timeouts_fin);
+
+	cpu_time(&cpu);
+	family(&r, "zproxy_cpu_seconds_total", "counter",
+	    "CPU time used by zproxy, user and system, in seconds.");
+	sample_tv(&r, "zproxy_cpu_seconds_total", &cpu);
+	family(&r, "zproxy_start_time_seconds", "gauge",
+	    "When zproxy started, in seconds since the Unix epoch.");
+	sample_tv(&r, "zproxy_start_time_seconds", &ctx->started);
+
+	return r.failed ? -1 : 0;
+}
+
+/* Answer with a short text/plain body. */
+static void
+reply_text(struct evhttp_request *req, int code, const char *reason,
+    const char *text)
+{
+	struct evkeyvalq	*h = evhttp_request_get_output_headers(req);
+	struct evbuffer		*b = evbuffer_new();
+
+	evhttp_add_header(h, "Content-Type", "text/plain; charset=utf-8");
+	if (b == NULL || evbuffer_add(b, text, strlen(text)) == -1) {
+		if (b != NULL)
+			evbuffer_free(b);
+		evhttp_send_error(req, HTTP_INTERNAL, NULL);
+		return;
+	}
+	evhttp_send_reply(req, code, reason, b);
+	evbuffer_free(b);
+}
+
+/* Every request: GET or HEAD /metrics, 404 elsewhere, 405 otherwise. */
+static void
+stats_request_cb(struct evhttp_request *req, void *arg)
+{
+	struct zp_stats_server	*s = arg;
+	const struct evhttp_uri	*uri = evhttp_request_get_evhttp_uri(req);
+	const char		*path = uri != NULL ?
+				    evhttp_uri_get_path(uri) : NULL;
+	enum evhttp_cmd_type	 cmd = evhttp_request_get_command(req);
+	struct evkeyvalq	*h = evhttp_request_get_output_headers(req);
+	struct evbuffer		*b;
+
+	if (path == NULL || strcmp(path, "/metrics") != 0) {
+		reply_text(req, HTTP_NOTFOUND, "Not Found",
+		    "404 not found: metrics are at /metrics\n");
+		return;
+	}
+	if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+		evhttp_add_header(h, "Allow", "GET, HEAD");
+		reply_text(req, 405, "Method Not Allowed",
+		    "405 method not allowed: use GET\n");
+		return;
+	}
+	if ((b = evbuffer_new()) == NULL ||
+	    zp_stats_render(s->ctx, b) == -1) {
+		if (b != NULL)
+			evbuffer_free(b);
+		zp_log(&s->ctx->log, ZP_LOG_WARN, "stats: out of memory "
+		    "rendering /metrics");
+		evhttp_send_error(req, HTTP_INTERNAL, NULL);
+		return;
+	}
+	evhttp_add_header(h, "Content-Type", ZP_STATS_CONTENT_TYPE);
+	evhttp_add_header(h, "Cache-Control", "no-store");
+	if (cmd == EVHTTP_REQ_HEAD) {
+		char	len[24];
+
+		/* evhttp 2.1 would send a HEAD reply's body: give it none. */
+		snprintf(len, sizeof(len), "%zu", evbuffer_get_length(b));
+		evhttp_add_header(h, "Content-Length", len);
+		evhttp_send_reply(req, HTTP_OK, "OK", NULL);
+	} else
+		evhttp_send_reply(req, HTTP_OK, "OK", b);
+	evbuffer_free(b);
+}
+
+/*
+ * The server's timer: it always runs, so that stats_accept_error_cb can
+ * find the server among the base's events (see there). Idle, it fires once
+ * a day and does nothing; after an accept error it ends the pause.
+ */
+static void
+stats_timer_arm(struct zp_stats_server *s)
+{
+	struct timeval	tv = { ZP_STATS_IDLE_TICK, 0 };
+
+	if (s->paused) {
+		tv.tv_sec = 0;
+		tv.tv_usec = ZP_STATS_PAUSE_MS * 1000;
+	}
+	(void)evtimer_add(s->timer, &tv);
+}
+
+/* The timer fired: end a pause, re-arm. */
+static void
+stats_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_stats_server	*s = arg;
+
+	if (s->paused) {
+		s->paused = 0;
+		evconnlistener_enable(s->lev);
+	}
+	stats_timer_arm(s);
+}
+
+/* What stats_find_cb looks for, and what it found. */
+struct stats_find {
+	struct evconnlistener	*lev;
+	struct zp_stats_server	*s;
+};
+
+/* event_base_foreach_event: is ev the timer of the server on this lev? */
+static int
+stats_find_cb(const struct event_base *base, const struct event *ev,
+    void *arg)
+{
+	struct stats_find	*find = arg;
+	struct zp_stats_server	*s;
+
+	if (event_get_callback(ev) != stats_timer_cb)
+		return 0;
+	s = event_get_callback_arg(ev);
+	if (s->lev != find->lev)
+		return 0;
+	find->s = s;
+	return 1;
+}
+
+/*
+ * accept(2) failed with something other than EAGAIN/EINTR: most likely
+ * EMFILE or ENFILE while the proxy holds every descriptor. The listening
+ * socket stays readable, so accepting again at once would spin the loop;
+ * rest for a moment instead, as the proxy's own listener does.
+ *
+ * evhttp made itself the listener's callback argument, so the server is
+ * found through its timer, which is always pending in the base: no global
+ * table is needed, and the walk happens only on an accept error.
+ */
+static void
+stats_accept_error_cb(struct evconnlistener *lev, void *http)
+{
+	struct stats_find	 find = { lev, NULL };
+	struct zp_stats_server	*s;
+	int			 err = errno;
+
+	evconnlistener_disable(lev);
+	(void)event_base_foreach_event(evconnlistener_get_base(lev),
+	    stats_find_cb, &find);
+	if ((s = find.s) == NULL)
+		return;	/* cannot happen; better no stats than a busy loop */
+	if (!s->paused)
+		zp_log(&s->ctx->log, ZP_LOG_WARN, "stats: accept: %s; "
+		    "pausing %d ms", strerror(err), ZP_STATS_PAUSE_MS);
+	s->paused = 1;
+	stats_timer_arm(s);
+}
+
+/*
+ * Make the listening socket: non-blocking, close-on-exec, SO_REUSEADDR,
+ * bound and listening; spec->any means IPv6 dual-stack, else IPv4.
+ * Returns the descriptor and fills *a, or -1 with err filled.
+ */
+static int
+stats_socket(const struct zp_listen_spec *spec, struct zp_addr *a, char *err,
+    size_t errlen)
+{
+	char	abuf[ZP_ADDRSTRLEN];
+	int	fd = -1, on = 1, off = 0;
+
+	memset(a, 0, sizeof(*a));
+	if (spec->any) {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&a->ss;
+
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_addr = in6addr_any;
+		sin6->sin6_port = htons(spec->port);
+		a->len = sizeof(*sin6);
+		fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK |
+		    SOCK_CLOEXEC, IPPROTO_TCP);
+		if (fd != -1 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off,
+		    sizeof(off)) == -1) {
+			close(fd);
+			fd = -1;
+		}
+		if (fd == -1) {
+			/* No IPv6 here: every IPv4 address, then. */
+			struct sockaddr_in *sin = (struct sockaddr_in *)&a->ss;
+
+			memset(a, 0, sizeof(*a));
+			sin->sin_family = AF_INET;
+			sin->sin_addr.s_addr = htonl(INADDR_ANY);
+			sin->sin_port = htons(spec->port);
+			a->len = sizeof(*sin);
+		}
+	} else
+		*a = spec->addr;
+	if (fd == -1)
+		fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
+		    SOCK_CLOEXEC, IPPROTO_TCP);
+	zp_addr_str(a, abuf, sizeof(abuf));
+	if (fd == -1) {
+		snprintf(err, errlen, "cannot serve stats on %s: socket: %s",
+		    abuf, strerror(errno));
+		goto fail;
+	}
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+	if (bind(fd, (struct sockaddr *)&a->ss, a->len) == -1 ||
+	    listen(fd, 128) == -1) {
+		snprintf(err, errlen, "cannot serve stats on %s: %s", abuf,
+		    strerror(errno));
+		goto fail;
+	}
+	a->len = sizeof(a->ss);
+	if (getsockname(fd, (struct sockaddr *)&a->ss, &a->len) == -1) {
+		snprintf(err, errlen, "cannot serve stats on %s: "
+		    "getsockname: %s", abuf, strerror(errno));
+		goto fail;
+	}
+	return fd;
+fail:
+	if (fd != -1)
+		close(fd);
+	return -1;
+}
+
+/*
+ * Listen on spec and serve GET /metrics from ctx's counters, in
+ * ctx->base. Returns the server, which owns the socket, the evhttp and
+ * every client connection; or NULL with err filled.
+ */
 struct zp_stats_server *
 zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, char *err,
     size_t errlen)
 {
-	snprintf(err, errlen, "--stats is not built yet");
+	struct zp_stats_server	*s;
+	char			 abuf[ZP_ADDRSTRLEN];
+	int			 fd;
+
+	if ((s = calloc(1, sizeof(*s))) == NULL) {
+		snprintf(err, errlen, "stats: %s", strerror(errno));
+		return NULL;
+	}
+	s->ctx = ctx;
+	if ((fd = stats_socket(spec, &s->addr, err, errlen)) == -1)
+		goto fail;
+	if ((s->http = evhttp_new(ctx->base)) == NULL) {
+		close(fd);
+		snprintf(err, errlen, "stats: cannot set up HTTP");
+		goto fail;
+	}
+	/*
+	 * Our own evconnlistener rather than evhttp_accept_socket_with_handle:
+	 * its failure would leave unclear whether fd was closed, and we need
+	 * the listener to set the accept error callback.
+	 */
+	if ((s->lev = evconnlistener_new(ctx->base, NULL, NULL,
+	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd)) == NULL) {
+		close(fd);
+		snprintf(err, errlen, "stats: cannot set up the listener");
+		goto fail;
+	}
+	if (evhttp_bind_listener(s->http, s->lev) == NULL) {
+		evconnlistener_free(s->lev);	/* closes fd */
+		s->lev = NULL;
+		snprintf(err, errlen, "stats: cannot set up the listener");
+		goto fail;
+	}
+	if ((s->timer = evtimer_new(ctx->base, stats_timer_cb, s)) == NULL) {
+		snprintf(err, errlen, "stats: cannot create events");
+		goto fail;
+	}
+	stats_timer_arm(s);
+	evconnlistener_set_error_cb(s->lev, stats_accept_error_cb);
+	evhttp_set_max_headers_size(s->http, ZP_STATS_MAX_HEADERS);
+	evhttp_set_max_body_size(s->http, ZP_STATS_MAX_BODY);
+	evhttp_set_timeout(s->http, ZP_STATS_TIMEOUT);
+	/* Let every method reach stats_request_cb, so that it can say 405. */
+	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
+	    EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT |
+	    EVHTTP_REQ_PATCH);
+	evhttp_set_gencb(s->http, stats_request_cb, s);
+	zp_log(&ctx->log, ZP_LOG_NOTICE, "serving metrics on http://%s/metrics",
+	    zp_addr_str(&s->addr, abuf, sizeof(abuf)));
+	return s;
+fail:
+	zp_stats_free(s);
 	return NULL;
 }
 
+/* Stop serving: close the socket and every client connection, free. */
 void
 zp_stats_free(struct zp_stats_server *s)
 {
-}
-
-int
-zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
-{
-	return -1;
+	if (s == NULL)
+		return;
+	if (s->timer != NULL)
+		event_free(s->timer);
+	if (s->http != NULL)
+		evhttp_free(s->http);	/* its listener and connections too */
+	free(s);
 }
