@@ -88,16 +88,22 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	struct zp_pair	*p;
 	uint64_t	 up = ctx->stats.bytes_up, down = ctx->stats.bytes_down;
 	double		 cpu = cpu_seconds(), gib;
+	char		 per[32];
 
 	TAILQ_FOREACH(p, &ctx->pairs, entry) {
 		up += p->up.bytes;
 		down += p->down.bytes;
 	}
 	gib = (double)(up + down) / (1024.0 * 1024 * 1024);
+	/* Below 64 MiB the start-up cost swamps the figure: say nothing. */
+	if (gib >= 1.0 / 16)
+		snprintf(per, sizeof(per), "%.3fs", cpu / gib);
+	else
+		snprintf(per, sizeof(per), "n/a");
 	zp_log(&ctx->log, ZP_LOG_NOTICE, "%s: connections open=%llu "
 	    "total=%llu failed=%llu; bytes up=%llu down=%llu; copy-fallbacks "
 	    "no-pipe=%llu splice-refused=%llu; pipes alive=%zu pooled=%zu; "
-	    "accept-pauses=%llu; cpu=%.3fs cpu-per-GiB=%.3fs", what,
+	    "accept-pauses=%llu; cpu=%.3fs cpu-per-GiB=%s", what,
 	    (unsigned long long)ctx->stats.conns_open,
 	    (unsigned long long)ctx->stats.conns_total,
 	    (unsigned long long)ctx->stats.conns_failed,
@@ -106,8 +112,7 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    (unsigned long long)ctx->stats.fallbacks[ZP_FALLBACK_REFUSED],
 	    ctx->have_pool ? ctx->pool.nalive : 0,
 	    ctx->have_pool ? ctx->pool.nfree : 0,
-	    (unsigned long long)ctx->stats.accept_pauses, cpu,
-	    gib > 0 ? cpu / gib : 0.0);
+	    (unsigned long long)ctx->stats.accept_pauses, cpu, per);
 }
 
 /* The drain ran out of time: close what is left. */
