@@ -172,7 +172,7 @@ signal_hup_cb(evutil_socket_t sig, short what, void *arg)
 {
 	struct zp_ctx	*ctx = arg;
 
-	if (zp_log_reopen(&ctx->log) == 0)
+	if (ctx->log.sink == ZP_LOG_FILE && zp_log_reopen(&ctx->log) == 0)
 		zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: log reopened",
 		    (int)sig);
 }
