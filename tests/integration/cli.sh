@@ -239,13 +239,14 @@ for mode in $MODES; do
 done
 
 # stop_with_open_connections: SIGTERM while 3 connections are mid-transfer
-# (the upstream does not read, so bytes wait in zproxy): exit 0 within 5 s,
-# each connection logged end=shutdown, every client let go.
+# (the upstream does not read, so bytes wait in zproxy) drains them for
+# --drain-timeout (0.5 s here), then exits 0 within 5 s, each connection
+# logged end=shutdown, every client let go. (drain.sh tests the drain.)
 stop_with_open_connections() {
 	local upid cpid deadline t0 ms n
 	peer_listen stalled --read-delay 30 --no-shut -n 0 -t 60
 	upid=$PEER_PID
-	start_zproxy -v -m "$mode" -u "127.0.0.1:$PEER_PORT"
+	start_zproxy -v -m "$mode" -u "127.0.0.1:$PEER_PORT" --drain-timeout 0.5
 	zp_bg busy "$ZP_PEER" connect 127.0.0.1 "$ZPORT" -n 3 -g 64M --allow-reset -t 30
 	cpid=$BG_PID
 	deadline=$(( $(now_ms) + 10000 ))
