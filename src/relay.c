@@ -150,6 +150,8 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 		if (!progress || moved >= budget)
 			break;
 	}
+	if (d->ops->trim != NULL && d->ops->pending(d) == 0)
+		d->ops->trim(d);
 events:
 	zp_half_want_read(d->src, !d->done && !d->eof && !d->full);
 	zp_half_want_write(d->dst, !d->done && d->ops->pending(d) > 0);

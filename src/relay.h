@@ -46,6 +46,12 @@ struct zp_relay_ops {
 
 	/* Give back the store (pipe to the pool, buffer to free()). */
 	void	(*release)(struct zp_ctx *, struct zp_dir *);
+
+	/*
+	 * The store is empty at the end of a pass: drop what an idle
+	 * direction need not hold (copy frees its buffer). May be NULL.
+	 */
+	void	(*trim)(struct zp_dir *);
 };
 
 extern const struct zp_relay_ops zp_relay_splice;

@@ -1716,6 +1716,29 @@ test_copy_buffer_full(void **state)
 	assert_false(fx->dst.won);
 }
 
+/*
+ * An idle copy direction holds no buffer: once everything is delivered
+ * and the connection is still open, the buffer is freed; the next bytes
+ * get a new one and arrive intact.
+ */
+static void
+test_copy_idle_frees_buffer(void **state)
+{
+	struct fx	*fx = *state;
+
+	fx_data(fx, 3000, 0);
+	feed(fx);
+	wait_inq(fx, 3000);
+	pump(fx);
+	assert_null(fx->d.buf);
+	assert_int_equal(fx->d.len, 0);
+	assert_false(fx->d.done);
+	assert_true(fx->src.ron);
+	run(fx, 0);
+	assert_all_delivered(fx);
+	assert_null(fx->d.buf);
+}
+
 /* ---- events ------------------------------------------------------- */
 
 /*
@@ -1821,6 +1844,8 @@ main(void)
 		SPLICE(test_splice_einval_after_bytes),
 		cmocka_unit_test_setup_teardown(test_copy_buffer_full,
 		    setup_copy_small, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_copy_idle_frees_buffer,
+		    setup_copy, fx_teardown),
 		BOTH(test_partial_flush, setup_splice, setup_copy_small),
 		BOTH(test_short_fill, setup_splice, setup_copy_small),
 		SPLICE(test_half_want),
