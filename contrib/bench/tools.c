@@ -1,0 +1,721 @@
+/*
+ * tools.c - load generators and an echo server for contrib/bench/run.
+ *
+ * libc only; built by the run script with `cc -O2` into a temporary
+ * directory. Every mode is bounded in time and stops by itself.
+ *
+ *   tools echo [MAXSEC]
+ *       Echo server on 127.0.0.1, port chosen by the kernel. Prints
+ *       "port N" on stdout as its first line, then echoes every byte it
+ *       reads on every connection and holds connections open until the
+ *       peer closes. Exits after MAXSEC seconds (default 7200) or on
+ *       SIGTERM/SIGINT.
+ *
+ *   tools pingpong PORT COUNT [SIZE] [WARMUP]
+ *       One connection to 127.0.0.1:PORT (TCP_NODELAY); WARMUP untimed
+ *       round trips (default 1000), then COUNT timed ones of SIZE bytes
+ *       (default 64): write SIZE, read SIZE back. Prints
+ *       "n=N p50_us=.. p90_us=.. p99_us=.. p999_us=.. mean_us=.. max_us=..".
+ *
+ *   tools shortconn PORT SECONDS [CONC] [SIZE]
+ *       Keeps CONC (default 8) connections in flight for SECONDS: each one
+ *       connects, sends SIZE (default 100) bytes, reads SIZE bytes back and
+ *       closes, and is replaced by a new one. Prints
+ *       "conns=N errors=E seconds=S rate=R" (completed exchanges per second).
+ *
+ *   tools idle PORT COUNT [CONC] [MAXHOLD]
+ *       Opens COUNT connections to 127.0.0.1:PORT, at most CONC (default 64)
+ *       being set up at once; each one sends 1 byte and waits for it to come
+ *       back, so that it is known to reach the server end to end. Prints
+ *       "ready N errors=E seconds=S" once every connection is up (or after
+ *       60 s with what it has), then holds them until SIGUSR1, SIGTERM,
+ *       SIGINT or MAXHOLD seconds (default 300), closes them all and prints
+ *       "closed N".
+ *
+ *   tools reap COMMAND [ARGS...]
+ *       Runs COMMAND as a child subreaper (PR_SET_CHILD_SUBREAPER) in a
+ *       process group of its own, so that processes it double-forks (redir
+ *       does, per connection) stay below this one: their CPU time shows in
+ *       /proc under this process while they run and in its cutime/cstime
+ *       once reaped. SIGTERM/SIGINT go to the whole group; exits with
+ *       COMMAND's status once every child is gone (SIGKILL to the group
+ *       5 s after a stop signal).
+ *
+ * Exit status: 0 on success, 1 on an error (a line on stderr), 2 for a bad
+ * command line.
+ */
+#define _GNU_SOURCE
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t	stop_flag;
+
+static void
+on_signal(int sig)
+{
+	(void)sig;
+	stop_flag = 1;
+}
+
+static void
+die(const char *what)
+{
+	fprintf(stderr, "tools: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static double
+now(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void
+raise_nofile(void)
+{
+	struct rlimit	rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+static void
+catch_signals(void)
+{
+	struct sigaction	sa;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+	sigaction(SIGALRM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+static long
+num(const char *s, long lo, long hi)
+{
+	char	*end;
+	long	 v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi) {
+		fprintf(stderr, "tools: bad number: %s\n", s);
+		exit(2);
+	}
+	return v;
+}
+
+static struct sockaddr_in
+loopback(int port)
+{
+	struct sockaddr_in	sin;
+
+	memset(&sin, 0, sizeof sin);
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons((uint16_t)port);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	return sin;
+}
+
+static void
+nodelay(int fd)
+{
+	int	one = 1;
+
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* ---- echo server ---------------------------------------------------- */
+
+struct econn {
+	char	*pend;		/* bytes read but not yet written back */
+	size_t	 plen;
+	size_t	 poff;
+};
+
+static struct econn	*econns;
+static size_t		 neconns;
+
+static struct econn *
+econn_get(int fd)
+{
+	if ((size_t)fd >= neconns) {
+		size_t	n = neconns ? neconns : 1024;
+
+		while (n <= (size_t)fd)
+			n *= 2;
+		econns = realloc(econns, n * sizeof *econns);
+		if (econns == NULL)
+			die("realloc");
+		memset(econns + neconns, 0, (n - neconns) * sizeof *econns);
+		neconns = n;
+	}
+	return &econns[fd];
+}
+
+static void
+econn_close(int ep, int fd)
+{
+	struct econn	*c = econn_get(fd);
+
+	epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+	close(fd);
+	free(c->pend);
+	memset(c, 0, sizeof *c);
+}
+
+static int
+mode_echo(int argc, char **argv)
+{
+	static char		 buf[65536];
+	struct sockaddr_in	 sin = loopback(0);
+	struct epoll_event	 ev, evs[256];
+	socklen_t		 len = sizeof sin;
+	long			 maxsec = argc > 0 ? num(argv[0], 1, 86400) : 7200;
+	int			 lfd, ep, one = 1, i, n;
+
+	raise_nofile();
+	catch_signals();
+	alarm((unsigned)maxsec);
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (lfd == -1)
+		die("socket");
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (bind(lfd, (struct sockaddr *)&sin, sizeof sin) == -1)
+		die("bind");
+	if (listen(lfd, 4096) == -1)
+		die("listen");
+	if (getsockname(lfd, (struct sockaddr *)&sin, &len) == -1)
+		die("getsockname");
+	printf("port %d\n", ntohs(sin.sin_port));
+	fflush(stdout);
+
+	if ((ep = epoll_create1(EPOLL_CLOEXEC)) == -1)
+		die("epoll_create1");
+	ev.events = EPOLLIN;
+	ev.data.fd = lfd;
+	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+
+	while (!stop_flag) {
+		n = epoll_wait(ep, evs, 256, 1000);
+		if (n == -1) {
+			if (errno == EINTR)
+				continue;
+			die("epoll_wait");
+		}
+		for (i = 0; i < n; i++) {
+			int		 fd = evs[i].data.fd;
+			struct econn	*c;
+			ssize_t		 r;
+
+			if (fd == lfd) {
+				int	cfd, k;
+
+				for (k = 0; k < 256; k++) {
+					cfd = accept4(lfd, NULL, NULL,
+					    SOCK_NONBLOCK | SOCK_CLOEXEC);
+					if (cfd == -1)
+						break;
+					nodelay(cfd);
+					econn_get(cfd);
+					ev.events = EPOLLIN;
+					ev.data.fd = cfd;
+					epoll_ctl(ep, EPOLL_CTL_ADD, cfd, &ev);
+				}
+				continue;
+			}
+			c = econn_get(fd);
+			if (c->pend != NULL) {
+				/* Writing what is left; reading is paused. */
+				r = send(fd, c->pend + c->poff, c->plen - c->poff,
+				    MSG_NOSIGNAL);
+				if (r == -1 && errno == EAGAIN)
+					continue;
+				if (r <= 0) {
+					econn_close(ep, fd);
+					continue;
+				}
+				c->poff += (size_t)r;
+				if (c->poff == c->plen) {
+					free(c->pend);
+					c->pend = NULL;
+					ev.events = EPOLLIN;
+					ev.data.fd = fd;
+					epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+				}
+				continue;
+			}
+			r = recv(fd, buf, sizeof buf, 0);
+			if (r == -1 && errno == EAGAIN)
+				continue;
+			if (r <= 0) {
+				econn_close(ep, fd);
+				continue;
+			}
+			{
+				ssize_t	w = send(fd, buf, (size_t)r, MSG_NOSIGNAL);
+
+				if (w == -1 && errno != EAGAIN) {
+					econn_close(ep, fd);
+					continue;
+				}
+				if (w < 0)
+					w = 0;
+				if (w < r) {
+					c->plen = (size_t)(r - w);
+					c->poff = 0;
+					c->pend = malloc(c->plen);
+					if (c->pend == NULL)
+						die("malloc");
+					memcpy(c->pend, buf + w, c->plen);
+					ev.events = EPOLLOUT;
+					ev.data.fd = fd;
+					epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+				}
+			}
+		}
+	}
+	return 0;
+}
+
+/* ---- ping-pong latency ------------------------------------------------ */
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double	x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void
+xfer(int fd, char *buf, size_t size, int out)
+{
+	size_t	done = 0;
+	ssize_t	r;
+
+	while (done < size) {
+		r = out ? send(fd, buf + done, size - done, MSG_NOSIGNAL) :
+		    recv(fd, buf + done, size - done, 0);
+		if (r == -1 && errno == EINTR && !stop_flag)
+			continue;
+		if (r <= 0) {
+			if (r == 0)
+				errno = ECONNRESET;
+			die(out ? "send" : "recv (timeout, reset or eof)");
+		}
+		done += (size_t)r;
+	}
+}
+
+static int
+mode_pingpong(int argc, char **argv)
+{
+	struct sockaddr_in	 sin;
+	struct timeval		 tv = { 5, 0 };
+	long			 count, size, warm, i;
+	double			*rtt, sum = 0, t0;
+	char			*buf;
+	int			 fd;
+
+	if (argc < 2)
+		return 2;
+	sin = loopback((int)num(argv[0], 1, 65535));
+	count = num(argv[1], 1, 10000000);
+	size = argc > 2 ? num(argv[2], 1, 1 << 20) : 64;
+	warm = argc > 3 ? num(argv[3], 0, 10000000) : 1000;
+	catch_signals();
+	alarm(120);
+	if ((rtt = malloc(sizeof *rtt * (size_t)count)) == NULL ||
+	    (buf = malloc((size_t)size)) == NULL)
+		die("malloc");
+	memset(buf, 'x', (size_t)size);
+	if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
+		die("socket");
+	nodelay(fd);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	if (connect(fd, (struct sockaddr *)&sin, sizeof sin) == -1)
+		die("connect");
+	for (i = 0; i < warm && !stop_flag; i++) {
+		xfer(fd, buf, (size_t)size, 1);
+		xfer(fd, buf, (size_t)size, 0);
+	}
+	for (i = 0; i < count && !stop_flag; i++) {
+		t0 = now();
+		xfer(fd, buf, (size_t)size, 1);
+		xfer(fd, buf, (size_t)size, 0);
+		rtt[i] = (now() - t0) * 1e6;
+		sum += rtt[i];
+	}
+	if (stop_flag) {
+		fprintf(stderr, "tools: pingpong: stopped after %ld\n", i);
+		return 1;
+	}
+	close(fd);
+	qsort(rtt, (size_t)count, sizeof *rtt, cmp_double);
+#define PCT(p)	rtt[(size_t)((double)(count - 1) * (p))]
+	printf("n=%ld p50_us=%.1f p90_us=%.1f p99_us=%.1f p999_us=%.1f "
+	    "mean_us=%.1f max_us=%.1f\n", count, PCT(0.50), PCT(0.90),
+	    PCT(0.99), PCT(0.999), sum / (double)count, rtt[count - 1]);
+	return 0;
+}
+
+/* ---- short connections -------------------------------------------------- */
+
+enum { S_IDLE, S_CONNECTING, S_SENDING, S_READING };
+
+struct slot {
+	int	fd;
+	int	state;
+	size_t	done;
+	double	started;
+};
+
+static int
+slot_start(int ep, struct slot *s, const struct sockaddr_in *sin, int idx)
+{
+	struct epoll_event	ev;
+
+	s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s->fd == -1)
+		return -1;
+	nodelay(s->fd);
+	s->done = 0;
+	s->started = now();
+	if (connect(s->fd, (const struct sockaddr *)sin, sizeof *sin) == -1 &&
+	    errno != EINPROGRESS) {
+		close(s->fd);
+		s->fd = -1;
+		return -1;
+	}
+	s->state = S_CONNECTING;
+	ev.events = EPOLLOUT;
+	ev.data.u32 = (uint32_t)idx;
+	epoll_ctl(ep, EPOLL_CTL_ADD, s->fd, &ev);
+	return 0;
+}
+
+static void
+slot_end(struct slot *s)
+{
+	if (s->fd != -1)
+		close(s->fd);	/* also drops it from the epoll set */
+	s->fd = -1;
+	s->state = S_IDLE;
+}
+
+static int
+mode_shortconn(int argc, char **argv)
+{
+	static char		 buf[65536];
+	struct sockaddr_in	 sin;
+	struct epoll_event	 ev, evs[64];
+	struct slot		*slots;
+	long			 secs, conc, size, conns = 0, errs = 0, inflight;
+	double			 t0, tend, tnow;
+	int			 ep, i, n;
+
+	if (argc < 2)
+		return 2;
+	sin = loopback((int)num(argv[0], 1, 65535));
+	secs = num(argv[1], 1, 3600);
+	conc = argc > 2 ? num(argv[2], 1, 1024) : 8;
+	size = argc > 3 ? num(argv[3], 1, 65536) : 100;
+	catch_signals();
+	alarm((unsigned)(secs + 30));
+	memset(buf, 'x', sizeof buf);
+	if ((slots = calloc((size_t)conc, sizeof *slots)) == NULL)
+		die("calloc");
+	if ((ep = epoll_create1(EPOLL_CLOEXEC)) == -1)
+		die("epoll_create1");
+	t0 = now();
+	tend = t0 + (double)secs;
+	for (i = 0; i < conc; i++) {
+		slots[i].fd = -1;
+		if (slot_start(ep, &slots[i], &sin, i) == -1)
+			errs++;
+	}
+	for (;;) {
+		tnow = now();
+		inflight = 0;
+		for (i = 0; i < conc; i++) {
+			struct slot	*s = &slots[i];
+
+			if (s->state != S_IDLE && tnow - s->started > 5) {
+				slot_end(s);	/* a stuck exchange */
+				errs++;
+			}
+			if (s->state == S_IDLE && tnow < tend && !stop_flag &&
+			    slot_start(ep, s, &sin, i) == -1)
+				errs++;
+			if (s->state != S_IDLE)
+				inflight++;
+		}
+		if (inflight == 0 && (tnow >= tend || stop_flag))
+			break;
+		n = epoll_wait(ep, evs, 64, 100);
+		if (n == -1 && errno != EINTR)
+			die("epoll_wait");
+		for (i = 0; i < n; i++) {
+			struct slot	*s = &slots[evs[i].data.u32];
+			ssize_t		 r;
+			int		 err = 0;
+			socklen_t	 el = sizeof err;
+
+			if (s->state == S_IDLE)
+				continue;
+			if (s->state == S_CONNECTING) {
+				getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+				if (err) {
+					slot_end(s);
+					errs++;
+					continue;
+				}
+				s->state = S_SENDING;
+			}
+			if (s->state == S_SENDING) {
+				r = send(s->fd, buf, (size_t)size - s->done,
+				    MSG_NOSIGNAL);
+				if (r == -1 && errno == EAGAIN)
+					continue;
+				if (r <= 0) {
+					slot_end(s);
+					errs++;
+					continue;
+				}
+				s->done += (size_t)r;
+				if (s->done < (size_t)size)
+					continue;
+				s->done = 0;
+				s->state = S_READING;
+				ev.events = EPOLLIN;
+				ev.data.u32 = evs[i].data.u32;
+				epoll_ctl(ep, EPOLL_CTL_MOD, s->fd, &ev);
+				continue;
+			}
+			r = recv(s->fd, buf, sizeof buf, 0);
+			if (r == -1 && errno == EAGAIN)
+				continue;
+			if (r <= 0) {
+				slot_end(s);
+				errs++;
+				continue;
+			}
+			s->done += (size_t)r;
+			if (s->done >= (size_t)size) {
+				slot_end(s);
+				if (now() <= tend)
+					conns++;
+			}
+		}
+	}
+	printf("conns=%ld errors=%ld seconds=%.3f rate=%.1f\n", conns, errs,
+	    (double)secs, (double)conns / (double)secs);
+	return errs > conns / 100 ? 1 : 0;
+}
+
+/* ---- idle connections ------------------------------------------------- */
+
+static int
+mode_idle(int argc, char **argv)
+{
+	struct sockaddr_in	 sin;
+	struct epoll_event	 ev, evs[256];
+	int			*fds, ep, i, n;
+	long			 count, conc, maxhold, opened = 0, ready = 0;
+	long			 inflight = 0, errs = 0, closed = 0;
+	double			 t0, deadline;
+	char			 c = 'i';
+
+	if (argc < 2)
+		return 2;
+	sin = loopback((int)num(argv[0], 1, 65535));
+	count = num(argv[1], 1, 1000000);
+	conc = argc > 2 ? num(argv[2], 1, 4096) : 64;
+	maxhold = argc > 3 ? num(argv[3], 1, 3600) : 300;
+	raise_nofile();
+	catch_signals();
+	if ((fds = malloc(sizeof *fds * (size_t)count)) == NULL)
+		die("malloc");
+	if ((ep = epoll_create1(EPOLL_CLOEXEC)) == -1)
+		die("epoll_create1");
+	t0 = now();
+	deadline = t0 + 60;
+	while (ready + errs < count && now() < deadline && !stop_flag) {
+		while (inflight < conc && opened < count) {
+			int	fd = socket(AF_INET,
+			    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+			if (fd == -1) {
+				fprintf(stderr, "tools: idle: socket: %s\n",
+				    strerror(errno));
+				errs += count - opened;
+				opened = count;
+				break;
+			}
+			fds[opened] = fd;
+			if (connect(fd, (struct sockaddr *)&sin, sizeof sin) ==
+			    -1 && errno != EINPROGRESS) {
+				close(fd);
+				fds[opened++] = -1;
+				errs++;
+				continue;
+			}
+			ev.events = EPOLLOUT;
+			ev.data.u64 = (uint64_t)opened;
+			epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+			opened++;
+			inflight++;
+		}
+		n = epoll_wait(ep, evs, 256, 100);
+		if (n == -1 && errno != EINTR)
+			die("epoll_wait");
+		for (i = 0; i < n; i++) {
+			long	k = (long)evs[i].data.u64;
+			int	fd = fds[k], err = 0;
+			socklen_t el = sizeof err;
+
+			if (evs[i].events & EPOLLOUT) {
+				getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+				if (err || send(fd, &c, 1, MSG_NOSIGNAL) != 1)
+					goto failed;
+				ev.events = EPOLLIN;
+				ev.data.u64 = (uint64_t)k;
+				epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+				continue;
+			}
+			if (recv(fd, &c, 1, 0) != 1)
+				goto failed;
+			/* Up end to end: keep it, stop watching it. */
+			epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+			inflight--;
+			ready++;
+			continue;
+failed:
+			close(fd);
+			fds[k] = -1;
+			inflight--;
+			errs++;
+		}
+	}
+	printf("ready %ld errors=%ld seconds=%.3f\n", ready, errs, now() - t0);
+	fflush(stdout);
+	alarm((unsigned)maxhold);
+	while (!stop_flag)
+		usleep(50000);
+	for (i = 0; i < opened; i++)
+		if (fds[i] != -1) {
+			close(fds[i]);
+			closed++;
+		}
+	printf("closed %ld\n", closed);
+	return ready == count ? 0 : 1;
+}
+
+/* ---- subreaper ------------------------------------------------------------ */
+
+static int
+mode_reap(int argc, char **argv)
+{
+	struct sigaction	sa;
+	pid_t			child, w;
+	int			status, rc = 1, stopping = 0;
+	double			killat = 0;
+
+	if (argc < 1)
+		return 2;
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) == -1)
+		die("prctl(PR_SET_CHILD_SUBREAPER)");
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;	/* no SA_RESTART: wait() returns */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGALRM, &sa, NULL);
+	if ((child = fork()) == -1)
+		die("fork");
+	if (child == 0) {
+		setpgid(0, 0);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGINT, SIG_DFL);
+		execvp(argv[0], argv);
+		fprintf(stderr, "tools: reap: %s: %s\n", argv[0],
+		    strerror(errno));
+		_exit(127);
+	}
+	setpgid(child, child);
+	for (;;) {
+		if (stop_flag && !stopping) {
+			stopping = 1;
+			kill(-child, SIGTERM);
+			killat = now() + 5;
+			alarm(1);
+		}
+		if (stopping && now() >= killat)
+			kill(-child, SIGKILL);
+		w = waitpid(-1, &status, 0);
+		if (w == -1) {
+			if (errno == EINTR) {
+				if (stopping)
+					alarm(1);
+				continue;
+			}
+			break;		/* ECHILD: nobody left */
+		}
+		if (w == child)
+			rc = WIFEXITED(status) ? WEXITSTATUS(status) :
+			    128 + WTERMSIG(status);
+	}
+	return rc;
+}
+
+int
+main(int argc, char **argv)
+{
+	int	rc = 2;
+
+	if (argc < 2)
+		;
+	else if (strcmp(argv[1], "echo") == 0)
+		rc = mode_echo(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "pingpong") == 0)
+		rc = mode_pingpong(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "shortconn") == 0)
+		rc = mode_shortconn(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "idle") == 0)
+		rc = mode_idle(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "reap") == 0)
+		rc = mode_reap(argc - 2, argv + 2);
+	if (rc == 2)
+		fprintf(stderr, "usage: tools echo|pingpong|shortconn|idle|reap ...\n"
+		    "(see the comment at the top of contrib/bench/tools.c)\n");
+	return rc;
+}
