@@ -48,18 +48,27 @@ is_literal(const char *host)
 	    inet_pton(AF_INET6, host, &a6) == 1;
 }
 
-/* Same addresses, same order? */
+/*
+ * The same set of addresses? Order is ignored: a server that rotates its
+ * records is not a collector that moved.
+ */
 static int
-same_addrs(const struct zp_upstream_spec *us, const struct evutil_addrinfo *ai)
+same_addrs(const struct zp_upstream_spec *us, const struct evutil_addrinfo *res)
 {
-	size_t	i = 0;
+	const struct evutil_addrinfo	*ai;
+	size_t				 i, n = 0;
 
-	for (; ai != NULL; ai = ai->ai_next, i++) {
-		if (i >= us->naddrs || ai->ai_addrlen != us->addrs[i].len ||
-		    memcmp(ai->ai_addr, &us->addrs[i].ss, ai->ai_addrlen) != 0)
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		n++;
+		for (i = 0; i < us->naddrs; i++)
+			if (ai->ai_addrlen == us->addrs[i].len &&
+			    memcmp(ai->ai_addr, &us->addrs[i].ss,
+			    ai->ai_addrlen) == 0)
+				break;
+		if (i == us->naddrs)
 			return 0;
 	}
-	return i == us->naddrs;
+	return n == us->naddrs;
 }
 
 static void
@@ -138,7 +147,7 @@ zp_resolver_new(struct zp_ctx *ctx, char *err, size_t errlen)
 	struct zp_config	*cfg = ctx->cfg;
 	struct zp_resolver	*r;
 	struct timeval		 iv;
-	char			 abuf[ZP_ADDRSTRLEN];
+	char			 abuf[ZP_ADDRSTRLEN], tmo[32];
 
 	if ((r = calloc(1, sizeof(*r))) == NULL ||
 	    (r->inflight = calloc(ctx->ups.n, sizeof(*r->inflight))) == NULL ||
@@ -167,6 +176,14 @@ zp_resolver_new(struct zp_ctx *ctx, char *err, size_t errlen)
 			goto fail;
 		}
 	}
+	/*
+	 * evdns waits 5 s a try, 3 tries, before it calls a lookup failed;
+	 * keep an outage from outliving several intervals unnoticed.
+	 */
+	snprintf(tmo, sizeof(tmo), "%.3f", cfg->resolve_interval < 1 ? 1.0 :
+	    cfg->resolve_interval > 5 ? 5.0 : cfg->resolve_interval);
+	(void)evdns_base_set_option(r->dns, "timeout:", tmo);
+	(void)evdns_base_set_option(r->dns, "attempts:", "2");
 	iv = zp_seconds_tv(cfg->resolve_interval);
 	r->timer = event_new(ctx->base, -1, EV_PERSIST, resolver_timer_cb, r);
 	if (r->timer == NULL || event_add(r->timer, &iv) == -1) {

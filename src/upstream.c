@@ -193,8 +193,9 @@ zp_upstream_report(struct zp_upstreams *us, size_t i, int ok, int err,
 		/* Down, or still down: the back-off starts over. */
 		timeradd(now, &us->fail_timeout, &u->retry_at);
 		if (u->up) {
+			/* NOTICE: a state change must not be rate-limited away. */
 			u->up = 0;
-			zp_log(us->log, ZP_LOG_WARN, "upstream %s is down: %d "
+			zp_log(us->log, ZP_LOG_NOTICE, "upstream %s is down: %d "
 			    "connects failed in a row (%s); next try in "
 			    "%ld.%03lds", zp_upstream_name(u, name,
 			    sizeof(name)), u->fails, strerror(err),

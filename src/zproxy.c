@@ -69,6 +69,38 @@ raise_nofile(struct zp_log *lg)
 	    (long)rl.rlim_cur;
 }
 
+/*
+ * libevent's own messages (evdns: "nameserver has failed") go through
+ * zproxy's logger, so that they reach the log file, syslog or JSON like
+ * every other line. libevent's callback takes no argument: this pointer,
+ * set once at start-up, is the one piece of global state zproxy keeps.
+ */
+static struct zp_log *libevent_log;
+
+static void
+libevent_log_cb(int severity, const char *msg)
+{
+	int	level;
+
+	if (libevent_log == NULL)
+		return;
+	switch (severity) {
+	case EVENT_LOG_DEBUG:
+		level = ZP_LOG_DEBUG;
+		break;
+	case EVENT_LOG_MSG:
+		level = ZP_LOG_NOTICE;
+		break;
+	case EVENT_LOG_WARN:
+		level = ZP_LOG_WARN;
+		break;
+	default:
+		level = ZP_LOG_ERROR;
+		break;
+	}
+	zp_log(libevent_log, level, "libevent: %s", msg);
+}
+
 /* CPU seconds this process has used, user and system. */
 static double
 cpu_seconds(void)
@@ -387,6 +419,8 @@ zp_run(struct zp_config *cfg)
 	nofile = raise_nofile(&ctx.log);
 	size_limits(&ctx, nofile);
 
+	libevent_log = &ctx.log;
+	event_set_log_callback(libevent_log_cb);
 	if ((ctx.base = event_base_new()) == NULL) {
 		zp_log(&ctx.log, ZP_LOG_ERROR, "cannot create the event loop");
 		return ZP_EX_OSERR;
@@ -443,6 +477,8 @@ zp_run(struct zp_config *cfg)
 	log_stats(&ctx, "stopping");
 out:
 	ctx_free(&ctx, sigs, 4);
+	event_set_log_callback(NULL);
+	libevent_log = NULL;
 	zp_log_close(&ctx.log);
 	return rc;
 }

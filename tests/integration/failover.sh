@@ -1,0 +1,318 @@
+#!/bin/bash
+# failover.sh - several upstreams: balancers, retries, passive and active
+# health.
+#   a. --balance first with 3 upstreams, #1 refusing: every connection
+#      lands on #2 (the log's upstream= field, and the files #2 received;
+#      #3 gets nothing), byte-exact both ways; #1 is logged down once;
+#   b. --retries: 0 with #1 refusing lets the client go (end=upstream-
+#      refused, upstream=#1) and #2 is never connected to; 1 with #1 and #2
+#      refusing tries those two only (upstream=#2 in the log, #3 untouched);
+#      the default tries every one: it lands on #3;
+#   c. passive health (--retries 0 so that every attempt shows in the log):
+#      --max-fails 2 --fail-timeout 2 (2 s: room for a loaded machine):
+#      after two refusals "is down" is logged exactly once, then
+#      connections skip #1 (no new refusal lines) and land on #2; after the
+#      back-off #1 is tried again (one more refusal, still one "is down");
+#      once a server listens there, after the back-off it is "is up"
+#      (once) and used again;
+#   d. active health: --check-interval 0.3 marks a dead upstream down with
+#      no client traffic at all and up again when it comes back, one log
+#      line each; while it is down clients skip it (--retries 0);
+#   e. leastconn: with two held connections on #1, new connections go to #2
+#      (three in a row: roundrobin would alternate);
+#   f. source: zp-peer cannot bind a client address, so stability: 10
+#      connections from 127.0.0.1 all land on the same one of 3 upstreams.
+# Both modes.
+. "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
+
+mkdata up.dat 64K
+mkdata down.dat 96K
+UPSZ=65536
+DOWNSZ=98304
+
+# count REGEX: lines of the zproxy log matching the extended REGEX.
+count() { grep -cE -- "$1" "$ZLOG" 2>/dev/null; }
+
+# estab PORT: established TCP sockets whose local port is PORT (the
+# connections a server on PORT has accepted, whatever it did with them).
+# /proc/net/tcp is no snapshot: a socket may be listed twice while the
+# table changes, hence the dedup by address pair.
+estab() {
+	local hex
+	hex=$(printf '%04X' "$1")
+	cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+		awk -v p=":$hex" '$2 ~ p"$" && $4 == "01" && !seen[$2 " " $3]++ { n++ } END { print n + 0 }'
+}
+
+# wait_estab PORT N SECS: until exactly N connections are established there.
+wait_estab() {
+	local deadline=$(( $(now_ms) + $3 * 1000 ))
+	until [ "$(estab "$1")" -eq "$2" ]; do
+		[ "$(now_ms)" -ge "$deadline" ] && return 1
+		sleep 0.02
+	done
+}
+
+# wait_size FILE SIZE SECS: until FILE holds SIZE bytes (a server may
+# still be writing what it read when the client is done).
+wait_size() {
+	local deadline=$(( $(now_ms) + $3 * 1000 ))
+	until [ -f "$1" ] && [ "$(stat -c %s "$1")" -ge "$2" ]; do
+		[ "$(now_ms)" -ge "$deadline" ] && return 1
+		sleep 0.02
+	done
+}
+
+# server NAME ARGS...: an upstream that serves connections until killed,
+# each sending down.dat and writing what it got to $T/NAME.got.N. Sets
+# SRV_PORT and SRV_PID.
+server() {
+	local name=$1; shift
+	rm -f "$T/$name".got.*	# another subcase's
+	peer_listen "$name" -n 0 -o "$T/$name.got.%d" -s "$T/down.dat" --allow-reset -t 60 "$@"
+	SRV_PORT=$PEER_PORT
+	SRV_PID=$PEER_PID
+}
+
+# xfer WHAT UPORT: one connection through zproxy that must land on the
+# upstream listening on UPORT: the client sends up.dat and gets down.dat,
+# the log line names that upstream and the byte counts.
+xfer() {
+	local what=$1 uport=$2
+	rm -f "$T/xfer.got"
+	peer xfer connect 127.0.0.1 "$ZPORT" -s "$T/up.dat" -o "$T/xfer.got" -t 20 ||
+		fail "$what: client: $(cat "$T/xfer.err")"
+	same_file "$T/down.dat" "$T/xfer.got" "$what (upstream->client)"
+	expect_conn_log "upstream=127\.0\.0\.1:$uport mode=$mode up=$UPSZ down=$DOWNSZ .*end=closed" "$what"
+}
+
+# got_all NAME N WHAT: server NAME accepted exactly N connections (files
+# NAME.got.0 .. NAME.got.N-1, no more), each holding up.dat.
+got_all() {
+	local name=$1 n=$2 what=$3 i have
+	for ((i = 0; i < n; i++)); do
+		wait_size "$T/$name.got.$i" "$UPSZ" 5 ||
+			fail "$what: $name got no (complete) connection #$i"
+		same_file "$T/up.dat" "$T/$name.got.$i" "$what: client->upstream, connection $i at $name"
+	done
+	have=$(find "$T" -maxdepth 1 -name "$name.got.*" | wc -l)
+	[ "$have" -eq "$n" ] || fail "$what: $name accepted $have connections, expected $n"
+}
+
+# refused WHAT UPORT: one client must be let go within 1 s and the log say
+# end=upstream-refused, naming UPORT's upstream.
+refused() {
+	peer refused connect 127.0.0.1 "$ZPORT" --expect-close 1 -t 10 ||
+		fail "$1: client not let go within 1 s: $(cat "$T/refused.out" "$T/refused.err" | head -n 2 | tr '\n' ' ')"
+	expect_conn_log "upstream=127\.0\.0\.1:$2 .*end=upstream-refused" "$1"
+}
+
+# a. --balance first
+balance_first() {
+	local what="$mode: --balance first, #1 refuses" u1 u2 u3 i n
+	server a2; u2=$SRV_PORT
+	server a3; u3=$SRV_PORT
+	u1=$(free_port -b 127.0.0.1)	# after the servers: none of theirs
+	start_zproxy -v -m "$mode" --balance first \
+	    -u "127.0.0.1:$u1" -u "127.0.0.1:$u2" -u "127.0.0.1:$u3"
+	for i in 1 2 3 4 5 6; do
+		xfer "$what: connection $i" "$u2"
+	done
+	got_all a2 6 "$what"
+	got_all a3 0 "$what"
+	n=$(count "upstream 127\.0\.0\.1:$u1 is down")
+	[ "$n" -eq 1 ] || fail "$what: 'upstream 127.0.0.1:$u1 is down' logged $n times, expected once"
+	[ "$(count 'is down')" -eq 1 ] || fail "$what: another upstream was logged down: $(grep 'is down' "$ZLOG")"
+	stop_zproxy
+	ok "$what: 6 connections all on #2 (log and server), byte-exact both ways, #3 untouched, #1 logged down once"
+}
+
+# b. --retries
+retries() {
+	local what u1 u2 u3
+	what="$mode: --balance first --retries 0, #1 refuses"
+	server b2; u2=$SRV_PORT
+	u1=$(free_port -b 127.0.0.1)
+	start_zproxy -v -m "$mode" --balance first --retries 0 --max-fails 100 \
+	    -u "127.0.0.1:$u1" -u "127.0.0.1:$u2"
+	refused "$what: client 1" "$u1"
+	refused "$what: client 2" "$u1"
+	refused "$what: client 3" "$u1"
+	got_all b2 0 "$what"
+	[ "$(estab "$u2")" -eq 0 ] || fail "$what: #2 has connections"
+	stop_zproxy
+	zp_stop "$SRV_PID"
+	ok "$what: 3 clients let go within 1 s, end=upstream-refused upstream=#1, #2 never connected to"
+
+	what="$mode: --balance first --retries 1, #1 and #2 refuse"
+	server b3; u3=$SRV_PORT
+	u1=$(free_port -b 127.0.0.1)
+	u2=$(free_port -b 127.0.0.1)
+	[ "$u1" != "$u2" ] || u2=$(free_port -b 127.0.0.1)
+	[ "$u1" != "$u2" ] || fail "$what: free_port gave $u1 twice"
+	start_zproxy -v -m "$mode" --balance first --retries 1 --max-fails 100 \
+	    -u "127.0.0.1:$u1" -u "127.0.0.1:$u2" -u "127.0.0.1:$u3"
+	refused "$what: client 1" "$u2"
+	refused "$what: client 2" "$u2"
+	got_all b3 0 "$what"
+	stop_zproxy
+	ok "$what: let go after #1 and #2 (log names #2), #3 never connected to"
+
+	what="$mode: --balance first, default --retries, #1 and #2 refuse"
+	start_zproxy -v -m "$mode" --balance first --max-fails 100 \
+	    -u "127.0.0.1:$u1" -u "127.0.0.1:$u2" -u "127.0.0.1:$u3"
+	xfer "$what: client 1" "$u3"
+	xfer "$what: client 2" "$u3"
+	got_all b3 2 "$what"
+	stop_zproxy
+	ok "$what: every upstream tried once: lands on #3, byte-exact"
+}
+
+# c. passive health
+passive() {
+	local what="$mode: --max-fails 2 --fail-timeout 2 --retries 0" u1 u2 t_down t_ref n
+	server c2; u2=$SRV_PORT
+	u1=$(free_port -b 127.0.0.1)
+	start_zproxy -v -m "$mode" --balance first --retries 0 --max-fails 2 \
+	    --fail-timeout 2 -u "127.0.0.1:$u1" -u "127.0.0.1:$u2"
+	refused "$what: refusal 1" "$u1"
+	[ "$(count 'is down')" -eq 0 ] || fail "$what: down after 1 refusal: $(grep 'is down' "$ZLOG")"
+	refused "$what: refusal 2" "$u1"
+	wait_line "$ZLOG" "upstream 127\.0\.0\.1:$u1 is down" 2 "$ZPID" >/dev/null ||
+		fail "$what: no 'upstream 127.0.0.1:$u1 is down' after 2 refusals"
+	t_down=$(now_ms)
+	xfer "$what: in the back-off, connection 1" "$u2"
+	xfer "$what: in the back-off, connection 2" "$u2"
+	xfer "$what: in the back-off, connection 3" "$u2"
+	n=$(count 'end=upstream-refused')
+	[ "$n" -eq 2 ] || fail "$what: $n refusals logged, expected 2 (the down upstream was tried)"
+	ok "$what: 2 refusals, 'is down' logged, the next 3 connections skip #1 (no refusal) and land on #2"
+
+	# wait out the back-off: the thing being timed
+	sleep "$(awk -v t="$t_down" -v n="$(now_ms)" 'BEGIN { s = (t + 2200 - n) / 1000; print (s > 0) ? s : 0 }')"
+	refused "$what: after the back-off" "$u1"
+	t_ref=$(now_ms)
+	n=$(count "is down")
+	[ "$n" -eq 1 ] || fail "$what: 'is down' logged $n times, expected once"
+	ok "$what: after the back-off #1 is tried again (refused), 'is down' still logged once"
+
+	rm -f "$T"/c1.got.*
+	peer_listen c1 -p "$u1" -n 0 -o "$T/c1.got.%d" -s "$T/down.dat" --allow-reset -t 60
+	xfer "$what: #1 listens again, still in its back-off" "$u2"
+	[ "$(count 'is up')" -eq 0 ] || fail "$what: up before its back-off ended"
+	sleep "$(awk -v t="$t_ref" -v n="$(now_ms)" 'BEGIN { s = (t + 2200 - n) / 1000; print (s > 0) ? s : 0 }')"
+	xfer "$what: #1 back, after the back-off" "$u1"
+	xfer "$what: #1 back, next connection" "$u1"
+	n=$(count "upstream 127\.0\.0\.1:$u1 is up")
+	[ "$n" -eq 1 ] || fail "$what: 'upstream 127.0.0.1:$u1 is up' logged $n times, expected once"
+	[ "$(count 'is down')" -eq 1 ] || fail "$what: 'is down' logged again"
+	got_all c1 2 "$what"
+	got_all c2 4 "$what"
+	stop_zproxy
+	ok "$what: once #1 listens and the back-off is over: 'is up' once, connections back on #1, byte-exact"
+}
+
+# d. active health
+active() {
+	local what="$mode: --check-interval 0.3" u1 u2 p1 t0 ms n
+	peer_listen d1 -n 0 --allow-reset -t 60; u1=$PEER_PORT; p1=$PEER_PID
+	server d2; u2=$SRV_PORT
+	start_zproxy -v -m "$mode" --balance first --retries 0 --check-interval 0.3 \
+	    -u "127.0.0.1:$u1" -u "127.0.0.1:$u2"
+	zp_stop "$p1"
+	zp_wait_exit "$p1" 5 >/dev/null
+	t0=$(now_ms)
+	wait_line "$ZLOG" "upstream 127\.0\.0\.1:$u1 is down" 4 "$ZPID" >/dev/null ||
+		fail "$what: #1 stopped listening: no 'is down' within 4 s"
+	ms=$(( $(now_ms) - t0 ))
+	[ "$(conn_lines)" -eq 0 ] || fail "$what: there was client traffic?"
+	sleep 0.7	# two more checks fail: nothing more may be logged
+	n=$(count "is down")
+	[ "$n" -eq 1 ] || fail "$what: 'is down' logged $n times, expected once"
+	xfer "$what: #1 down, connection 1" "$u2"
+	xfer "$what: #1 down, connection 2" "$u2"
+	ok "$what: dead upstream logged down once after ${ms} ms with no client traffic; clients skip it"
+
+	peer_listen d1b -p "$u1" -n 0 -o "$T/d1b.got.%d" -s "$T/down.dat" --allow-reset -t 60
+	t0=$(now_ms)
+	wait_line "$ZLOG" "upstream 127\.0\.0\.1:$u1 is up" 3 "$ZPID" >/dev/null ||
+		fail "$what: #1 listens again: no 'is up' within 3 s"
+	ms=$(( $(now_ms) - t0 ))
+	sleep 0.7	# two more checks pass: nothing more may be logged
+	n=$(count "is up")
+	[ "$n" -eq 1 ] || fail "$what: 'is up' logged $n times, expected once"
+	[ "$(count 'is down')" -eq 1 ] || fail "$what: 'is down' logged again"
+	xfer "$what: #1 back" "$u1"
+	stop_zproxy
+	ok "$what: back up after ${ms} ms, logged once; the next connection lands on #1"
+}
+
+# e. leastconn
+leastconn() {
+	local what="$mode: --balance leastconn" u1 u2 i holders=()
+	peer_listen e1 -n 0 --no-shut --allow-reset -t 60; u1=$PEER_PORT
+	u2=$(free_port -b 127.0.0.1)
+	start_zproxy -v -m "$mode" --balance leastconn --max-fails 100 \
+	    -u "127.0.0.1:$u1" -u "127.0.0.1:$u2"
+	# Two held connections on #1: the second one tries #2 (fewer pairs),
+	# is refused there, and falls back to #1.
+	for i in 1 2; do
+		zp_bg "e-hold$i" "$ZP_PEER" connect 127.0.0.1 "$ZPORT" --hold -t 60
+		holders+=("$BG_PID")
+		wait_line "$T/e-hold$i.out" '^connected 1$' 5 "$BG_PID" >/dev/null ||
+			fail "$what: held client $i: $(cat "$T/e-hold$i.err")"
+		wait_estab "$u1" "$i" 5 ||
+			fail "$what: #1 has $(estab "$u1") connections, expected $i"
+	done
+	server e2 -p "$u2"
+	for i in 1 2 3; do
+		xfer "$what: #1 holds 2, connection $i" "$u2"
+	done
+	got_all e2 3 "$what"
+	[ "$(estab "$u1")" -eq 2 ] || fail "$what: #1 has $(estab "$u1") connections, expected 2"
+	for i in "${holders[@]}"; do
+		zp_stop "$i"
+		zp_wait_exit "$i" 5 >/dev/null
+	done
+	stop_zproxy
+	ok "$what: with 2 pairs held on #1, 3 new connections in a row go to #2, byte-exact"
+}
+
+# f. source
+source_hash() {
+	local what="$mode: --balance source" u1 u2 u3 i first up
+	server f1; u1=$SRV_PORT
+	server f2; u2=$SRV_PORT
+	server f3; u3=$SRV_PORT
+	start_zproxy -v -m "$mode" --balance source \
+	    -u "127.0.0.1:$u1" -u "127.0.0.1:$u2" -u "127.0.0.1:$u3"
+	first=
+	for i in 1 2 3 4 5 6 7 8 9 10; do
+		peer f-client connect 127.0.0.1 "$ZPORT" -s "$T/up.dat" -o "$T/f.got" -t 20 ||
+			fail "$what: client $i: $(cat "$T/f-client.err")"
+		same_file "$T/down.dat" "$T/f.got" "$what: client $i"
+		expect_conn_log "client=127\.0\.0\.1:[0-9]+ upstream=127\.0\.0\.1:[0-9]+ .*end=closed" "$what: client $i"
+		up=$(field upstream "$LAST_CONN_LOG")
+		[ -n "$first" ] || first=$up
+		[ "$up" = "$first" ] || fail "$what: client $i went to $up, earlier ones to $first"
+	done
+	case $first in
+	"127.0.0.1:$u1") got_all f1 10 "$what"; got_all f2 0 "$what"; got_all f3 0 "$what" ;;
+	"127.0.0.1:$u2") got_all f2 10 "$what"; got_all f1 0 "$what"; got_all f3 0 "$what" ;;
+	"127.0.0.1:$u3") got_all f3 10 "$what"; got_all f1 0 "$what"; got_all f2 0 "$what" ;;
+	*) fail "$what: upstream $first is none of the three" ;;
+	esac
+	stop_zproxy
+	ok "$what: 10 connections from 127.0.0.1 all on $first (log and server), byte-exact"
+}
+
+for mode in $MODES; do
+	subcase balance_first
+	subcase retries
+	subcase passive
+	subcase active
+	subcase leastconn
+	subcase source_hash
+done
+
+zp_done
