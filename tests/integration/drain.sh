@@ -11,7 +11,7 @@
 #      (0.8-2.5 s), "stopping:" logged, the pair end=shutdown, and the
 #      upstream sees its connection go;
 #   c. SIGTERM, then SIGINT (and SIGTERM, then SIGTERM again) with a
-#      stalled transfer and the default --drain-timeout of 30 s: zproxy
+#      stalled transfer and --drain-timeout 30 (the default): zproxy
 #      exits 0 at once after the second signal (under 1 s).
 # Both modes.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
@@ -68,7 +68,7 @@ drain_completes() {
 	rm -f "$T/a.got"
 	peer_listen a-up -s "$T/big" -t 60
 	upid=$PEER_PID
-	start_zproxy -v -m "$mode" -u "127.0.0.1:$PEER_PORT"
+	start_zproxy -v -m "$mode" -u "127.0.0.1:$PEER_PORT" --drain-timeout 30
 	zp_bg a-client "$ZP_PEER" connect 127.0.0.1 "$ZPORT" --read-rate 24M -o "$T/a.got" -t 60
 	cpid=$BG_PID
 	wait_size "$T/a.got" 1048576 10 || fail "$what: the transfer did not start: $(cat "$T/a-client.err")"
@@ -127,7 +127,7 @@ second_signal() {
 	local what sig
 	for sig in INT TERM; do
 		what="$mode: SIGTERM then SIG$sig, stalled transfer, drain-timeout 30"
-		stalled "c$sig"
+		stalled "c$sig" --drain-timeout 30
 		kill -TERM "$ZPID"
 		wait_line "$ZLOG" 'not accepting' 2 "$ZPID" >/dev/null ||
 			fail "$what: no 'not accepting' line within 2 s of SIGTERM"

@@ -259,17 +259,21 @@ ZP_WRAP=()
 # added. Waits for "listening on" (or, with -q, for the socket in
 # /proc/net/tcp). Sets ZPID, ZPORT, ZLOG. Retries when the port was taken.
 start_zproxy() {
-	local args a has_l=0 quiet=0
+	local args a has_l=0 quiet=0 has_drain=0
 	for a in "$@"; do
 		case $a in
 		-l|--listen|--listen=*|-l?*) has_l=1 ;;
 		-q|--quiet) quiet=1 ;;
+		--drain-timeout|--drain-timeout=*) has_drain=1 ;;
 		esac
 	done
 	for _ in 1 2 3 4 5; do
 		ZPORT=$(free_port) || fail "zp-peer port failed"
 		args=()
 		[ "$has_l" = 1 ] || args=(-l "127.0.0.1:$ZPORT")
+		# Tests that do not test the drain stop with pairs still open
+		# (the 30 s default would outlast stop_zproxy's wait).
+		[ "$has_drain" = 1 ] || args+=(--drain-timeout 1)
 		for a in "$@"; do
 			args+=("${a//@PORT@/$ZPORT}")
 		done
