@@ -19,35 +19,6 @@
 mkdata big 64M
 BIGSZ=67108864
 
-size() { stat -c %s "$1" 2>/dev/null || echo 0; }
-
-# wait_size FILE SIZE SECS: until FILE holds at least SIZE bytes.
-wait_size() {
-	local deadline=$(( $(now_ms) + $3 * 1000 ))
-	until [ "$(size "$1")" -ge "$2" ]; do
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.02
-	done
-}
-
-# estab PORT: established TCP sockets whose local port is PORT.
-# /proc/net/tcp is no snapshot: a socket may be listed twice while the
-# table changes, hence the dedup by address pair.
-estab() {
-	local hex
-	hex=$(printf '%04X' "$1")
-	cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-		awk -v p=":$hex" '$2 ~ p"$" && $4 == "01" && !seen[$2 " " $3]++ { n++ } END { print n + 0 }'
-}
-
-wait_estab() {
-	local deadline=$(( $(now_ms) + $3 * 1000 ))
-	until [ "$(estab "$1")" -eq "$2" ]; do
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.02
-	done
-}
-
 # zp_exit WHAT SECS: zproxy must exit 0 within SECS; sets EXIT_MS (since
 # SIG_T0), checks the "stopping:" line and the sanitizers.
 zp_exit() {

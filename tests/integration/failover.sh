@@ -33,36 +33,6 @@ DOWNSZ=98304
 # count REGEX: lines of the zproxy log matching the extended REGEX.
 count() { grep -cE -- "$1" "$ZLOG" 2>/dev/null; }
 
-# estab PORT: established TCP sockets whose local port is PORT (the
-# connections a server on PORT has accepted, whatever it did with them).
-# /proc/net/tcp is no snapshot: a socket may be listed twice while the
-# table changes, hence the dedup by address pair.
-estab() {
-	local hex
-	hex=$(printf '%04X' "$1")
-	cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-		awk -v p=":$hex" '$2 ~ p"$" && $4 == "01" && !seen[$2 " " $3]++ { n++ } END { print n + 0 }'
-}
-
-# wait_estab PORT N SECS: until exactly N connections are established there.
-wait_estab() {
-	local deadline=$(( $(now_ms) + $3 * 1000 ))
-	until [ "$(estab "$1")" -eq "$2" ]; do
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.02
-	done
-}
-
-# wait_size FILE SIZE SECS: until FILE holds SIZE bytes (a server may
-# still be writing what it read when the client is done).
-wait_size() {
-	local deadline=$(( $(now_ms) + $3 * 1000 ))
-	until [ -f "$1" ] && [ "$(stat -c %s "$1")" -ge "$2" ]; do
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.02
-	done
-}
-
 # server NAME ARGS...: an upstream that serves connections until killed,
 # each sending down.dat and writing what it got to $T/NAME.got.N. Sets
 # SRV_PORT and SRV_PID.

@@ -399,3 +399,36 @@ field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1; }
 
 # Modes to run: ZP_MODES overrides (e.g. ZP_MODES=copy).
 MODES=${ZP_MODES:-splice copy}
+
+# estab PORT [STATES]: TCP sockets whose local port is PORT in one of
+# STATES, hex codes of /proc/net/tcp joined by | (default 01, established;
+# 08 is close-wait). /proc/net/tcp is no snapshot: a socket may be listed
+# twice while the table changes, hence the dedup by address pair.
+estab() {
+	local hex
+	hex=$(printf '%04X' "$1")
+	cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+		awk -v p=":$hex" -v st="^(${2:-01})\$" \
+		    '$2 ~ p"$" && $4 ~ st && !seen[$2 " " $3]++ { n++ } END { print n + 0 }'
+}
+
+# wait_estab PORT N SECS [STATES]: until estab PORT STATES is N.
+wait_estab() {
+	local deadline=$(( $(now_ms) + $3 * 1000 ))
+	until [ "$(estab "$1" "${4:-01}")" -eq "$2" ]; do
+		[ "$(now_ms)" -ge "$deadline" ] && return 1
+		sleep 0.02
+	done
+}
+
+# size FILE: its size in bytes, 0 when it does not exist (yet).
+size() { stat -c %s "$1" 2>/dev/null || echo 0; }
+
+# wait_size FILE SIZE SECS: until FILE holds at least SIZE bytes.
+wait_size() {
+	local deadline=$(( $(now_ms) + $3 * 1000 ))
+	until [ "$(size "$1")" -ge "$2" ]; do
+		[ "$(now_ms)" -ge "$deadline" ] && return 1
+		sleep 0.02
+	done
+}

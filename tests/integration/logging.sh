@@ -32,16 +32,6 @@ mkdata small 64K
 
 count() { grep -cE -- "$2" "$1" 2>/dev/null; }
 
-# estab PORT: established TCP sockets whose local port is PORT.
-# /proc/net/tcp is no snapshot: a socket may be listed twice while the
-# table changes, hence the dedup by address pair.
-estab() {
-	local hex
-	hex=$(printf '%04X' "$1")
-	cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-		awk -v p=":$hex" '$2 ~ p"$" && $4 == "01" && !seen[$2 " " $3]++ { n++ } END { print n + 0 }'
-}
-
 # start_port LOGCHECK ARGS...: start zproxy like start_zproxy, but wait for
 # its port (its lines may go elsewhere than stderr); then, if LOGCHECK is
 # a file, for "listening on" in it. ZLOG is zproxy's stderr.

@@ -16,24 +16,6 @@
 # Both modes.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
-# estab PORT: established TCP sockets whose local port is PORT.
-# /proc/net/tcp is no snapshot: a socket may be listed twice while the
-# table changes, hence the dedup by address pair.
-estab() {
-	local hex
-	hex=$(printf '%04X' "$1")
-	cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-		awk -v p=":$hex" '$2 ~ p"$" && $4 == "01" && !seen[$2 " " $3]++ { n++ } END { print n + 0 }'
-}
-
-wait_estab() {
-	local deadline=$(( $(now_ms) + $3 * 1000 ))
-	until [ "$(estab "$1")" -eq "$2" ]; do
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.02
-	done
-}
-
 # backlog PORT: connections waiting in the accept queue of the socket
 # listening on PORT (rx_queue of a LISTEN line in /proc/net/tcp).
 backlog() {

@@ -51,14 +51,6 @@ wait_queries() {
 	done
 }
 
-wait_size() {
-	local deadline=$(( $(now_ms) + $3 * 1000 ))
-	until [ -f "$1" ] && [ "$(stat -c %s "$1")" -ge "$2" ]; do
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.02
-	done
-}
-
 # xfer WHAT COLLECTOR: one connection through zproxy that must land on
 # COLLECTOR (A or B): byte-exact both ways, the log names its address, and
 # the collector wrote what it got to its next file.

@@ -20,25 +20,6 @@
 # Both modes.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
-# estab PORT: TCP sockets whose local port is PORT that are established,
-# or in CLOSE_WAIT (the peer's FIN came, this side is still open).
-# /proc/net/tcp is no snapshot: a socket may be listed twice while the
-# table changes, hence the dedup by address pair.
-estab() {
-	local hex
-	hex=$(printf '%04X' "$1")
-	cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-		awk -v p=":$hex" '$2 ~ p"$" && ($4 == "01" || $4 == "08") && !seen[$2 " " $3]++ { n++ } END { print n + 0 }'
-}
-
-wait_estab() {
-	local deadline=$(( $(now_ms) + $3 * 1000 ))
-	until [ "$(estab "$1")" -eq "$2" ]; do
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.02
-	done
-}
-
 # between X LO HI: LO <= X <= HI (decimals).
 between() { awk -v x="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(x >= lo && x <= hi) }'; }
 
@@ -140,14 +121,14 @@ no_flags() {
 	hpid=$BG_PID
 	wait_line "$T/c-hold.out" '^connected 1$' 5 "$hpid" >/dev/null ||
 		fail "$what: held client: $(cat "$T/c-hold.err")"
-	wait_estab "$PEER_PORT" 1 5 || fail "$what: the upstream did not get the idle pair"
+	wait_estab "$PEER_PORT" 1 5 "01|08" || fail "$what: the upstream did not get the idle pair"
 	zp_bg c-half "$ZP_PEER" connect 127.0.0.1 "$ZPORT" -g 1K --allow-reset -t 30
 	gpid=$BG_PID
-	wait_estab "$PEER_PORT" 2 5 || fail "$what: the upstream did not get the half-closed pair"
+	wait_estab "$PEER_PORT" 2 5 "01|08" || fail "$what: the upstream did not get the half-closed pair"
 	sleep 2		# the idle time being tested
 	alive "$hpid" || fail "$what: the idle client is gone: $(cat "$T/c-hold.err")"
 	alive "$gpid" || fail "$what: the half-closed client is gone: $(cat "$T/c-half.err")"
-	[ "$(estab "$PEER_PORT")" -eq 2 ] || fail "$what: the upstream has $(estab "$PEER_PORT") connections, expected 2"
+	[ "$(estab "$PEER_PORT" "01|08")" -eq 2 ] || fail "$what: the upstream has $(estab "$PEER_PORT" "01|08") connections, expected 2"
 	[ "$(conn_lines)" -eq 0 ] || fail "$what: a pair ended: $(grep ' conn=' "$ZLOG")"
 	zp_stop "$hpid"; zp_stop "$gpid"; zp_stop "$upid"
 	zp_wait_exit "$hpid" 5; zp_wait_exit "$gpid" 5; zp_wait_exit "$upid" 5
@@ -176,7 +157,7 @@ keepalive() {
 		hpid=$BG_PID
 		wait_line "$T/d-hold.out" '^connected 1$' 5 "$hpid" >/dev/null ||
 			fail "$what: held client: $(cat "$T/d-hold.err")"
-		wait_estab "$PEER_PORT" 1 5 || fail "$what: the upstream did not get the pair"
+		wait_estab "$PEER_PORT" 1 5 "01|08" || fail "$what: the upstream did not get the pair"
 		zp_ka
 		[ "$ZP_SOCKS" -eq 2 ] ||
 			fail "$what: ss shows $ZP_SOCKS established sockets of zproxy, expected 2: $(ss -tnpo state established | grep "pid=$ZPID,")"
