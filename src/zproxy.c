@@ -375,6 +375,12 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	if (ctx->have_pool)
 		zp_pipepool_free(&ctx->pool);
 	ctx->have_pool = 0;
+	/*
+	 * evdns runs the callback of a cancelled lookup later, from the
+	 * loop, and that callback frees the lookup: give it that pass.
+	 */
+	for (i = 0; ctx->base != NULL && i < 4; i++)
+		(void)event_base_loop(ctx->base, EVLOOP_NONBLOCK);
 	if (ctx->base != NULL)
 		event_base_free(ctx->base);
 	ctx->base = NULL;
