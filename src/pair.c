@@ -219,8 +219,12 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	}
 	zp_dir_release(ctx, &p->up);
 	zp_dir_release(ctx, &p->down);
-	/* After a one-sided failure, keep the survivor's queue from an RST. */
-	discard = p->state == ZP_PAIR_RELAYING && end != ZP_END_SHUTDOWN;
+	/*
+	 * After a one-sided failure or a timeout, keep the survivor's queue
+	 * from an RST; a clean close saw EOF on both, nothing is left to read.
+	 */
+	discard = p->state == ZP_PAIR_RELAYING && end != ZP_END_SHUTDOWN &&
+	    end != ZP_END_CLOSED;
 	half_close(&p->client, discard);
 	half_close(&p->upstream, discard);
 	TAILQ_REMOVE(&ctx->pairs, p, entry);

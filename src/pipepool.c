@@ -123,7 +123,7 @@ zp_pipepool_put(struct zp_pipepool *pool, struct zp_pipe *p, size_t inpipe)
 {
 	if (p->rfd == -1)
 		return;
-	if (inpipe == 0 && pool->nfree < pool->keep) {
+	if (inpipe == 0 && pool->nfree < pool->cap) {
 		pool->free[pool->nfree++] = *p;
 		p->rfd = p->wfd = -1;
 		return;
@@ -132,6 +132,21 @@ zp_pipepool_put(struct zp_pipepool *pool, struct zp_pipe *p, size_t inpipe)
 		pool->killed++;
 	pipe_close(p);
 	pool->nalive--;
+}
+
+/* Close empty pipes beyond what the pool should keep. */
+size_t
+zp_pipepool_trim(struct zp_pipepool *pool)
+{
+	size_t	inuse = pool->nalive - pool->nfree, keep, n = 0;
+
+	keep = pool->keep > inuse ? pool->keep : inuse;
+	while (pool->nfree > keep) {
+		pipe_close(&pool->free[--pool->nfree]);
+		pool->nalive--;
+		n++;
+	}
+	return n;
 }
 
 /* Close every pipe on the stack and free the pool's memory. */

@@ -28,7 +28,7 @@ enum zp_pipe_shortage {
 struct zp_pipepool {
 	size_t		 size;		/* bytes per pipe, as asked */
 	size_t		 cap;		/* most pipes alive at once */
-	size_t		 keep;		/* most empty pipes kept for reuse */
+	size_t		 keep;		/* empty pipes zp_pipepool_trim keeps */
 	struct zp_pipe	*free;		/* stack of empty pipes */
 	size_t		 nfree;
 	size_t		 nalive;	/* in the stack and handed out */
@@ -40,9 +40,7 @@ struct zp_pipepool {
 
 /*
  * Set up a pool of pipes of `size` bytes, at most `cap` alive, and prepare
- * `prepare` of them now; at most max(prepare, 1) empty pipes are kept for
- * reuse after a burst (an idle pipe holds descriptors and, for a user
- * without CAP_SYS_RESOURCE, pipe budget). Returns 0 when prepare is 0 or
+ * `prepare` of them now. Returns 0 when prepare is 0 or
  * at least one pipe could be made at the right size; -1 with err and
  * pool->shortage filled when not even one could (size above
  * fs.pipe-max-size, say). A pool that prepared fewer than asked is fine.
@@ -62,6 +60,14 @@ int	zp_pipepool_get(struct zp_pipepool *, struct zp_pipe *);
  * belong to a dead connection). *p is reset to -1s. Safe on a -1 pipe.
  */
 void	zp_pipepool_put(struct zp_pipepool *, struct zp_pipe *, size_t inpipe);
+
+/*
+ * Close empty pipes beyond max(pool->keep, pipes in use now): after a
+ * burst the pool gives back what an idle pipe holds (descriptors and, for
+ * a user without CAP_SYS_RESOURCE, pipe budget) but keeps enough for the
+ * load it has now. Called from a slow timer. Returns how many it closed.
+ */
+size_t	zp_pipepool_trim(struct zp_pipepool *);
 
 /* Close every pipe on the stack and free the pool's memory. */
 void	zp_pipepool_free(struct zp_pipepool *);

@@ -339,22 +339,31 @@ test_init_prepare_bounds(void **state)
 }
 
 /*
- * After a burst, only `prepare` empty pipes stay pooled: the rest are
- * closed on put, giving their descriptors (and pipe budget) back.
+ * After a burst every empty pipe goes back on the stack (the next burst
+ * finds it), and zp_pipepool_trim then closes those beyond
+ * max(prepare, in use), giving their descriptors back.
  */
 static void
 test_keep_after_burst(void **state)
 {
 	struct pool_state	*s = *state;
-	struct zp_pipe		 p[4];
+	struct zp_pipe		 p[6];
 	int			 i;
 
-	pool_init(s, 64 * KIB, 4, 2);
-	for (i = 0; i < 4; i++)
+	pool_init(s, 64 * KIB, 6, 2);
+	for (i = 0; i < 6; i++)
 		assert_int_equal(zp_pipepool_get(&s->pool, &p[i]), 0);
-	assert_int_equal(s->pool.nalive, 4);
-	for (i = 0; i < 4; i++)
+	assert_int_equal(s->pool.nalive, 6);
+	for (i = 0; i < 3; i++)
 		zp_pipepool_put(&s->pool, &p[i], 0);
+	assert_int_equal(s->pool.nfree, 3);
+	/* 3 in use: keep 3 empty ones for a load like this one. */
+	assert_int_equal(zp_pipepool_trim(&s->pool), 0);
+	for (i = 3; i < 6; i++)
+		zp_pipepool_put(&s->pool, &p[i], 0);
+	assert_int_equal(s->pool.nfree, 6);
+	/* Idle: down to the prepared 2. */
+	assert_int_equal(zp_pipepool_trim(&s->pool), 4);
 	assert_int_equal(s->pool.nfree, 2);
 	assert_int_equal(s->pool.nalive, 2);
 	assert_int_equal(s->pool.killed, 0);
