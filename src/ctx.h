@@ -50,7 +50,6 @@ struct zp_ctx {
 	struct zp_log		 log;
 	struct zp_pipepool	 pool;
 	int			 have_pool;
-	struct event		*pool_timer;	/* zp_pipepool_trim */
 	struct zp_listener	*listener;
 	struct zp_upstreams	 ups;
 	struct zp_stats_server	*stats_server;	/* --stats */

@@ -126,27 +126,22 @@ zp_pipepool_put(struct zp_pipepool *pool, struct zp_pipe *p, size_t inpipe)
 	if (inpipe == 0 && pool->nfree < pool->cap) {
 		pool->free[pool->nfree++] = *p;
 		p->rfd = p->wfd = -1;
-		return;
+	} else {
+		if (inpipe > 0)
+			pool->killed++;
+		pipe_close(p);
+		pool->nalive--;
 	}
-	if (inpipe > 0)
-		pool->killed++;
-	pipe_close(p);
-	pool->nalive--;
-}
-
-/* Close empty pipes beyond what the pool should keep. */
-size_t
-zp_pipepool_trim(struct zp_pipepool *pool)
-{
-	size_t	inuse = pool->nalive - pool->nfree, keep, n = 0;
-
-	keep = pool->keep > inuse ? pool->keep : inuse;
-	while (pool->nfree > keep) {
+	/*
+	 * Hold no more than what was prepared or twice what is in use: a
+	 * burst that ends gives its descriptors (and pipe budget) back, while
+	 * steady churn never pays pipe2, fcntl and close per connection.
+	 */
+	while (pool->nfree > pool->keep &&
+	    pool->nfree > 2 * (pool->nalive - pool->nfree)) {
 		pipe_close(&pool->free[--pool->nfree]);
 		pool->nalive--;
-		n++;
 	}
-	return n;
 }
 
 /* Close every pipe on the stack and free the pool's memory. */

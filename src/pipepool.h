@@ -28,7 +28,7 @@ enum zp_pipe_shortage {
 struct zp_pipepool {
 	size_t		 size;		/* bytes per pipe, as asked */
 	size_t		 cap;		/* most pipes alive at once */
-	size_t		 keep;		/* empty pipes zp_pipepool_trim keeps */
+	size_t		 keep;		/* empty pipes always kept (prepared) */
 	struct zp_pipe	*free;		/* stack of empty pipes */
 	size_t		 nfree;
 	size_t		 nalive;	/* in the stack and handed out */
@@ -56,18 +56,12 @@ int	zp_pipepool_get(struct zp_pipepool *, struct zp_pipe *);
 
 /*
  * Give back a pipe. `inpipe` is how many bytes it still holds: an empty
- * pipe goes back on the stack, one with bytes is closed (its contents
- * belong to a dead connection). *p is reset to -1s. Safe on a -1 pipe.
+ * pipe goes back on the stack, unless the stack holds more than `keep`
+ * and twice the pipes in use (a burst is over); one with bytes is closed
+ * (its contents belong to a dead connection). *p is reset to -1s. Safe
+ * on a -1 pipe.
  */
 void	zp_pipepool_put(struct zp_pipepool *, struct zp_pipe *, size_t inpipe);
-
-/*
- * Close empty pipes beyond max(pool->keep, pipes in use now): after a
- * burst the pool gives back what an idle pipe holds (descriptors and, for
- * a user without CAP_SYS_RESOURCE, pipe budget) but keeps enough for the
- * load it has now. Called from a slow timer. Returns how many it closed.
- */
-size_t	zp_pipepool_trim(struct zp_pipepool *);
 
 /* Close every pipe on the stack and free the pool's memory. */
 void	zp_pipepool_free(struct zp_pipepool *);

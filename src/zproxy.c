@@ -25,8 +25,6 @@
 /* Descriptors each pair needs: two sockets, and two pipes when splicing. */
 #define ZP_FDS_SPLICE	6
 #define ZP_FDS_COPY	2
-/* How often the pipe pool gives back what a past burst left idle. */
-#define ZP_POOL_TRIM_SECS 10
 /* Pipes made before the first clients, so that they find them ready. */
 #define ZP_POOL_PREPARE	64
 /* Bytes one direction may move per callback before yielding the loop. */
@@ -211,15 +209,6 @@ signal_hup_cb(evutil_socket_t sig, short what, void *arg)
 		    (int)sig);
 }
 
-/* The slow timer: give back pipes a past burst left idle. */
-static void
-pool_trim_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct zp_ctx	*ctx = arg;
-
-	(void)zp_pipepool_trim(&ctx->pool);
-}
-
 static void
 signal_stats_cb(evutil_socket_t sig, short what, void *arg)
 {
@@ -315,7 +304,6 @@ pool_setup(struct zp_ctx *ctx)
 	char			 err[ZP_ERRLEN];
 	size_t			 cap, prepare;
 	long			 maxpipe, pages;
-	struct timeval		 tv;
 
 	cap = (size_t)ctx->max_conns * 2;
 	if (cap > ctx->pipe_cap)
@@ -357,14 +345,6 @@ pool_setup(struct zp_ctx *ctx)
 		    "copy mode", ctx->pool.nfree, prepare, cfg->pipe_size,
 		    zp_pipe_shortage_str(ctx->pool.shortage));
 	ctx->have_pool = 1;
-	tv.tv_sec = ZP_POOL_TRIM_SECS;
-	tv.tv_usec = 0;
-	if ((ctx->pool_timer = event_new(ctx->base, -1, EV_PERSIST,
-	    pool_trim_cb, ctx)) == NULL || event_add(ctx->pool_timer,
-	    &tv) == -1) {
-		zp_log(&ctx->log, ZP_LOG_ERROR, "cannot create the pool timer");
-		return ZP_EX_OSERR;
-	}
 	return 0;
 }
 
@@ -392,9 +372,6 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	for (i = 0; i < nsigs; i++)
 		if (sigs[i] != NULL)
 			event_free(sigs[i]);
-	if (ctx->pool_timer != NULL)
-		event_free(ctx->pool_timer);
-	ctx->pool_timer = NULL;
 	if (ctx->have_pool)
 		zp_pipepool_free(&ctx->pool);
 	ctx->have_pool = 0;
