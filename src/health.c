@@ -61,13 +61,8 @@ static void
 check_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_hcheck	*c = arg;
-	socklen_t		 len = sizeof(int);
-	int			 err = 0;
+	int			 err = zp_connect_result(fd, what);
 
-	if (what & EV_TIMEOUT)
-		err = ETIMEDOUT;
-	else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
-		err = errno;
 	if (err == 0) {
 		check_done(c, 1);
 		return;
@@ -87,21 +82,13 @@ check_next(struct zp_hcheck *c)
 
 	for (; c->addr < us->naddrs; c->addr++) {
 		a = &us->addrs[c->addr];
-		c->fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
-		    SOCK_CLOEXEC, IPPROTO_TCP);
-		if (c->fd == -1) {
+		switch (zp_connect_start(a, &c->fd)) {
+		case -1:
 			c->err = errno;
 			continue;
-		}
-		if (connect(c->fd, (const struct sockaddr *)&a->ss,
-		    a->len) == 0) {
+		case 0:
 			check_done(c, 1);
 			return;
-		}
-		if (errno != EINPROGRESS) {
-			c->err = errno;
-			check_reset(c);
-			continue;
 		}
 		c->ev = event_new(c->h->ctx->base, c->fd, EV_WRITE, check_cb, c);
 		if (c->ev == NULL || event_add(c->ev, &c->h->timeout) == -1) {

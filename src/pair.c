@@ -471,13 +471,8 @@ static void
 pair_connect_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair	*p = arg;
-	socklen_t	 len = sizeof(int);
-	int		 err = 0;
+	int		 err = zp_connect_result(fd, what);
 
-	if (what & EV_TIMEOUT)
-		err = ETIMEDOUT;
-	else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
-		err = errno;
 	if (err != 0) {
 		pair_connect_failed(p, err);
 		return;
@@ -500,28 +495,20 @@ pair_connect_next(struct zp_pair *p)
 	struct timeval		 tv, now;
 	const struct zp_addr	*a;
 	double			 t = ctx->cfg->connect_timeout;
-	int			 fd;
+	int			 fd, rc;
 
 	for (; p->addr_idx < us->naddrs; p->addr_idx++) {
 		a = &us->addrs[p->addr_idx];
-		fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
-		    SOCK_CLOEXEC, IPPROTO_TCP);
-		if (fd == -1) {
+		if ((rc = zp_connect_start(a, &fd)) == -1) {
 			p->connect_err = errno;
-			continue;
-		}
-		sock_tune(ctx, fd);
-		if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0) {
-			p->upstream.fd = fd;
-			pair_connected(p);
-			return;
-		}
-		if (errno != EINPROGRESS && errno != EINTR) {
-			p->connect_err = errno;
-			close(fd);
 			continue;
 		}
 		p->upstream.fd = fd;
+		sock_tune(ctx, fd);
+		if (rc == 0) {
+			pair_connected(p);
+			return;
+		}
 		p->upstream.wev = event_new(ctx->base, fd, EV_WRITE,
 		    pair_connect_cb, p);
 		tv = zp_seconds_tv(t);

@@ -2,8 +2,12 @@
  * upstream.c - balancers and health for the upstream list.
  */
 
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <netinet/in.h>
+#include <errno.h>
+#include <unistd.h>
+#include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,6 +207,44 @@ zp_upstream_report(struct zp_upstreams *us, size_t i, int ok, int err,
 			    (long)(us->fail_timeout.tv_usec / 1000));
 		}
 	}
+}
+
+/* Start a non-blocking connect. */
+int
+zp_connect_start(const struct zp_addr *a, int *fdp)
+{
+	int	fd, err;
+
+	fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
+	    SOCK_CLOEXEC, IPPROTO_TCP);
+	if (fd == -1)
+		return -1;
+	if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0) {
+		*fdp = fd;
+		return 0;
+	}
+	if (errno == EINPROGRESS || errno == EINTR) {
+		*fdp = fd;
+		return 1;
+	}
+	err = errno;
+	close(fd);
+	errno = err;
+	return -1;
+}
+
+/* The outcome of a connect whose write event fired. */
+int
+zp_connect_result(int fd, short what)
+{
+	socklen_t	len = sizeof(int);
+	int		err = 0;
+
+	if (what & EV_TIMEOUT)
+		return ETIMEDOUT;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
+		return errno;
+	return err;
 }
 
 const char *

@@ -68,6 +68,20 @@ int	zp_upstream_pick(struct zp_upstreams *, const struct zp_addr *client,
 void	zp_upstream_report(struct zp_upstreams *, size_t, int ok, int err,
 	    const struct timeval *now);
 
+/*
+ * Start a non-blocking TCP connect to a, for a pair or a health check.
+ * Returns 1 with *fd set while it is in progress (wait for writable),
+ * 0 with *fd set when it connected at once, or -1 with errno set and no
+ * descriptor left open.
+ */
+int	zp_connect_start(const struct zp_addr *, int *fd);
+
+/*
+ * The outcome of a connect whose one-shot write event (with a timeout)
+ * fired: 0 when connected, else the errno (ETIMEDOUT on the timeout).
+ */
+int	zp_connect_result(int fd, short what);
+
 /* "first", "roundrobin", ...; and the reverse, -1 if unknown. */
 const char *zp_balance_str(enum zp_balance);
 int	zp_balance_parse(const char *);
