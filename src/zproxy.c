@@ -147,6 +147,21 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    (unsigned long long)ctx->stats.accept_pauses, cpu, per);
 }
 
+/*
+ * Close the listening socket (new clients are refused from now on) and
+ * stop the health checks and lookups that only serve new connections.
+ */
+static void
+ctx_stop_accepting(struct zp_ctx *ctx)
+{
+	zp_listener_free(ctx->listener);
+	ctx->listener = NULL;
+	zp_health_free(ctx->health);
+	ctx->health = NULL;
+	zp_resolver_free(ctx->resolver);
+	ctx->resolver = NULL;
+}
+
 /* The drain ran out of time: close what is left. */
 static void
 drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
@@ -177,12 +192,7 @@ signal_stop_cb(evutil_socket_t sig, short what, void *arg)
 		return;
 	}
 	ctx->stopping = 1;
-	zp_listener_free(ctx->listener);
-	ctx->listener = NULL;
-	zp_health_free(ctx->health);
-	ctx->health = NULL;
-	zp_resolver_free(ctx->resolver);
-	ctx->resolver = NULL;
+	ctx_stop_accepting(ctx);
 	if (ctx->stats.conns_open == 0) {
 		zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: stopping",
 		    (int)sig);
@@ -357,12 +367,7 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 
 	while ((p = TAILQ_FIRST(&ctx->pairs)) != NULL)
 		zp_pair_close(p, ZP_END_SHUTDOWN);
-	zp_listener_free(ctx->listener);
-	ctx->listener = NULL;
-	zp_health_free(ctx->health);
-	ctx->health = NULL;
-	zp_resolver_free(ctx->resolver);
-	ctx->resolver = NULL;
+	ctx_stop_accepting(ctx);
 	zp_stats_free(ctx->stats_server);
 	ctx->stats_server = NULL;
 	if (ctx->drain_timer != NULL)
@@ -476,8 +481,7 @@ zp_run(struct zp_config *cfg)
 		rc = ZP_EX_OSERR;
 	}
 	ctx.stopping = 1;
-	zp_listener_free(ctx.listener);
-	ctx.listener = NULL;
+	ctx_stop_accepting(&ctx);
 	while (!TAILQ_EMPTY(&ctx.pairs))
 		zp_pair_close(TAILQ_FIRST(&ctx.pairs), ZP_END_SHUTDOWN);
 	log_stats(&ctx, "stopping");
