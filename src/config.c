@@ -22,6 +22,7 @@
 enum {
 	OPT_PIPE_SIZE = 256,
 	OPT_BUFFER_SIZE,
+	OPT_SPLICE_MIN,
 	OPT_MAX_CONNS,
 	OPT_CONNECT_TIMEOUT,
 	OPT_BALANCE,
@@ -48,6 +49,7 @@ static const struct option zp_longopts[] = {
 	{ "mode",		required_argument,	NULL, 'm' },
 	{ "pipe-size",		required_argument,	NULL, OPT_PIPE_SIZE },
 	{ "buffer-size",	required_argument,	NULL, OPT_BUFFER_SIZE },
+	{ "splice-min",		required_argument,	NULL, OPT_SPLICE_MIN },
 	{ "max-conns",		required_argument,	NULL, OPT_MAX_CONNS },
 	{ "connect-timeout",	required_argument,	NULL, OPT_CONNECT_TIMEOUT },
 	{ "balance",		required_argument,	NULL, OPT_BALANCE },
@@ -102,6 +104,7 @@ zp_config_init(struct zp_config *cfg)
 	cfg->mode = ZP_MODE_SPLICE;
 	cfg->pipe_size = ZP_DEFAULT_PIPE_SIZE;
 	cfg->buffer_size = ZP_DEFAULT_BUFFER_SIZE;
+	cfg->splice_min = ZP_DEFAULT_SPLICE_MIN;
 	cfg->connect_timeout = ZP_DEFAULT_CONNECT_TIMEOUT;
 	cfg->balance = ZP_BALANCE_ROUNDROBIN;
 	cfg->retries = -1;
@@ -146,6 +149,9 @@ zp_config_usage(FILE *fp, const char *prog)
 "  -m, --mode splice|copy     data path (default splice)\n"
 "      --pipe-size BYTES      size of each splice pipe (default 1M)\n"
 "      --buffer-size BYTES    per-direction buffer in copy mode (default 64K)\n"
+"      --splice-min BYTES     a direction copies until one read brings this\n"
+"                             much, then takes a pipe (default 4K; 0: take\n"
+"                             both pipes when a connection starts)\n"
 "      --max-conns N          most pairs at once; beyond it clients wait in\n"
 "                             the listen backlog (default from RLIMIT_NOFILE)\n"
 "      --connect-timeout SEC  per upstream address (default 5)\n"
@@ -637,6 +643,14 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		case OPT_BUFFER_SIZE:
 			if (parse_size_opt("buffer-size", optarg, &cfg->buffer_size,
 			    err, errlen) == -1)
+				return ZP_PARSE_ERROR;
+			break;
+		case OPT_SPLICE_MIN:
+			/* 0 is a size here: "splice from the first byte". */
+			if (strcmp(optarg, "0") == 0)
+				cfg->splice_min = 0;
+			else if (parse_size_opt("splice-min", optarg,
+			    &cfg->splice_min, err, errlen) == -1)
 				return ZP_PARSE_ERROR;
 			break;
 		case OPT_MAX_CONNS:

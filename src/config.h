@@ -66,6 +66,7 @@ struct zp_config {
 	enum zp_mode		mode;
 	size_t			pipe_size;	/* bytes */
 	size_t			buffer_size;	/* bytes, copy mode */
+	size_t			splice_min;	/* read that starts splicing; 0: always */
 	long			max_conns;	/* 0: derive from RLIMIT_NOFILE */
 	double			connect_timeout; /* seconds */
 	double			idle_timeout;	/* 0: none */
@@ -86,6 +87,7 @@ struct zp_config {
 
 #define ZP_DEFAULT_PIPE_SIZE	(1024 * 1024)
 #define ZP_DEFAULT_BUFFER_SIZE	(64 * 1024)
+#define ZP_DEFAULT_SPLICE_MIN	(4 * 1024)
 #define ZP_DEFAULT_CONNECT_TIMEOUT 5.0
 #define ZP_DEFAULT_MAX_FAILS	3
 #define ZP_DEFAULT_FAIL_TIMEOUT	10.0

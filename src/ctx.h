@@ -36,6 +36,8 @@ struct zp_stats {
 	uint64_t	conns_failed;	/* upstream never answered */
 	uint64_t	bytes_up;	/* client -> upstream */
 	uint64_t	bytes_down;	/* upstream -> client */
+	uint64_t	spliced_up;	/* of bytes_up, through a pipe */
+	uint64_t	spliced_down;
 	uint64_t	fallbacks[ZP_FALLBACK_MAX];
 	uint64_t	accept_pauses;	/* out of descriptors */
 	uint64_t	timeouts_idle;

@@ -45,23 +45,44 @@ zp_end_str(enum zp_end e)
 	return "unknown";
 }
 
+/*
+ * A direction splices when it has its pipe or will take one at the first
+ * bulk read; one that fell back (refused, or no pipe) copies.
+ */
+static int
+dir_splices(const struct zp_dir *d)
+{
+	return !d->fellback && (d->ops == &zp_relay_splice || d->lazy);
+}
+
 /* "splice", "copy" or "mixed", from the pair's directions. */
 const char *
 zp_pair_mode(const struct zp_pair *p)
 {
-	int	s_up = p->up.ops == &zp_relay_splice;
-	int	s_down = p->down.ops == &zp_relay_splice;
+	int	s_up = dir_splices(&p->up), s_down = dir_splices(&p->down);
 
-	if (p->up.fellback || p->down.fellback) {
-		if (!p->up.fellback || !p->down.fellback)
-			return "mixed";
-		return "copy";
-	}
 	if (s_up && s_down)
 		return "splice";
 	if (!s_up && !s_down)
 		return "copy";
 	return "mixed";
+}
+
+/*
+ * The pool had no pipe for a pair or a direction: it copies. Said once,
+ * and for every connection with -v, since the cause (descriptors, the
+ * pipe budget) is the operator's to fix.
+ */
+static void
+pair_no_pipe(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx;
+
+	if (ctx->stats.fallbacks[ZP_FALLBACK_POOL]++ == 0 ||
+	    zp_log_enabled(&ctx->log, ZP_LOG_CONN))
+		zp_log(&ctx->log, ZP_LOG_WARN, "conn=%llu no pipe (%s); "
+		    "relaying in copy mode", (unsigned long long)p->id,
+		    zp_pipe_shortage_str(ctx->pool.shortage));
 }
 
 /*
@@ -193,6 +214,8 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	pair_log(p, end);
 	ctx->stats.bytes_up += p->up.bytes;
 	ctx->stats.bytes_down += p->down.bytes;
+	ctx->stats.spliced_up += p->up.spliced;
+	ctx->stats.spliced_down += p->down.spliced;
 	if (p->up_idx >= 0) {
 		struct zp_upstream *u = &ctx->ups.v[p->up_idx];
 
@@ -251,6 +274,8 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 	/* A death can wake the other direction, whose failure wakes back. */
 	for (i = 0; i < 3; i++) {
 		rc = zp_dir_pump(ctx, d, ctx->budget);
+		if (rc & ZP_PUMP_NOPIPE)
+			pair_no_pipe(p);
 		if (rc & ZP_PUMP_FELLBACK) {
 			ctx->stats.fallbacks[ZP_FALLBACK_REFUSED]++;
 			zp_log(&ctx->log, ZP_LOG_WARN, "conn=%llu splice refused "
@@ -627,14 +652,15 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 
 	dir_init(&p->up, &p->client, &p->upstream, &zp_relay_copy, bufsize);
 	dir_init(&p->down, &p->upstream, &p->client, &zp_relay_copy, bufsize);
-	if (ctx->have_pool) {
+	if (ctx->have_pool && ctx->cfg->splice_min > 0)
+		p->up.lazy = p->down.lazy = 1;
+	else if (ctx->have_pool) {
 		if (pair_take_pipes(p) == 0)
 			p->up.ops = p->down.ops = &zp_relay_splice;
-		else if (ctx->stats.fallbacks[ZP_FALLBACK_POOL]++ == 0 ||
-		    zp_log_enabled(&ctx->log, ZP_LOG_CONN))
-			zp_log(&ctx->log, ZP_LOG_WARN, "conn=%llu no pipe (%s); "
-			    "relaying in copy mode", (unsigned long long)p->id,
-			    zp_pipe_shortage_str(ctx->pool.shortage));
+		else {
+			p->up.fellback = p->down.fellback = 1;
+			pair_no_pipe(p);
+		}
 	}
 	pair_connect_upstream(p);
 	return 0;

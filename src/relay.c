@@ -61,6 +61,39 @@ dir_fall_back(struct zp_ctx *ctx, struct zp_dir *d)
 	d->fellback = 1;
 }
 
+/*
+ * A lazy direction saw bulk and its buffer is empty: from now on the
+ * bytes go through a pipe. Short connections and quiet ones never get
+ * here, so they cost no pipe and no splice calls on small payloads. The
+ * buffer is flushed first, so no byte can overtake another. Returns
+ * ZP_PUMP_NOPIPE when the pool had none: the direction copies for good.
+ */
+static int
+dir_promote(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	d->lazy = d->bulk = 0;
+	if (zp_pipepool_get(&ctx->pool, &d->pipe) == -1) {
+		d->fellback = 1;
+		return ZP_PUMP_NOPIPE;
+	}
+	d->ops->release(ctx, d);
+	d->ops = &zp_relay_splice;
+	d->full = 0;
+	return 0;
+}
+
+/*
+ * Can the source be read now? Not after EOF or with the store full; nor
+ * while a lazy direction that saw bulk still holds bytes: it must empty
+ * its buffer to switch to the pipe, and a slow destination would keep a
+ * buffer that is refilled on every pass from ever emptying.
+ */
+static int
+dir_can_fill(const struct zp_dir *d)
+{
+	return !d->eof && !d->full && !(d->bulk && d->ops->pending(d) > 0);
+}
+
 /* Give back the store and clear the direction's events. */
 void
 zp_dir_release(struct zp_ctx *ctx, struct zp_dir *d)
@@ -98,12 +131,16 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 	d->drained = 0;
 	for (;;) {
 		progress = 0;
-		if (!d->eof && !d->full && !d->drained && moved < budget) {
+		if (dir_can_fill(d) && !d->drained && moved < budget) {
 			ask = budget - moved;
 			n = d->ops->fill(d, ask);
 			if (n > 0) {
 				moved += n;
 				progress = 1;
+				/* A read that filled what it asked for had more. */
+				if (d->lazy && ((size_t)n >= ctx->cfg->splice_min ||
+				    !d->drained))
+					d->bulk = 1;
 			} else if (n == 0) {
 				d->eof = 1;
 				progress = 1;
@@ -121,6 +158,8 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 			n = d->ops->flush(d);
 			if (n > 0) {
 				d->bytes += n;
+				if (d->ops == &zp_relay_splice)
+					d->spliced += n;
 				d->full = 0;
 				progress = 1;
 				if ((size_t)n < before)
@@ -134,6 +173,10 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 				rc |= ZP_PUMP_DEAD;
 				break;
 			}
+		}
+		if (d->bulk && !d->eof && d->ops->pending(d) == 0) {
+			rc |= dir_promote(ctx, d);
+			progress = 1;
 		}
 		if (d->eof && d->ops->pending(d) == 0) {
 			/* Everything is out: carry the FIN over. */
@@ -153,7 +196,7 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 	if (d->ops->trim != NULL && d->ops->pending(d) == 0)
 		d->ops->trim(d);
 events:
-	zp_half_want_read(d->src, !d->done && !d->eof && !d->full);
+	zp_half_want_read(d->src, !d->done && dir_can_fill(d));
 	zp_half_want_write(d->dst, !d->done && d->ops->pending(d) > 0);
 	return rc;
 }

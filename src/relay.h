@@ -85,22 +85,31 @@ struct zp_dir {
 	size_t				 len;	/* unsent bytes */
 
 	uint64_t			 bytes;	/* delivered to dst */
+	uint64_t			 spliced; /* of which through the pipe */
 	unsigned			 full:1; /* store can take no more */
 	unsigned			 eof:1;	/* src is done */
 	unsigned			 shut:1; /* dst got SHUT_WR */
 	unsigned			 done:1; /* nothing more to do */
-	unsigned			 fellback:1; /* splice refused, now copy */
+	unsigned			 fellback:1; /* splice refused or no pipe: copy */
 	unsigned			 drained:1; /* src looked empty; a hint */
+	unsigned			 lazy:1; /* copies until bulk, then splices */
+	unsigned			 bulk:1; /* a lazy read showed bulk */
+	unsigned			 spliced_any:1; /* a splice moved bytes */
 };
 
 /* What a pump left behind, for the pair to act on (bits). */
 #define ZP_PUMP_DEAD		0x1	/* a half died: the other direction must run */
 #define ZP_PUMP_FELLBACK	0x2	/* splice was refused: now copy */
+#define ZP_PUMP_NOPIPE		0x4	/* bulk, but the pool had no pipe */
 
 /*
  * Move bytes for one direction until the source is empty, the store is
  * full, the destination can take no more, or `budget` bytes were read.
  * Then turn src's read event and dst's write event on or off to match.
+ * A lazy direction (copy ops, d->lazy) takes a pipe from the pool and
+ * splices from then on once one read brought --splice-min bytes (or all
+ * the buffer had room for) and its buffer is flushed; with no pipe to be
+ * had it stays copy for good (ZP_PUMP_NOPIPE).
  * A refused splice switches the direction to copy (ZP_PUMP_FELLBACK).
  * An error marks the failing half dead (ZP_PUMP_DEAD): a direction whose
  * source died delivers what it holds, then shuts its destination; one

@@ -43,6 +43,7 @@ splice_fill(struct zp_dir *d, size_t max)
 			 * wake-up of the level-triggered read event.
 			 */
 			d->inpipe += n;
+			d->spliced_any = 1;
 			if ((size_t)n < max)
 				d->drained = 1;
 			return n;
@@ -59,13 +60,14 @@ splice_fill(struct zp_dir *d, size_t max)
 			return -1;
 		}
 		/*
-		 * Refused before anything moved through this direction: the
-		 * kernel cannot splice these sockets (a sandbox, a socket type
-		 * without splice_read). Nothing was consumed; copy instead.
+		 * Refused before anything moved through the pipe: the kernel
+		 * cannot splice these sockets (a sandbox, a socket type
+		 * without splice_read). Nothing was consumed, and what a lazy
+		 * direction copied before is delivered; copy on.
 		 */
 		if ((errno == EINVAL || errno == ENOSYS || errno == EPERM ||
 		    errno == EBADF || errno == EOPNOTSUPP) && d->inpipe == 0 &&
-		    d->bytes == 0)
+		    !d->spliced_any)
 			return ZP_FILL_FALLBACK;
 		return -1;
 	}

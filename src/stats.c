@@ -169,6 +169,19 @@ single_u64(struct render *r, const char *name, const char *type,
 	sample_u64(r, name, NULL, 0, v);
 }
 
+/* A counter family with one sample per direction, up and down. */
+static void
+updown_u64(struct render *r, const char *name, const char *help,
+    uint64_t up, uint64_t down)
+{
+	struct label	l = { "direction", "up" };
+
+	family(r, name, "counter", help);
+	sample_u64(r, name, &l, 1, up);
+	l.value = "down";
+	sample_u64(r, name, &l, 1, down);
+}
+
 /* A timeval as seconds with microseconds, "1733155346.123456". */
 static void
 sample_tv(struct render *r, const char *name, const struct timeval *tv)
@@ -211,6 +224,7 @@ upstream_labels(const struct zp_upstreams *ups, size_t n,
 /* What the open pairs add to the counters of the closed ones. */
 struct open_totals {
 	uint64_t	up, down;
+	uint64_t	spliced_up, spliced_down;
 	uint64_t	ups_up[ZP_MAX_UPSTREAMS];
 	uint64_t	ups_down[ZP_MAX_UPSTREAMS];
 	uint64_t	splice, copy, mixed;
@@ -227,6 +241,8 @@ open_totals(struct zp_ctx *ctx, struct open_totals *t)
 	TAILQ_FOREACH(p, &ctx->pairs, entry) {
 		t->up += p->up.bytes;
 		t->down += p->down.bytes;
+		t->spliced_up += p->up.spliced;
+		t->spliced_down += p->down.spliced;
 		if (p->up_idx >= 0 && (size_t)p->up_idx < ctx->ups.n &&
 		    p->up_idx < ZP_MAX_UPSTREAMS) {
 			t->ups_up[p->up_idx] += p->up.bytes;
@@ -377,15 +393,13 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	    "wait in the listen backlog.",
 	    ctx->max_conns > 0 ? (uint64_t)ctx->max_conns : 0);
 
-	family(&r, "zproxy_bytes_total", "counter",
-	    "Bytes relayed: up is client to upstream, down is upstream to "
-	    "client.");
-	l.name = "direction";
-	l.value = "up";
-	sample_u64(&r, "zproxy_bytes_total", &l, 1, ctx->stats.bytes_up + t.up);
-	l.value = "down";
-	sample_u64(&r, "zproxy_bytes_total", &l, 1,
-	    ctx->stats.bytes_down + t.down);
+	updown_u64(&r, "zproxy_bytes_total", "Bytes relayed: up is client "
+	    "to upstream, down is upstream to client.",
+	    ctx->stats.bytes_up + t.up, ctx->stats.bytes_down + t.down);
+	updown_u64(&r, "zproxy_spliced_bytes_total", "Of zproxy_bytes_total, "
+	    "the bytes that went through a pipe (zero-copy) rather than a "
+	    "buffer.", ctx->stats.spliced_up + t.spliced_up,
+	    ctx->stats.spliced_down + t.spliced_down);
 
 	render_upstreams(&r, ctx, &t);
 

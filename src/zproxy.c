@@ -291,12 +291,12 @@ log_start(struct zp_ctx *ctx, long nofile)
 		    cfg->upstreams[i].naddrs,
 		    cfg->upstreams[i].naddrs == 1 ? "" : "es");
 	zp_log(&ctx->log, ZP_LOG_NOTICE, "listening on %s, upstream%s %s, "
-	    "balance %s, mode %s, pipe-size %zu, buffer-size %zu, max-conns "
-	    "%ld, RLIMIT_NOFILE %ld",
+	    "balance %s, mode %s, pipe-size %zu, buffer-size %zu, splice-min "
+	    "%zu, max-conns %ld, RLIMIT_NOFILE %ld",
 	    zp_addr_str(zp_listener_addr(ctx->listener), lbuf, sizeof(lbuf)),
 	    ctx->ups.n == 1 ? "" : "s", ups, zp_balance_str(ctx->ups.balance),
 	    cfg->mode == ZP_MODE_SPLICE ? "splice" : "copy", cfg->pipe_size,
-	    cfg->buffer_size, ctx->max_conns, nofile);
+	    cfg->buffer_size, cfg->splice_min, ctx->max_conns, nofile);
 }
 
 /*

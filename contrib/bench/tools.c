@@ -4,12 +4,13 @@
  * libc only; built by the run script with `cc -O2` into a temporary
  * directory. Every mode is bounded in time and stops by itself.
  *
- *   tools echo [MAXSEC]
+ *   tools echo [MAXSEC] [CLOSE_AFTER]
  *       Echo server on 127.0.0.1, port chosen by the kernel. Prints
  *       "port N" on stdout as its first line, then echoes every byte it
  *       reads on every connection and holds connections open until the
- *       peer closes. Exits after MAXSEC seconds (default 7200) or on
- *       SIGTERM/SIGINT.
+ *       peer closes; with CLOSE_AFTER, it closes a connection itself once
+ *       it echoed that many bytes on it (the server closes first). Exits
+ *       after MAXSEC seconds (default 7200) or on SIGTERM/SIGINT.
  *
  *   tools pingpong PORT COUNT [SIZE] [WARMUP]
  *       One connection to 127.0.0.1:PORT (TCP_NODELAY); WARMUP untimed
@@ -17,10 +18,13 @@
  *       (default 64): write SIZE, read SIZE back. Prints
  *       "n=N p50_us=.. p90_us=.. p99_us=.. p999_us=.. mean_us=.. max_us=..".
  *
- *   tools shortconn PORT SECONDS [CONC] [SIZE]
+ *   tools shortconn PORT SECONDS [CONC] [SIZE] [WAITEOF]
  *       Keeps CONC (default 8) connections in flight for SECONDS: each one
  *       connects, sends SIZE (default 100) bytes, reads SIZE bytes back and
- *       closes, and is replaced by a new one. Prints
+ *       closes, and is replaced by a new one. With WAITEOF 1, it reads on
+ *       to the server's EOF before it closes (for an echo with CLOSE_AFTER:
+ *       the server closes first, so the TIME_WAIT sockets are the server's
+ *       and no ephemeral port is held for a minute). Prints
  *       "conns=N errors=E seconds=S rate=R" (completed exchanges per second).
  *
  *   tools idle PORT COUNT [CONC] [MAXHOLD]
@@ -158,6 +162,7 @@ struct econn {
 	char	*pend;		/* bytes read but not yet written back */
 	size_t	 plen;
 	size_t	 poff;
+	size_t	 echoed;	/* bytes read so far */
 };
 
 static struct econn	*econns;
@@ -199,6 +204,8 @@ mode_echo(int argc, char **argv)
 	struct epoll_event	 ev, evs[256];
 	socklen_t		 len = sizeof sin;
 	long			 maxsec = argc > 0 ? num(argv[0], 1, 86400) : 7200;
+	long			 close_after = argc > 1 ?
+				    num(argv[1], 1, 1L << 30) : 0;
 	int			 lfd, ep, one = 1, i, n;
 
 	raise_nofile();
@@ -266,6 +273,11 @@ mode_echo(int argc, char **argv)
 				if (c->poff == c->plen) {
 					free(c->pend);
 					c->pend = NULL;
+					if (close_after > 0 &&
+					    c->echoed >= (size_t)close_after) {
+						econn_close(ep, fd);
+						continue;
+					}
 					ev.events = EPOLLIN;
 					ev.data.fd = fd;
 					epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
@@ -279,6 +291,7 @@ mode_echo(int argc, char **argv)
 				econn_close(ep, fd);
 				continue;
 			}
+			c->echoed += (size_t)r;
 			{
 				ssize_t	w = send(fd, buf, (size_t)r, MSG_NOSIGNAL);
 
@@ -288,6 +301,12 @@ mode_echo(int argc, char **argv)
 				}
 				if (w < 0)
 					w = 0;
+				if (w == r && close_after > 0 &&
+				    c->echoed >= (size_t)close_after) {
+					/* All read and echoed: a FIN, no RST. */
+					econn_close(ep, fd);
+					continue;
+				}
 				if (w < r) {
 					c->plen = (size_t)(r - w);
 					c->poff = 0;
@@ -440,6 +459,7 @@ mode_shortconn(int argc, char **argv)
 	struct epoll_event	 ev, evs[64];
 	struct slot		*slots;
 	long			 secs, conc, size, conns = 0, errs = 0, inflight;
+	int			 waiteof;
 	double			 t0, tend, tnow;
 	int			 ep, i, n;
 
@@ -449,6 +469,7 @@ mode_shortconn(int argc, char **argv)
 	secs = num(argv[1], 1, 3600);
 	conc = argc > 2 ? num(argv[2], 1, 1024) : 8;
 	size = argc > 3 ? num(argv[3], 1, 65536) : 100;
+	waiteof = argc > 4 ? (int)num(argv[4], 0, 1) : 0;
 	catch_signals();
 	alarm((unsigned)(secs + 30));
 	memset(buf, 'x', sizeof buf);
@@ -524,13 +545,19 @@ mode_shortconn(int argc, char **argv)
 			r = recv(s->fd, buf, sizeof buf, 0);
 			if (r == -1 && errno == EAGAIN)
 				continue;
-			if (r <= 0) {
+			if (r == 0 && waiteof && s->done == (size_t)size) {
+				slot_end(s);	/* the server closed first */
+				if (now() <= tend)
+					conns++;
+				continue;
+			}
+			if (r <= 0 || s->done + (size_t)r > (size_t)size) {
 				slot_end(s);
 				errs++;
 				continue;
 			}
 			s->done += (size_t)r;
-			if (s->done >= (size_t)size) {
+			if (s->done == (size_t)size && !waiteof) {
 				slot_end(s);
 				if (now() <= tend)
 					conns++;

@@ -15,7 +15,8 @@
 #      keep relaying upward after the downward FIN, and must not close the
 #      client while its bytes are unread (that would be a RST, which can
 #      destroy the 16 MiB already queued to the client).
-# SHA-256 both ways, end=closed, byte counts in the log. Both modes.
+# SHA-256 both ways, end=closed, byte counts in the log. Splice, splice with
+# --splice-min 0 and copy.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
 mkdata a.up 32M
@@ -39,7 +40,7 @@ run_case() {
 	# shellcheck disable=SC2086
 	peer_listen "$name-up" $uopts "${usend[@]}" "${urecv[@]}" -t 60
 	upid=$PEER_PID
-	start_zproxy -v -m "$mode" -u "127.0.0.1:$PEER_PORT"
+	start_zproxy -v "${MODE_ARGS[@]}" -u "127.0.0.1:$PEER_PORT"
 	t0=$(now_ms)
 	# shellcheck disable=SC2086
 	peer "$name-client" connect 127.0.0.1 "$ZPORT" $copts "${csend[@]}" \
@@ -59,7 +60,8 @@ run_case() {
 	rm -f "$T/$name.got-up" "$T/$name.got-down"
 }
 
-for mode in $MODES; do
+for mode in $MODES_ALL; do
+	set_mode "$mode"
 	subcase run_case a "client SHUT_WR after 32 MiB, upstream answers 32 MiB after EOF" \
 	    "--after-eof" "" a.up a.down
 	subcase run_case b "upstream sends 16 MiB and closes unread, client never shuts" \

@@ -397,8 +397,23 @@ expect_conn_log() {
 # field NAME LINE: value of NAME=... in a log line.
 field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1; }
 
-# Modes to run: ZP_MODES overrides (e.g. ZP_MODES=copy).
+# Modes to run: ZP_MODES overrides (e.g. ZP_MODES=copy). MODES_ALL adds
+# splice-eager for the scripts that test the data path's traps: -m splice
+# with --splice-min 0, so that every byte, not only bulk, goes through the
+# pipes.
 MODES=${ZP_MODES:-splice copy}
+MODES_ALL=${ZP_MODES:-splice splice-eager copy}
+
+# set_mode MODE: MODE_ARGS, zproxy's options for it, and MODE_LOGGED, the
+# mode= its log lines must show.
+set_mode() {
+	case $1 in
+	splice-eager)
+		MODE_ARGS=(-m splice --splice-min 0); MODE_LOGGED=splice ;;
+	*)
+		MODE_ARGS=(-m "$1"); MODE_LOGGED=$1 ;;
+	esac
+}
 
 # estab PORT [STATES]: TCP sockets whose local port is PORT in one of
 # STATES, hex codes of /proc/net/tcp joined by | (default 01, established;

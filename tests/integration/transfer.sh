@@ -6,7 +6,8 @@
 # small-message latency (500 ping-pongs of 100 bytes: p50 < 20 ms, p99 <
 # 100 ms), which catches bytes held back by MSG_MORE/SPLICE_F_MORE or Nagle.
 # Every sub-case checks SHA-256 in both directions and the log line (its
-# documented form, mode=, up=, down=, end=closed). Runs in splice and copy mode.
+# documented form, mode=, up=, down=, end=closed). Runs in splice, in
+# splice with --splice-min 0 (every byte through the pipes) and in copy mode.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
 mkdata big.up 64M
@@ -32,7 +33,7 @@ run_case() {
 	shift 4
 	peer_listen "$name-up" -s "$downf" -o "$T/$name.got-up" -t 60
 	local upid=$PEER_PID
-	start_zproxy -v -m "$mode" -u "127.0.0.1:$PEER_PORT" "$@"
+	start_zproxy -v "${MODE_ARGS[@]}" -u "127.0.0.1:$PEER_PORT" "$@"
 	t0=$(now_ms)
 	peer "$name-client" connect 127.0.0.1 "$ZPORT" -s "$upf" \
 	    -o "$T/$name.got-down" -t 60 ||
@@ -53,15 +54,15 @@ run_case() {
 		fail "$what: log says up=$(field up "$line"), $up bytes went up: $line"
 	[ "$(field down "$line")" = "$down" ] ||
 		fail "$what: log says down=$(field down "$line"), $down bytes went down: $line"
-	if [ "$(field mode "$line")" != "$mode" ]; then
+	if [ "$(field mode "$line")" != "$MODE_LOGGED" ]; then
 		# Unprivileged, zproxy runs share the per-user pipe budget
 		# (fs.pipe-user-pages-soft) with every parallel test: a copy
 		# fallback is right then, as long as zproxy said so.
-		if [ "$(id -u)" != 0 ] && [ "$mode" = splice ] &&
+		if [ "$(id -u)" != 0 ] && [ "$MODE_LOGGED" = splice ] &&
 		    grep -qi 'pipe' "$ZLOG" && grep -qi 'copy' "$ZLOG"; then
 			note "$what: relayed in copy mode, unprivileged: $(grep -i -m1 'pipe.*copy\|copy.*pipe' "$ZLOG")"
 		else
-			fail "$what: log says mode=$(field mode "$line") in -m $mode: $line"
+			fail "$what: log says mode=$(field mode "$line") in ${MODE_ARGS[*]}: $line"
 		fi
 	fi
 	stop_zproxy
@@ -78,7 +79,7 @@ trap5() {
 	n=$((8 * 1024 * 1024 + 777))
 	peer_listen echo --echo --chunk 1000 --nodelay -t 60
 	epid=$PEER_PID
-	start_zproxy -v -m "$mode" -u "127.0.0.1:$PEER_PORT" --pipe-size "$ps"
+	start_zproxy -v "${MODE_ARGS[@]}" -u "127.0.0.1:$PEER_PORT" --pipe-size "$ps"
 	t0=$(now_ms)
 	peer nodelay connect 127.0.0.1 "$ZPORT" --chunk 1000 --nodelay \
 	    --no-shut -g "$n" -x "$n" -t 30 ||
@@ -96,7 +97,7 @@ trap5() {
 latency() {
 	local chunk=$1 what="$mode: 500 x 100-byte ping-pong, written $1 bytes at a time" rtt p50 p99
 	peer_listen echo --echo --nodelay -t 60
-	start_zproxy -v -m "$mode" -u "127.0.0.1:$PEER_PORT"
+	start_zproxy -v "${MODE_ARGS[@]}" -u "127.0.0.1:$PEER_PORT"
 	peer pp connect 127.0.0.1 "$ZPORT" --pingpong 500 --msg-size 100 \
 	    --chunk "$chunk" --nodelay -t 60 ||
 		fail "$what: $(cat "$T/pp.err")"
@@ -110,7 +111,8 @@ latency() {
 	ok "$what: $rtt"
 }
 
-for mode in $MODES; do
+for mode in $MODES_ALL; do
+	set_mode "$mode"
 	subcase run_case big "$T/big.up" "$T/big.down" "64 MiB each way, default sizes"
 	subcase run_case tiny "$T/small.up" "$T/small.down" \
 	    "4 MiB each way, --pipe-size 4K --buffer-size 1K" \

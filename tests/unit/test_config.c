@@ -564,6 +564,8 @@ test_parse_defaults(void **state)
 	assert_int_equal(c->pipe_size, 1024 * 1024);
 	assert_int_equal(c->buffer_size, ZP_DEFAULT_BUFFER_SIZE);
 	assert_int_equal(c->buffer_size, 64 * 1024);
+	assert_int_equal(c->splice_min, ZP_DEFAULT_SPLICE_MIN);
+	assert_int_equal(c->splice_min, 4 * 1024);
 	assert_int_equal(c->max_conns, 0);
 	assert_true(c->connect_timeout == ZP_DEFAULT_CONNECT_TIMEOUT);
 	assert_true(c->connect_timeout == 5.0);
@@ -582,7 +584,7 @@ test_parse_long_options(void **state)
 	assert_int_equal(parse(s, "--listen", "127.0.0.1:9001",
 	    "--upstream", "[::1]:8080", "--mode", "copy",
 	    "--pipe-size", "256K", "--buffer-size", "16KiB",
-	    "--max-conns", "100", "--connect-timeout", "2.5",
+	    "--splice-min", "0", "--max-conns", "100", "--connect-timeout", "2.5",
 	    "--verbose", "--verbose", NULL), ZP_PARSE_OK);
 	assert_int_equal(c->listen.any, 0);
 	assert_int_equal(c->listen.port, 9001);
@@ -593,6 +595,7 @@ test_parse_long_options(void **state)
 	assert_int_equal(c->mode, ZP_MODE_COPY);
 	assert_int_equal(c->pipe_size, 256 * 1024);
 	assert_int_equal(c->buffer_size, 16 * 1024);
+	assert_int_equal(c->splice_min, 0);
 	assert_int_equal(c->max_conns, 100);
 	assert_true(c->connect_timeout == 2.5);
 	assert_int_equal(c->verbose, 2);
@@ -601,7 +604,7 @@ test_parse_long_options(void **state)
 	reparse_reset(s);
 	assert_int_equal(parse(s, "--listen=:7", "--upstream=h:8",
 	    "--mode=splice", "--pipe-size=2M", "--buffer-size=1K",
-	    "--max-conns=10000000", "--connect-timeout=86400", "--quiet",
+	    "--splice-min=64K", "--max-conns=10000000", "--connect-timeout=86400", "--quiet",
 	    NULL), ZP_PARSE_OK);
 	assert_int_equal(c->listen.any, 1);
 	assert_int_equal(c->listen.port, 7);
@@ -610,6 +613,7 @@ test_parse_long_options(void **state)
 	assert_int_equal(c->mode, ZP_MODE_SPLICE);
 	assert_int_equal(c->pipe_size, 2 * 1024 * 1024);
 	assert_int_equal(c->buffer_size, 1024);
+	assert_int_equal(c->splice_min, 64 * 1024);
 	assert_int_equal(c->max_conns, 10000000);
 	assert_true(c->connect_timeout == 86400.0);
 	assert_int_equal(c->quiet, 1);
@@ -713,7 +717,7 @@ test_parse_missing_value(void **state)
 {
 	static const char *opts[] = {
 		"-l", "-u", "-m", "--listen", "--upstream", "--mode",
-		"--pipe-size", "--buffer-size", "--max-conns",
+		"--pipe-size", "--buffer-size", "--splice-min", "--max-conns",
 		"--connect-timeout",
 	};
 	struct cfg_state	*s = *state;
@@ -900,6 +904,23 @@ test_parse_bad_values(void **state)
 	    "2G", NULL), ZP_PARSE_ERROR);
 	assert_errmsg_quoted(s->err, "2G");
 
+	/* 0 is allowed for --splice-min, but not "00", "-1" or "4X". */
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--splice-min",
+	    "-1", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "-1");
+	assert_non_null(strstr(s->err, "--splice-min"));
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--splice-min",
+	    "4X", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "4X");
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--splice-min",
+	    "00", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "00");
+
 	reparse_reset(s);
 	assert_int_equal(parse(s, "-l", "localhost:9000", "-u", "h:1", NULL),
 	    ZP_PARSE_ERROR);
@@ -981,8 +1002,8 @@ test_usage(void **state)
 {
 	static const char *opts[] = {
 		"--listen", "--upstream", "--mode", "--pipe-size",
-		"--buffer-size", "--max-conns", "--connect-timeout",
-		"--verbose", "--quiet", "--help", "--version",
+		"--buffer-size", "--splice-min", "--max-conns",
+		"--connect-timeout", "--verbose", "--quiet", "--help", "--version",
 	};
 	char	*text = NULL;
 	size_t	 len = 0, i;

@@ -307,6 +307,8 @@ struct fx_opts {
 	size_t				 budget;
 	int				 src_bufs;	/* 0: defaults */
 	int				 dst_bufs;
+	int				 lazy;		/* copy until bulk */
+	size_t				 splice_min;	/* 0: the default */
 };
 
 struct fx {
@@ -404,8 +406,10 @@ fx_setup(void **state, const struct fx_opts *o)
 	zp_config_init(&fx->cfg);
 	if (o->buffer_size > 0)
 		fx->cfg.buffer_size = o->buffer_size;
-	fx->cfg.mode = o->ops == &zp_relay_copy ? ZP_MODE_COPY :
+	fx->cfg.mode = o->ops == &zp_relay_copy && !o->lazy ? ZP_MODE_COPY :
 	    ZP_MODE_SPLICE;
+	if (o->splice_min > 0)
+		fx->cfg.splice_min = o->splice_min;
 	fx->ctx.base = fx->base;
 	fx->ctx.cfg = &fx->cfg;
 	fx->ctx.budget = o->budget > 0 ? o->budget : BUDGET;
@@ -427,6 +431,7 @@ fx_setup(void **state, const struct fx_opts *o)
 	fx->d.src = &fx->src;
 	fx->d.dst = &fx->dst;
 	fx->d.ops = o->ops;
+	fx->d.lazy = o->lazy;
 	fx->d.bufsize = fx->cfg.buffer_size;
 	if (o->ops == &zp_relay_splice &&
 	    zp_pipepool_get(&fx->ctx.pool, &fx->d.pipe) == -1)
@@ -511,6 +516,35 @@ static const struct fx_opts o_copy_budget = {
 	.ops = &zp_relay_copy, .buffer_size = MIB, .budget = 64 * KIB,
 	.src_bufs = 4 * MIB,
 };
+
+/* Lazy: copy until a read shows bulk, as a pair starts by default. */
+static const struct fx_opts o_lazy = {
+	.ops = &zp_relay_copy, .lazy = 1,
+};
+static const struct fx_opts o_lazy_smalldst = {
+	.ops = &zp_relay_copy, .lazy = 1, .dst_bufs = SMALL_SOCKBUF,
+};
+static const struct fx_opts o_lazy_small = {
+	.ops = &zp_relay_copy, .lazy = 1, .buffer_size = KIB,
+};
+
+static int
+setup_lazy(void **state)
+{
+	return fx_setup(state, &o_lazy);
+}
+
+static int
+setup_lazy_smalldst(void **state)
+{
+	return fx_setup(state, &o_lazy_smalldst);
+}
+
+static int
+setup_lazy_small(void **state)
+{
+	return fx_setup(state, &o_lazy_small);
+}
 
 static int
 setup_splice(void **state)
@@ -1000,11 +1034,12 @@ test_eof_empty(void **state)
 }
 
 /*
- * Backpressure: dst_peer does not read. Eventually the store fills, the
- * source's read event goes off (d->full) and the destination's write
- * event is on while bytes wait. A pump in that state costs at most a
- * couple of syscalls. Then dst_peer reads: every byte arrives, and the
- * events go back to read on, write off.
+ * Backpressure: dst_peer does not read. Eventually the store fills (or a
+ * lazy direction that saw bulk waits for its buffer to drain), the
+ * source's read event goes off and the destination's write event is on
+ * while bytes wait. A pump in that state costs at most a couple of
+ * syscalls. Then dst_peer reads: every byte arrives, and the events go
+ * back to read on, write off.
  */
 static void
 test_backpressure(void **state)
@@ -1014,7 +1049,7 @@ test_backpressure(void **state)
 	int		 i, calls, idle = 0;
 
 	fx_data(fx, 8 * MIB, 0);
-	for (i = 0; i < 100000 && !fx->d.full; i++) {
+	for (i = 0; i < 100000 && fx->src.ron; i++) {
 		idle = feed(fx) == 0 ? idle + 1 : 0;
 		wait_fd(fx->src_fd, POLLIN, idle > 0 ? 10 : 0);
 		a = snap(fx);
@@ -1028,7 +1063,7 @@ test_backpressure(void **state)
 			    (unsigned long long)fx->d.bytes, b.pending,
 			    fx->src.ron, fx->dst.won);
 	}
-	assert_true(fx->d.full);
+	assert_true(fx->d.full || (fx->d.lazy && fx->d.bulk));
 	assert_false(fx->src.ron);
 	assert_true(fx->dst.won);
 	assert_true(fx->d.ops->pending(&fx->d) > 0);
@@ -1037,7 +1072,7 @@ test_backpressure(void **state)
 	calls = syscalls();
 	pump(fx);
 	assert_true(syscalls() - calls <= 2);
-	assert_true(fx->d.full);
+	assert_true(fx->d.full || (fx->d.lazy && fx->d.bulk));
 	assert_false(fx->src.ron);
 	assert_true(fx->dst.won);
 
@@ -1739,6 +1774,220 @@ test_copy_idle_frees_buffer(void **state)
 	assert_null(fx->d.buf);
 }
 
+/* ---- lazy: copy until bulk, then splice --------------------------- */
+
+/*
+ * Writes below --splice-min, each read on its own, are copied: no pipe
+ * leaves the pool, no splice call is made, and the direction stays lazy.
+ * Then one read of 5000 bytes (above the default 4K, below the 64K
+ * buffer) moves it to splice: a pipe is taken, every byte arrives in
+ * order, and what follows goes through the pipe.
+ */
+static void
+test_lazy_threshold(void **state)
+{
+	struct fx	*fx = *state;
+	size_t		 nfree = fx->ctx.pool.nfree, sizes[] = { 100, 3000,
+			    ZP_DEFAULT_SPLICE_MIN - 1 }, i;
+
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		fx_data(fx, sizes[i], 0);
+		feed(fx);
+		wait_inq(fx, (int)sizes[i]);
+		pump(fx);
+		drain_wait(fx, 2000);
+		assert_all_delivered(fx);
+		fx->d.bytes = 0;
+		assert_ptr_equal(fx->d.ops, &zp_relay_copy);
+		assert_true(fx->d.lazy);
+		assert_false(fx->d.bulk);
+		assert_int_equal(fx->d.pipe.rfd, -1);
+		assert_int_equal(fx->ctx.pool.nfree, nfree);
+		assert_null(fx->d.buf);		/* idle: trimmed */
+	}
+	assert_int_equal(inj.fill.calls + inj.flush.calls, 0);
+	assert_int_equal(fx->d.spliced, 0);
+
+	fx_data(fx, 5000, 0);
+	feed(fx);
+	wait_inq(fx, 5000);
+	pump(fx);
+	drain_wait(fx, 2000);
+	assert_all_delivered(fx);
+	assert_ptr_equal(fx->d.ops, &zp_relay_splice);
+	assert_false(fx->d.lazy);
+	assert_false(fx->d.fellback);
+	assert_true(fx->d.pipe.rfd >= 0);
+	assert_int_equal(fx->ctx.pool.nfree, nfree - 1);
+	assert_null(fx->d.buf);
+	assert_int_equal(fx->d.spliced, 0);	/* those 5000 were copied */
+
+	fx->d.bytes = 0;
+	fx_data(fx, 300 * KIB + 1, 0);
+	run(fx, 0);
+	assert_all_delivered(fx);
+	assert_int_equal(fx->d.spliced, fx->txlen);
+	assert_int_equal(inj.flush.moved, fx->txlen);
+	assert_int_equal(fx->pump_rc, 0);
+}
+
+/*
+ * A bulk transfer: the first read fills the buffer, so the rest goes
+ * through the pipe. Every byte arrives in order; copied plus spliced is
+ * the whole; only the first few reads were recv(2).
+ */
+static void
+test_lazy_transfer(void **state)
+{
+	struct fx	*fx = *state;
+
+	fx_data(fx, 3 * MIB + 12345, 1);
+	run(fx, 1);
+	drain_to_eof(fx, 2000);
+	assert_all_delivered(fx);
+	assert_true(fx->d.shut);
+	assert_ptr_equal(fx->d.ops, &zp_relay_splice);
+	assert_true(inj.recv.calls <= 4);
+	assert_true(fx->d.spliced > 0);
+	assert_int_equal(fx->d.spliced + inj.recv.moved, fx->txlen);
+	assert_int_equal(inj.send.moved, inj.recv.moved);
+	assert_int_equal(fx->pump_rc, 0);
+	/* At the end the pipe went back to the pool, empty. */
+	assert_int_equal(fx->d.pipe.rfd, -1);
+	assert_int_equal(fx->ctx.pool.nfree, 2);
+}
+
+/*
+ * Bulk arrives while dst takes nothing: the bytes wait in the buffer and
+ * the direction does not switch to the pipe (a spliced byte would pass
+ * the buffered ones). Once dst takes them, the switch happens and every
+ * byte arrives in order.
+ */
+static void
+test_lazy_waits_for_flush(void **state)
+{
+	struct fx	*fx = *state;
+	size_t		 nfree = fx->ctx.pool.nfree;
+
+	fx_data(fx, 200 * KIB, 0);
+	feed(fx);
+	wait_inq(fx, 100 * KIB);
+	fault_set(&inj.send, 0, -1, EAGAIN);
+	pump(fx);
+	pump(fx);
+	assert_ptr_equal(fx->d.ops, &zp_relay_copy);
+	assert_true(fx->d.bulk);
+	assert_int_equal(fx->d.len, fx->d.bufsize);
+	assert_int_equal(fx->ctx.pool.nfree, nfree);
+	assert_int_equal(inj.fill.calls, 0);
+	assert_true(fx->dst.won);
+	/* No more reads into the buffer meanwhile: it must drain to switch. */
+	assert_int_equal(inj.recv.calls, 1);
+	assert_false(fx->src.ron);
+
+	fault_clear(&inj.send);
+	run(fx, 0);
+	assert_all_delivered(fx);
+	assert_ptr_equal(fx->d.ops, &zp_relay_splice);
+	assert_true(fx->d.spliced > 0);
+	assert_int_equal(fx->d.spliced + inj.send.moved, fx->txlen);
+}
+
+/*
+ * Bulk into a destination slower than the source (a small socket buffer
+ * read 4 KiB at a time): with the buffer refilled on every pass it would
+ * never be empty; the switch still happens, after at most one buffer
+ * more, and every byte arrives in order.
+ */
+static void
+test_lazy_slow_dst(void **state)
+{
+	struct fx	*fx = *state;
+
+	fx->read_chunk = 4 * KIB;
+	fx_data(fx, 2 * MIB, 0);
+	run(fx, 0);
+	assert_all_delivered(fx);
+	assert_ptr_equal(fx->d.ops, &zp_relay_splice);
+	assert_true(inj.recv.moved <= 2 * fx->d.bufsize);
+	assert_int_equal(fx->d.spliced + inj.recv.moved, fx->txlen);
+}
+
+/*
+ * No pipe to be had when bulk shows (the pool's cap is reached): the
+ * direction says so once (ZP_PUMP_NOPIPE), copies for good and loses
+ * nothing.
+ */
+static void
+test_lazy_no_pipe(void **state)
+{
+	struct fx	*fx = *state;
+	struct zp_pipe	 held[4];
+	size_t		 n = 0, i;
+
+	while (n < 4 && zp_pipepool_get(&fx->ctx.pool, &held[n]) == 0)
+		n++;
+	assert_int_equal(fx->ctx.pool.nalive, fx->ctx.pool.cap);
+
+	fx_data(fx, MIB + 3, 1);
+	run(fx, 1);
+	drain_to_eof(fx, 2000);
+	assert_all_delivered(fx);
+	assert_true(fx->pump_rc & ZP_PUMP_NOPIPE);
+	assert_ptr_equal(fx->d.ops, &zp_relay_copy);
+	assert_true(fx->d.fellback);
+	assert_false(fx->d.lazy);
+	assert_int_equal(fx->ctx.pool.shortage, ZP_PIPE_LIMIT);
+	assert_int_equal(inj.fill.calls + inj.flush.calls, 0);
+	assert_int_equal(fx->d.spliced, 0);
+	for (i = 0; i < n; i++)
+		zp_pipepool_put(&fx->ctx.pool, &held[i], 0);
+}
+
+/*
+ * The kernel refuses the first splice after the switch (EINVAL, as in a
+ * sandbox): although bytes were copied before, nothing went through the
+ * pipe, so the direction falls back to copy, gives its pipe back and
+ * delivers every byte.
+ */
+static void
+test_lazy_refused(void **state)
+{
+	struct fx	*fx = *state;
+	size_t		 nfree = fx->ctx.pool.nfree;
+
+	fault_set(&inj.fill, 0, 1, EINVAL);
+	fx_data(fx, MIB + 5, 1);
+	run(fx, 1);
+	drain_to_eof(fx, 2000);
+	assert_all_delivered(fx);
+	assert_true(fx->pump_rc & ZP_PUMP_FELLBACK);
+	assert_false(fx->pump_rc & ZP_PUMP_DEAD);
+	assert_int_equal(inj.fill.failed, 1);
+	assert_ptr_equal(fx->d.ops, &zp_relay_copy);
+	assert_true(fx->d.fellback);
+	assert_int_equal(fx->d.spliced, 0);
+	assert_int_equal(fx->ctx.pool.nfree, nfree);
+}
+
+/* A short exchange and its FIN: copied, no pipe ever taken. */
+static void
+test_lazy_short_eof(void **state)
+{
+	struct fx	*fx = *state;
+	size_t		 nfree = fx->ctx.pool.nfree;
+
+	fx_data(fx, 100, 1);
+	run(fx, 1);
+	drain_to_eof(fx, 2000);
+	assert_all_delivered(fx);
+	assert_true(fx->d.shut);
+	assert_true(fx->d.done);
+	assert_int_equal(fx->ctx.pool.nfree, nfree);
+	assert_int_equal(fx->ctx.pool.created, 2);
+	assert_int_equal(inj.fill.calls + inj.flush.calls, 0);
+}
+
 /* ---- events ------------------------------------------------------- */
 
 /*
@@ -1812,6 +2061,7 @@ main(void)
 {
 #define SPLICE(f)	cmocka_unit_test_setup_teardown(f, setup_splice, \
 			    fx_teardown)
+#define LAZY(f)	{ #f "/lazy", f, setup_lazy, fx_teardown, NULL }
 #define BOTH(f, s, c)	{ #f "/splice", f, s, fx_teardown, NULL }, \
 			{ #f "/copy", f, c, fx_teardown, NULL }
 	const struct CMUnitTest tests[] = {
@@ -1848,10 +2098,31 @@ main(void)
 		    setup_copy, fx_teardown),
 		BOTH(test_partial_flush, setup_splice, setup_copy_small),
 		BOTH(test_short_fill, setup_splice, setup_copy_small),
+		LAZY(test_lazy_threshold),
+		LAZY(test_lazy_transfer),
+		LAZY(test_lazy_waits_for_flush),
+		{ "test_lazy_slow_dst/lazy", test_lazy_slow_dst,
+		    setup_lazy_smalldst, fx_teardown, NULL },
+		LAZY(test_lazy_no_pipe),
+		LAZY(test_lazy_refused),
+		LAZY(test_lazy_short_eof),
+		{ "test_lazy_transfer/1K", test_lazy_transfer,
+		    setup_lazy_small, fx_teardown, NULL },
+		LAZY(test_small_writes),
+		LAZY(test_eof_empty),
+		{ "test_backpressure/lazy", test_backpressure,
+		    setup_lazy_smalldst, fx_teardown, NULL },
+		LAZY(test_src_reset_midstream),
+		LAZY(test_src_reset_dst_busy),
+		LAZY(test_src_real_rst),
+		LAZY(test_dst_real_rst),
+		LAZY(test_evloop_slow_reader),
+		LAZY(test_evloop_stalled_reader),
 		SPLICE(test_half_want),
 		BOTH(test_dir_release, setup_splice, setup_copy),
 	};
 #undef SPLICE
+#undef LAZY
 #undef BOTH
 
 	/* As zproxy does: splice(2) cannot say MSG_NOSIGNAL. */

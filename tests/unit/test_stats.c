@@ -129,6 +129,8 @@ setup_ctx(void **state)
 	ctx->stats.conns_failed = 17;
 	ctx->stats.bytes_up = 5000000000ULL;	/* above 2^32 */
 	ctx->stats.bytes_down = 123456;
+	ctx->stats.spliced_up = 4000000000ULL;
+	ctx->stats.spliced_down = 100000;
 	ctx->stats.fallbacks[ZP_FALLBACK_POOL] = 3;
 	ctx->stats.fallbacks[ZP_FALLBACK_REFUSED] = 4;
 	ctx->stats.accept_pauses = 5;
@@ -334,6 +336,34 @@ test_render_datapath(void **state)
 	free(t);
 }
 
+/* Proves: the spliced bytes of closed pairs and of open ones add up,
+ * each direction apart; a lazy direction (copying until bulk) counts as
+ * splice, and stops counting so once it fell back. */
+static void
+test_render_spliced_lazy(void **state)
+{
+	struct fixture	*f = *state;
+	char		*t;
+
+	f->pairs[0].up.spliced = 90;
+	f->pairs[0].down.spliced = 7;
+	f->pairs[2].up.spliced = 3;
+	f->pairs[1].up.lazy = f->pairs[1].down.lazy = 1;	/* copy -> splice */
+	f->pairs[3].up.lazy = 1;				/* copy -> mixed */
+	t = render(&f->ctx);
+	expect_line(t, "zproxy_spliced_bytes_total{direction=\"up\"} 4000000093");
+	expect_line(t, "zproxy_spliced_bytes_total{direction=\"down\"} 100007");
+	expect_line(t, "zproxy_pairs{mode=\"splice\"} 2");
+	expect_line(t, "zproxy_pairs{mode=\"copy\"} 0");
+	expect_line(t, "zproxy_pairs{mode=\"mixed\"} 2");
+	free(t);
+	f->pairs[1].down.fellback = 1;		/* no pipe at its bulk */
+	t = render(&f->ctx);
+	expect_line(t, "zproxy_pairs{mode=\"splice\"} 1");
+	expect_line(t, "zproxy_pairs{mode=\"mixed\"} 3");
+	free(t);
+}
+
 /* Proves: a fell-back direction counts as copy: one fell back = mixed,
  * both = copy; without a pool (copy mode) the pipe gauges are 0. */
 static void
@@ -481,6 +511,7 @@ test_render_families(void **state)
 		{ "zproxy_connections_failed_total", "counter" },
 		{ "zproxy_max_connections", "gauge" },
 		{ "zproxy_bytes_total", "counter" },
+		{ "zproxy_spliced_bytes_total", "counter" },
 		{ "zproxy_upstream_up", "gauge" },
 		{ "zproxy_upstream_consecutive_failures", "gauge" },
 		{ "zproxy_upstream_connections_open", "gauge" },
@@ -1056,6 +1087,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_render_escaping,
 		    setup_ctx, teardown_ctx),
 		cmocka_unit_test_setup_teardown(test_render_datapath,
+		    setup_ctx, teardown_ctx),
+		cmocka_unit_test_setup_teardown(test_render_spliced_lazy,
 		    setup_ctx, teardown_ctx),
 		cmocka_unit_test_setup_teardown(test_render_fellback_nopool,
 		    setup_ctx, teardown_ctx),
