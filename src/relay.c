@@ -179,12 +179,17 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 			progress = 1;
 		}
 		if (d->eof && d->ops->pending(d) == 0) {
-			/* Everything is out: carry the FIN over. */
-			if (shutdown(d->dst->fd, SHUT_WR) == -1 &&
-			    errno != ENOTCONN) {
+			/*
+			 * Everything is out: carry the FIN over. When the other
+			 * way is over too, the pair closes both sockets now and
+			 * close() sends it, after the queued bytes.
+			 */
+			if (!d->src->wshut && shutdown(d->dst->fd, SHUT_WR) ==
+			    -1 && errno != ENOTCONN) {
 				half_kill(d->dst, errno);
 				rc |= ZP_PUMP_DEAD;
 			}
+			d->dst->wshut = 1;
 			d->shut = 1;
 			d->done = 1;
 			zp_dir_release(ctx, d);

@@ -65,6 +65,7 @@ struct zp_half {
 	unsigned	 ron:1;		/* rev is added */
 	unsigned	 won:1;		/* wev is added */
 	unsigned	 dead:1;	/* reset or failed: no more I/O */
+	unsigned	 wshut:1;	/* shut down for writing (FIN sent) */
 	int		 err;		/* errno that killed it */
 };
 
@@ -114,7 +115,10 @@ struct zp_dir {
  * An error marks the failing half dead (ZP_PUMP_DEAD): a direction whose
  * source died delivers what it holds, then shuts its destination; one
  * whose destination died drops what it holds. d->done is set when the
- * direction has nothing more to do. Returns ZP_PUMP_* bits.
+ * direction has nothing more to do. A FIN is carried with shutdown(2),
+ * except when the source was shut for writing already: the other
+ * direction is over, so the caller closes both sockets now and close(2)
+ * sends the FIN. Returns ZP_PUMP_* bits.
  */
 int	zp_dir_pump(struct zp_ctx *, struct zp_dir *, size_t budget);
 

@@ -71,8 +71,8 @@ void	zp_upstream_report(struct zp_upstreams *, size_t, int ok, int err,
 /*
  * Start a non-blocking TCP connect to a, for a pair or a health check.
  * Returns 1 with *fd set while it is in progress (wait for writable),
- * 0 with *fd set when it connected at once, or -1 with errno set and no
- * descriptor left open.
+ * 0 with *fd set when it is connected already (to a local address it
+ * usually is), or -1 with errno set and no descriptor left open.
  */
 int	zp_connect_start(const struct zp_addr *, int *fd);
 

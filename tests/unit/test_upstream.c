@@ -27,6 +27,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <poll.h>
+#include <unistd.h>
+#include <event2/event.h>
 
 #include "config.h"
 #include "log.h"
@@ -885,6 +888,65 @@ test_max_fails_one(void **state)
 	ups_free(s);
 }
 
+/* A listening socket on 127.0.0.1, its address in *a. */
+static int
+local_listener(struct zp_addr *a)
+{
+	struct sockaddr_in	*sin = (struct sockaddr_in *)&a->ss;
+	socklen_t		 len = sizeof(*sin);
+	int			 fd;
+
+	memset(a, 0, sizeof(*a));
+	sin->sin_family = AF_INET;
+	sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)sin, sizeof(*sin)), 0);
+	assert_int_equal(listen(fd, 8), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)sin, &len), 0);
+	a->len = len;
+	return fd;
+}
+
+/*
+ * To a local listener the connect is over when zp_connect_start returns:
+ * 0, a connected non-blocking socket, no event-loop round needed. To a
+ * local port nobody listens on: not connected (1, the write event then
+ * tells ECONNREFUSED) or refused at once (-1, ECONNREFUSED); never 0.
+ */
+static void
+test_connect_local(void **state)
+{
+	struct zp_addr		 a;
+	struct sockaddr_in	 peer;
+	socklen_t		 len = sizeof(peer);
+	struct pollfd		 pfd;
+	int			 lfd, fd = -1, rc;
+
+	(void)state;
+	lfd = local_listener(&a);
+	assert_int_equal(zp_connect_start(&a, &fd), 0);
+	assert_true(fd >= 0);
+	assert_int_equal(getpeername(fd, (struct sockaddr *)&peer, &len), 0);
+	assert_int_equal(peer.sin_port,
+	    ((struct sockaddr_in *)&a.ss)->sin_port);
+	assert_int_equal(send(fd, "x", 1, MSG_NOSIGNAL), 1);
+	close(fd);
+	close(lfd);		/* the port is free now: nobody listens */
+
+	fd = -1;
+	rc = zp_connect_start(&a, &fd);
+	if (rc == -1) {
+		assert_int_equal(errno, ECONNREFUSED);
+		return;
+	}
+	assert_int_equal(rc, 1);
+	pfd.fd = fd;
+	pfd.events = POLLOUT;
+	assert_int_equal(poll(&pfd, 1, 5000), 1);
+	assert_int_equal(zp_connect_result(fd, EV_WRITE), ECONNREFUSED);
+	close(fd);
+}
+
 #define T(f)	cmocka_unit_test_setup_teardown(f, ups_setup, ups_teardown)
 
 int
@@ -912,6 +974,7 @@ main(void)
 		T(test_live_before_down),
 		T(test_back_up),
 		T(test_max_fails_one),
+		cmocka_unit_test(test_connect_local),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
