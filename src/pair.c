@@ -308,6 +308,8 @@ client_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair	*p = arg;
 
+	if (what & EV_CLOSED)
+		p->client.rdhup = 1;
 	(void)pair_run(p, &p->up);
 }
 
@@ -324,6 +326,8 @@ upstream_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair	*p = arg;
 
+	if (what & EV_CLOSED)
+		p->upstream.rdhup = 1;
 	(void)pair_run(p, &p->down);
 }
 
@@ -335,14 +339,21 @@ upstream_write_cb(evutil_socket_t fd, short what, void *arg)
 	(void)pair_run(p, &p->up);
 }
 
-/* Create a half's two persistent events. Returns 0 or -1. */
+/*
+ * Create a half's two persistent events. Where the backend can tell
+ * (epoll's EPOLLRDHUP), the read event also says when the peer's FIN is
+ * queued. Returns 0 or -1.
+ */
 static int
 half_events(struct zp_pair *p, struct zp_half *h, event_callback_fn rcb,
     event_callback_fn wcb)
 {
 	struct event_base *base = p->ctx->base;
+	short		   rflags = EV_READ | EV_PERSIST;
 
-	h->rev = event_new(base, h->fd, EV_READ | EV_PERSIST, rcb, p);
+	if (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE)
+		rflags |= EV_CLOSED;
+	h->rev = event_new(base, h->fd, rflags, rcb, p);
 	h->wev = event_new(base, h->fd, EV_WRITE | EV_PERSIST, wcb, p);
 	return h->rev == NULL || h->wev == NULL ? -1 : 0;
 }

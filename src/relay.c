@@ -141,6 +141,12 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 				if (d->lazy && ((size_t)n >= ctx->cfg->splice_min ||
 				    !d->drained))
 					d->bulk = 1;
+				/*
+				 * Short, but the FIN is queued behind: read it
+				 * now rather than on the next wake-up.
+				 */
+				if (d->src->rdhup)
+					d->drained = 0;
 			} else if (n == 0) {
 				d->eof = 1;
 				progress = 1;

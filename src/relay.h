@@ -30,7 +30,8 @@ struct zp_relay_ops {
 	 * more now; the backend sets d->full when its store is what stopped
 	 * it), or ZP_FILL_FALLBACK when the kernel refuses this kind of
 	 * transfer before any byte moved (only splice). Sets d->drained when
-	 * a short read says the socket is most likely empty.
+	 * a short read says the socket is most likely empty (the pump knows
+	 * better when src->rdhup says a FIN waits behind the bytes).
 	 */
 	ssize_t	(*fill)(struct zp_dir *, size_t max);
 
@@ -66,6 +67,7 @@ struct zp_half {
 	unsigned	 won:1;		/* wev is added */
 	unsigned	 dead:1;	/* reset or failed: no more I/O */
 	unsigned	 wshut:1;	/* shut down for writing (FIN sent) */
+	unsigned	 rdhup:1;	/* the peer's FIN is queued (EV_CLOSED) */
 	int		 err;		/* errno that killed it */
 };
 

@@ -1988,6 +1988,56 @@ test_lazy_short_eof(void **state)
 	assert_int_equal(inj.fill.calls + inj.flush.calls, 0);
 }
 
+/*
+ * 100 bytes and a FIN wait in src. Without a word on the FIN, one pump
+ * moves the bytes and stops at the short read (the next read waits for
+ * the next wake-up). With src->rdhup (the read event said EV_CLOSED),
+ * the same pump reads on to the EOF and carries the FIN: one pass.
+ */
+/* Wait until src_fd has the peer's FIN queued (POLLRDHUP), at most 5 s. */
+static void
+wait_rdhup(struct fx *fx)
+{
+	if (!(wait_fd(fx->src_fd, POLLRDHUP, 5000) & POLLRDHUP))
+		fail_msg("src_fd: no FIN queued after 5 s");
+}
+
+static void
+test_rdhup_one_pass(void **state)
+{
+	struct fx	*fx = *state;
+
+	fx_data(fx, 100, 1);
+	feed(fx);
+	wait_rdhup(fx);
+	fx->src.rdhup = 1;
+	pump(fx);
+	assert_true(fx->d.eof);
+	assert_true(fx->d.shut);
+	assert_true(fx->d.done);
+	drain_to_eof(fx, 2000);
+	assert_all_delivered(fx);
+}
+
+/* The same without rdhup: the FIN is read on the second pump. */
+static void
+test_no_rdhup_two_passes(void **state)
+{
+	struct fx	*fx = *state;
+
+	fx_data(fx, 100, 1);
+	feed(fx);
+	wait_rdhup(fx);
+	pump(fx);
+	assert_int_equal(fx->d.bytes, 100);
+	assert_false(fx->d.eof);
+	assert_true(fx->src.ron);
+	pump(fx);
+	assert_true(fx->d.done);
+	drain_to_eof(fx, 2000);
+	assert_all_delivered(fx);
+}
+
 /* ---- events ------------------------------------------------------- */
 
 /*
@@ -2118,6 +2168,9 @@ main(void)
 		LAZY(test_dst_real_rst),
 		LAZY(test_evloop_slow_reader),
 		LAZY(test_evloop_stalled_reader),
+		BOTH(test_rdhup_one_pass, setup_splice, setup_copy),
+		LAZY(test_rdhup_one_pass),
+		BOTH(test_no_rdhup_two_passes, setup_splice, setup_copy),
 		SPLICE(test_half_want),
 		BOTH(test_dir_release, setup_splice, setup_copy),
 	};
