@@ -71,6 +71,8 @@ bad 64 "pipe|'0'" -l "$L" -u "$UP" --pipe-size 0
 bad 64 abc -l "$L" -u "$UP" --buffer-size abc
 bad 64 "buffer|'0'" -l "$L" -u "$UP" --buffer-size 0
 bad 64 -5 -l "$L" -u "$UP" --buffer-size -5
+bad 64 "splice-min.*'12Q'" -l "$L" -u "$UP" --splice-min 12Q
+bad 64 "splice-min.*'-1'" -l "$L" -u "$UP" --splice-min -1
 bad 64 99999G -l "$L" -u "$UP" --pipe-size 99999G
 bad 64 abc -l "$L" -u "$UP" --max-conns abc
 bad 64 -3 -l "$L" -u "$UP" --max-conns -3
