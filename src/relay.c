@@ -164,8 +164,6 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 			n = d->ops->flush(d);
 			if (n > 0) {
 				d->bytes += n;
-				if (d->ops == &zp_relay_splice)
-					d->spliced += n;
 				d->full = 0;
 				progress = 1;
 				if ((size_t)n < before)

@@ -88,7 +88,8 @@ struct zp_dir {
 	size_t				 len;	/* unsent bytes */
 
 	uint64_t			 bytes;	/* delivered to dst */
-	uint64_t			 spliced; /* of which through the pipe */
+	uint64_t			 spliced; /* of which through the pipe
+						    (counted by splice_flush) */
 	unsigned			 full:1; /* store can take no more */
 	unsigned			 eof:1;	/* src is done */
 	unsigned			 shut:1; /* dst got SHUT_WR */
@@ -97,7 +98,6 @@ struct zp_dir {
 	unsigned			 drained:1; /* src looked empty; a hint */
 	unsigned			 lazy:1; /* copies until bulk, then splices */
 	unsigned			 bulk:1; /* a lazy read showed bulk */
-	unsigned			 spliced_any:1; /* a splice moved bytes */
 };
 
 /* What a pump left behind, for the pair to act on (bits). */

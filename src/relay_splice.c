@@ -43,7 +43,6 @@ splice_fill(struct zp_dir *d, size_t max)
 			 * wake-up of the level-triggered read event.
 			 */
 			d->inpipe += n;
-			d->spliced_any = 1;
 			if ((size_t)n < max)
 				d->drained = 1;
 			return n;
@@ -67,7 +66,7 @@ splice_fill(struct zp_dir *d, size_t max)
 		 */
 		if ((errno == EINVAL || errno == ENOSYS || errno == EPERM ||
 		    errno == EBADF || errno == EOPNOTSUPP) && d->inpipe == 0 &&
-		    !d->spliced_any)
+		    d->spliced == 0)
 			return ZP_FILL_FALLBACK;
 		return -1;
 	}
@@ -83,9 +82,10 @@ splice_flush(struct zp_dir *d)
 		n = splice(d->pipe.rfd, NULL, d->dst->fd, NULL, d->inpipe,
 		    ZP_SPLICE_FLAGS);
 	} while (n == -1 && errno == EINTR);
-	if (n > 0)
+	if (n > 0) {
 		d->inpipe -= n;
-	else if (n == 0) {
+		d->spliced += n;
+	} else if (n == 0) {
 		/* An empty pipe: cannot happen while inpipe counts right. */
 		errno = EIO;
 		return -1;
