@@ -148,7 +148,7 @@ zp_config_usage(FILE *fp, const char *prog)
 "                             give it again for more upstreams\n"
 "  -m, --mode splice|copy     data path (default splice)\n"
 "      --pipe-size BYTES      size of each splice pipe (default 1M)\n"
-"      --buffer-size BYTES    per-direction buffer in copy mode (default 64K)\n"
+"      --buffer-size BYTES    per-direction buffer in copy mode (default 48K)\n"
 "      --splice-min BYTES     a direction copies until one read brings this\n"
 "                             much, then takes a pipe (default 4K; 0: take\n"
 "                             both pipes when a connection starts)\n"

@@ -92,7 +92,7 @@ copy_release(struct zp_ctx *ctx, struct zp_dir *d)
 
 /*
  * An idle connection holds no buffer: thousands of quiet log clients must
- * not pin 2 x --buffer-size each. At the default 64K the allocation stays
+ * not pin 2 x --buffer-size each. At the default 48K the allocation stays
  * on malloc's heap (below its mmap threshold), so a busy connection pays
  * a free and a malloc per pass, not an mmap.
  */

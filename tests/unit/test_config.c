@@ -563,7 +563,7 @@ test_parse_defaults(void **state)
 	assert_int_equal(c->pipe_size, ZP_DEFAULT_PIPE_SIZE);
 	assert_int_equal(c->pipe_size, 1024 * 1024);
 	assert_int_equal(c->buffer_size, ZP_DEFAULT_BUFFER_SIZE);
-	assert_int_equal(c->buffer_size, 64 * 1024);
+	assert_int_equal(c->buffer_size, 48 * 1024);
 	assert_int_equal(c->splice_min, ZP_DEFAULT_SPLICE_MIN);
 	assert_int_equal(c->splice_min, 4 * 1024);
 	assert_int_equal(c->max_conns, 0);
