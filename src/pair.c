@@ -318,6 +318,7 @@ client_write_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair	*p = arg;
 
+	p->client.wblocked = 0;
 	(void)pair_run(p, &p->down);
 }
 
@@ -336,6 +337,7 @@ upstream_write_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair	*p = arg;
 
+	p->upstream.wblocked = 0;
 	(void)pair_run(p, &p->up);
 }
 

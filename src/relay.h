@@ -68,6 +68,7 @@ struct zp_half {
 	unsigned	 dead:1;	/* reset or failed: no more I/O */
 	unsigned	 wshut:1;	/* shut down for writing (FIN sent) */
 	unsigned	 rdhup:1;	/* the peer's FIN is queued (EV_CLOSED) */
+	unsigned	 wblocked:1;	/* a write fell short: wait for wev */
 	int		 err;		/* errno that killed it */
 };
 
@@ -108,6 +109,9 @@ struct zp_dir {
 /*
  * Move bytes for one direction until the source is empty, the store is
  * full, the destination can take no more, or `budget` bytes were read.
+ * After a short write the destination is not written again until its
+ * write event clears dst->wblocked: a pump woken by the source only
+ * reads into the store.
  * Then turn src's read event and dst's write event on or off to match.
  * A lazy direction (copy ops, d->lazy) takes a pipe from the pool and
  * splices from then on once one read brought --splice-min bytes (or all
