@@ -109,7 +109,7 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 {
 	size_t	moved = 0, ask, before;
 	ssize_t	n;
-	int	rc = 0, progress, blocked;
+	int	rc = 0, progress;
 
 	if (d->done)
 		return 0;
@@ -125,13 +125,12 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 
 	/*
 	 * d->drained stops a second read in one pass after a short one, and
-	 * `blocked` a write after a short one, in this pass or since: either
-	 * would only hear EAGAIN, and the level-triggered events tell when
-	 * to go on. A slow reader behind zproxy (a collector that takes its
-	 * bytes 128 at a time) would otherwise cost a failed write on every
-	 * wake-up of the source.
+	 * dst->wblocked a write after a short one, in this pass or since,
+	 * until dst's write event clears it: either would only hear EAGAIN,
+	 * and the level-triggered events tell when to go on. A slow reader
+	 * behind zproxy (a collector that takes its bytes 128 at a time)
+	 * would otherwise cost a failed write on every wake-up of the source.
 	 */
-	blocked = d->dst->wblocked;
 	d->drained = 0;
 	for (;;) {
 		progress = 0;
@@ -164,16 +163,16 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 				rc |= ZP_PUMP_DEAD;
 			}
 		}
-		if ((before = d->ops->pending(d)) > 0 && !blocked) {
+		if ((before = d->ops->pending(d)) > 0 && !d->dst->wblocked) {
 			n = d->ops->flush(d);
 			if (n > 0) {
 				d->bytes += n;
 				d->full = 0;
 				progress = 1;
 				if ((size_t)n < before)
-					blocked = d->dst->wblocked = 1;
+					d->dst->wblocked = 1;
 			} else if (errno == EAGAIN)
-				blocked = d->dst->wblocked = 1;
+				d->dst->wblocked = 1;
 			else {
 				half_kill(d->dst, errno);
 				zp_dir_release(ctx, d);
