@@ -33,6 +33,7 @@ enum {
 	OPT_RESOLVE_INTERVAL,
 	OPT_IDLE_TIMEOUT,
 	OPT_FIN_TIMEOUT,
+	OPT_LINGER_TIMEOUT,
 	OPT_KEEPALIVE,
 	OPT_DRAIN_TIMEOUT,
 	OPT_LOG_FILE,
@@ -60,6 +61,7 @@ static const struct option zp_longopts[] = {
 	{ "resolve-interval",	required_argument,	NULL, OPT_RESOLVE_INTERVAL },
 	{ "idle-timeout",	required_argument,	NULL, OPT_IDLE_TIMEOUT },
 	{ "fin-timeout",	required_argument,	NULL, OPT_FIN_TIMEOUT },
+	{ "linger-timeout",	required_argument,	NULL, OPT_LINGER_TIMEOUT },
 	{ "keepalive",		no_argument,		NULL, OPT_KEEPALIVE },
 	{ "drain-timeout",	required_argument,	NULL, OPT_DRAIN_TIMEOUT },
 	{ "log-file",		required_argument,	NULL, OPT_LOG_FILE },
@@ -111,6 +113,8 @@ zp_config_init(struct zp_config *cfg)
 	cfg->max_fails = ZP_DEFAULT_MAX_FAILS;
 	cfg->fail_timeout = ZP_DEFAULT_FAIL_TIMEOUT;
 	cfg->drain_timeout = ZP_DEFAULT_DRAIN_TIMEOUT;
+	cfg->fin_timeout = ZP_DEFAULT_FIN_TIMEOUT;
+	cfg->linger_timeout = ZP_DEFAULT_LINGER_TIMEOUT;
 }
 
 /* Free what cfg owns. */
@@ -174,10 +178,13 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --send-proxy v1|v2     send a PROXY protocol header to the upstream\n"
 "\n"
 "Time and stopping:\n"
-"      --idle-timeout SEC     close a pair with no byte either way for this\n"
-"                             long (default: never)\n"
-"      --fin-timeout SEC      close a half-closed pair after this long\n"
-"                             (default: never)\n"
+"      --idle-timeout SEC|off close a pair with no byte either way for this\n"
+"                             long (default off: never)\n"
+"      --fin-timeout SEC|off  close a half-closed pair with no byte either\n"
+"                             way for this long (default 300)\n"
+"      --linger-timeout SEC   after one side reset, wait this long for the\n"
+"                             other to acknowledge what was sent to it, from\n"
+"                             its last acknowledgement (default 30)\n"
 "      --keepalive            TCP keepalive on both sockets\n"
 "      --drain-timeout SEC    at SIGTERM, let open pairs finish for this long\n"
 "                             (default 30)\n"
@@ -469,6 +476,7 @@ seconds_field(struct zp_config *cfg, int opt)
 	case OPT_RESOLVE_INTERVAL:	return &cfg->resolve_interval;
 	case OPT_IDLE_TIMEOUT:		return &cfg->idle_timeout;
 	case OPT_FIN_TIMEOUT:		return &cfg->fin_timeout;
+	case OPT_LINGER_TIMEOUT:	return &cfg->linger_timeout;
 	default:			return &cfg->drain_timeout;
 	}
 }
@@ -557,11 +565,25 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 				return ZP_PARSE_ERROR;
 			cfg->max_fails = (int)v;
 			break;
+		case OPT_IDLE_TIMEOUT:
+		case OPT_FIN_TIMEOUT:
+			/* "off": no timeout; 0 means none everywhere. */
+			if (strcmp(optarg, "off") == 0) {
+				*seconds_field(cfg, c) = 0;
+				break;
+			}
+			if (parse_seconds(opt_name(c), optarg,
+			    seconds_field(cfg, c), err, errlen) == -1) {
+				size_t n = strlen(err);
+
+				snprintf(err + n, errlen - n, ", or off");
+				return ZP_PARSE_ERROR;
+			}
+			break;
 		case OPT_FAIL_TIMEOUT:
 		case OPT_CHECK_INTERVAL:
 		case OPT_RESOLVE_INTERVAL:
-		case OPT_IDLE_TIMEOUT:
-		case OPT_FIN_TIMEOUT:
+		case OPT_LINGER_TIMEOUT:
 		case OPT_DRAIN_TIMEOUT:
 			if (parse_seconds(opt_name(c), optarg,
 			    seconds_field(cfg, c), err, errlen) == -1)

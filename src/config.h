@@ -70,7 +70,8 @@ struct zp_config {
 	long			max_conns;	/* 0: derive from RLIMIT_NOFILE */
 	double			connect_timeout; /* seconds */
 	double			idle_timeout;	/* 0: none */
-	double			fin_timeout;	/* 0: none */
+	double			fin_timeout;	/* half-closed, no byte moved; 0: none */
+	double			linger_timeout;	/* after a reset, no ack progress */
 	double			drain_timeout;	/* seconds, at SIGTERM */
 	int			keepalive;
 	int			send_proxy;	/* 0, 1 or 2 */
@@ -92,6 +93,8 @@ struct zp_config {
 #define ZP_DEFAULT_MAX_FAILS	3
 #define ZP_DEFAULT_FAIL_TIMEOUT	10.0
 #define ZP_DEFAULT_DRAIN_TIMEOUT 30.0
+#define ZP_DEFAULT_FIN_TIMEOUT	300.0	/* HAProxy-like client-fin bound */
+#define ZP_DEFAULT_LINGER_TIMEOUT 30.0	/* nginx's lingering_time */
 #define ZP_MAX_SIZE		(1024UL * 1024 * 1024)
 
 /* What zp_config_parse() asks the caller to do. */

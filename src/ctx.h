@@ -42,6 +42,9 @@ struct zp_stats {
 	uint64_t	accept_pauses;	/* out of descriptors */
 	uint64_t	timeouts_idle;
 	uint64_t	timeouts_fin;
+	uint64_t	lingers;	/* pairs that waited for the survivor */
+	uint64_t	linger_timeouts; /* ... and gave up */
+	uint64_t	discarded;	/* bytes read after their peer was gone */
 };
 
 TAILQ_HEAD(zp_pair_list, zp_pair);

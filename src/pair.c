@@ -3,7 +3,9 @@
  * each address), relay both directions, end once and log it once.
  */
 
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <errno.h>
@@ -21,7 +23,8 @@
 static void	pair_connect_next(struct zp_pair *);
 static void	pair_connect_upstream(struct zp_pair *);
 static void	pair_connect_cb(evutil_socket_t, short, void *);
-static void	pair_timer_update(struct zp_pair *);
+static void	pair_timer_cb(evutil_socket_t, short, void *);
+static int	pair_timer_update(struct zp_pair *);
 
 /* Name of an end reason; these words are what users grep logs for. */
 const char *
@@ -106,17 +109,66 @@ sock_tune(struct zp_ctx *ctx, int fd)
  * queued for the peer; after a one-sided failure the bytes we hold for the
  * surviving peer must get there, and its own bytes have nowhere to go.
  */
-static void
+static uint64_t
 sock_discard(int fd)
 {
-	int	i;
+	uint64_t	total = 0;
+	int		i;
 
 	for (i = 0; i < 64; i++) {
 		ssize_t n = recv(fd, NULL, 1 << 20, MSG_TRUNC | MSG_DONTWAIT);
 
-		if (n <= 0 && !(n == -1 && errno == EINTR))
+		if (n > 0)
+			total += n;
+		else if (!(n == -1 && errno == EINTR))
 			break;
 	}
+	return total;
+}
+
+/*
+ * Bytes of a socket's send queue its peer has not acknowledged (SIOCOUTQ),
+ * the FIN we queued included when `with_fin`. 0 when it cannot tell.
+ */
+static int
+sock_unacked(const struct zp_half *h, int with_fin)
+{
+	int	n = 0;
+
+	if (h->fd == -1 || ioctl(h->fd, SIOCOUTQ, &n) == -1 || n < 0)
+		return 0;
+	if (!with_fin && h->fin && n > 0)
+		n--;
+	return n;
+}
+
+/* Does a socket hold bytes nobody read? Then close(2) resets it. */
+static int
+sock_unread(int fd)
+{
+	int	n = 0;
+
+	return ioctl(fd, SIOCINQ, &n) == 0 && n > 0;
+}
+
+/*
+ * At close, take off a direction's count what its destination will never
+ * have: what a reset peer did not acknowledge (the kernel dropped it), or
+ * what is unacknowledged when close(2) must reset (unread bytes). A
+ * graceful close leaves the kernel to deliver the rest, so it counts.
+ */
+static void
+dir_uncount(struct zp_dir *d, int aborted)
+{
+	uint64_t	n;
+
+	if (d->dst->fd == -1 || (!aborted && !d->dst->dead &&
+	    !sock_unread(d->dst->fd)))
+		return;
+	n = (uint64_t)sock_unacked(d->dst, 0);
+	d->bytes -= n < d->bytes ? n : d->bytes;
+	if (d->spliced > d->bytes)
+		d->spliced = d->bytes;
 }
 
 /* The end reason that a dead half stands for. */
@@ -131,10 +183,12 @@ half_end(const struct zp_half *h, int client)
 	return reset ? ZP_END_UPSTREAM_RESET : ZP_END_UPSTREAM_ERROR;
 }
 
-/* Free a half's events and close its socket. */
+/* Free a half's events and close its socket; `abort`: with an RST. */
 static void
-half_close(struct zp_half *h, int discard)
+half_close(struct zp_half *h, int abort)
 {
+	static const struct linger	rst = { 1, 0 };
+
 	if (h->rev != NULL)
 		event_free(h->rev);
 	if (h->wev != NULL)
@@ -142,8 +196,9 @@ half_close(struct zp_half *h, int discard)
 	h->rev = h->wev = NULL;
 	h->ron = h->won = 0;
 	if (h->fd != -1) {
-		if (discard && !h->dead)
-			sock_discard(h->fd);
+		if (abort && !h->dead)
+			(void)setsockopt(h->fd, SOL_SOCKET, SO_LINGER, &rst,
+			    sizeof(rst));
 		close(h->fd);
 	}
 	h->fd = -1;
@@ -209,19 +264,35 @@ void
 zp_pair_close(struct zp_pair *p, enum zp_end end)
 {
 	struct zp_ctx	*ctx = p->ctx;
-	int		 discard;
+	int		 discard, live = p->state != ZP_PAIR_CONNECTING;
 
+	/*
+	 * After a one-sided failure or a timeout, keep the survivor's queue
+	 * from an RST; a clean close saw EOF on both, nothing is left to read.
+	 */
+	discard = live && end != ZP_END_SHUTDOWN && end != ZP_END_CLOSED;
+	if (discard) {
+		if (!p->client.dead && p->client.fd != -1)
+			p->up.discarded += sock_discard(p->client.fd);
+		if (!p->upstream.dead && p->upstream.fd != -1)
+			p->down.discarded += sock_discard(p->upstream.fd);
+	}
+	if (live && end != ZP_END_CLOSED) {
+		dir_uncount(&p->up, p->linger_abort && !p->upstream.dead);
+		dir_uncount(&p->down, p->linger_abort && !p->client.dead);
+	}
 	pair_log(p, end);
 	ctx->stats.bytes_up += p->up.bytes;
 	ctx->stats.bytes_down += p->down.bytes;
 	ctx->stats.spliced_up += p->up.spliced;
 	ctx->stats.spliced_down += p->down.spliced;
+	ctx->stats.discarded += p->up.discarded + p->down.discarded;
 	if (p->up_idx >= 0) {
 		struct zp_upstream *u = &ctx->ups.v[p->up_idx];
 
 		u->bytes_up += p->up.bytes;
 		u->bytes_down += p->down.bytes;
-		if (p->state == ZP_PAIR_RELAYING)
+		if (live)
 			u->active--;
 	}
 	if (end == ZP_END_IDLE)
@@ -242,14 +313,8 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	}
 	zp_dir_release(ctx, &p->up);
 	zp_dir_release(ctx, &p->down);
-	/*
-	 * After a one-sided failure or a timeout, keep the survivor's queue
-	 * from an RST; a clean close saw EOF on both, nothing is left to read.
-	 */
-	discard = p->state == ZP_PAIR_RELAYING && end != ZP_END_SHUTDOWN &&
-	    end != ZP_END_CLOSED;
-	half_close(&p->client, discard);
-	half_close(&p->upstream, discard);
+	half_close(&p->client, p->linger_abort);
+	half_close(&p->upstream, p->linger_abort);
 	TAILQ_REMOVE(&ctx->pairs, p, entry);
 	ctx->stats.conns_open--;
 	if (ctx->listener != NULL)
@@ -257,6 +322,83 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	free(p);
 	if (ctx->stopping && ctx->stats.conns_open == 0)
 		event_base_loopbreak(ctx->base);	/* drained */
+}
+
+/*
+ * Both directions are done: close the pair, unless one side failed and
+ * the survivor has not acknowledged everything sent to it yet. Closing
+ * then would throw away its send queue (close() resets a socket that is
+ * still receiving, and the survivor may well still be sending). So the
+ * pair lingers: what the survivor sends is read and dropped (the
+ * direction towards the dead side discards), and SIOCOUTQ is looked at
+ * on every wake-up and on a timer that backs off from 5 to 200 ms, until
+ * it is 0 (the FIN too) or --linger-timeout passes without progress.
+ * Returns 1 when the pair was freed.
+ */
+static int
+pair_finish(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx;
+	struct zp_half	*dead, *surv;
+	struct zp_dir	*heard;		/* discards what surv sends */
+	struct timeval	 now, dt;
+	enum zp_end	 end;
+	int		 outq;
+
+	if (!p->client.dead && !p->upstream.dead) {
+		zp_pair_close(p, ZP_END_CLOSED);
+		return 1;
+	}
+	dead = p->client.dead ? &p->client : &p->upstream;
+	surv = dead == &p->client ? &p->upstream : &p->client;
+	end = half_end(dead, dead == &p->client);
+	if (surv->dead || (outq = sock_unacked(surv, 1)) == 0) {
+		zp_pair_close(p, end);
+		return 1;
+	}
+	event_base_gettimeofday_cached(ctx->base, &now);
+	heard = surv == &p->client ? &p->up : &p->down;
+	if (p->state != ZP_PAIR_LINGERING) {
+		p->state = ZP_PAIR_LINGERING;
+		p->linger_acked = now;
+		p->linger_outq = outq;
+		p->linger_ms = 5;
+		p->linger_heard = heard->discarded;
+		ctx->stats.lingers++;
+	} else if (outq < p->linger_outq) {
+		p->linger_acked = now;
+		p->linger_outq = outq;
+	}
+	timersub(&now, &p->linger_acked, &dt);
+	if (dt.tv_sec + dt.tv_usec / 1e6 >= ctx->cfg->linger_timeout) {
+		/*
+		 * A survivor that sends on would reset the orphaned socket
+		 * with its next segment and the rest would vanish unseen:
+		 * reset it now and count the rest as not delivered. A quiet
+		 * one gets a graceful close; the kernel goes on delivering.
+		 */
+		p->linger_abort = heard->discarded > p->linger_heard ||
+		    sock_unread(surv->fd);
+		ctx->stats.linger_timeouts++;
+		zp_log(&ctx->log, ZP_LOG_WARN, "conn=%llu linger-timeout: %d "
+		    "bytes not acknowledged after %.3fs; %s",
+		    (unsigned long long)p->id, sock_unacked(surv, 0),
+		    ctx->cfg->linger_timeout, p->linger_abort ? "the peer "
+		    "still sends: resetting" : "closing");
+		zp_pair_close(p, end);
+		return 1;
+	}
+	if (p->timer == NULL &&
+	    (p->timer = evtimer_new(ctx->base, pair_timer_cb, p)) == NULL) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return 1;
+	}
+	dt.tv_sec = 0;
+	dt.tv_usec = p->linger_ms * 1000;
+	evtimer_add(p->timer, &dt);
+	if (p->linger_ms < 200)
+		p->linger_ms *= 2;
+	return 0;
 }
 
 /*
@@ -290,17 +432,14 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 	if (!p->up.done || !p->down.done) {
 		if ((p->up.done || p->down.done) && !timerisset(&p->half_closed)) {
 			p->half_closed = p->last_active;
-			pair_timer_update(p);
+			if (pair_timer_update(p) == -1) {
+				zp_pair_close(p, ZP_END_NOMEM);
+				return 1;
+			}
 		}
 		return 0;
 	}
-	if (p->client.dead)
-		zp_pair_close(p, half_end(&p->client, 1));
-	else if (p->upstream.dead)
-		zp_pair_close(p, half_end(&p->upstream, 0));
-	else
-		zp_pair_close(p, ZP_END_CLOSED);
-	return 1;
+	return pair_finish(p);
 }
 
 static void
@@ -389,62 +528,70 @@ pair_send_proxy(struct zp_pair *p)
 	return 0;
 }
 
-/* The idle or fin timer fired: close, or wait for the rest. */
+/*
+ * The timer fired: look at a lingering pair again, or close a pair idle
+ * for --idle-timeout, or half-closed and idle for --fin-timeout; else
+ * wait for the rest.
+ */
 static void
 pair_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair		*p = arg;
 	struct zp_config	*cfg = p->ctx->cfg;
 	struct timeval		 now, dt;
+	double			 idle;
 
+	if (p->state == ZP_PAIR_LINGERING) {
+		(void)pair_finish(p);
+		return;
+	}
 	event_base_gettimeofday_cached(p->ctx->base, &now);
-	if (cfg->fin_timeout > 0 && timerisset(&p->half_closed)) {
-		timersub(&now, &p->half_closed, &dt);
-		if (dt.tv_sec + dt.tv_usec / 1e6 >= cfg->fin_timeout) {
-			zp_pair_close(p, ZP_END_FIN_TIMEOUT);
-			return;
-		}
+	timersub(&now, &p->last_active, &dt);
+	idle = dt.tv_sec + dt.tv_usec / 1e6;
+	if (cfg->fin_timeout > 0 && timerisset(&p->half_closed) &&
+	    idle >= cfg->fin_timeout) {
+		zp_pair_close(p, ZP_END_FIN_TIMEOUT);
+		return;
 	}
-	if (cfg->idle_timeout > 0) {
-		timersub(&now, &p->last_active, &dt);
-		if (dt.tv_sec + dt.tv_usec / 1e6 >= cfg->idle_timeout) {
-			zp_pair_close(p, ZP_END_IDLE);
-			return;
-		}
+	if (cfg->idle_timeout > 0 && idle >= cfg->idle_timeout) {
+		zp_pair_close(p, ZP_END_IDLE);
+		return;
 	}
-	pair_timer_update(p);
+	if (pair_timer_update(p) == -1)
+		zp_pair_close(p, ZP_END_NOMEM);
 }
 
 /*
- * Arm the timer for the earliest of the idle and fin deadlines. Traffic
- * only moves last_active: the timer is re-armed when it fires early,
- * not on every byte, so the hot path pays nothing for it.
+ * Arm the timer for the earliest of the idle and fin deadlines, both
+ * counted from the last byte moved (the fin one only once half-closed,
+ * like HAProxy's client-fin/server-fin). Traffic only moves last_active:
+ * the timer is re-armed when it fires early, not on every byte, so the
+ * hot path pays nothing for it. The timer is made the first time a pair
+ * needs one. Returns 0, or -1 when it could not be made.
  */
-static void
+static int
 pair_timer_update(struct zp_pair *p)
 {
 	struct zp_config	*cfg = p->ctx->cfg;
 	struct timeval		 now, dt;
-	double			 wait = -1, left;
+	double			 limit = 0, wait;
 
-	if (p->timer == NULL)
-		return;
+	if (cfg->idle_timeout > 0)
+		limit = cfg->idle_timeout;
+	if (cfg->fin_timeout > 0 && timerisset(&p->half_closed) &&
+	    (limit == 0 || cfg->fin_timeout < limit))
+		limit = cfg->fin_timeout;
+	if (limit == 0)
+		return 0;
+	if (p->timer == NULL && (p->timer = evtimer_new(p->ctx->base,
+	    pair_timer_cb, p)) == NULL)
+		return -1;
 	event_base_gettimeofday_cached(p->ctx->base, &now);
-	if (cfg->idle_timeout > 0) {
-		timersub(&now, &p->last_active, &dt);
-		wait = cfg->idle_timeout - (dt.tv_sec + dt.tv_usec / 1e6);
-	}
-	if (cfg->fin_timeout > 0 && timerisset(&p->half_closed)) {
-		timersub(&now, &p->half_closed, &dt);
-		left = cfg->fin_timeout - (dt.tv_sec + dt.tv_usec / 1e6);
-		if (wait < 0 || left < wait)
-			wait = left;
-	}
-	if (wait < 0 && cfg->idle_timeout <= 0 && !(cfg->fin_timeout > 0 &&
-	    timerisset(&p->half_closed)))
-		return;
+	timersub(&now, &p->last_active, &dt);
+	wait = limit - (dt.tv_sec + dt.tv_usec / 1e6);
 	dt = zp_seconds_tv(wait < 0.001 ? 0.001 : wait);
 	evtimer_add(p->timer, &dt);
+	return 0;
 }
 
 /* The upstream answered: set up events and move what is waiting. */
@@ -466,14 +613,10 @@ pair_connected(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_PROXY_HEADER);
 		return;
 	}
-	if (ctx->cfg->idle_timeout > 0 || ctx->cfg->fin_timeout > 0) {
-		if ((p->timer = evtimer_new(ctx->base, pair_timer_cb, p)) ==
-		    NULL) {
-			zp_pair_close(p, ZP_END_NOMEM);
-			return;
-		}
-		event_base_gettimeofday_cached(ctx->base, &p->last_active);
-		pair_timer_update(p);
+	event_base_gettimeofday_cached(ctx->base, &p->last_active);
+	if (pair_timer_update(p) == -1) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return;
 	}
 	if (half_events(p, &p->client, client_read_cb, client_write_cb) == -1 ||
 	    half_events(p, &p->upstream, upstream_read_cb,

@@ -22,6 +22,7 @@ struct event;
 enum zp_pair_state {
 	ZP_PAIR_CONNECTING = 0,
 	ZP_PAIR_RELAYING,
+	ZP_PAIR_LINGERING,	/* one side reset; the survivor acknowledges */
 };
 
 /* How a pair ended, for the log line. */
@@ -59,7 +60,12 @@ struct zp_pair {
 	struct timeval		 started;
 	struct timeval		 last_active;	/* a byte moved (loop time) */
 	struct timeval		 half_closed;	/* one direction done */
-	struct event		*timer;		/* idle and fin timeouts */
+	struct event		*timer;		/* idle, fin and linger */
+	struct timeval		 linger_acked;	/* the survivor last acked */
+	int			 linger_outq;	/* its unacknowledged bytes */
+	int			 linger_ms;	/* wait before the next look */
+	uint64_t		 linger_heard;	/* discarded when it began */
+	int			 linger_abort;	/* gave up on a sending survivor */
 	TAILQ_ENTRY(zp_pair)	 entry;
 };
 

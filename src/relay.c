@@ -10,11 +10,15 @@
 #include "ctx.h"
 #include "relay.h"
 
-/* Add or delete the read event only when its state changes. */
+/*
+ * Add or delete the read event only when its state changes. A dead half
+ * may still be read: what its kernel acknowledged before the reset waits
+ * in its receive queue.
+ */
 void
 zp_half_want_read(struct zp_half *h, int on)
 {
-	on = on && !h->dead && h->rev != NULL;
+	on = on && h->rev != NULL;
 	if (on == h->ron)
 		return;
 	if (on)
@@ -48,6 +52,47 @@ half_kill(struct zp_half *h, int err)
 	h->err = err;
 	zp_half_want_read(h, 0);
 	zp_half_want_write(h, 0);
+}
+
+/*
+ * The destination is gone: drop the store, then read the source and throw
+ * its bytes away until it says EOF or fails, at most `budget` per pass.
+ * Returns ZP_PUMP_DEAD when the source failed too.
+ */
+static int
+dir_discard(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
+{
+	size_t	moved = 0;
+	ssize_t	n;
+	int	rc = 0;
+
+	if (!d->done) {
+		zp_dir_release(ctx, d);
+		d->done = 1;
+	}
+	while (!d->eof && moved < budget) {
+		/* MSG_TRUNC: TCP drops the bytes without copying them. */
+		n = recv(d->src->fd, NULL, budget - moved, MSG_TRUNC |
+		    MSG_DONTWAIT);
+		if (n > 0) {
+			moved += n;
+			d->discarded += n;
+		} else if (n == 0)
+			d->eof = 1;
+		else if (errno == EINTR)
+			continue;
+		else {
+			if (errno != EAGAIN) {
+				rc = d->src->dead ? 0 : ZP_PUMP_DEAD;
+				half_kill(d->src, errno);
+				d->eof = 1;
+			}
+			break;
+		}
+	}
+	zp_half_want_read(d->src, !d->eof);
+	zp_half_want_write(d->dst, 0);
+	return rc;
 }
 
 /* Splice was refused on this direction's sockets: carry on with copy. */
@@ -111,17 +156,10 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 	ssize_t	n;
 	int	rc = 0, progress;
 
+	if (d->dst->dead)
+		return dir_discard(ctx, d, budget);	/* nobody to deliver to */
 	if (d->done)
 		return 0;
-	if (d->dst->dead) {
-		/* Nobody to deliver to: what the store holds is lost. */
-		zp_dir_release(ctx, d);
-		d->eof = 1;
-		d->done = 1;
-		goto events;
-	}
-	if (d->src->dead)
-		d->eof = 1;	/* deliver what is stored, then FIN */
 
 	/*
 	 * d->drained stops a second read in one pass after a short one, and
@@ -158,9 +196,14 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 				rc |= ZP_PUMP_FELLBACK;
 				continue;
 			} else if (errno != EAGAIN) {
+				if (!d->src->dead)
+					rc |= ZP_PUMP_DEAD;
 				half_kill(d->src, errno);
 				d->eof = 1;
-				rc |= ZP_PUMP_DEAD;
+			} else if (d->src->dead && !d->full) {
+				/* Read to the end of what the reset left. */
+				d->eof = 1;
+				progress = 1;
 			}
 		}
 		if ((before = d->ops->pending(d)) > 0 && !d->dst->wblocked) {
@@ -175,10 +218,9 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 				d->dst->wblocked = 1;
 			else {
 				half_kill(d->dst, errno);
-				zp_dir_release(ctx, d);
-				d->done = 1;
-				rc |= ZP_PUMP_DEAD;
-				break;
+				rc |= ZP_PUMP_DEAD | dir_discard(ctx, d,
+				    budget > moved ? budget - moved : 0);
+				return rc;
 			}
 		}
 		if (d->bulk && !d->eof && d->ops->pending(d) == 0) {
@@ -191,10 +233,13 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 			 * way is over too, the pair closes both sockets now and
 			 * close() sends it, after the queued bytes.
 			 */
-			if (!d->src->wshut && shutdown(d->dst->fd, SHUT_WR) ==
-			    -1 && errno != ENOTCONN) {
-				half_kill(d->dst, errno);
-				rc |= ZP_PUMP_DEAD;
+			if (!d->src->wshut) {
+				if (shutdown(d->dst->fd, SHUT_WR) == 0)
+					d->dst->fin = 1;
+				else if (errno != ENOTCONN) {
+					half_kill(d->dst, errno);
+					rc |= ZP_PUMP_DEAD;
+				}
 			}
 			d->dst->wshut = 1;
 			d->shut = 1;
@@ -207,7 +252,6 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 	}
 	if (d->ops->trim != NULL && d->ops->pending(d) == 0)
 		d->ops->trim(d);
-events:
 	zp_half_want_read(d->src, !d->done && dir_can_fill(d));
 	zp_half_want_write(d->dst, !d->done && d->ops->pending(d) > 0);
 	return rc;

@@ -67,6 +67,7 @@ struct zp_half {
 	unsigned	 won:1;		/* wev is added */
 	unsigned	 dead:1;	/* reset or failed: no more I/O */
 	unsigned	 wshut:1;	/* shut down for writing (FIN sent) */
+	unsigned	 fin:1;		/* by our shutdown(): SIOCOUTQ counts it */
 	unsigned	 rdhup:1;	/* the peer's FIN is queued (EV_CLOSED) */
 	unsigned	 wblocked:1;	/* a write fell short: wait for wev */
 	int		 err;		/* errno that killed it */
@@ -91,6 +92,7 @@ struct zp_dir {
 	uint64_t			 bytes;	/* delivered to dst */
 	uint64_t			 spliced; /* of which through the pipe
 						    (counted by splice_flush) */
+	uint64_t			 discarded; /* read after dst died */
 	unsigned			 full:1; /* store can take no more */
 	unsigned			 eof:1;	/* src is done */
 	unsigned			 shut:1; /* dst got SHUT_WR */
@@ -118,13 +120,18 @@ struct zp_dir {
  * the buffer had room for) and its buffer is flushed; with no pipe to be
  * had it stays copy for good (ZP_PUMP_NOPIPE).
  * A refused splice switches the direction to copy (ZP_PUMP_FELLBACK).
- * An error marks the failing half dead (ZP_PUMP_DEAD): a direction whose
- * source died delivers what it holds, then shuts its destination; one
- * whose destination died drops what it holds. d->done is set when the
- * direction has nothing more to do. A FIN is carried with shutdown(2),
- * except when the source was shut for writing already: the other
- * direction is over, so the caller closes both sockets now and close(2)
- * sends the FIN. Returns ZP_PUMP_* bits.
+ * An error marks the failing half dead (ZP_PUMP_DEAD). A direction
+ * whose source died reads on until the source says EOF or an error (the
+ * kernel keeps what it acknowledged readable after a reset), delivers
+ * everything, then shuts its destination. One whose destination died
+ * drops what it holds and from then on reads its source and throws the
+ * bytes away until EOF: the survivor can go on sending and reading what
+ * is still on its way to it, and its receive queue stays empty, so that
+ * closing its socket later does not reset the bytes queued for it.
+ * d->done is set when the direction has nothing more to deliver. A FIN
+ * is carried with shutdown(2), except when the source was shut for
+ * writing already: the other direction is over, so the caller closes
+ * both sockets now and close(2) sends the FIN. Returns ZP_PUMP_* bits.
  */
 int	zp_dir_pump(struct zp_ctx *, struct zp_dir *, size_t budget);
 

@@ -457,6 +457,16 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	sample_u64(&r, "zproxy_timeouts_total", &l, 1,
 	    ctx->stats.timeouts_fin);
 
+	single_u64(&r, "zproxy_lingers_total", "counter",
+	    "Pairs that, after one side reset, waited for the other side to "
+	    "acknowledge everything sent to it.", ctx->stats.lingers);
+	single_u64(&r, "zproxy_linger_timeouts_total", "counter",
+	    "Lingering pairs given up on after --linger-timeout.",
+	    ctx->stats.linger_timeouts);
+	single_u64(&r, "zproxy_discarded_bytes_total", "counter",
+	    "Bytes read from a peer after the other side was gone, and "
+	    "thrown away.", ctx->stats.discarded);
+
 	cpu_time(&cpu);
 	family(&r, "zproxy_cpu_seconds_total", "counter",
 	    "CPU time used by zproxy, user and system, in seconds.");

@@ -13,6 +13,10 @@
 #      up=4096, and the upstream then finds the 4 KiB and EOF; the other
 #      way round too (the upstream sends 4 KiB + FIN, the client is silent:
 #      the upstream sees the close after about 1 s, down=4096);
+#      A half-closed pair that still moves bytes is not closed: the
+#      client sends 4 KiB + FIN, the upstream answers 6 MiB after its EOF,
+#      the client reads it at 2 MiB/s (3 s, three times the timeout):
+#      end=closed, every byte (--fin-timeout counts from the last byte);
 #   c. without those flags an idle pair and a half-closed pair are still
 #      open after 2 s (no conn= line, both sockets established);
 #   d. --keepalive: `ss -tnpo` shows timer:(keepalive on both of zproxy's
@@ -111,6 +115,26 @@ fin() {
 	ok "$what: upstream sent 4 KiB + FIN, client silent: closed after $ms ms (at the upstream), end=fin-timeout, the client got the 4 KiB and EOF"
 }
 
+# b2. a half-closed pair that moves bytes outlives --fin-timeout
+fin_moving() {
+	local what="$mode: --fin-timeout 1, half-closed but moving" upid t0 ms
+	mkdata b3.down 6M
+	peer_listen b3-up --after-eof -s "$T/b3.down" -o "$T/b3.got-up" -t 30
+	upid=$PEER_PID
+	start_zproxy -v -m "$mode" -u "127.0.0.1:$PEER_PORT" --fin-timeout 1
+	t0=$(now_ms)
+	peer b3-client connect 127.0.0.1 "$ZPORT" -g 4K --read-rate 2M \
+	    -o "$T/b3.got-down" -t 30 ||
+		fail "$what: client: $(cat "$T/b3-client.err")"
+	ms=$(( $(now_ms) - t0 ))
+	peer_wait "$upid" b3-up 10 || fail "$what: upstream: $(cat "$T/b3-up.err")"
+	[ "$ms" -ge 2000 ] || fail "$what: done in $ms ms: the read rate did not hold"
+	expect_conn_log "up=4096 down=6291456 duration=[0-9.]+s end=closed" "$what"
+	same_file "$T/b3.down" "$T/b3.got-down" "$what (upstream->client)"
+	stop_zproxy
+	ok "$what: 6 MiB read at 2 MiB/s after the client's FIN, $ms ms, end=closed"
+}
+
 # c. no timeouts by default
 no_flags() {
 	local what="$mode: no timeout flags" upid hpid gpid
@@ -178,6 +202,7 @@ keepalive() {
 for mode in $MODES; do
 	subcase idle
 	subcase fin
+	subcase fin_moving
 	subcase no_flags
 	subcase keepalive
 done

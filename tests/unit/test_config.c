@@ -1170,7 +1170,9 @@ test_parse_upstream_options(void **state)
 	assert_int_equal(s->cfg.max_fails, ZP_DEFAULT_MAX_FAILS);
 	assert_true(s->cfg.fail_timeout == ZP_DEFAULT_FAIL_TIMEOUT);
 	assert_true(s->cfg.drain_timeout == ZP_DEFAULT_DRAIN_TIMEOUT);
-	assert_true(s->cfg.idle_timeout == 0 && s->cfg.fin_timeout == 0);
+	assert_true(s->cfg.idle_timeout == 0);
+	assert_true(s->cfg.fin_timeout == ZP_DEFAULT_FIN_TIMEOUT);
+	assert_true(s->cfg.linger_timeout == ZP_DEFAULT_LINGER_TIMEOUT);
 	assert_true(s->cfg.check_interval == 0);
 	assert_int_equal(s->cfg.send_proxy, 0);
 	assert_int_equal(s->cfg.keepalive, 0);
@@ -1217,6 +1219,23 @@ test_parse_upstream_options(void **state)
 	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--idle-timeout",
 	    "0", NULL), ZP_PARSE_ERROR);
 	assert_errmsg(s->err, "idle-timeout");
+	assert_errmsg(s->err, "or off");
+
+	/* "off" turns the idle and fin timeouts off; nothing else takes it. */
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--idle-timeout",
+	    "off", "--fin-timeout", "off", "--linger-timeout", "2.5", NULL),
+	    ZP_PARSE_OK);
+	assert_true(s->cfg.idle_timeout == 0 && s->cfg.fin_timeout == 0);
+	assert_true(s->cfg.linger_timeout == 2.5);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--linger-timeout",
+	    "off", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "off");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--fail-timeout",
+	    "off", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "off");
 	reparse_reset(s);
 	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--max-fails",
 	    "0", NULL), ZP_PARSE_ERROR);

@@ -637,8 +637,12 @@ pump(struct fx *fx)
 	fx->pump_rc |= rc;
 	assert_events_match(&fx->src);
 	assert_events_match(&fx->dst);
+	/*
+	 * A done direction reads no more, unless its destination died: then
+	 * it reads its source to the end and throws the bytes away.
+	 */
 	if (fx->d.done) {
-		assert_false(fx->src.ron);
+		assert_int_equal(fx->src.ron, fx->dst.dead && !fx->d.eof);
 		assert_false(fx->dst.won);
 	}
 	return rc;
@@ -1216,14 +1220,17 @@ test_budget(void **state)
 
 /*
  * A direction whose destination is already dead (the other direction
- * saw it fail) drops what it holds and is done, without a syscall.
+ * saw it fail) drops what it holds and is done; from then on it reads
+ * its source and throws the bytes away until EOF, so that the survivor
+ * can finish sending and its receive queue stays empty (a close with
+ * unread bytes would reset what is still queued for it).
  */
 static void
 test_dst_already_dead(void **state)
 {
 	struct fx	*fx = *state;
 	int		 splicing = fx->d.ops == &zp_relay_splice;
-	int		 calls, rc;
+	int		 rc, i;
 
 	/* Get bytes stuck in the store: the destination refuses them. */
 	fx_data(fx, 5000, 0);
@@ -1233,29 +1240,43 @@ test_dst_already_dead(void **state)
 	pump(fx);
 	assert_int_equal(fx->d.ops->pending(&fx->d), 5000);
 	assert_true(fx->dst.won);
+	fault_reset();
 
 	fx->dst.dead = 1;
 	fx->dst.err = ECONNRESET;
-	calls = syscalls();
 	rc = pump(fx);
-	assert_int_equal(syscalls(), calls);
 	assert_false(rc & ZP_PUMP_DEAD);	/* not news: already dead */
 	assert_true(fx->d.done);
 	assert_false(fx->d.shut);
 	assert_int_equal(fx->d.ops->pending(&fx->d), 0);
 	assert_int_equal(fx->d.bytes, 0);
-	assert_false(fx->src.ron);
+	assert_true(fx->src.ron);		/* the source is read on */
+	assert_false(fx->dst.won);
 	if (splicing) {
 		assert_int_equal(fx->d.pipe.rfd, -1);
 		assert_int_equal(fx->ctx.pool.killed, 1);
 	} else
 		assert_null(fx->d.buf);
+
+	/* What src_peer sends now is read and dropped, then its FIN. */
+	fx_data(fx, 30000, 1);
+	feed(fx);
+	wait_inq(fx, 30000);
+	for (i = 0; i < 20 && !fx->d.eof; i++) {
+		wait_fd(fx->src_fd, POLLIN, 50);
+		pump(fx);
+	}
+	assert_int_equal(inq(fx->src_fd), 0);
+	assert_int_equal(fx->d.discarded, 30000);
+	assert_true(fx->d.eof);
+	assert_false(fx->src.ron);
+	assert_int_equal(fx->d.bytes, 0);
 }
 
 /*
- * A direction whose source is already dead delivers what it holds, then
- * shuts its destination (dst_peer sees the bytes and then EOF), without
- * reading the dead source again.
+ * A direction whose source is already dead (a write to it failed)
+ * delivers what it holds and what the source's receive queue still
+ * holds, then shuts its destination: dst_peer sees every byte, then EOF.
  */
 static void
 test_src_already_dead(void **state)
@@ -1265,21 +1286,62 @@ test_src_already_dead(void **state)
 	struct fault	*in = splicing ? &inj.fill : &inj.recv;
 	int		 fills;
 
-	fx_data(fx, 5000, 0);
+	fx_data(fx, 8000, 0);
+	fx->txlen = 5000;
 	feed(fx);
 	wait_inq(fx, 5000);
 	fault_set(splicing ? &inj.flush : &inj.send, 0, -1, EAGAIN);
 	pump(fx);
 	assert_int_equal(fx->d.ops->pending(&fx->d), 5000);
 	fault_reset();
+	fx->txlen = 8000;
+	feed(fx);
+	wait_inq(fx, 3000);
 
 	fx->src.dead = 1;
 	fx->src.err = ECONNRESET;
 	fills = in->calls;
-	pump(fx);
-	assert_int_equal(in->calls, fills);
+	pump_until_done(fx, 20);
+	assert_true(in->calls > fills);
 	assert_true(fx->d.done);
 	assert_true(fx->d.shut);
+	assert_int_equal(fx->d.bytes, 8000);
+	drain_to_eof(fx, 2000);
+	assert_all_delivered(fx);
+}
+
+/*
+ * The order that lost bytes in 0.2: src_peer sent its bytes (its kernel
+ * acknowledged them) and reset; the other direction's write to src failed
+ * first (that write took the ECONNRESET), so src is dead before this
+ * direction read anything. Linux keeps what it acknowledged readable
+ * after a reset: the direction reads it all and delivers it, then FIN.
+ */
+static void
+test_src_dead_first_drains_rst(void **state)
+{
+	struct fx	*fx = *state;
+	char		 b = 'x';
+	ssize_t		 n;
+	int		 i;
+
+	fx_data(fx, 60000, 0);
+	feed(fx);
+	wait_inq(fx, 60000);
+	close_rst(&fx->src_peer);
+	wait_fd(fx->src_fd, POLLERR | POLLHUP, 1000);
+	/* The other direction writes to src and fails: src is dead. */
+	for (i = 0; i < 10; i++) {
+		n = write(fx->src_fd, &b, 1);
+		if (n == -1)
+			break;
+	}
+	assert_true(n == -1 && (errno == ECONNRESET || errno == EPIPE));
+	fx->src.dead = 1;
+	fx->src.err = errno;
+	pump_until_done(fx, 50);
+	assert_true(fx->d.shut);
+	assert_int_equal(fx->d.bytes, 60000);
 	drain_to_eof(fx, 2000);
 	assert_all_delivered(fx);
 }
@@ -1391,8 +1453,9 @@ test_src_real_rst(void **state)
 /*
  * Shared body: writing dst fails with err (EPIPE, ECONNRESET). dst is
  * dead with that errno, the direction is done and drops its store (a
- * pipe holding bytes is killed, never reused), both events are off, and
- * the pump says ZP_PUMP_DEAD. Nothing was delivered, no FIN was tried.
+ * pipe holding bytes is killed, never reused), dst's events are off, src
+ * is still read (to be dropped), and the pump says ZP_PUMP_DEAD. Nothing
+ * was delivered, no FIN was tried.
  */
 static void
 dst_write_error(struct fx *fx, int err)
@@ -1415,7 +1478,7 @@ dst_write_error(struct fx *fx, int err)
 	assert_false(fx->d.shut);
 	assert_int_equal(fx->d.bytes, 0);
 	assert_int_equal(fx->d.ops->pending(&fx->d), 0);
-	assert_false(fx->src.ron);
+	assert_true(fx->src.ron);	/* read on, and dropped */
 	assert_false(fx->dst.won);
 	assert_false(fx->dst.ron);
 	assert_int_equal(out->failed, 1);
@@ -2144,12 +2207,14 @@ test_half_want(void **state)
 	assert_false(fx->dst.won);
 	assert_false(event_pending(fx->dst.wev, EV_WRITE, NULL));
 
+	/* A dead half is never written, but may be read to its end. */
 	fx->dst.dead = 1;
 	zp_half_want_read(&fx->dst, 1);
 	zp_half_want_write(&fx->dst, 1);
-	assert_false(fx->dst.ron);
+	assert_true(fx->dst.ron);
 	assert_false(fx->dst.won);
-	assert_false(event_pending(fx->dst.rev, EV_READ, NULL));
+	assert_true(event_pending(fx->dst.rev, EV_READ, NULL));
+	zp_half_want_read(&fx->dst, 0);
 
 	memset(&bare, 0, sizeof(bare));
 	bare.fd = -1;
@@ -2212,6 +2277,7 @@ main(void)
 		BOTH(test_budget, setup_splice_budget, setup_copy_budget),
 		BOTH(test_dst_already_dead, setup_splice, setup_copy),
 		BOTH(test_src_already_dead, setup_splice, setup_copy),
+		BOTH(test_src_dead_first_drains_rst, setup_splice, setup_copy),
 		BOTH(test_src_reset_midstream, setup_splice, setup_copy),
 		BOTH(test_src_reset_dst_busy, setup_splice, setup_copy),
 		BOTH(test_src_real_rst, setup_splice, setup_copy),
@@ -2250,6 +2316,7 @@ main(void)
 		LAZY(test_src_reset_dst_busy),
 		LAZY(test_src_real_rst),
 		LAZY(test_dst_real_rst),
+		LAZY(test_src_dead_first_drains_rst),
 		LAZY(test_evloop_slow_reader),
 		LAZY(test_evloop_stalled_reader),
 		BOTH(test_rdhup_one_pass, setup_splice, setup_copy),

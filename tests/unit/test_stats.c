@@ -136,6 +136,9 @@ setup_ctx(void **state)
 	ctx->stats.accept_pauses = 5;
 	ctx->stats.timeouts_idle = 6;
 	ctx->stats.timeouts_fin = 7;
+	ctx->stats.lingers = 8;
+	ctx->stats.linger_timeouts = 9;
+	ctx->stats.discarded = 10;
 	ctx->max_conns = 3000;
 	ctx->started.tv_sec = 1700000000;
 	ctx->started.tv_usec = 250000;
@@ -313,7 +316,8 @@ test_render_escaping(void **state)
 }
 
 /* Proves: the pairs gauge by mode (from the ops pointers, the connecting
- * pair included), pipes, fallbacks by reason, pauses, timeouts by kind. */
+ * pair included), pipes, fallbacks by reason, pauses, timeouts by kind,
+ * lingers and discarded bytes. */
 static void
 test_render_datapath(void **state)
 {
@@ -333,6 +337,9 @@ test_render_datapath(void **state)
 	expect_line(t, "zproxy_accept_pauses_total 5");
 	expect_line(t, "zproxy_timeouts_total{kind=\"idle\"} 6");
 	expect_line(t, "zproxy_timeouts_total{kind=\"fin\"} 7");
+	expect_line(t, "zproxy_lingers_total 8");
+	expect_line(t, "zproxy_linger_timeouts_total 9");
+	expect_line(t, "zproxy_discarded_bytes_total 10");
 	free(t);
 }
 
@@ -526,6 +533,9 @@ test_render_families(void **state)
 		{ "zproxy_copy_fallbacks_total", "counter" },
 		{ "zproxy_accept_pauses_total", "counter" },
 		{ "zproxy_timeouts_total", "counter" },
+		{ "zproxy_lingers_total", "counter" },
+		{ "zproxy_linger_timeouts_total", "counter" },
+		{ "zproxy_discarded_bytes_total", "counter" },
 		{ "zproxy_cpu_seconds_total", "counter" },
 		{ "zproxy_start_time_seconds", "gauge" },
 	};
