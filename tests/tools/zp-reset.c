@@ -20,12 +20,13 @@
  *     acknowledged every byte), waits 0-2 ms more, and closes with
  *     SO_LINGER {1, 0}: a reset;
  *   - the surviving side, meanwhile, sends as fast as it can (in most
- *     flows; quietly in some), and reads until EOF or an error, checking
- *     every byte against the stream.
+ *     flows; quietly in some), and reads until EOF or an error, starting
+ *     20-60 ms late, checking every byte against the stream.
  *
  * --fixed sends exactly --max-size bytes in every flow; --quiet-survivor
- * makes every survivor quiet; --read-delay keeps the survivor from reading
- * for that long after its flow started (its window fills).
+ * makes every survivor quiet; --read-delay keeps every survivor from
+ * reading for that long after its flow started (its window fills);
+ * without it, each starts 20-60 ms late.
  *
  * A flow is short when the survivor got fewer bytes than were sent to it,
  * corrupt when a byte differs, stuck when it does not end within
@@ -93,6 +94,7 @@ struct flow {
 	long		 id;
 	uint64_t	 size;		/* bytes the resetter sends */
 	double		 delay;		/* after TIOCOUTQ 0, seconds */
+	double		 rdelay;	/* survivor reads only after this */
 	double		 started;
 	struct end	 c, u;
 	int		 bad;
@@ -110,7 +112,7 @@ static struct {
 	int		 quiet_survivor;
 	double		 read_delay;
 	int		 report;
-} o = { 0, 0, 1, 2000, 32, 1 << 20, 1, 30, 0, 0, 0, 0 };
+} o = { 0, 0, 1, 2000, 32, 1 << 20, 1, 30, 0, 0, -1, 0 };
 
 static double
 now(void)
@@ -286,7 +288,7 @@ end_wants_write(const struct end *e, int client_end)
 static int
 end_may_read(const struct flow *f, const struct end *e, double t)
 {
-	return e->resetter || t >= f->started + o.read_delay;
+	return e->resetter || t >= f->started + f->rdelay;
 }
 
 static void
@@ -326,6 +328,15 @@ flow_start(struct flow *f, long id)
 	if (o.fixed)
 		f->size = o.max_size;
 	f->delay = (mix(id + 77) % 2001) / 1e6;
+	/*
+	 * Survivors start reading 20-60 ms late, so that what the relay holds
+	 * for them is still queued when the other side resets: the case a
+	 * relay loses by closing too early.
+	 */
+	if (o.read_delay >= 0)
+		f->rdelay = o.read_delay;
+	else
+		f->rdelay = (20000 + mix(id + 11) % 40001) / 1e6;
 	f->started = now();
 	f->active = 1;
 	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) == -1) {
