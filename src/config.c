@@ -537,9 +537,9 @@ bad_option(const char *word, int opt, char *err, size_t errlen)
 
 /*
  * An option that takes a value takes one, but for --upstream, which adds
- * an upstream each time: a second value is refused, as HAProxy and nginx
- * refuse a repeated single-valued directive, rather than silently
- * replacing the first (a unit file and its drop-in both setting -l).
+ * an upstream each time: a second value is refused, as nginx refuses a
+ * duplicate single-valued directive, rather than silently replacing the
+ * first (a unit file and its drop-in both setting -l).
  * Flags may be repeated: they mean the same each time, and -vv counts.
  * given[] holds, per zp_longopts entry, the value it was given. Returns 0,
  * or -1 with err filled.
