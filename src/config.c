@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "log.h"
 #include "upstream.h"
 
 enum {
@@ -194,12 +195,15 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --syslog               log to syslog (facility daemon)\n"
 "      --log-format text|json one line of text or one JSON object per event\n"
 "      --stats ADDR:PORT      serve Prometheus metrics on http://ADDR:PORT/metrics\n"
-"  -v, --verbose              log one line per connection when it ends\n"
-"  -q, --quiet                log errors only\n"
+"  -v, --verbose              log one line per connection when it ends,\n"
+"                             failed ones included, none held back by the\n"
+"                             rate limit; -vv adds debug lines\n"
+"  -q, --quiet                log errors only (not with -v)\n"
 "  -h, --help                 show this help and exit\n"
 "  -V, --version              show the version and exit\n"
 "\n"
-"Sizes take K, M or G suffixes (powers of 1024).\n",
+"Sizes take K, M or G suffixes (powers of 1024). An option that takes a\n"
+"value is given once, except -u.\n",
 	    prog);
 }
 
@@ -208,20 +212,20 @@ int
 zp_parse_port(const char *s, unsigned short *port, char *err, size_t errlen)
 {
 	unsigned long	 v;
-	char		*end;
+	char		*end, q[ZP_ESCLEN];
 
-	if (*s == '\0' || !isdigit((unsigned char)*s)) {
-		seterr(err, errlen, "invalid port '%s': expected 1-65535", s);
-		return -1;
-	}
+	if (*s == '\0' || !isdigit((unsigned char)*s))
+		goto bad;
 	errno = 0;
 	v = strtoul(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v == 0 || v > 65535) {
-		seterr(err, errlen, "invalid port '%s': expected 1-65535", s);
-		return -1;
-	}
+	if (errno != 0 || *end != '\0' || v == 0 || v > 65535)
+		goto bad;
 	*port = (unsigned short)v;
 	return 0;
+bad:
+	seterr(err, errlen, "invalid port '%s': expected 1-65535",
+	    zp_escape(s, q, sizeof(q)));
+	return -1;
 }
 
 /* Parse a size with an optional K/M/G suffix. */
@@ -229,7 +233,7 @@ int
 zp_parse_size(const char *s, size_t *out, char *err, size_t errlen)
 {
 	unsigned long long	 v, mult = 1;
-	char			*end;
+	char			*end, q[ZP_ESCLEN];
 
 	if (*s == '\0' || !isdigit((unsigned char)*s))
 		goto bad;
@@ -262,18 +266,20 @@ zp_parse_size(const char *s, size_t *out, char *err, size_t errlen)
 	if (*end != '\0')
 		goto bad;
 	if (v == 0) {
-		seterr(err, errlen, "invalid size '%s': must be above 0", s);
+		seterr(err, errlen, "invalid size '%s': must be above 0",
+		    zp_escape(s, q, sizeof(q)));
 		return -1;
 	}
 	if (v > ZP_MAX_SIZE / mult) {
-		seterr(err, errlen, "invalid size '%s': above the limit of 1G", s);
+		seterr(err, errlen, "invalid size '%s': above the limit of 1G",
+		    zp_escape(s, q, sizeof(q)));
 		return -1;
 	}
 	*out = (size_t)(v * mult);
 	return 0;
 bad:
 	seterr(err, errlen, "invalid size '%s': expected a number with an "
-	    "optional K, M or G suffix", s);
+	    "optional K, M or G suffix", zp_escape(s, q, sizeof(q)));
 	return -1;
 }
 
@@ -285,11 +291,13 @@ zp_parse_listen(const char *s, struct zp_listen_spec *ls, char *err,
 	char	 host[INET6_ADDRSTRLEN + 1];
 	char	 portbuf[8];
 	char	*host_dyn = NULL;
+	char	 q[ZP_ESCLEN];
 
 	memset(ls, 0, sizeof(*ls));
 	if (s[0] == ':' && strchr(s + 1, ':') != NULL) {
 		seterr(err, errlen, "invalid listen address '%s': put an IPv6 "
-		    "address in brackets, [ADDR]:PORT", s);
+		    "address in brackets, [ADDR]:PORT",
+		    zp_escape(s, q, sizeof(q)));
 		return -1;
 	}
 	if (s[0] == ':') {
@@ -303,7 +311,8 @@ zp_parse_listen(const char *s, struct zp_listen_spec *ls, char *err,
 		return -1;
 	if (strlen(host_dyn) >= sizeof(host)) {
 		seterr(err, errlen, "invalid listen address '%s': expected "
-		    ":PORT, IPv4:PORT or [IPv6]:PORT", s);
+		    ":PORT, IPv4:PORT or [IPv6]:PORT",
+		    zp_escape(s, q, sizeof(q)));
 		free(host_dyn);
 		return -1;
 	}
@@ -333,7 +342,8 @@ zp_parse_listen(const char *s, struct zp_listen_spec *ls, char *err,
 	return 0;
 bad:
 	seterr(err, errlen, "invalid listen address '%s': expected :PORT, "
-	    "IPv4:PORT or [IPv6]:PORT with a numeric address", s);
+	    "IPv4:PORT or [IPv6]:PORT with a numeric address",
+	    zp_escape(s, q, sizeof(q)));
 	return -1;
 }
 
@@ -345,6 +355,7 @@ zp_parse_hostport(const char *s, char **hostp, char *port, size_t portlen,
 	const char	*colon, *hstart, *hend;
 	unsigned short	 p;
 	size_t		 hlen;
+	char		 q[ZP_ESCLEN];
 
 	*hostp = NULL;
 	if (s[0] == '[') {
@@ -352,7 +363,7 @@ zp_parse_hostport(const char *s, char **hostp, char *port, size_t portlen,
 		hend = strchr(hstart, ']');
 		if (hend == NULL || hend[1] != ':') {
 			seterr(err, errlen, "invalid address '%s': expected "
-			    "[IPv6]:PORT", s);
+			    "[IPv6]:PORT", zp_escape(s, q, sizeof(q)));
 			return -1;
 		}
 		colon = hend + 1;
@@ -360,26 +371,27 @@ zp_parse_hostport(const char *s, char **hostp, char *port, size_t portlen,
 		colon = strrchr(s, ':');
 		if (colon == NULL) {
 			seterr(err, errlen, "invalid address '%s': expected "
-			    "HOST:PORT", s);
+			    "HOST:PORT", zp_escape(s, q, sizeof(q)));
 			return -1;
 		}
 		hstart = s;
 		hend = colon;
 		if (memchr(hstart, ':', hend - hstart) != NULL) {
 			seterr(err, errlen, "invalid address '%s': put an "
-			    "IPv6 address in brackets, [ADDR]:PORT", s);
+			    "IPv6 address in brackets, [ADDR]:PORT",
+			    zp_escape(s, q, sizeof(q)));
 			return -1;
 		}
 	}
 	hlen = hend - hstart;
 	if (hlen == 0) {
 		seterr(err, errlen, "invalid address '%s': the host is "
-		    "missing", s);
+		    "missing", zp_escape(s, q, sizeof(q)));
 		return -1;
 	}
 	if (hlen > 253) {
 		seterr(err, errlen, "invalid address '%s': the host is too "
-		    "long", s);
+		    "long", zp_escape(s, q, sizeof(q)));
 		return -1;
 	}
 	if (zp_parse_port(colon + 1, &p, err, errlen) == -1)
@@ -409,24 +421,35 @@ parse_size_opt(const char *name, const char *s, size_t *out, char *err,
 	return -1;
 }
 
+/*
+ * Parse an integer option value from min to max (min >= 0); the message
+ * states that range.
+ */
+static int
+parse_range(const char *name, const char *s, long min, long max, long *out,
+    char *err, size_t errlen)
+{
+	long	 v;
+	char	*end, q[ZP_ESCLEN];
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (*s == '\0' || !isdigit((unsigned char)*s) || *end != '\0' ||
+	    errno != 0 || v < min || v > max) {
+		seterr(err, errlen, "invalid %s '%s': expected %ld-%ld", name,
+		    zp_escape(s, q, sizeof(q)), min, max);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
 /* Parse a positive integer option value. */
 static int
 parse_count(const char *name, const char *s, long max, long *out, char *err,
     size_t errlen)
 {
-	long	 v;
-	char	*end;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (*s == '\0' || !isdigit((unsigned char)*s) || *end != '\0' ||
-	    errno != 0 || v <= 0 || v > max) {
-		seterr(err, errlen, "invalid %s '%s': expected 1-%ld", name, s,
-		    max);
-		return -1;
-	}
-	*out = v;
-	return 0;
+	return parse_range(name, s, 1, max, out, err, errlen);
 }
 
 /* Parse a positive number of seconds, fractions allowed. */
@@ -435,7 +458,7 @@ parse_seconds(const char *name, const char *s, double *out, char *err,
     size_t errlen)
 {
 	double	 v;
-	char	*end;
+	char	*end, q[ZP_ESCLEN];
 
 	/* Plain decimal only: no exponents, hex floats, inf or nan. */
 	if (*s == '\0' || strspn(s, "0123456789.") != strlen(s) ||
@@ -450,7 +473,8 @@ parse_seconds(const char *name, const char *s, double *out, char *err,
 	return 0;
 bad:
 	seterr(err, errlen, "invalid %s '%s': expected seconds from %.3f to "
-	    "%.0f", name, s, ZP_MIN_TIMEOUT, ZP_MAX_TIMEOUT);
+	    "%.0f", name, zp_escape(s, q, sizeof(q)), ZP_MIN_TIMEOUT,
+	    ZP_MAX_TIMEOUT);
 	return -1;
 }
 
@@ -490,6 +514,7 @@ bad_option(const char *word, int opt, char *err, size_t errlen)
 {
 	const struct option	*o;
 	size_t			 len;
+	char			 q[ZP_ESCLEN], flag[3];
 
 	if (strncmp(word, "--", 2) == 0) {
 		len = strcspn(word + 2, "=");
@@ -501,12 +526,54 @@ bad_option(const char *word, int opt, char *err, size_t errlen)
 				    "value", o->name);
 				return;
 			}
-		seterr(err, errlen, "unknown option '%.*s'", (int)(len + 2),
-		    word);
-	} else if (opt != 0)
-		seterr(err, errlen, "unknown option '-%c'", opt);
-	else
-		seterr(err, errlen, "unknown option '%s'", word);
+		/* No escape makes a '=': the first one is the word's. */
+		zp_escape(word, q, sizeof(q));
+		q[strcspn(q, "=")] = '\0';
+		seterr(err, errlen, "unknown option '%s'", q);
+	} else if (opt != 0) {
+		flag[0] = '-';
+		flag[1] = (char)opt;
+		flag[2] = '\0';
+		seterr(err, errlen, "unknown option '%s'",
+		    zp_escape(flag, q, sizeof(q)));
+	} else
+		seterr(err, errlen, "unknown option '%s'",
+		    zp_escape(word, q, sizeof(q)));
+}
+
+#define ZP_NLONGOPTS	(sizeof(zp_longopts) / sizeof(zp_longopts[0]))
+
+/*
+ * An option that takes a value takes one, but for --upstream, which adds
+ * an upstream each time: a second value is refused, as nginx refuses a
+ * duplicate single-valued directive, rather than silently replacing the
+ * first (a unit file and its drop-in both setting -l).
+ * Flags may be repeated: they mean the same each time, and -vv counts.
+ * given[] holds, per zp_longopts entry, the value it was given. Returns 0,
+ * or -1 with err filled.
+ */
+static int
+check_once(int c, const char *arg, const char **given, char *err,
+    size_t errlen)
+{
+	const struct option	*o;
+	char			 q1[ZP_ESCLEN / 2], q2[ZP_ESCLEN / 2];
+	size_t			 i;
+
+	for (i = 0; zp_longopts[i].name != NULL; i++)
+		if (zp_longopts[i].val == c)
+			break;
+	o = &zp_longopts[i];
+	if (o->name == NULL || o->has_arg != required_argument || c == 'u')
+		return 0;
+	if (given[i] != NULL) {
+		seterr(err, errlen, "option --%s given twice ('%s', then '%s'): "
+		    "it takes one value", o->name, zp_escape(given[i], q1,
+		    sizeof(q1)), zp_escape(arg, q2, sizeof(q2)));
+		return -1;
+	}
+	given[i] = arg;
+	return 0;
 }
 
 /* Parse argv into cfg. */
@@ -515,6 +582,8 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
     size_t errlen)
 {
 	struct zp_upstream_spec	*up;
+	const char		*given[ZP_NLONGOPTS] = { NULL };
+	char			 q[ZP_ESCLEN];
 	long			 v;
 	int			 c;
 
@@ -522,6 +591,8 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 	optind = 0;	/* 0 makes glibc reinitialise, for the unit tests */
 	while ((c = getopt_long(argc, argv, ":l:u:m:vqhV", zp_longopts,
 	    NULL)) != -1) {
+		if (check_once(c, optarg, given, err, errlen) == -1)
+			return ZP_PARSE_ERROR;
 		switch (c) {
 		case 'l':
 			if (zp_parse_listen(optarg, &cfg->listen, err,
@@ -545,19 +616,16 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			if ((cfg->balance = zp_balance_parse(optarg)) == -1) {
 				seterr(err, errlen, "invalid balance '%s': "
 				    "expected first, roundrobin, leastconn or "
-				    "source", optarg);
+				    "source", zp_escape(optarg, q, sizeof(q)));
 				return ZP_PARSE_ERROR;
 			}
 			break;
 		case OPT_RETRIES:
 			/* 0 is meaningful here: never try another upstream. */
-			if (strcmp(optarg, "0") == 0)
-				cfg->retries = 0;
-			else if (parse_count("retries", optarg,
-			    ZP_MAX_UPSTREAMS, &v, err, errlen) == -1)
+			if (parse_range("retries", optarg, 0, ZP_MAX_UPSTREAMS,
+			    &v, err, errlen) == -1)
 				return ZP_PARSE_ERROR;
-			else
-				cfg->retries = (int)v;
+			cfg->retries = (int)v;
 			break;
 		case OPT_MAX_FAILS:
 			if (parse_count("max-fails", optarg, 1000000, &v, err,
@@ -614,7 +682,8 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 				cfg->log_format = ZP_LOG_JSON;
 			else {
 				seterr(err, errlen, "invalid log-format '%s': "
-				    "expected text or json", optarg);
+				    "expected text or json",
+				    zp_escape(optarg, q, sizeof(q)));
 				return ZP_PARSE_ERROR;
 			}
 			break;
@@ -630,7 +699,8 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 				return ZP_PARSE_ERROR;
 			if (cfg->dns_server.any) {
 				seterr(err, errlen, "invalid dns-server '%s': "
-				    "expected ADDR:PORT", optarg);
+				    "expected ADDR:PORT",
+				    zp_escape(optarg, q, sizeof(q)));
 				return ZP_PARSE_ERROR;
 			}
 			cfg->have_dns_server = 1;
@@ -642,7 +712,8 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 				cfg->send_proxy = 2;
 			else {
 				seterr(err, errlen, "invalid send-proxy '%s': "
-				    "expected v1 or v2", optarg);
+				    "expected v1 or v2",
+				    zp_escape(optarg, q, sizeof(q)));
 				return ZP_PARSE_ERROR;
 			}
 			break;
@@ -653,7 +724,8 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 				cfg->mode = ZP_MODE_COPY;
 			else {
 				seterr(err, errlen, "invalid mode '%s': "
-				    "expected splice or copy", optarg);
+				    "expected splice or copy",
+				    zp_escape(optarg, q, sizeof(q)));
 				return ZP_PARSE_ERROR;
 			}
 			break;
@@ -686,13 +758,11 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			    &cfg->connect_timeout, err, errlen) == -1)
 				return ZP_PARSE_ERROR;
 			break;
-		case 'v':	/* the last of -v and -q wins */
+		case 'v':
 			cfg->verbose++;
-			cfg->quiet = 0;
 			break;
 		case 'q':
 			cfg->quiet = 1;
-			cfg->verbose = 0;
 			break;
 		case 'h':
 			return ZP_PARSE_HELP;
@@ -700,7 +770,7 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			return ZP_PARSE_VERSION;
 		case ':':
 			seterr(err, errlen, "option '%s' needs a value",
-			    argv[optind - 1]);
+			    zp_escape(argv[optind - 1], q, sizeof(q)));
 			return ZP_PARSE_ERROR;
 		default:
 			bad_option(argv[optind - 1], optopt, err, errlen);
@@ -708,7 +778,8 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		}
 	}
 	if (optind < argc) {
-		seterr(err, errlen, "unexpected argument '%s'", argv[optind]);
+		seterr(err, errlen, "unexpected argument '%s'",
+		    zp_escape(argv[optind], q, sizeof(q)));
 		return ZP_PARSE_ERROR;
 	}
 	if (!cfg->have_listen) {
@@ -722,6 +793,12 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 	if (cfg->log_file != NULL && cfg->use_syslog) {
 		seterr(err, errlen, "--log-file and --syslog exclude each "
 		    "other");
+		return ZP_PARSE_ERROR;
+	}
+	/* Which one was meant is a guess: say so rather than take the last. */
+	if (cfg->verbose > 0 && cfg->quiet) {
+		seterr(err, errlen, "--verbose (-v) and --quiet (-q) exclude "
+		    "each other");
 		return ZP_PARSE_ERROR;
 	}
 	return ZP_PARSE_OK;
@@ -763,7 +840,8 @@ int
 zp_upstream_resolve(struct zp_upstream_spec *up, char *err, size_t errlen)
 {
 	struct addrinfo	 hints, *res = NULL;
-	int		 rc;
+	char		 q[ZP_ESCLEN];
+	int		 rc, e;
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
@@ -772,16 +850,17 @@ zp_upstream_resolve(struct zp_upstream_spec *up, char *err, size_t errlen)
 	hints.ai_flags = AI_NUMERICSERV;
 	rc = getaddrinfo(up->host, up->port, &hints, &res);
 	if (rc != 0) {
+		e = errno;
 		seterr(err, errlen, "upstream '%s' does not resolve: %s",
-		    up->host, rc == EAI_SYSTEM ? strerror(errno) :
-		    gai_strerror(rc));
+		    zp_escape(up->host, q, sizeof(q)), rc == EAI_SYSTEM ?
+		    strerror(e) : gai_strerror(rc));
 		return -1;
 	}
 	rc = zp_upstream_set_addrs(up, res);
 	freeaddrinfo(res);
 	if (rc == -1) {
 		seterr(err, errlen, "upstream '%s' does not resolve to a "
-		    "usable address", up->host);
+		    "usable address", zp_escape(up->host, q, sizeof(q)));
 		return -1;
 	}
 	return 0;

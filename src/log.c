@@ -352,16 +352,15 @@ log_report_dropped(struct zp_log *lg)
 }
 
 /*
- * The rate limit: may a line at level (already enabled) be written now?
- * WARN and ERROR lines beyond ZP_LOG_RATE in a one-second window are
- * counted instead. The first line of any level once such a window is
- * over is preceded by the count.
+ * The rate limit: may a line (already enabled) be written now? A limited
+ * line beyond ZP_LOG_RATE in a one-second window is counted instead. The
+ * first line of any kind once such a window is over is preceded by the
+ * count.
  */
 static int
-log_admit(struct zp_log *lg, int level)
+log_admit(struct zp_log *lg, int limited)
 {
 	struct timespec	now;
-	int		limited = level <= ZP_LOG_WARN;
 	long long	ms;
 
 	if (!limited && lg->rl_dropped == 0)
@@ -440,22 +439,25 @@ zp_log_open(struct zp_log *lg, const char *path, int use_syslog, int json,
     char *err, size_t errlen)
 {
 	FILE	*fp;
-	char	*copy;
+	char	*copy, q[ZP_ESCLEN];
+	int	 e;
 
 	if (path != NULL && use_syslog) {
 		snprintf(err, errlen, "cannot log both to '%s' and to syslog",
-		    path);
+		    zp_escape(path, q, sizeof(q)));
 		return -1;
 	}
 	if (path != NULL) {
 		if ((copy = strdup(path)) == NULL) {
+			e = errno;
 			snprintf(err, errlen, "cannot open log file '%s': %s",
-			    path, strerror(errno));
+			    zp_escape(path, q, sizeof(q)), strerror(e));
 			return -1;
 		}
 		if ((fp = log_open_file(path)) == NULL) {
+			e = errno;
 			snprintf(err, errlen, "cannot open log file '%s': %s",
-			    path, strerror(errno));
+			    zp_escape(path, q, sizeof(q)), strerror(e));
 			free(copy);
 			return -1;
 		}
@@ -481,13 +483,16 @@ int
 zp_log_reopen(struct zp_log *lg)
 {
 	FILE	*fp;
+	char	 q[ZP_ESCLEN];
+	int	 e;
 
 	if (lg->sink != ZP_LOG_FILE || lg->fp == NULL)
 		return 0;
 	if ((fp = log_open_file(lg->path)) == NULL) {
+		e = errno;
 		zp_log(lg, ZP_LOG_ERROR, "cannot reopen log file '%s': %s; "
-		    "still writing to the old file", lg->path,
-		    strerror(errno));
+		    "still writing to the old file", zp_escape(lg->path, q,
+		    sizeof(q)), strerror(e));
 		return -1;
 	}
 	fclose(lg->fp);
@@ -517,7 +522,13 @@ zp_log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r)
 	const char	*q1 = "", *error = "", *q2 = "";
 	int		 saved = errno;
 
-	if (!zp_log_enabled(lg, level) || !log_admit(lg, level))
+	/*
+	 * A failed client's line is a warning, limited like the others; but
+	 * with -v the operator asked for every connection, failed or not,
+	 * and a storm of short successful ones would write as much.
+	 */
+	if (!zp_log_enabled(lg, level) || !log_admit(lg, level <= ZP_LOG_WARN &&
+	    !zp_log_enabled(lg, ZP_LOG_CONN)))
 		return;
 	if (lg->json) {
 		log_emit(lg, level, NULL, r);
@@ -559,7 +570,8 @@ zp_log(struct zp_log *lg, int level, const char *fmt, ...)
 	va_list	ap;
 	int	n, saved = errno;
 
-	if (!zp_log_enabled(lg, level) || !log_admit(lg, level))
+	if (!zp_log_enabled(lg, level) ||
+	    !log_admit(lg, level <= ZP_LOG_WARN))
 		return;
 	va_start(ap, fmt);
 	n = vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -571,4 +583,63 @@ zp_log(struct zp_log *lg, int level, const char *fmt, ...)
 	if (n >= 0)
 		log_emit(lg, level, msg, NULL);
 	errno = saved;
+}
+
+/*
+ * Escape s for a one-line message; see log.h. Each byte becomes one token
+ * (itself or an escape); tokens are written while they fit, and the last
+ * point where "..." still fits after them is remembered, so that a value
+ * cut short never ends inside an escape.
+ */
+const char *
+zp_escape(const char *s, char *buf, size_t len)
+{
+	const unsigned char	*u = (const unsigned char *)s;
+	char			 tok[5];
+	size_t			 n = 0, cut = 0, k;
+
+	if (len == 0)
+		return buf;
+	for (; *u != '\0'; u++) {
+		switch (*u) {
+		case '\n':
+			memcpy(tok, "\\n", 3);
+			break;
+		case '\t':
+			memcpy(tok, "\\t", 3);
+			break;
+		case '\r':
+			memcpy(tok, "\\r", 3);
+			break;
+		case '\\':
+		case '\'':
+		case '"':
+			tok[0] = '\\';
+			tok[1] = (char)*u;
+			tok[2] = '\0';
+			break;
+		default:
+			if (*u < 0x20 || *u > 0x7e)
+				snprintf(tok, sizeof(tok), "\\x%02x", *u);
+			else {
+				tok[0] = (char)*u;
+				tok[1] = '\0';
+			}
+			break;
+		}
+		k = strlen(tok);
+		if (n + k > len - 1) {
+			/* Cut: back to where "..." (or what of it fits) goes. */
+			n = cut;
+			for (k = 0; k < 3 && n < len - 1; k++)
+				buf[n++] = '.';
+			break;
+		}
+		memcpy(buf + n, tok, k);
+		n += k;
+		if (n + 3 <= len - 1)
+			cut = n;
+	}
+	buf[n] = '\0';
+	return buf;
 }

@@ -96,4 +96,17 @@ void	zp_log_conn(struct zp_log *, int, const struct zp_conn_record *);
 /* True when a line at level would be written (to skip costly formatting). */
 int	zp_log_enabled(const struct zp_log *, int);
 
+/* Room for one escaped value in a message: ZP_ESCLEN - 1 characters. */
+#define ZP_ESCLEN	160
+
+/*
+ * Write s into buf (len bytes) as it may be quoted in a message of one
+ * line: backslash and quotes as \\, \' and \", newline, tab and carriage
+ * return as \n, \t and \r, every other byte outside printable ASCII as
+ * \xNN. A value that does not fit is cut between two escapes and ends in
+ * "...". Returns buf. Every message that quotes what a user gave (an
+ * argument, a path, a name) passes it through here.
+ */
+const char *zp_escape(const char *s, char *buf, size_t len);
+
 #endif

@@ -9,6 +9,11 @@
 # (127.0.0.1, 0.0.0.0, :PORT over IPv4 and IPv6, [::1], a host name), with
 # -q silencing "listening on"; a second instance on a taken port fails
 # cleanly. The running cases are done in splice and copy mode.
+# Values with control characters (newline, tab, CR, ESC, DEL, 0xff) are
+# quoted escaped in every kind of message: still one line, the escape
+# visible. An option that takes a value, given twice, is refused naming
+# it (exit 64), as are -v with -q; --retries 0 starts and relays, with
+# -vv; --retries 65 says the range is 0-64.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
 # bad EXPECTED_STATUS WORD ARGS...: zproxy ARGS must exit with
@@ -17,10 +22,13 @@
 # extended regex, case-insensitive: the bad value or the option's name).
 bad() { subcase bad_check "$@"; }
 bad_check() {
-	local want=$1 word=$2 rc lines; shift 2
+	local want=$1 word=$2 rc lines args; shift 2
 	timeout -k 2 10 "$ZPROXY" "$@" >"$T/bad.out" 2>"$T/bad.err"
 	rc=$?
-	local what="zproxy $* -> exit $rc"
+	# shell-quoted, so that a control character in an argument cannot
+	# break our own output's lines
+	args=$(printf '%q ' "$@")
+	local what="zproxy ${args% } -> exit $rc"
 	[ "$rc" -eq 124 ] && fail "$what: hung (killed after 10 s)"
 	[ "$rc" -ge 128 ] && fail "$what: killed by signal $((rc - 128))"
 	sanitizer_clean "$T/bad.err" || fail "$what: sanitizer report: $(head -c 300 "$T/bad.err")"
@@ -35,7 +43,7 @@ bad_check() {
 	grep -qiE -- "$word" "$T/bad.err" ||
 		fail "$what: stderr does not name '$word': $(cat "$T/bad.err")"
 	[ -s "$T/bad.out" ] && fail "$what: wrote to stdout: $(head -c 200 "$T/bad.out")"
-	ok "$* -> $rc, one line naming '$word'"
+	ok "${args% } -> $rc, one line naming '$word'"
 }
 
 UP=127.0.0.1:$(free_port)	# well-formed but unused: start-up fails first
@@ -78,6 +86,39 @@ bad 64 abc -l "$L" -u "$UP" --max-conns abc
 bad 64 -3 -l "$L" -u "$UP" --max-conns -3
 bad 64 xyz -l "$L" -u "$UP" --connect-timeout xyz
 bad 64 -1 -l "$L" -u "$UP" --connect-timeout -1
+bad 64 "invalid retries '65': expected 0-64" -l "$L" -u "$UP" --retries 65
+bad 64 "invalid retries '-1': expected 0-64" -l "$L" -u "$UP" --retries -1
+
+# ---- control characters in values: escaped, one line --------------------
+bad 64 "invalid listen address '127\\.0\\.0\\.1\\\\n:80'" -l $'127.0.0.1\n:80' -u "$UP"
+bad 64 "invalid port '80\\\\r'" -l $':80\r' -u "$UP"
+bad 64 "invalid address 'up\\\\nstream': expected HOST:PORT" -l "$L" -u $'up\nstream'
+bad 64 "invalid mode 'copy\\\\n'" -l "$L" -u "$UP" -m $'copy\n'
+bad 64 "invalid size '1\\\\t'" -l "$L" -u "$UP" --pipe-size $'1\t'
+bad 64 "invalid max-conns '5\\\\x7f'" -l "$L" -u "$UP" --max-conns $'5\x7f'
+bad 64 "invalid connect-timeout '1\\\\n2'" -l "$L" -u "$UP" --connect-timeout $'1\n2'
+bad 64 "invalid balance '\\\\x1b\\[31mred'" -l "$L" -u "$UP" --balance $'\e[31mred'
+bad 64 "invalid send-proxy 'v\\\\xff'" -l "$L" -u "$UP" --send-proxy $'v\xff'
+bad 64 "invalid log-format 'it\\\\'s'" -l "$L" -u "$UP" --log-format "it's"
+bad 64 "unknown option '--a\\\\nb'" -l "$L" -u "$UP" $'--a\nb=1'
+bad 64 "unexpected argument 'ex\\\\ntra'" -l "$L" -u "$UP" $'ex\ntra'
+bad 73 "cannot open log file '$T/none/a\\\\nb'" -l "$L" -u "$UP" --log-file "$T/none/a"$'\nb'
+
+# ---- an option that takes one value, given twice; -v with -q -------------
+bad 64 "option --listen given twice" -l "$L" -l "$L" -u "$UP"
+bad 64 "option --listen given twice \\('$L', then '127\\.0\\.0\\.1:1'\\)" --listen "$L" -u "$UP" -l 127.0.0.1:1
+bad 64 "option --mode given twice" -l "$L" -u "$UP" -m copy --mode=splice
+bad 64 "option --stats given twice" -l "$L" -u "$UP" --stats 127.0.0.1:1 --stats 127.0.0.1:2
+bad 64 "option --log-file given twice" -l "$L" -u "$UP" --log-file "$T/a.log" --log-file "$T/b.log"
+bad 64 "option --max-conns given twice" -l "$L" -u "$UP" --max-conns 5 --max-conns 5
+bad 64 "option --retries given twice" -l "$L" -u "$UP" --retries 0 --retries 1
+bad 64 "option --connect-timeout given twice" -l "$L" -u "$UP" --connect-timeout 1 --connect-timeout 2
+bad 64 "option --pipe-size given twice" -l "$L" -u "$UP" --pipe-size 64K --pipe-size 1M
+bad 64 "option --balance given twice" -l "$L" -u "$UP" --balance first --balance source
+bad 64 "option --idle-timeout given twice" -l "$L" -u "$UP" --idle-timeout 1 --idle-timeout 2
+bad 64 "-v.*-q.*exclude" -l "$L" -u "$UP" -v -q
+bad 64 "-v.*-q.*exclude" -l "$L" -u "$UP" -q -vv
+bad 64 "-v.*-q.*exclude" -l "$L" -u "$UP" --quiet --verbose
 
 # ---- name resolution and system errors ----------------------------------
 # A name that does not resolve, looked up in /etc/hosts only (a private
@@ -91,6 +132,8 @@ if unshare -m sh -c 'mount --bind "$0" /etc/nsswitch.conf' "$T/nsswitch.conf" 2>
 	ZPROXY_REAL=$ZPROXY
 	ZPROXY=$T/zproxy-nodns
 	bad 68 nonexistent.invalid -l "$L" -u nonexistent.invalid:80
+	bad 68 "upstream 'x\\\\n' does not resolve" -l "$L" -u $'x\n:80'
+	bad 68 "upstream 'a\\\\tb\\\\x01' does not resolve" -l "$L" -u $'a\tb\x01:80'
 	ZPROXY=$ZPROXY_REAL
 else
 	fail "cannot make a mount namespace (unshare -m) to test an unresolvable name without DNS"
@@ -239,6 +282,18 @@ address_forms() {
 for mode in $MODES; do
 	subcase address_forms
 done
+
+# retries_zero_vv: --retries 0 (never another upstream) is a valid value,
+# -vv raises the level past -v, and repeated flags are accepted: zproxy
+# starts and relays, logging the connection.
+retries_zero_vv() {
+	upstream_peer
+	start_zproxy -vv --retries 0 --keepalive --keepalive -u "127.0.0.1:$UPSTREAM_PORT"
+	roundtrip 127.0.0.1 "--retries 0 -vv"
+	stop_zproxy
+	ok "--retries 0 -vv --keepalive --keepalive: starts, relays both ways, exits 0"
+}
+subcase retries_zero_vv
 
 # stop_with_open_connections: SIGTERM while 3 connections are mid-transfer
 # (the upstream does not read, so bytes wait in zproxy) drains them for

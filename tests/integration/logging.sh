@@ -18,6 +18,9 @@
 #   e. rate limit: 300 connections to a refusing upstream at once: far
 #      fewer than 300 warning lines (<= 100), then "N log lines
 #      suppressed", and the lines written plus N account for all 300;
+#      SIGUSR1's stats line counts every failed client (failed=N >= 300);
+#      with -v the same storm (200 clients) gives exactly 200 connection
+#      lines, no "suppressed" line (not even at exit), failed=200;
 #   f. --syslog: zproxy serves (byte-exact) and writes no per-connection
 #      line to stderr; in a private mount namespace (unshare -m) whose
 #      /dev/log is a socat datagram socket, the lines arrive there with
@@ -268,9 +271,42 @@ rate_limit() {
 	[ -n "$sup" ] || fail "$what: cannot read the count: $(grep suppressed "$ZLOG")"
 	[ $((n + sup)) -ge 300 ] ||
 		fail "$what: $n lines written + $sup suppressed < 300 refused clients"
+	failed_counted "$what" 300 ge
 	zproxy_alive "after the storm"
 	stop_zproxy
-	ok "$what: 300 refused clients: $n warning lines, then '$sup log lines suppressed' ($how)"
+	ok "$what: 300 refused clients: $n warning lines, then '$sup log lines suppressed' ($how); $FAILED"
+}
+
+# failed_counted WHAT N OP: SIGUSR1's stats line says failed=F with F -OP N
+# (every failed client counted, logged or not). Sets FAILED to "failed=F".
+failed_counted() {
+	local line f
+	kill -USR1 "$ZPID"
+	line=$(wait_line "$ZLOG" 'stats: ' 5 "$ZPID") || fail "$1: no 'stats:' line"
+	f=$(echo "$line" | sed -n 's/.* failed=\([0-9][0-9]*\).*/\1/p')
+	[ -n "$f" ] && [ "$f" -"$3" "$2" ] ||
+		fail "$1: expected failed -$3 $2 in the stats line: $line"
+	FAILED="failed=$f"
+}
+
+# e, with -v: a failed client is a connection like any other, and -v asked
+# for every connection's line, so none of them is held back.
+rate_limit_verbose() {
+	local what="rate limit, -v" refusing n
+	refusing=$(free_port -b 127.0.0.1)
+	start_zproxy -v -m "$mode" -u "127.0.0.1:$refusing"
+	peer burst connect 127.0.0.1 "$ZPORT" -n 200 --expect-close 10 -t 30 ||
+		fail "$what: 200 clients to a refusing upstream: $(cat "$T/burst.err")"
+	# zproxy logs a pair before it closes the client: all 200 are in.
+	n=$(count "$ZLOG" ' conn=[0-9]+ .*end=upstream-refused')
+	[ "$n" -eq 200 ] ||
+		fail "$what: $n connection lines for 200 refused clients, expected 200"
+	failed_counted "$what" 200 eq
+	zproxy_alive "after the storm"
+	stop_zproxy
+	grep -q 'suppressed' "$ZLOG" &&
+		fail "$what: lines were held back: $(grep suppressed "$ZLOG")"
+	ok "$what: 200 refused clients: 200 connection lines, none suppressed (at exit either); $FAILED"
 }
 
 # f. syslog. syslog_ns: can we give zproxy a /dev/log of our own?
@@ -342,6 +378,7 @@ done
 mode=${MODES%% *}
 subcase stats
 subcase rate_limit
+subcase rate_limit_verbose
 subcase use_syslog
 
 zp_done

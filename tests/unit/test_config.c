@@ -767,47 +767,224 @@ test_parse_second_upstream(void **state)
 	assert_errmsg(s->err, "upstream");
 }
 
-/* A second -l simply replaces the first. */
+/*
+ * An option that takes a value may be given once (but -u): a second one,
+ * short or long, equal or not, is refused with one line naming the
+ * option and both values, whichever option it is; a value of its own
+ * that is wrong is not reached.
+ */
 static void
 test_parse_second_listen(void **state)
 {
+	static const struct {
+		const char	*opt, *a, *b, *name;
+	} twice[] = {
+		{ "-l", ":1", ":1", "--listen" },
+		{ "--listen", ":1", "127.0.0.1:2", "--listen" },
+		{ "-m", "copy", "splice", "--mode" },
+		{ "--pipe-size", "64K", "1M", "--pipe-size" },
+		{ "--buffer-size", "16K", "16K", "--buffer-size" },
+		{ "--splice-min", "0", "4K", "--splice-min" },
+		{ "--max-conns", "10", "20", "--max-conns" },
+		{ "--connect-timeout", "1", "2", "--connect-timeout" },
+		{ "--balance", "first", "source", "--balance" },
+		{ "--retries", "0", "1", "--retries" },
+		{ "--max-fails", "2", "3", "--max-fails" },
+		{ "--fail-timeout", "1", "2", "--fail-timeout" },
+		{ "--check-interval", "1", "2", "--check-interval" },
+		{ "--resolve-interval", "1", "2", "--resolve-interval" },
+		{ "--idle-timeout", "1", "2", "--idle-timeout" },
+		{ "--fin-timeout", "1", "2", "--fin-timeout" },
+		{ "--drain-timeout", "1", "2", "--drain-timeout" },
+		{ "--log-file", "/tmp/a", "/tmp/b", "--log-file" },
+		{ "--log-format", "json", "text", "--log-format" },
+		{ "--stats", ":9100", ":9101", "--stats" },
+		{ "--send-proxy", "v1", "v2", "--send-proxy" },
+		{ "--dns-server", "127.0.0.1:53", "127.0.0.1:54",
+		    "--dns-server" },
+		{ "--mode", "copy", "nonsense", "--mode" },
+	};
 	struct cfg_state	*s = *state;
+	char			 want[ZP_ERRLEN];
+	size_t			 i;
+	int			 rc;
 
-	assert_int_equal(parse(s, "-l", ":1", "-l", "127.0.0.1:2", "-u", "a:1",
+	for (i = 0; i < sizeof(twice) / sizeof(twice[0]); i++) {
+		reparse_reset(s);
+		if (strcmp(twice[i].name, "--listen") == 0)
+			rc = parse(s, "-u", "h:1", twice[i].opt, twice[i].a,
+			    twice[i].opt, twice[i].b, NULL);
+		else
+			rc = parse(s, twice[i].opt, twice[i].a, "-l", ":7",
+			    "-u", "h:1", twice[i].opt, twice[i].b, NULL);
+		if (rc != ZP_PARSE_ERROR)
+			fail_msg("%s given twice accepted", twice[i].opt);
+		snprintf(want, sizeof(want), "option %s given twice ('%s', "
+		    "then '%s'): it takes one value", twice[i].name,
+		    twice[i].a, twice[i].b);
+		assert_errmsg(s->err, want);
+	}
+
+	/* Short and long forms are one option. */
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "--listen=:2", "-u", "a:1",
+	    NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--listen given twice");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--mode=copy",
+	    "-mcopy", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--mode given twice");
+
+	/* -u adds upstreams; flags may be repeated. */
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "-u", "a:1",
+	    "--keepalive", "--keepalive", "--syslog", "--syslog", "-q", "-q",
 	    NULL), ZP_PARSE_OK);
-	assert_int_equal(s->cfg.listen.any, 0);
-	assert_int_equal(s->cfg.listen.port, 2);
+	assert_int_equal(s->cfg.nupstreams, 2);
+	assert_int_equal(s->cfg.keepalive, 1);
+	assert_int_equal(s->cfg.use_syslog, 1);
+	assert_int_equal(s->cfg.quiet, 1);
+
+	/* Escaped there as anywhere: still one line. */
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--log-file",
+	    "/tmp/a\n", "--log-file", "/tmp/\tb", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "('/tmp/a\\n', then '/tmp/\\tb')");
 }
 
-/* Of -v and -q, the last one given wins. */
+/*
+ * -v and -q exclude each other, in either order, short or long: one
+ * line naming both. -v counts (-vv, -v -v); -q alone is quiet.
+ */
 static void
 test_parse_verbose_quiet(void **state)
 {
+	static const char *const both[][3] = {
+		{ "-v", "-q", NULL }, { "-q", "-v", NULL },
+		{ "-vq", NULL, NULL }, { "-vv", "-q", NULL },
+		{ "--quiet", "--verbose", NULL }, { "-q", "-vv", "-q" },
+	};
 	struct cfg_state	*s = *state;
 	struct zp_config	*c = &s->cfg;
+	size_t			 i;
 
-	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "-v", "-q", NULL),
-	    ZP_PARSE_OK);
-	assert_int_equal(c->quiet, 1);
-	assert_int_equal(c->verbose, 0);
+	for (i = 0; i < sizeof(both) / sizeof(both[0]); i++) {
+		reparse_reset(s);
+		if (parse(s, "-l", ":1", "-u", "h:1", both[i][0], both[i][1],
+		    both[i][2], NULL) != ZP_PARSE_ERROR)
+			fail_msg("%s %s accepted", both[i][0],
+			    both[i][1] != NULL ? both[i][1] : "");
+		assert_errmsg(s->err, "-v");
+		assert_errmsg(s->err, "-q");
+	}
 
 	reparse_reset(s);
-	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "-q", "-v", NULL),
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "-vv", NULL),
 	    ZP_PARSE_OK);
+	assert_int_equal(c->verbose, 2);
 	assert_int_equal(c->quiet, 0);
-	assert_int_equal(c->verbose, 1);
 
 	reparse_reset(s);
-	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "-vv", "-q", "-vv",
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "-v", "--verbose",
 	    NULL), ZP_PARSE_OK);
-	assert_int_equal(c->quiet, 0);
 	assert_int_equal(c->verbose, 2);
 
 	reparse_reset(s);
-	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--quiet",
-	    "--verbose", "--quiet", NULL), ZP_PARSE_OK);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--quiet", NULL),
+	    ZP_PARSE_OK);
 	assert_int_equal(c->quiet, 1);
 	assert_int_equal(c->verbose, 0);
+}
+
+/*
+ * A value with control characters, quotes or bytes above 0x7f is quoted
+ * escaped in every kind of message (address, port, size, count, seconds,
+ * keyword, unknown option, missing value, positional, resolution): one
+ * line, with the escape in it, no raw control byte.
+ */
+static void
+test_parse_escaped_values(void **state)
+{
+	static const struct {
+		const char	*opt, *val, *want;
+	} cases[] = {
+		{ "-l", "x\n:80", "'x\\n:80'" },
+		{ "-l", ":8\n0", "'8\\n0'" },
+		{ "-u", "x\n", "'x\\n': expected HOST:PORT" },
+		{ "-u", "h:8\r0", "'8\\r0'" },
+		{ "--pipe-size", "1\x1b[2J", "'1\\x1b[2J'" },
+		{ "--max-conns", "5\t", "'5\\t'" },
+		{ "--retries", "1\n", "'1\\n'" },
+		{ "--connect-timeout", "1\n", "'1\\n'" },
+		{ "--mode", "spl'ice\n", "'spl\\'ice\\n'" },
+		{ "--balance", "\"x\"\\", "'\\\"x\\\"\\\\'" },
+		{ "--send-proxy", "v\xff", "'v\\xff'" },
+		{ "--log-format", "j\x7f", "'j\\x7f'" },
+		{ "--stats", "\n", "'\\n'" },
+		{ "--dns-server", ":5\x01", "'5\\x01'" },
+	};
+	struct cfg_state	*s = *state;
+	size_t			 i, j;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		reparse_reset(s);
+		if (strcmp(cases[i].opt, "-l") == 0)
+			assert_int_equal(parse(s, "-u", "h:1", "-l",
+			    cases[i].val, NULL), ZP_PARSE_ERROR);
+		else if (strcmp(cases[i].opt, "-u") == 0)
+			assert_int_equal(parse(s, "-l", ":1", "-u",
+			    cases[i].val, NULL), ZP_PARSE_ERROR);
+		else
+			assert_int_equal(parse(s, "-l", ":1", "-u", "h:1",
+			    cases[i].opt, cases[i].val, NULL),
+			    ZP_PARSE_ERROR);
+		assert_errmsg(s->err, cases[i].want);
+		for (j = 0; s->err[j] != '\0'; j++)
+			if ((unsigned char)s->err[j] < 0x20 ||
+			    (unsigned char)s->err[j] >= 0x7f)
+				fail_msg("%s: raw byte 0x%02x in \"%s\"",
+				    cases[i].opt, (unsigned char)s->err[j],
+				    s->err);
+	}
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--bo\ngus=1",
+	    NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "unknown option '--bo\\ngus'");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "-\x01", NULL),
+	    ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "unknown option '-\\x01'");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "ex\ntra", NULL),
+	    ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "'ex\\ntra'");
+
+	/* A long value is cut, but the message keeps its reason. */
+	{
+		char	longv[600];
+
+		memset(longv, 'a', sizeof(longv) - 1);
+		longv[sizeof(longv) - 1] = '\0';
+		longv[300] = ':';
+		reparse_reset(s);
+		assert_int_equal(parse(s, "-l", ":1", "-u", longv, NULL),
+		    ZP_PARSE_ERROR);
+		assert_errmsg(s->err, "...': the host is too long");
+	}
+}
+
+/* Resolution failures quote the host escaped, too. */
+static void
+test_resolve_escaped(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "x\n.invalid:80", NULL),
+	    ZP_PARSE_OK);
+	assert_int_equal(zp_config_resolve(&s->cfg, s->err, sizeof(s->err)),
+	    -1);
+	assert_errmsg(s->err, "upstream 'x\\n.invalid' does not resolve");
 }
 
 /* --mode takes only "splice" or "copy", and names a bad value. */
@@ -1244,6 +1421,19 @@ test_parse_upstream_options(void **state)
 	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--retries",
 	    "-1", NULL), ZP_PARSE_ERROR);
 	assert_errmsg(s->err, "retries");
+	/* The message states the range there is: 0 is valid. */
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--retries",
+	    "65", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "invalid retries '65': expected 0-64");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--retries",
+	    "64", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.retries, 64);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--retries",
+	    "00", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.retries, 0);
 	reparse_reset(s);
 	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--stats",
 	    "9100", NULL), ZP_PARSE_ERROR);
@@ -1297,6 +1487,10 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_parse_second_upstream,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_second_listen,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_escaped_values,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_resolve_escaped,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_verbose_quiet,
 		    cfg_setup, cfg_teardown),

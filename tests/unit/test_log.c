@@ -1073,9 +1073,11 @@ test_truncate_utf8(void **state)
 
 /*
  * A storm of WARN/ERROR lines: ZP_LOG_RATE are written in the window,
- * the rest counted; NOTICE and CONN lines are never limited; once the
- * window is over (moved back here, not slept) the next line is preceded
- * by one "N log lines suppressed" warning, and a new window opens.
+ * the rest counted; NOTICE and CONN lines are never limited, nor (the
+ * logger writing every connection, as with -v) a failed connect's WARN
+ * connection line; once the window is over (moved back here, not slept)
+ * the next line is preceded by one "N log lines suppressed" warning, and
+ * a new window opens.
  */
 static void
 test_rate_limit(void **state)
@@ -1092,9 +1094,9 @@ test_rate_limit(void **state)
 		zp_log_conn(&fx->lg, ZP_LOG_CONN, &rec);
 	}
 	zp_log_conn(&fx->lg, ZP_LOG_WARN, &rec);	/* a refused connect */
-	assert_int_equal(fx->lg.rl_dropped, 81);
+	assert_int_equal(fx->lg.rl_dropped, 80);
 	fx_read(fx, fx->path);
-	assert_int_equal(count_lines(fx->text), ZP_LOG_RATE + 100);
+	assert_int_equal(count_lines(fx->text), ZP_LOG_RATE + 101);
 	assert_non_null(strstr(fx->text, ": w 19\n"));
 	assert_null(strstr(fx->text, ": w 20\n"));
 	assert_null(strstr(fx->text, "suppressed"));
@@ -1105,12 +1107,102 @@ test_rate_limit(void **state)
 		zp_log(&fx->lg, ZP_LOG_WARN, "again %d", i);
 	fx_read(fx, fx->path);
 	n = count_lines(fx->text);
-	assert_int_equal(n, ZP_LOG_RATE + 100 + 2 + ZP_LOG_RATE);
-	nth_line(fx->text, ZP_LOG_RATE + 100, l, sizeof(l));
-	assert_non_null(strstr(l, "]: 81 log lines suppressed"));
+	assert_int_equal(n, ZP_LOG_RATE + 101 + 2 + ZP_LOG_RATE);
 	nth_line(fx->text, ZP_LOG_RATE + 101, l, sizeof(l));
+	assert_non_null(strstr(l, "]: 80 log lines suppressed"));
+	nth_line(fx->text, ZP_LOG_RATE + 102, l, sizeof(l));
 	assert_non_null(strstr(l, "]: after the storm"));
 	assert_int_equal(fx->lg.rl_dropped, 10);
+}
+
+/*
+ * Failed connects (WARN connection lines), the way zproxy logs them:
+ * without -v (level NOTICE) they are warnings, limited and counted like
+ * any; with -v (level CONN) each one is written, however many, and the
+ * other warnings stay limited. A pending count still comes out before
+ * the first line once the window is over, a connection line included.
+ */
+static void
+test_rate_limit_failed_conns(void **state)
+{
+	struct fx	*fx = *state;
+	char		 l[512];
+	int		 i;
+
+	fx_open(fx, 0);
+	fx->lg.level = ZP_LOG_NOTICE;
+	for (i = 0; i < 200; i++)
+		zp_log_conn(&fx->lg, ZP_LOG_WARN, &rec);
+	assert_int_equal(fx->lg.rl_dropped, 200 - ZP_LOG_RATE);
+	fx_read(fx, fx->path);
+	assert_int_equal(count_lines(fx->text), ZP_LOG_RATE);
+
+	fx->lg.level = ZP_LOG_CONN;
+	fx->lg.rl_window.tv_sec -= 2;
+	for (i = 0; i < 200; i++)
+		zp_log_conn(&fx->lg, ZP_LOG_WARN, &rec);
+	for (i = 0; i < ZP_LOG_RATE + 3; i++)
+		zp_log(&fx->lg, ZP_LOG_WARN, "other %d", i);
+	fx_read(fx, fx->path);
+	assert_int_equal(count_lines(fx->text), ZP_LOG_RATE + 1 + 200 +
+	    ZP_LOG_RATE);
+	nth_line(fx->text, ZP_LOG_RATE, l, sizeof(l));
+	assert_non_null(strstr(l, "]: 180 log lines suppressed"));
+	nth_line(fx->text, ZP_LOG_RATE + 1, l, sizeof(l));
+	assert_non_null(strstr(l, "]: conn=12 "));
+	assert_int_equal(fx->lg.rl_dropped, 3);
+	assert_null(strstr(fx->text, "other 20"));
+}
+
+/*
+ * zp_escape: printable ASCII is kept; backslash and quotes, \n \t \r,
+ * other control bytes, DEL and bytes above 0x7f are escaped; the result
+ * never holds a control byte; a value too long for the buffer is cut
+ * between escapes and ends in "...", never beyond len - 1 characters.
+ */
+static void
+test_escape(void **state)
+{
+	char	buf[ZP_ESCLEN], small[8];
+	size_t	i;
+
+	(void)state;
+	assert_string_equal(zp_escape("", buf, sizeof(buf)), "");
+	assert_string_equal(zp_escape("127.0.0.1:80", buf, sizeof(buf)),
+	    "127.0.0.1:80");
+	assert_string_equal(zp_escape("x\n:80", buf, sizeof(buf)),
+	    "x\\n:80");
+	assert_string_equal(zp_escape("x\n\t\r:80", buf, sizeof(buf)),
+	    "x\\n\\t\\r:80");
+	assert_string_equal(zp_escape("\x01\x1b[31m\x7f\xff", buf,
+	    sizeof(buf)), "\\x01\\x1b[31m\\x7f\\xff");
+	assert_string_equal(zp_escape("it's \"q\" \\", buf, sizeof(buf)),
+	    "it\\'s \\\"q\\\" \\\\");
+	assert_string_equal(zp_escape("caf\xc3\xa9", buf, sizeof(buf)),
+	    "caf\\xc3\\xa9");
+
+	/* Cut: 7 characters of room. */
+	assert_string_equal(zp_escape("abcdefg", small, sizeof(small)),
+	    "abcdefg");
+	assert_string_equal(zp_escape("abcdefgh", small, sizeof(small)),
+	    "abcd...");
+	assert_string_equal(zp_escape("ab\ncdefgh", small, sizeof(small)),
+	    "ab\\n...");
+	assert_string_equal(zp_escape("abc\x01" "defgh", small, sizeof(small)),
+	    "abc...");
+	assert_string_equal(zp_escape("a\x01", small, 3), "..");
+	assert_string_equal(zp_escape("abc", small, 1), "");
+
+	/* Every byte value, alone: one line, no control byte, fits. */
+	for (i = 1; i < 256; i++) {
+		char	in[2] = { (char)i, '\0' };
+		size_t	j;
+
+		zp_escape(in, buf, sizeof(buf));
+		assert_true(strlen(buf) >= 1 && strlen(buf) <= 4);
+		for (j = 0; buf[j] != '\0'; j++)
+			assert_true(buf[j] >= 0x20 && buf[j] < 0x7f);
+	}
 }
 
 /*
@@ -1317,6 +1409,8 @@ main(void)
 		T(test_rate_limit),
 		T(test_rate_limit_clock),
 		T(test_rate_limit_close),
+		T(test_rate_limit_failed_conns),
+		T(test_escape),
 		T(test_syslog),
 		T(test_errno_kept),
 		T(test_no_interleave),
