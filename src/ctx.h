@@ -45,6 +45,9 @@ struct zp_stats {
 	uint64_t	lingers;	/* pairs that waited for the survivor */
 	uint64_t	linger_timeouts; /* ... and gave up */
 	uint64_t	discarded;	/* bytes read after their peer was gone */
+	uint64_t	local_errors;	/* connects failed for a local shortage */
+	uint64_t	conns_waiting;	/* pairs waiting to retry after one */
+	uint64_t	conns_local_failed; /* end=local-resource */
 };
 
 TAILQ_HEAD(zp_pair_list, zp_pair);
@@ -68,6 +71,7 @@ struct zp_ctx {
 	size_t			 pipe_cap;	/* pipes the fd budget holds */
 	size_t			 budget;	/* bytes per direction per callback */
 	struct timeval		 started;
+	struct timeval		 local_warned;	/* last local-fault warning */
 	int			 stopping;
 };
 

@@ -13,6 +13,7 @@
 
 #include "ctx.h"
 #include "health.h"
+#include "log.h"
 #include "upstream.h"
 
 struct zp_hcheck {
@@ -21,6 +22,7 @@ struct zp_hcheck {
 	size_t			 addr;		/* its address being tried */
 	int			 fd;
 	int			 err;
+	int			 skipping;	/* last round met a local fault */
 	struct event		*ev;		/* one-shot write + timeout */
 };
 
@@ -53,8 +55,29 @@ check_done(struct zp_hcheck *c, int ok)
 	struct timeval	now;
 
 	check_reset(c);
+	c->skipping = 0;
 	gettimeofday(&now, NULL);
 	zp_upstream_report(&c->h->ctx->ups, c->idx, ok, c->err, &now);
+}
+
+/*
+ * The check met a shortage of this host's (descriptors, memory, ports):
+ * it says nothing about the upstream, so this round reports nothing for
+ * it; the next round tries again. Warned once until a check completes.
+ */
+static void
+check_skip(struct zp_hcheck *c, int err)
+{
+	struct zp_ctx	*ctx = c->h->ctx;
+	char		 name[300];
+
+	check_reset(c);
+	ctx->stats.local_errors++;
+	zp_log(&ctx->log, c->skipping ? ZP_LOG_DEBUG : ZP_LOG_WARN,
+	    "health check of %s skipped: %s (not the upstream's fault)",
+	    zp_upstream_name(&ctx->ups.v[c->idx], name, sizeof(name)),
+	    strerror(err));
+	c->skipping = 1;
 }
 
 static void
@@ -63,6 +86,10 @@ check_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_hcheck	*c = arg;
 	int			 err = zp_connect_result(fd, what);
 
+	if (zp_connect_local_error(err)) {
+		check_skip(c, err);
+		return;
+	}
 	if (err == 0) {
 		check_done(c, 1);
 		return;
@@ -84,6 +111,10 @@ check_next(struct zp_hcheck *c)
 		a = &us->addrs[c->addr];
 		switch (zp_connect_start(a, &c->fd)) {
 		case -1:
+			if (zp_connect_local_error(errno)) {
+				check_skip(c, errno);
+				return;
+			}
 			c->err = errno;
 			continue;
 		case 0:
@@ -92,9 +123,8 @@ check_next(struct zp_hcheck *c)
 		}
 		c->ev = event_new(c->h->ctx->base, c->fd, EV_WRITE, check_cb, c);
 		if (c->ev == NULL || event_add(c->ev, &c->h->timeout) == -1) {
-			c->err = ENOMEM;
-			check_reset(c);
-			continue;
+			check_skip(c, ENOMEM);
+			return;
 		}
 		return;
 	}

@@ -33,11 +33,17 @@ struct zp_listener {
 	struct timeval	 last_warn;
 };
 
-/* Add or delete the accept event to match the pause flags. */
+/*
+ * Add or delete the accept event to match the pause flags. A pair that
+ * waits for a descriptor (or memory, or a port) to connect upstream holds
+ * the listener too: a client accepted now would take what it waits for,
+ * and would wait itself; in the backlog it costs zproxy nothing.
+ */
 static void
 listener_update(struct zp_listener *l)
 {
-	int	want = !l->full && !l->starved && !l->ctx->stopping;
+	int	want = !l->full && !l->starved && !l->ctx->stopping &&
+		    l->ctx->stats.conns_waiting == 0;
 
 	if (want == l->on)
 		return;
@@ -99,6 +105,8 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 			zp_listener_pause(l);
 			return;
 		}
+		if (ctx->stats.conns_waiting > 0)
+			return;		/* held: see listener_update */
 		len = sizeof(ss);
 		fd = accept4(l->fd, (struct sockaddr *)&ss, &len,
 		    SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -228,6 +236,13 @@ zp_listener_resume(struct zp_listener *l)
 		l->full = 0;
 		listener_update(l);
 	}
+}
+
+/* A pair began or ended waiting for a local resource. */
+void
+zp_listener_update(struct zp_listener *l)
+{
+	listener_update(l);
 }
 
 /* The bound address. */

@@ -23,6 +23,12 @@ void	zp_listener_pause(struct zp_listener *);
 /* Accept again if paused for the limit (called when a pair closes). */
 void	zp_listener_resume(struct zp_listener *);
 
+/*
+ * Stop or go on accepting as the pairs waiting for a local resource
+ * (ctx->stats.conns_waiting) say: none may be accepted while one waits.
+ */
+void	zp_listener_update(struct zp_listener *);
+
 /* The bound address, for the start-up log line. */
 const struct zp_addr *zp_listener_addr(const struct zp_listener *);
 

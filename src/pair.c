@@ -20,11 +20,19 @@
 #include "pair.h"
 #include "proxyproto.h"
 
+/*
+ * After a connect failed for a local shortage (no descriptor, no kernel
+ * memory, no local port), how long the pair rests before it tries the
+ * same address again, in milliseconds: the listener's pause after EMFILE.
+ */
+#define ZP_CONNECT_RETRY_MS	100
+
 static void	pair_connect_next(struct zp_pair *);
 static void	pair_connect_upstream(struct zp_pair *);
 static void	pair_connect_cb(evutil_socket_t, short, void *);
 static void	pair_timer_cb(evutil_socket_t, short, void *);
 static int	pair_timer_update(struct zp_pair *);
+static void	pair_connect_release(struct zp_pair *);
 
 /* Name of an end reason; these words are what users grep logs for. */
 const char *
@@ -44,6 +52,7 @@ zp_end_str(enum zp_end e)
 	case ZP_END_IDLE:		return "idle-timeout";
 	case ZP_END_FIN_TIMEOUT:	return "fin-timeout";
 	case ZP_END_PROXY_HEADER:	return "proxy-header-failed";
+	case ZP_END_LOCAL_RESOURCE:	return "local-resource";
 	}
 	return "unknown";
 }
@@ -219,6 +228,7 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	case ZP_END_TIMEOUT:
 	case ZP_END_UNREACHABLE:
 	case ZP_END_NOMEM:
+	case ZP_END_LOCAL_RESOURCE:
 		level = ZP_LOG_WARN;
 		err = p->connect_err;
 		break;
@@ -299,6 +309,7 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 		ctx->stats.timeouts_idle++;
 	else if (end == ZP_END_FIN_TIMEOUT)
 		ctx->stats.timeouts_fin++;
+	pair_connect_release(p);
 	if (p->timer != NULL)
 		event_free(p->timer);
 	p->timer = NULL;
@@ -632,9 +643,9 @@ pair_connected(struct zp_pair *p)
 		pair_run(p, &p->down);
 }
 
-/* Give up on the current upstream address and try the next one. */
+/* Close the upstream socket of a connect that did not succeed. */
 static void
-pair_connect_failed(struct zp_pair *p, int err)
+pair_connect_drop(struct zp_pair *p)
 {
 	if (p->upstream.wev != NULL)
 		event_free(p->upstream.wev);
@@ -642,9 +653,131 @@ pair_connect_failed(struct zp_pair *p, int err)
 	if (p->upstream.fd != -1)
 		close(p->upstream.fd);
 	p->upstream.fd = -1;
+}
+
+/* Give up on the current upstream address and try the next one. */
+static void
+pair_connect_failed(struct zp_pair *p, int err)
+{
+	pair_connect_drop(p);
 	p->connect_err = err;
 	p->addr_idx++;
 	pair_connect_next(p);
+}
+
+/*
+ * The pair waits for a local resource, or no longer: keep the count that
+ * holds the listener, and let the listener know when it changes.
+ */
+static void
+pair_set_waiting(struct zp_pair *p, int on)
+{
+	struct zp_ctx	*ctx = p->ctx;
+
+	if (p->waiting == on)
+		return;
+	p->waiting = on;
+	if (on)
+		ctx->stats.conns_waiting++;
+	else
+		ctx->stats.conns_waiting--;
+	if (ctx->listener != NULL)
+		zp_listener_update(ctx->listener);
+}
+
+/* Free what the connect phase holds; zp_pair_close() calls this. */
+static void
+pair_connect_release(struct zp_pair *p)
+{
+	pair_set_waiting(p, 0);
+	if (p->retry != NULL)
+		event_free(p->retry);
+	p->retry = NULL;
+}
+
+/*
+ * The first local fault of a pair: say so with -v, and at warn level at
+ * most once a second, since the cause (descriptors, memory, ports) is the
+ * operator's to fix. No "conn=" field: this is not the connection's line.
+ */
+static void
+pair_wait_log(struct zp_pair *p, int err)
+{
+	struct zp_ctx	*ctx = p->ctx;
+	struct timeval	 now, dt;
+	char		 cbuf[ZP_ADDRSTRLEN], ubuf[300];
+	int		 level = ZP_LOG_CONN;
+
+	gettimeofday(&now, NULL);
+	timersub(&now, &ctx->local_warned, &dt);
+	if (dt.tv_sec >= 1 || dt.tv_sec < 0) {
+		level = ZP_LOG_WARN;
+		ctx->local_warned = now;
+	}
+	if (!zp_log_enabled(&ctx->log, level))
+		return;
+	zp_log(&ctx->log, level, "connect for client %s (conn %llu) to %s: "
+	    "%s; retrying for up to %.3fs (%llu clients waiting)",
+	    zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)),
+	    (unsigned long long)p->id,
+	    zp_upstream_name(&ctx->ups.v[p->up_idx], ubuf, sizeof(ubuf)),
+	    strerror(err), ctx->cfg->connect_timeout,
+	    (unsigned long long)ctx->stats.conns_waiting + !p->waiting);
+}
+
+/* The pause after a local fault is over: the same address again. */
+static void
+pair_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair		*p = arg;
+	struct zp_upstream_spec	*us = p->ctx->ups.v[p->up_idx].spec;
+
+	/* A re-resolution may have shortened the list meanwhile. */
+	if (p->addr_idx >= us->naddrs)
+		p->addr_idx = 0;
+	pair_connect_next(p);
+}
+
+/*
+ * A connect failed for a shortage of this host's (zp_connect_local_error,
+ * or an event that could not be made): neither the upstream's fault nor
+ * the client's, so nothing is reported and no other address is tried.
+ * The pair tries the same address again every ZP_CONNECT_RETRY_MS, the
+ * client's bytes waiting in its socket, until --connect-timeout has
+ * passed since its first such fault; then it ends with local-resource.
+ * While any pair waits, the listener accepts nothing: a new client would
+ * take the descriptor a waiting one needs.
+ */
+static void
+pair_connect_wait(struct zp_pair *p, int err)
+{
+	struct zp_ctx	*ctx = p->ctx;
+	struct timeval	 now, tv, pause = { 0, ZP_CONNECT_RETRY_MS * 1000 };
+
+	pair_connect_drop(p);
+	ctx->stats.local_errors++;
+	p->connect_err = err;
+	gettimeofday(&now, NULL);
+	if (!timerisset(&p->retry_until)) {
+		tv = zp_seconds_tv(ctx->cfg->connect_timeout);
+		timeradd(&now, &tv, &p->retry_until);
+		pair_wait_log(p, err);
+	}
+	if (!timercmp(&now, &p->retry_until, <)) {
+		ctx->stats.conns_local_failed++;
+		zp_pair_close(p, ZP_END_LOCAL_RESOURCE);
+		return;
+	}
+	timersub(&p->retry_until, &now, &tv);
+	if (timercmp(&tv, &pause, >))
+		tv = pause;
+	if (p->retry == NULL)
+		p->retry = evtimer_new(ctx->base, pair_retry_cb, p);
+	if (p->retry == NULL || evtimer_add(p->retry, &tv) == -1) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return;
+	}
+	pair_set_waiting(p, 1);
 }
 
 /* The one-shot connect event fired: connected, refused or timed out. */
@@ -654,6 +787,10 @@ pair_connect_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_pair	*p = arg;
 	int		 err = zp_connect_result(fd, what);
 
+	if (zp_connect_local_error(err)) {
+		pair_connect_wait(p, err);
+		return;
+	}
 	if (err != 0) {
 		pair_connect_failed(p, err);
 		return;
@@ -665,7 +802,8 @@ pair_connect_cb(evutil_socket_t fd, short what, void *arg)
 
 /*
  * Start a non-blocking connect to the current address, skipping addresses
- * that fail at once; with none left, end the pair and say why.
+ * that fail at once; with none left, end the pair and say why. A local
+ * fault (pair_connect_wait) stays on the address.
  */
 static void
 pair_connect_next(struct zp_pair *p)
@@ -680,7 +818,13 @@ pair_connect_next(struct zp_pair *p)
 
 	for (; p->addr_idx < us->naddrs; p->addr_idx++) {
 		a = &us->addrs[p->addr_idx];
-		if ((rc = zp_connect_start(a, &fd)) == -1) {
+		if ((rc = zp_connect_start(a, &fd)) == -1 &&
+		    zp_connect_local_error(errno)) {
+			pair_connect_wait(p, errno);
+			return;
+		}
+		pair_set_waiting(p, 0);
+		if (rc == -1) {
 			p->connect_err = errno;
 			continue;
 		}
@@ -695,7 +839,7 @@ pair_connect_next(struct zp_pair *p)
 		tv = zp_seconds_tv(t);
 		if (p->upstream.wev == NULL || event_add(p->upstream.wev,
 		    &tv) == -1) {
-			zp_pair_close(p, ZP_END_NOMEM);
+			pair_connect_wait(p, ENOMEM);
 			return;
 		}
 		return;
@@ -739,10 +883,6 @@ pair_connect_upstream(struct zp_pair *p)
 		break;
 	case ETIMEDOUT:
 		zp_pair_close(p, ZP_END_TIMEOUT);
-		break;
-	case ENOMEM:
-	case ENOBUFS:
-		zp_pair_close(p, ZP_END_NOMEM);
 		break;
 	default:
 		zp_pair_close(p, ZP_END_UNREACHABLE);

@@ -40,6 +40,7 @@ enum zp_end {
 	ZP_END_IDLE,		/* --idle-timeout */
 	ZP_END_FIN_TIMEOUT,	/* --fin-timeout */
 	ZP_END_PROXY_HEADER,	/* the PROXY header could not be sent */
+	ZP_END_LOCAL_RESOURCE,	/* out of descriptors, memory or ports here */
 };
 
 struct zp_pair {
@@ -57,6 +58,9 @@ struct zp_pair {
 	size_t			 addr_idx;	/* its address being tried */
 	struct zp_addr		 up_addr;	/* the address connected to */
 	int			 connect_err;	/* last connect failure */
+	struct event		*retry;		/* after a local fault */
+	struct timeval		 retry_until;	/* local faults' deadline */
+	int			 waiting;	/* retry is armed */
 	struct timeval		 started;
 	struct timeval		 last_active;	/* a byte moved (loop time) */
 	struct timeval		 half_closed;	/* one direction done */

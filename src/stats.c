@@ -445,6 +445,17 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	single_u64(&r, "zproxy_accept_pauses_total", "counter",
 	    "Times accepting paused for lack of file descriptors.",
 	    ctx->stats.accept_pauses);
+	single_u64(&r, "zproxy_connect_local_errors_total", "counter",
+	    "Connects (clients' and health checks') that failed for a lack of "
+	    "a local resource: descriptors, memory or local ports; they count "
+	    "against no upstream.", ctx->stats.local_errors);
+	single_u64(&r, "zproxy_connections_waiting", "gauge",
+	    "Client connections waiting to retry such a connect; meanwhile "
+	    "nothing is accepted.", ctx->stats.conns_waiting);
+	single_u64(&r, "zproxy_connections_local_failed_total", "counter",
+	    "Client connections closed (end=local-resource) because a local "
+	    "resource stayed short for --connect-timeout.",
+	    ctx->stats.conns_local_failed);
 
 	family(&r, "zproxy_timeouts_total", "counter",
 	    "Connections closed by a timeout: idle (--idle-timeout) or fin "

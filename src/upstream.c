@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <netinet/in.h>
+#include <assert.h>
 #include <errno.h>
 #include <unistd.h>
 #include <event2/event.h>
@@ -153,12 +154,15 @@ int
 zp_upstream_pick(struct zp_upstreams *us, const struct zp_addr *client,
     const unsigned char *tried, const struct timeval *now)
 {
-	unsigned char	*cand;
+	unsigned char	 cand[ZP_MAX_UPSTREAMS];
 	size_t		 i, n = 0;
 	int		 rc, pass;
 
-	if ((cand = calloc(us->n, 1)) == NULL)
-		return -1;
+	/*
+	 * On the stack: a failed allocation here would turn a client away
+	 * as if no upstream were left, for a fault of this host's.
+	 */
+	assert(us->n <= ZP_MAX_UPSTREAMS);
 	/* Pass 0: up, or down with its back-off over. Pass 1: any left. */
 	for (pass = 0, rc = -1; pass < 2 && rc == -1; pass++) {
 		for (i = 0, n = 0; i < us->n; i++) {
@@ -168,7 +172,6 @@ zp_upstream_pick(struct zp_upstreams *us, const struct zp_addr *client,
 		}
 		rc = pick_among(us, cand, n, client);
 	}
-	free(cand);
 	return rc;
 }
 
@@ -257,6 +260,27 @@ zp_connect_result(int fd, short what)
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
 		return errno;
 	return err;
+}
+
+/*
+ * Whether a connect error is this host's shortage, not the upstream's.
+ * EADDRNOTAVAIL from connect() on Linux means that no ephemeral port is
+ * free towards that address (connect(2)): ports run out here, whatever
+ * the upstream does. These errors come and go with load, so a connect
+ * that meets one is retried, not failed over.
+ */
+int
+zp_connect_local_error(int err)
+{
+	switch (err) {
+	case EMFILE:
+	case ENFILE:
+	case ENOBUFS:
+	case ENOMEM:
+	case EADDRNOTAVAIL:
+		return 1;
+	}
+	return 0;
 }
 
 const char *

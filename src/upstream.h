@@ -82,6 +82,14 @@ int	zp_connect_start(const struct zp_addr *, int *fd);
  */
 int	zp_connect_result(int fd, short what);
 
+/*
+ * Whether a connect error (from socket(), connect() or SO_ERROR) is this
+ * host's shortage rather than the upstream's fault: out of descriptors
+ * (EMFILE, ENFILE), of kernel memory (ENOBUFS, ENOMEM) or of local ports
+ * (EADDRNOTAVAIL). Such an error never counts against an upstream.
+ */
+int	zp_connect_local_error(int err);
+
 /* "first", "roundrobin", ...; and the reverse, -1 if unknown. */
 const char *zp_balance_str(enum zp_balance);
 int	zp_balance_parse(const char *);

@@ -135,7 +135,8 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	zp_log(&ctx->log, ZP_LOG_NOTICE, "%s: connections open=%llu "
 	    "total=%llu failed=%llu; bytes up=%llu down=%llu; copy-fallbacks "
 	    "no-pipe=%llu splice-refused=%llu; pipes alive=%zu pooled=%zu; "
-	    "accept-pauses=%llu; cpu=%.3fs cpu-per-GiB=%s", what,
+	    "accept-pauses=%llu; local-errors=%llu local-failed=%llu; "
+	    "cpu=%.3fs cpu-per-GiB=%s", what,
 	    (unsigned long long)ctx->stats.conns_open,
 	    (unsigned long long)ctx->stats.conns_total,
 	    (unsigned long long)ctx->stats.conns_failed,
@@ -144,7 +145,9 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    (unsigned long long)ctx->stats.fallbacks[ZP_FALLBACK_REFUSED],
 	    ctx->have_pool ? ctx->pool.nalive : 0,
 	    ctx->have_pool ? ctx->pool.nfree : 0,
-	    (unsigned long long)ctx->stats.accept_pauses, cpu, per);
+	    (unsigned long long)ctx->stats.accept_pauses,
+	    (unsigned long long)ctx->stats.local_errors,
+	    (unsigned long long)ctx->stats.conns_local_failed, cpu, per);
 }
 
 /*

@@ -134,6 +134,9 @@ setup_ctx(void **state)
 	ctx->stats.fallbacks[ZP_FALLBACK_POOL] = 3;
 	ctx->stats.fallbacks[ZP_FALLBACK_REFUSED] = 4;
 	ctx->stats.accept_pauses = 5;
+	ctx->stats.local_errors = 11;
+	ctx->stats.conns_waiting = 2;
+	ctx->stats.conns_local_failed = 3;
 	ctx->stats.timeouts_idle = 6;
 	ctx->stats.timeouts_fin = 7;
 	ctx->stats.lingers = 8;
@@ -335,6 +338,9 @@ test_render_datapath(void **state)
 	expect_line(t,
 	    "zproxy_copy_fallbacks_total{reason=\"splice-refused\"} 4");
 	expect_line(t, "zproxy_accept_pauses_total 5");
+	expect_line(t, "zproxy_connect_local_errors_total 11");
+	expect_line(t, "zproxy_connections_waiting 2");
+	expect_line(t, "zproxy_connections_local_failed_total 3");
 	expect_line(t, "zproxy_timeouts_total{kind=\"idle\"} 6");
 	expect_line(t, "zproxy_timeouts_total{kind=\"fin\"} 7");
 	expect_line(t, "zproxy_lingers_total 8");
@@ -532,6 +538,9 @@ test_render_families(void **state)
 		{ "zproxy_pipes_killed_total", "counter" },
 		{ "zproxy_copy_fallbacks_total", "counter" },
 		{ "zproxy_accept_pauses_total", "counter" },
+		{ "zproxy_connect_local_errors_total", "counter" },
+		{ "zproxy_connections_waiting", "gauge" },
+		{ "zproxy_connections_local_failed_total", "counter" },
 		{ "zproxy_timeouts_total", "counter" },
 		{ "zproxy_lingers_total", "counter" },
 		{ "zproxy_linger_timeouts_total", "counter" },

@@ -1,8 +1,8 @@
 /*
  * test_upstream.c - unit tests for upstream.c: the four balancers, the
  * `tried` list, passive health (down after max_fails, back-off, last
- * resort, back up on success), the log lines of state changes, and the
- * name helpers.
+ * resort, back up on success), the log lines of state changes, the
+ * name helpers, and which connect errors are this host's own.
  *
  * Time is passed in explicitly, so nothing here sleeps. The log goes to
  * a tmpfile() that each test reads back, to check that a state change is
@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #endif
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <netinet/in.h>
@@ -947,6 +948,74 @@ test_connect_local(void **state)
 	close(fd);
 }
 
+/*
+ * The local shortages — descriptors, kernel memory, local ports — are
+ * this host's; refusals, timeouts, unreachable networks and resets are
+ * the upstream's (or the path's) and must keep counting against it.
+ */
+static void
+test_local_errors(void **state)
+{
+	static const int local[] = {
+		EMFILE, ENFILE, ENOBUFS, ENOMEM, EADDRNOTAVAIL,
+	};
+	static const int remote[] = {
+		0, ECONNREFUSED, ETIMEDOUT, EHOSTUNREACH, ENETUNREACH,
+		ECONNRESET, ECONNABORTED, EAFNOSUPPORT, EACCES, EPERM, EINVAL,
+		EAGAIN, EINTR, EINPROGRESS,
+	};
+	size_t	i;
+
+	(void)state;
+	for (i = 0; i < sizeof(local) / sizeof(local[0]); i++)
+		if (!zp_connect_local_error(local[i]))
+			fail_msg("%s taken for the upstream's fault",
+			    strerror(local[i]));
+	for (i = 0; i < sizeof(remote) / sizeof(remote[0]); i++)
+		if (zp_connect_local_error(remote[i]))
+			fail_msg("%s taken for a local fault",
+			    strerror(remote[i]));
+}
+
+/*
+ * Out of descriptors for real (the soft RLIMIT_NOFILE lowered to what is
+ * open), zp_connect_start fails with EMFILE, leaves nothing open, and
+ * that errno is classified local; with the limit back, the same address
+ * connects.
+ */
+static void
+test_connect_emfile(void **state)
+{
+	struct rlimit	 old, low;
+	struct zp_addr	 a;
+	int		 lfd, fd = -1, rc, full_err, err, spare[256], n = 0;
+
+	(void)state;
+	lfd = local_listener(&a);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	/* A limit a few above lfd; spare[] fills every slot, holes too. */
+	low = old;
+	low.rlim_cur = (rlim_t)lfd + 1 + 4;
+	assert_true(low.rlim_cur <= old.rlim_cur);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	while (n < 256 && (spare[n] = dup(lfd)) != -1)
+		n++;
+	full_err = n < 256 ? errno : 0;
+	rc = zp_connect_start(&a, &fd);
+	err = errno;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	while (n > 0)
+		close(spare[--n]);
+	assert_int_equal(full_err, EMFILE);	/* the table was full */
+	assert_int_equal(rc, -1);
+	assert_int_equal(err, EMFILE);
+	assert_int_equal(fd, -1);
+	assert_true(zp_connect_local_error(err));
+	assert_int_equal(zp_connect_start(&a, &fd), 0);
+	close(fd);
+	close(lfd);
+}
+
 #define T(f)	cmocka_unit_test_setup_teardown(f, ups_setup, ups_teardown)
 
 int
@@ -975,6 +1044,8 @@ main(void)
 		T(test_back_up),
 		T(test_max_fails_one),
 		cmocka_unit_test(test_connect_local),
+		cmocka_unit_test(test_local_errors),
+		cmocka_unit_test(test_connect_emfile),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
