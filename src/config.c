@@ -41,6 +41,10 @@ enum {
 	OPT_STATS,
 	OPT_SEND_PROXY,
 	OPT_DNS_SERVER,
+	/* who may connect */
+	OPT_ALLOW,
+	OPT_DENY,
+	OPT_MAX_CONNS_PER_SOURCE,
 };
 
 static const struct option zp_longopts[] = {
@@ -68,6 +72,11 @@ static const struct option zp_longopts[] = {
 	{ "stats",		required_argument,	NULL, OPT_STATS },
 	{ "send-proxy",		required_argument,	NULL, OPT_SEND_PROXY },
 	{ "dns-server",		required_argument,	NULL, OPT_DNS_SERVER },
+	/* who may connect */
+	{ "allow",		required_argument,	NULL, OPT_ALLOW },
+	{ "deny",		required_argument,	NULL, OPT_DENY },
+	{ "max-conns-per-source", required_argument,	NULL,
+	    OPT_MAX_CONNS_PER_SOURCE },
 	{ "verbose",		no_argument,		NULL, 'v' },
 	{ "quiet",		no_argument,		NULL, 'q' },
 	{ "help",		no_argument,		NULL, 'h' },
@@ -172,6 +181,16 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --dns-server ADDR:PORT ask this DNS server when re-resolving, instead\n"
 "                             of /etc/resolv.conf's (and /etc/hosts)\n"
 "      --send-proxy v1|v2     send a PROXY protocol header to the upstream\n"
+"\n"
+"Who may connect:\n"
+"      --allow CIDR           relay only clients in these networks (repeat it;\n"
+"                             10.0.0.0/8, 2001:db8::/32, a bare address is one\n"
+"                             host); default: every client\n"
+"      --deny CIDR            refuse clients in these networks (repeat it;\n"
+"                             checked before --allow)\n"
+"      --max-conns-per-source N\n"
+"                             most pairs open at once from one IPv4 address or\n"
+"                             one IPv6 /64; beyond it new clients are refused\n"
 "\n"
 "Time and stopping:\n"
 "      --idle-timeout SEC     close a pair with no byte either way for this\n"
@@ -501,6 +520,23 @@ bad_option(const char *word, int opt, char *err, size_t errlen)
 		seterr(err, errlen, "unknown option '%s'", word);
 }
 
+/* The options that say who may connect: --allow, --deny, per source. */
+static int
+parse_access(struct zp_config *cfg, int opt, const char *s, char *err,
+    size_t errlen)
+{
+	switch (opt) {
+	case OPT_ALLOW:
+		return zp_acl_add(&cfg->allow, "allow", s, err, errlen);
+	case OPT_DENY:
+		return zp_acl_add(&cfg->deny, "deny", s, err, errlen);
+	default:
+		return parse_count("max-conns-per-source", s,
+		    ZP_MAX_CONNS_LIMIT, &cfg->max_conns_per_source, err,
+		    errlen);
+	}
+}
+
 /* Parse argv into cfg. */
 int
 zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
@@ -623,6 +659,12 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 				    "expected v1 or v2", optarg);
 				return ZP_PARSE_ERROR;
 			}
+			break;
+		case OPT_ALLOW:
+		case OPT_DENY:
+		case OPT_MAX_CONNS_PER_SOURCE:
+			if (parse_access(cfg, c, optarg, err, errlen) == -1)
+				return ZP_PARSE_ERROR;
 			break;
 		case 'm':
 			if (strcmp(optarg, "splice") == 0)

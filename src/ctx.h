@@ -11,6 +11,7 @@
 #include <sys/time.h>
 #include <stdint.h>
 
+#include "acl.h"
 #include "config.h"
 #include "log.h"
 #include "pipepool.h"
@@ -42,6 +43,8 @@ struct zp_stats {
 	uint64_t	accept_pauses;	/* out of descriptors */
 	uint64_t	timeouts_idle;
 	uint64_t	timeouts_fin;
+	uint64_t	clients_denied;		/* --allow, --deny */
+	uint64_t	clients_source_limited;	/* --max-conns-per-source */
 };
 
 TAILQ_HEAD(zp_pair_list, zp_pair);
@@ -59,6 +62,7 @@ struct zp_ctx {
 	struct zp_resolver	*resolver;	/* --resolve-interval */
 	struct event		*drain_timer;
 	struct zp_pair_list	 pairs;
+	struct zp_srctab	 sources;	/* open pairs per client source */
 	struct zp_stats		 stats;
 	uint64_t		 next_id;
 	long			 max_conns;	/* effective */

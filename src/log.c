@@ -352,16 +352,15 @@ log_report_dropped(struct zp_log *lg)
 }
 
 /*
- * The rate limit: may a line at level (already enabled) be written now?
- * WARN and ERROR lines beyond ZP_LOG_RATE in a one-second window are
- * counted instead. The first line of any level once such a window is
- * over is preceded by the count.
+ * The rate limit: may a line (already enabled) be written now? Limited
+ * lines (WARN and ERROR, and those of zp_log_conn_limited()) beyond
+ * ZP_LOG_RATE in a one-second window are counted instead. The first line
+ * of any level once such a window is over is preceded by the count.
  */
 static int
-log_admit(struct zp_log *lg, int level)
+log_admit(struct zp_log *lg, int limited)
 {
 	struct timespec	now;
-	int		limited = level <= ZP_LOG_WARN;
 	long long	ms;
 
 	if (!limited && lg->rl_dropped == 0)
@@ -508,16 +507,17 @@ zp_log_close(struct zp_log *lg)
 
 /*
  * A connection's line: key=value text (the format scripts grep), or a
- * JSON object with the same fields.
+ * JSON object with the same fields; under the rate limit if limited.
  */
-void
-zp_log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r)
+static void
+log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
+    int limited)
 {
 	char		 msg[ZP_LOG_LINE_MAX];
 	const char	*q1 = "", *error = "", *q2 = "";
 	int		 saved = errno;
 
-	if (!zp_log_enabled(lg, level) || !log_admit(lg, level))
+	if (!zp_log_enabled(lg, level) || !log_admit(lg, limited))
 		return;
 	if (lg->json) {
 		log_emit(lg, level, NULL, r);
@@ -541,6 +541,21 @@ zp_log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r)
 	errno = saved;
 }
 
+/* A connection's line; rate-limited at WARN and ERROR. */
+void
+zp_log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r)
+{
+	log_conn(lg, level, r, level <= ZP_LOG_WARN);
+}
+
+/* A connection's line, rate-limited at any level. */
+void
+zp_log_conn_limited(struct zp_log *lg, int level,
+    const struct zp_conn_record *r)
+{
+	log_conn(lg, level, r, 1);
+}
+
 /* True when a line at level would be written. */
 int
 zp_log_enabled(const struct zp_log *lg, int level)
@@ -559,7 +574,8 @@ zp_log(struct zp_log *lg, int level, const char *fmt, ...)
 	va_list	ap;
 	int	n, saved = errno;
 
-	if (!zp_log_enabled(lg, level) || !log_admit(lg, level))
+	if (!zp_log_enabled(lg, level) ||
+	    !log_admit(lg, level <= ZP_LOG_WARN))
 		return;
 	va_start(ap, fmt);
 	n = vsnprintf(msg, sizeof(msg), fmt, ap);

@@ -445,6 +445,12 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	single_u64(&r, "zproxy_accept_pauses_total", "counter",
 	    "Times accepting paused for lack of file descriptors.",
 	    ctx->stats.accept_pauses);
+	single_u64(&r, "zproxy_clients_denied_total", "counter",
+	    "Clients refused at accept by --deny or --allow.",
+	    ctx->stats.clients_denied);
+	single_u64(&r, "zproxy_clients_source_limited_total", "counter",
+	    "Clients refused at accept by --max-conns-per-source.",
+	    ctx->stats.clients_source_limited);
 
 	family(&r, "zproxy_timeouts_total", "counter",
 	    "Connections closed by a timeout: idle (--idle-timeout) or fin "

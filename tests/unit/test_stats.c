@@ -136,6 +136,8 @@ setup_ctx(void **state)
 	ctx->stats.accept_pauses = 5;
 	ctx->stats.timeouts_idle = 6;
 	ctx->stats.timeouts_fin = 7;
+	ctx->stats.clients_denied = 8;
+	ctx->stats.clients_source_limited = 9;
 	ctx->max_conns = 3000;
 	ctx->started.tv_sec = 1700000000;
 	ctx->started.tv_usec = 250000;
@@ -333,6 +335,8 @@ test_render_datapath(void **state)
 	expect_line(t, "zproxy_accept_pauses_total 5");
 	expect_line(t, "zproxy_timeouts_total{kind=\"idle\"} 6");
 	expect_line(t, "zproxy_timeouts_total{kind=\"fin\"} 7");
+	expect_line(t, "zproxy_clients_denied_total 8");
+	expect_line(t, "zproxy_clients_source_limited_total 9");
 	free(t);
 }
 
@@ -525,6 +529,8 @@ test_render_families(void **state)
 		{ "zproxy_pipes_killed_total", "counter" },
 		{ "zproxy_copy_fallbacks_total", "counter" },
 		{ "zproxy_accept_pauses_total", "counter" },
+		{ "zproxy_clients_denied_total", "counter" },
+		{ "zproxy_clients_source_limited_total", "counter" },
 		{ "zproxy_timeouts_total", "counter" },
 		{ "zproxy_cpu_seconds_total", "counter" },
 		{ "zproxy_start_time_seconds", "gauge" },
