@@ -21,7 +21,11 @@
 #      127.0.0.2 is still relayed byte-exact; once the held 127.0.0.1
 #      pairs close, 127.0.0.1 is served again; /metrics counts 2
 #      source-limited, 0 denied, 6 upstream connections;
-#   d. bad rules on the command line: exit 64, one line naming them.
+#   d. bad rules on the command line: exit 64, one line naming them;
+#   e. 100 clients from a denied source at once, at -v: every one reset
+#      and counted, at most 40 end=denied lines (the 20-a-second limit,
+#      over at most two windows), and lines + "N log lines suppressed"
+#      add up to 100.
 # a and c in both modes. The ::1 parts need the IPv6 loopback (said so).
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
@@ -193,6 +197,26 @@ per_source() {
 	ok "$what: once its 2 pairs closed, 127.0.0.1 was served again; metrics: $((n / 2 - 1)) source-limited, 0 denied, $n upstream connections"
 }
 
+# e. a flood of refused clients is logged under the rate limit
+flood() {
+	local what="100 denied clients at -v" lines supp
+	start --deny 127.0.0.2 -u "127.0.0.1:$(free_port)"
+	peer e-flood connect 127.0.0.1 "$ZPORT" -b 127.0.0.2 -n 100 \
+	    --expect-close 10 -t 20 || fail "$what: $(cat "$T/e-flood.err")"
+	[ "$(grep -c '(reset)' "$T/e-flood.out")" -eq 100 ] ||
+		fail "$what: not all reset: $(sort "$T/e-flood.out" | uniq -c | head -n 3)"
+	scrape
+	metric zproxy_clients_denied_total 100 "$what"
+	stop_zproxy
+	lines=$(grep -c 'end=denied' "$ZLOG")
+	supp=$(sed -n 's/.* \([0-9]*\) log lines suppressed$/\1/p' "$ZLOG" |
+	    awk '{ n += $1 } END { print n + 0 }')
+	[ "$lines" -le 40 ] || fail "$what: $lines end=denied lines: not rate-limited"
+	[ $((lines + supp)) -eq 100 ] ||
+		fail "$what: $lines lines + $supp suppressed, expected 100 in all"
+	ok "$what: all reset and counted; $lines logged, $supp reported as suppressed"
+}
+
 # d. bad rules
 bad() {
 	local want=$1 rc; shift
@@ -225,5 +249,6 @@ for mode in $MODES; do
 	subcase per_source
 done
 subcase forms
+subcase flood
 
 zp_done
