@@ -22,7 +22,7 @@
 /* One network: an address with its host bits zero, and a prefix length. */
 struct zp_cidr {
 	int		family;		/* AF_INET or AF_INET6 */
-	unsigned char	addr[16];	/* network byte order; 4 used for v4 */
+	unsigned char	addr[16];	/* network order; v4 uses 4 */
 	unsigned	len;		/* 0-32 or 0-128 */
 };
 
@@ -72,7 +72,7 @@ int	zp_acl_permits(const struct zp_acl *allow, const struct zp_acl *deny,
  * Returns 0, or -1 for an address that is neither.
  */
 struct zp_source_key {
-	uint64_t	prefix;		/* v4: the address; v6: its first 64 bits */
+	uint64_t	prefix;		/* v4 address, or v6 /64 */
 	int		v6;
 };
 int	zp_source_key(const struct sockaddr *, struct zp_source_key *);
@@ -85,7 +85,7 @@ int	zp_source_key(const struct sockaddr *, struct zp_source_key *);
  */
 struct zp_srcent;
 struct zp_srctab {
-	struct zp_srcent **b;		/* buckets, NULL until the first add */
+	struct zp_srcent **b;		/* NULL until the first add */
 	size_t		   nb;		/* a power of two */
 	size_t		   n;		/* entries: sources with pairs open */
 	uint64_t	   seed;
