@@ -43,6 +43,10 @@ enum {
 	OPT_STATS,
 	OPT_SEND_PROXY,
 	OPT_DNS_SERVER,
+	/* who may connect */
+	OPT_ALLOW,
+	OPT_DENY,
+	OPT_MAX_CONNS_PER_SOURCE,
 };
 
 static const struct option zp_longopts[] = {
@@ -71,6 +75,11 @@ static const struct option zp_longopts[] = {
 	{ "stats",		required_argument,	NULL, OPT_STATS },
 	{ "send-proxy",		required_argument,	NULL, OPT_SEND_PROXY },
 	{ "dns-server",		required_argument,	NULL, OPT_DNS_SERVER },
+	/* who may connect */
+	{ "allow",		required_argument,	NULL, OPT_ALLOW },
+	{ "deny",		required_argument,	NULL, OPT_DENY },
+	{ "max-conns-per-source", required_argument,	NULL,
+	    OPT_MAX_CONNS_PER_SOURCE },
 	{ "verbose",		no_argument,		NULL, 'v' },
 	{ "quiet",		no_argument,		NULL, 'q' },
 	{ "help",		no_argument,		NULL, 'h' },
@@ -179,6 +188,16 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --dns-server ADDR:PORT ask this DNS server when re-resolving, instead\n"
 "                             of /etc/resolv.conf's (and /etc/hosts)\n"
 "      --send-proxy v1|v2     send a PROXY protocol header to the upstream\n"
+"\n"
+"Who may connect:\n"
+"      --allow CIDR           relay only clients in these networks (repeat it;\n"
+"                             10.0.0.0/8, 2001:db8::/32, a bare address is one\n"
+"                             host); default: every client\n"
+"      --deny CIDR            refuse clients in these networks (repeat it;\n"
+"                             checked before --allow)\n"
+"      --max-conns-per-source N\n"
+"                             most pairs open at once from one IPv4 address or\n"
+"                             one IPv6 /64; beyond it new clients are refused\n"
 "\n"
 "Time and stopping:\n"
 "      --idle-timeout SEC|off close a pair with no byte either way for this\n"
@@ -546,8 +565,8 @@ bad_option(const char *word, int opt, char *err, size_t errlen)
 #define ZP_NLONGOPTS	(sizeof(zp_longopts) / sizeof(zp_longopts[0]))
 
 /*
- * An option that takes a value takes one, but for --upstream, which adds
- * an upstream each time: a second value is refused, as nginx refuses a
+ * An option that takes a value takes one, but for --upstream, --allow and
+ * --deny, which add one more each time: a second value is refused, as nginx refuses a
  * duplicate single-valued directive, rather than silently replacing the
  * first (a unit file and its drop-in both setting -l).
  * Flags may be repeated: they mean the same each time, and -vv counts.
@@ -566,7 +585,9 @@ check_once(int c, const char *arg, const char **given, char *err,
 		if (zp_longopts[i].val == c)
 			break;
 	o = &zp_longopts[i];
-	if (o->name == NULL || o->has_arg != required_argument || c == 'u')
+	/* The options that add one more of a list may repeat. */
+	if (o->name == NULL || o->has_arg != required_argument || c == 'u' ||
+	    c == OPT_ALLOW || c == OPT_DENY)
 		return 0;
 	if (given[i] != NULL) {
 		seterr(err, errlen, "option --%s given twice ('%s', then '%s'): "
@@ -576,6 +597,23 @@ check_once(int c, const char *arg, const char **given, char *err,
 	}
 	given[i] = arg;
 	return 0;
+}
+
+/* The options that say who may connect: --allow, --deny, per source. */
+static int
+parse_access(struct zp_config *cfg, int opt, const char *s, char *err,
+    size_t errlen)
+{
+	switch (opt) {
+	case OPT_ALLOW:
+		return zp_acl_add(&cfg->allow, "allow", s, err, errlen);
+	case OPT_DENY:
+		return zp_acl_add(&cfg->deny, "deny", s, err, errlen);
+	default:
+		return parse_count("max-conns-per-source", s,
+		    ZP_MAX_CONNS_LIMIT, &cfg->max_conns_per_source, err,
+		    errlen);
+	}
 }
 
 /* Parse argv into cfg. */
@@ -718,6 +756,12 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 				    zp_escape(optarg, q, sizeof(q)));
 				return ZP_PARSE_ERROR;
 			}
+			break;
+		case OPT_ALLOW:
+		case OPT_DENY:
+		case OPT_MAX_CONNS_PER_SOURCE:
+			if (parse_access(cfg, c, optarg, err, errlen) == -1)
+				return ZP_PARSE_ERROR;
 			break;
 		case 'm':
 			if (strcmp(optarg, "splice") == 0)

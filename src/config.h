@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "acl.h"
+
 #define ZP_EX_USAGE	64	/* sysexits.h EX_USAGE: bad command line */
 #define ZP_EX_NOHOST	68	/* sysexits.h EX_NOHOST: name did not resolve */
 #define ZP_EX_OSERR	71	/* sysexits.h EX_OSERR: a system call failed */
@@ -84,6 +86,10 @@ struct zp_config {
 	enum zp_log_format	log_format;
 	int			verbose;	/* count of -v */
 	int			quiet;
+	/* Who may connect: --deny, --allow, --max-conns-per-source. */
+	struct zp_acl		allow;
+	struct zp_acl		deny;
+	long			max_conns_per_source;	/* 0: no limit */
 };
 
 #define ZP_DEFAULT_PIPE_SIZE	(1024 * 1024)

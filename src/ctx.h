@@ -11,6 +11,7 @@
 #include <sys/time.h>
 #include <stdint.h>
 
+#include "acl.h"
 #include "config.h"
 #include "log.h"
 #include "pipepool.h"
@@ -48,6 +49,8 @@ struct zp_stats {
 	uint64_t	local_errors;	/* connects failed for a local shortage */
 	uint64_t	conns_waiting;	/* pairs waiting to retry after one */
 	uint64_t	conns_local_failed; /* end=local-resource */
+	uint64_t	clients_denied;		/* --allow, --deny */
+	uint64_t	clients_source_limited;	/* --max-conns-per-source */
 };
 
 TAILQ_HEAD(zp_pair_list, zp_pair);
@@ -65,6 +68,7 @@ struct zp_ctx {
 	struct zp_resolver	*resolver;	/* --resolve-interval */
 	struct event		*drain_timer;
 	struct zp_pair_list	 pairs;
+	struct zp_srctab	 sources;	/* open pairs per client source */
 	struct zp_stats		 stats;
 	uint64_t		 next_id;
 	long			 max_conns;	/* effective */

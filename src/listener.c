@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <event2/event.h>
 
+#include "acl.h"
 #include "ctx.h"
 #include "listener.h"
 #include "log.h"
@@ -90,6 +91,58 @@ listener_starve(struct zp_listener *l, int err)
 	event_add(l->timer, &tv);
 }
 
+/*
+ * Who may connect: --deny, then --allow, then --max-conns-per-source.
+ * Returns 1 to relay the client; 0 when it was refused: counted, logged
+ * (-v, rate-limited: a scan must not fill the disk) and closed with a
+ * reset before any upstream is contacted. The reset (SO_LINGER {1,0}) is
+ * what HAProxy's "tcp-request connection reject" sends: the refused
+ * socket leaves no FIN_WAIT/TIME_WAIT state behind on this side, and the
+ * client learns at once, and always, that it was not served, where a
+ * plain close says FIN or RST depending on whether its first bytes had
+ * arrived yet.
+ */
+static int
+listener_admit(struct zp_listener *l, int fd, const struct sockaddr *sa,
+    socklen_t len)
+{
+	struct zp_ctx		*ctx = l->ctx;
+	struct zp_config	*cfg = ctx->cfg;
+	struct zp_conn_record	 rec;
+	struct zp_addr		 a;
+	struct linger		 lg = { 1, 0 };
+	char			 cbuf[ZP_ADDRSTRLEN];
+	const char		*why;
+	uint64_t		 id;
+
+	if (!zp_acl_permits(&cfg->allow, &cfg->deny, sa)) {
+		ctx->stats.clients_denied++;
+		why = "denied";
+	} else if (cfg->max_conns_per_source > 0 &&
+	    zp_srctab_count(&ctx->sources, sa) >=
+	    (unsigned long)cfg->max_conns_per_source) {
+		ctx->stats.clients_source_limited++;
+		why = "source-limit";
+	} else
+		return 1;
+	/* Refused clients get ids too: every accepted connection has one. */
+	id = ++ctx->next_id;
+	if (zp_log_enabled(&ctx->log, ZP_LOG_CONN)) {
+		memset(&a, 0, sizeof(a));
+		memcpy(&a.ss, sa, len < sizeof(a.ss) ? len : sizeof(a.ss));
+		a.len = len;
+		memset(&rec, 0, sizeof(rec));
+		rec.id = id;
+		rec.client = zp_addr_str(&a, cbuf, sizeof(cbuf));
+		rec.upstream = "none";
+		rec.end = why;
+		zp_log_conn_limited(&ctx->log, ZP_LOG_CONN, &rec);
+	}
+	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+	return 0;
+}
+
 static void
 listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 {
@@ -132,7 +185,9 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 				return;
 			}
 		}
-		(void)zp_pair_start(ctx, fd, (struct sockaddr *)&ss, len);
+		if (listener_admit(l, fd, (struct sockaddr *)&ss, len))
+			(void)zp_pair_start(ctx, fd, (struct sockaddr *)&ss,
+			    len);
 	}
 }
 

@@ -352,10 +352,10 @@ log_report_dropped(struct zp_log *lg)
 }
 
 /*
- * The rate limit: may a line (already enabled) be written now? A limited
- * line beyond ZP_LOG_RATE in a one-second window is counted instead. The
- * first line of any kind once such a window is over is preceded by the
- * count.
+ * The rate limit: may a line (already enabled) be written now? Limited
+ * lines (WARN and ERROR, and those of zp_log_conn_limited()) beyond
+ * ZP_LOG_RATE in a one-second window are counted instead. The first line
+ * of any level once such a window is over is preceded by the count.
  */
 static int
 log_admit(struct zp_log *lg, int limited)
@@ -513,22 +513,17 @@ zp_log_close(struct zp_log *lg)
 
 /*
  * A connection's line: key=value text (the format scripts grep), or a
- * JSON object with the same fields.
+ * JSON object with the same fields; under the rate limit if limited.
  */
-void
-zp_log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r)
+static void
+log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
+    int limited)
 {
 	char		 msg[ZP_LOG_LINE_MAX];
 	const char	*q1 = "", *error = "", *q2 = "";
 	int		 saved = errno;
 
-	/*
-	 * A failed client's line is a warning, limited like the others; but
-	 * with -v the operator asked for every connection, failed or not,
-	 * and a storm of short successful ones would write as much.
-	 */
-	if (!zp_log_enabled(lg, level) || !log_admit(lg, level <= ZP_LOG_WARN &&
-	    !zp_log_enabled(lg, ZP_LOG_CONN)))
+	if (!zp_log_enabled(lg, level) || !log_admit(lg, limited))
 		return;
 	if (lg->json) {
 		log_emit(lg, level, NULL, r);
@@ -550,6 +545,26 @@ zp_log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r)
 #undef NZ
 	log_emit(lg, level, msg, NULL);
 	errno = saved;
+}
+
+/*
+ * A connection's line. A failed client's line is a warning, limited like
+ * the others; but with -v the operator asked for every connection, failed
+ * or not, and a storm of short successful ones would write as much.
+ */
+void
+zp_log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r)
+{
+	log_conn(lg, level, r, level <= ZP_LOG_WARN &&
+	    !zp_log_enabled(lg, ZP_LOG_CONN));
+}
+
+/* A connection's line, rate-limited at any level. */
+void
+zp_log_conn_limited(struct zp_log *lg, int level,
+    const struct zp_conn_record *r)
+{
+	log_conn(lg, level, r, 1);
 }
 
 /* True when a line at level would be written. */

@@ -93,6 +93,14 @@ void	zp_log(struct zp_log *, int, const char *, ...)
 /* Write a connection's line: key=value text, or a JSON object. */
 void	zp_log_conn(struct zp_log *, int, const struct zp_conn_record *);
 
+/*
+ * The same, under the WARN/ERROR rate limit whatever the level: for lines
+ * a client can cause at will (a refused client), so that a scan or a
+ * flood cannot fill the disk even at -v.
+ */
+void	zp_log_conn_limited(struct zp_log *, int,
+	    const struct zp_conn_record *);
+
 /* True when a line at level would be written (to skip costly formatting). */
 int	zp_log_enabled(const struct zp_log *, int);
 

@@ -328,6 +328,7 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	half_close(&p->upstream, p->linger_abort);
 	TAILQ_REMOVE(&ctx->pairs, p, entry);
 	ctx->stats.conns_open--;
+	zp_srctab_del(&ctx->sources, (struct sockaddr *)&p->client_addr.ss);
 	if (ctx->listener != NULL)
 		zp_listener_resume(ctx->listener);
 	free(p);
@@ -925,9 +926,11 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	struct zp_pair	*p;
 	size_t		 bufsize = ctx->cfg->buffer_size;
 
-	if ((p = calloc(1, sizeof(*p))) == NULL) {
+	if ((p = calloc(1, sizeof(*p))) == NULL ||
+	    zp_srctab_add(&ctx->sources, sa) == -1) {
 		zp_log(&ctx->log, ZP_LOG_WARN, "dropping a client: %s",
 		    strerror(errno));
+		free(p);
 		close(fd);
 		return -1;
 	}

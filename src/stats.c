@@ -456,6 +456,12 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	    "Client connections closed (end=local-resource) because a local "
 	    "resource stayed short for --connect-timeout.",
 	    ctx->stats.conns_local_failed);
+	single_u64(&r, "zproxy_clients_denied_total", "counter",
+	    "Clients refused at accept by --deny or --allow.",
+	    ctx->stats.clients_denied);
+	single_u64(&r, "zproxy_clients_source_limited_total", "counter",
+	    "Clients refused at accept by --max-conns-per-source.",
+	    ctx->stats.clients_source_limited);
 
 	family(&r, "zproxy_timeouts_total", "counter",
 	    "Connections closed by a timeout: idle (--idle-timeout) or fin "

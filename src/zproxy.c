@@ -2,6 +2,7 @@
  * zproxy.c - the daemon: build the context, listen, run the loop, stop.
  */
 
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <errno.h>
@@ -136,6 +137,7 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    "total=%llu failed=%llu; bytes up=%llu down=%llu; copy-fallbacks "
 	    "no-pipe=%llu splice-refused=%llu; pipes alive=%zu pooled=%zu; "
 	    "accept-pauses=%llu; local-errors=%llu local-failed=%llu; "
+	    "clients denied=%llu source-limited=%llu; "
 	    "cpu=%.3fs cpu-per-GiB=%s", what,
 	    (unsigned long long)ctx->stats.conns_open,
 	    (unsigned long long)ctx->stats.conns_total,
@@ -147,7 +149,9 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    ctx->have_pool ? ctx->pool.nfree : 0,
 	    (unsigned long long)ctx->stats.accept_pauses,
 	    (unsigned long long)ctx->stats.local_errors,
-	    (unsigned long long)ctx->stats.conns_local_failed, cpu, per);
+	    (unsigned long long)ctx->stats.conns_local_failed,
+	    (unsigned long long)ctx->stats.clients_denied,
+	    (unsigned long long)ctx->stats.clients_source_limited, cpu, per);
 }
 
 /*
@@ -302,6 +306,48 @@ log_start(struct zp_ctx *ctx, long nofile)
 	    cfg->buffer_size, cfg->splice_min, ctx->max_conns, nofile);
 }
 
+/* Append the rules of acl to buf as " --opt NET,NET..." (cut if long). */
+static size_t
+access_rules(char *buf, size_t len, size_t off, const char *opt,
+    const struct zp_acl *acl)
+{
+	char	net[ZP_CIDRSTRLEN];
+	size_t	i;
+
+	for (i = 0; i < acl->n && off < len; i++) {
+		zp_cidr_str(&acl->v[i], net, sizeof(net));
+		if (i == 0)
+			off += snprintf(buf + off, len - off, " --%s %s", opt,
+			    net);
+		else
+			off += snprintf(buf + off, len - off, ",%s", net);
+	}
+	return off;
+}
+
+/*
+ * Say who may connect, with the rules as zproxy understood them (a
+ * v4-mapped network shown as the IPv4 one it matches).
+ */
+static void
+log_access(struct zp_ctx *ctx)
+{
+	struct zp_config	*cfg = ctx->cfg;
+	char			 buf[ZP_LOG_LINE_MAX];
+	size_t			 off = 0;
+
+	if (cfg->deny.n == 0 && cfg->allow.n == 0 &&
+	    cfg->max_conns_per_source == 0)
+		return;
+	buf[0] = '\0';
+	off = access_rules(buf, sizeof(buf), off, "deny", &cfg->deny);
+	off = access_rules(buf, sizeof(buf), off, "allow", &cfg->allow);
+	if (cfg->max_conns_per_source > 0 && off < sizeof(buf))
+		snprintf(buf + off, sizeof(buf) - off,
+		    " --max-conns-per-source %ld", cfg->max_conns_per_source);
+	zp_log(&ctx->log, ZP_LOG_NOTICE, "who may connect:%s", buf);
+}
+
 /*
  * Prepare the pipe pool within the descriptor budget and, for a user
  * without CAP_SYS_RESOURCE, within a quarter of the per-user pipe budget
@@ -377,6 +423,7 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 		event_free(ctx->drain_timer);
 	ctx->drain_timer = NULL;
 	zp_upstreams_free(&ctx->ups);
+	zp_srctab_free(&ctx->sources);
 	for (i = 0; i < nsigs; i++)
 		if (sigs[i] != NULL)
 			event_free(sigs[i]);
@@ -395,6 +442,24 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 }
 
 /* Run until SIGTERM/SIGINT. */
+/*
+ * Secret bits for the per-source table's hash. Without getrandom(2) (a
+ * very old kernel) the time and pid still vary from run to run.
+ */
+static uint64_t
+source_seed(void)
+{
+	uint64_t	seed;
+	struct timeval	tv;
+
+	if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) ==
+	    (ssize_t)sizeof(seed))
+		return seed;
+	gettimeofday(&tv, NULL);
+	return ((uint64_t)tv.tv_sec * 1000003) ^ ((uint64_t)tv.tv_usec << 20) ^
+	    (uint64_t)getpid();
+}
+
 int
 zp_run(struct zp_config *cfg)
 {
@@ -427,6 +492,9 @@ zp_run(struct zp_config *cfg)
 		zp_log_close(&ctx.log);
 		return ZP_EX_OSERR;
 	}
+
+	if (cfg->max_conns_per_source > 0)
+		zp_srctab_init(&ctx.sources, source_seed());
 
 	/* splice(2) cannot take MSG_NOSIGNAL: a closed peer must not kill us. */
 	signal(SIGPIPE, SIG_IGN);
@@ -477,6 +545,7 @@ zp_run(struct zp_config *cfg)
 		goto out;
 	}
 
+	log_access(&ctx);
 	log_start(&ctx, nofile);
 
 	if (event_base_dispatch(ctx.base) == -1) {

@@ -176,7 +176,8 @@ static void usage(FILE *fp)
 "           else 0.0.0.0) and exit\n"
 "\n"
 "addresses\n"
-"  -b, --bind ADDR          listen address (127.0.0.1; ::1 for IPv6)\n"
+"  -b, --bind ADDR          listen address (127.0.0.1; ::1 for IPv6); connect:\n"
+"                           the source address of every connection (127.0.0.2)\n"
 "  -p, --port N             listen port (0 = any)\n"
 "  -n, --conns N            number of connections (see above)\n"
 "what a session sends (default nothing)\n"
@@ -1082,8 +1083,12 @@ static int run_listen(void)
 
 static int run_connect(void)
 {
-	struct addrinfo *ai = resolve(o.host, o.port, 0);
+	struct addrinfo *ai = resolve(o.host, o.port, 0), *src = NULL;
 	long i, n = o.conns_set ? o.conns : 1;
+	int one = 1;
+
+	if (o.bind_addr != NULL)
+		src = resolve(o.bind_addr, "0", 1);
 
 	for (i = 0; i < n; i++) {
 		struct sess *s;
@@ -1092,6 +1097,16 @@ static int run_connect(void)
 
 		if (fd == -1)
 			die("socket: %s", strerror(errno));
+		if (src != NULL) {
+#ifdef IP_BIND_ADDRESS_NO_PORT
+			/* the port is chosen at connect, per destination */
+			(void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT,
+			    &one, sizeof(one));
+#endif
+			if (bind(fd, src->ai_addr, src->ai_addrlen) == -1)
+				die("conn %ld: bind to %s: %s", i, o.bind_addr,
+				    strerror(errno));
+		}
 		s = sess_new(fd);
 		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
 			nconnected++;
@@ -1109,6 +1124,9 @@ static int run_connect(void)
 		}
 	}
 	freeaddrinfo(ai);
+	if (src != NULL)
+		freeaddrinfo(src);
+	(void)one;
 	return run_sessions(-1);
 }
 

@@ -653,6 +653,49 @@ test_parse_short_options(void **state)
 	assert_int_equal(c->quiet, 1);
 }
 
+/*
+ * Who may connect: --allow and --deny append in order, each to its own
+ * list, and --max-conns-per-source is a count; a bad rule, a zero count
+ * and one rule too many are refused with one line naming the option.
+ */
+static void
+test_parse_access(void **state)
+{
+	struct cfg_state	*s = *state;
+	struct zp_config	*c = &s->cfg;
+	char			 buf[ZP_CIDRSTRLEN];
+
+	assert_int_equal(c->allow.n, 0);
+	assert_int_equal(c->deny.n, 0);
+	assert_int_equal(c->max_conns_per_source, 0);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--allow",
+	    "10.0.0.0/8", "--deny", "10.9.0.0/16", "--allow", "::1",
+	    "--max-conns-per-source", "5", NULL), ZP_PARSE_OK);
+	assert_int_equal(c->allow.n, 2);
+	assert_string_equal(zp_cidr_str(&c->allow.v[0], buf, sizeof(buf)),
+	    "10.0.0.0/8");
+	assert_string_equal(zp_cidr_str(&c->allow.v[1], buf, sizeof(buf)),
+	    "::1/128");
+	assert_int_equal(c->deny.n, 1);
+	assert_string_equal(zp_cidr_str(&c->deny.v[0], buf, sizeof(buf)),
+	    "10.9.0.0/16");
+	assert_int_equal(c->max_conns_per_source, 5);
+
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--deny",
+	    "10.9.0.1/16", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--deny: invalid CIDR '10.9.0.1/16'");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--allow", "",
+	    NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--allow: invalid CIDR ''");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1",
+	    "--max-conns-per-source", "0", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "0");
+	assert_errmsg(s->err, "max-conns-per-source");
+}
+
 /* Without -l or -u the parse fails and says which one is missing. */
 static void
 test_parse_missing_required(void **state)
@@ -1473,6 +1516,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_parse_long_options,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_short_options,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_access,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_missing_required,
 		    cfg_setup, cfg_teardown),

@@ -142,6 +142,8 @@ setup_ctx(void **state)
 	ctx->stats.lingers = 8;
 	ctx->stats.linger_timeouts = 9;
 	ctx->stats.discarded = 10;
+	ctx->stats.clients_denied = 12;
+	ctx->stats.clients_source_limited = 13;
 	ctx->max_conns = 3000;
 	ctx->started.tv_sec = 1700000000;
 	ctx->started.tv_usec = 250000;
@@ -346,6 +348,8 @@ test_render_datapath(void **state)
 	expect_line(t, "zproxy_lingers_total 8");
 	expect_line(t, "zproxy_linger_timeouts_total 9");
 	expect_line(t, "zproxy_discarded_bytes_total 10");
+	expect_line(t, "zproxy_clients_denied_total 12");
+	expect_line(t, "zproxy_clients_source_limited_total 13");
 	free(t);
 }
 
@@ -541,6 +545,8 @@ test_render_families(void **state)
 		{ "zproxy_connect_local_errors_total", "counter" },
 		{ "zproxy_connections_waiting", "gauge" },
 		{ "zproxy_connections_local_failed_total", "counter" },
+		{ "zproxy_clients_denied_total", "counter" },
+		{ "zproxy_clients_source_limited_total", "counter" },
 		{ "zproxy_timeouts_total", "counter" },
 		{ "zproxy_lingers_total", "counter" },
 		{ "zproxy_linger_timeouts_total", "counter" },
