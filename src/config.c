@@ -39,6 +39,8 @@ enum {
 	OPT_SYSLOG,
 	OPT_LOG_FORMAT,
 	OPT_STATS,
+	OPT_STATS_MAX_CONNS,
+	OPT_STATS_TIMEOUT,
 	OPT_SEND_PROXY,
 	OPT_DNS_SERVER,
 };
@@ -66,6 +68,8 @@ static const struct option zp_longopts[] = {
 	{ "syslog",		no_argument,		NULL, OPT_SYSLOG },
 	{ "log-format",		required_argument,	NULL, OPT_LOG_FORMAT },
 	{ "stats",		required_argument,	NULL, OPT_STATS },
+	{ "stats-max-conns",	required_argument,	NULL, OPT_STATS_MAX_CONNS },
+	{ "stats-timeout",	required_argument,	NULL, OPT_STATS_TIMEOUT },
 	{ "send-proxy",		required_argument,	NULL, OPT_SEND_PROXY },
 	{ "dns-server",		required_argument,	NULL, OPT_DNS_SERVER },
 	{ "verbose",		no_argument,		NULL, 'v' },
@@ -76,6 +80,8 @@ static const struct option zp_longopts[] = {
 };
 
 #define ZP_MAX_CONNS_LIMIT	10000000L
+/* Scrapers are few; each stats connection is a descriptor the relay lacks. */
+#define ZP_STATS_MAX_CONNS_LIMIT 1024L
 #define ZP_MAX_TIMEOUT		86400.0
 #define ZP_MIN_TIMEOUT		0.001
 
@@ -111,6 +117,8 @@ zp_config_init(struct zp_config *cfg)
 	cfg->max_fails = ZP_DEFAULT_MAX_FAILS;
 	cfg->fail_timeout = ZP_DEFAULT_FAIL_TIMEOUT;
 	cfg->drain_timeout = ZP_DEFAULT_DRAIN_TIMEOUT;
+	cfg->stats_max_conns = ZP_DEFAULT_STATS_MAX_CONNS;
+	cfg->stats_timeout = ZP_DEFAULT_STATS_TIMEOUT;
 }
 
 /* Free what cfg owns. */
@@ -187,6 +195,10 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --syslog               log to syslog (facility daemon)\n"
 "      --log-format text|json one line of text or one JSON object per event\n"
 "      --stats ADDR:PORT      serve Prometheus metrics on http://ADDR:PORT/metrics\n"
+"      --stats-max-conns N    most stats connections at once; later ones are\n"
+"                             closed at accept (default 16, 1-1024)\n"
+"      --stats-timeout SEC    close a stats connection this long after accept,\n"
+"                             answered or not (default 5)\n"
 "  -v, --verbose              log one line per connection when it ends\n"
 "  -q, --quiet                log errors only\n"
 "  -h, --help                 show this help and exit\n"
@@ -469,6 +481,7 @@ seconds_field(struct zp_config *cfg, int opt)
 	case OPT_RESOLVE_INTERVAL:	return &cfg->resolve_interval;
 	case OPT_IDLE_TIMEOUT:		return &cfg->idle_timeout;
 	case OPT_FIN_TIMEOUT:		return &cfg->fin_timeout;
+	case OPT_STATS_TIMEOUT:		return &cfg->stats_timeout;
 	default:			return &cfg->drain_timeout;
 	}
 }
@@ -563,6 +576,7 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		case OPT_IDLE_TIMEOUT:
 		case OPT_FIN_TIMEOUT:
 		case OPT_DRAIN_TIMEOUT:
+		case OPT_STATS_TIMEOUT:
 			if (parse_seconds(opt_name(c), optarg,
 			    seconds_field(cfg, c), err, errlen) == -1)
 				return ZP_PARSE_ERROR;
@@ -601,6 +615,17 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			    errlen) == -1)
 				return ZP_PARSE_ERROR;
 			cfg->have_stats = 1;
+			break;
+		case OPT_STATS_MAX_CONNS:
+			/*
+			 * 0 is refused, not "no limit": an endpoint without a
+			 * cap is the descriptor exhaustion this option exists
+			 * to prevent.
+			 */
+			if (parse_count("stats-max-conns", optarg,
+			    ZP_STATS_MAX_CONNS_LIMIT, &cfg->stats_max_conns,
+			    err, errlen) == -1)
+				return ZP_PARSE_ERROR;
 			break;
 		case OPT_DNS_SERVER:
 			if (zp_parse_listen(optarg, &cfg->dns_server, err,

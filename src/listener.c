@@ -15,6 +15,7 @@
 #include "listener.h"
 #include "log.h"
 #include "pair.h"
+#include "stats.h"
 
 /* Accepts per callback: enough to empty a burst, few enough to be fair. */
 #define ZP_ACCEPT_BATCH		64
@@ -113,6 +114,11 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 				continue;
 			case EMFILE:
 			case ENFILE:
+				/* Stats clients give way to ours. */
+				if (zp_stats_shed(ctx->stats_server) > 0)
+					continue;
+				listener_starve(l, errno);
+				return;
 			case ENOBUFS:
 			case ENOMEM:
 				listener_starve(l, errno);

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "pair.h"
 #include "proxyproto.h"
+#include "stats.h"
 
 static void	pair_connect_next(struct zp_pair *);
 static void	pair_connect_upstream(struct zp_pair *);
@@ -537,7 +538,12 @@ pair_connect_next(struct zp_pair *p)
 
 	for (; p->addr_idx < us->naddrs; p->addr_idx++) {
 		a = &us->addrs[p->addr_idx];
-		if ((rc = zp_connect_start(a, &fd)) == -1) {
+		rc = zp_connect_start(a, &fd);
+		/* Out of descriptors: stats clients give way to ours. */
+		if (rc == -1 && (errno == EMFILE || errno == ENFILE) &&
+		    zp_stats_shed(ctx->stats_server) > 0)
+			rc = zp_connect_start(a, &fd);
+		if (rc == -1) {
 			p->connect_err = errno;
 			continue;
 		}
