@@ -15,7 +15,8 @@
 #      byte a second: the deadline is absolute, not an inactivity timer);
 #   b. --stats-max-conns 1024 with --max-conns 100, so that the cap cannot
 #      save the relay and the descriptor reserve must: stats refuses
-#      connections for descriptors, 20 relay clients at a time are served.
+#      connections for descriptors, 16 relay clients at a time are served,
+#      and the relay never even hits EMFILE (stats never has to shed).
 # In both, the relay never pauses for descriptors (no EMFILE, no accept
 # pause), and once the attack stops a plain GET /metrics answers 200.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
@@ -147,8 +148,12 @@ capped() {
 # b. no cap to speak of: the descriptor reserve
 reserve() {
 	local r
-	attack "max-conns 1024" 20 850 --stats-max-conns 1024 --max-conns 100
+	attack "max-conns 1024" 16 850 --stats-max-conns 1024 --max-conns 100
 	after_attack "max-conns 1024"
+	# the reserve alone kept the relay's room: it never had to take
+	# descriptors back from stats (zp_stats_shed)
+	grep -q 'the relay is out of descriptors' "$ZLOG" &&
+		fail "max-conns 1024: the relay hit EMFILE and stats had to give way: $(grep -m1 'the relay is out of descriptors' "$ZLOG")"
 	r=$(val 'zproxy_stats_refused_total{reason="descriptors"}')
 	[ "${r:-0}" -ge 1 ] ||
 		fail "max-conns 1024: stats never refused for descriptors (${r:-missing}): the reserve was not reached"
