@@ -92,7 +92,7 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 	struct zp_ctx		*ctx = l->ctx;
 	struct sockaddr_storage	 ss;
 	socklen_t		 len;
-	int			 i, fd;
+	int			 i, fd, err;
 
 	for (i = 0; i < ZP_ACCEPT_BATCH; i++) {
 		if ((long)ctx->stats.conns_open >= ctx->max_conns) {
@@ -115,9 +115,10 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 			case EMFILE:
 			case ENFILE:
 				/* Stats clients give way to ours. */
+				err = errno;
 				if (zp_stats_shed(ctx->stats_server) > 0)
 					continue;
-				listener_starve(l, errno);
+				listener_starve(l, err);
 				return;
 			case ENOBUFS:
 			case ENOMEM:

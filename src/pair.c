@@ -540,9 +540,14 @@ pair_connect_next(struct zp_pair *p)
 		a = &us->addrs[p->addr_idx];
 		rc = zp_connect_start(a, &fd);
 		/* Out of descriptors: stats clients give way to ours. */
-		if (rc == -1 && (errno == EMFILE || errno == ENFILE) &&
-		    zp_stats_shed(ctx->stats_server) > 0)
-			rc = zp_connect_start(a, &fd);
+		if (rc == -1 && (errno == EMFILE || errno == ENFILE)) {
+			int	err = errno;
+
+			if (zp_stats_shed(ctx->stats_server) > 0)
+				rc = zp_connect_start(a, &fd);
+			else
+				errno = err;
+		}
 		if (rc == -1) {
 			p->connect_err = errno;
 			continue;

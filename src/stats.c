@@ -4,9 +4,12 @@
  *
  * Rendering reads the context and writes nothing to it: a scrape costs one
  * walk of the open pairs and one getrusage(2). The HTTP side is kept small
- * on purpose: one path, two methods, tight limits on what a client may
- * send and on how long it may take, so that the endpoint cannot be used to
- * grow zproxy's memory.
+ * on purpose: one path, two methods, one answer per connection, tight
+ * limits on what a client may send, so that the endpoint cannot be used to
+ * grow zproxy's memory. Nor to take the relay's descriptors: a connection
+ * lives --stats-timeout from accept at most, --stats-max-conns are open
+ * at most, none is taken from the relay's reserve, and the relay can take
+ * them all back (zp_stats_shed).
  */
 
 #include <sys/queue.h>
