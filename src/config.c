@@ -41,6 +41,8 @@ enum {
 	OPT_SYSLOG,
 	OPT_LOG_FORMAT,
 	OPT_STATS,
+	OPT_STATS_MAX_CONNS,
+	OPT_STATS_TIMEOUT,
 	OPT_SEND_PROXY,
 	OPT_DNS_SERVER,
 	/* who may connect */
@@ -73,6 +75,8 @@ static const struct option zp_longopts[] = {
 	{ "syslog",		no_argument,		NULL, OPT_SYSLOG },
 	{ "log-format",		required_argument,	NULL, OPT_LOG_FORMAT },
 	{ "stats",		required_argument,	NULL, OPT_STATS },
+	{ "stats-max-conns",	required_argument,	NULL, OPT_STATS_MAX_CONNS },
+	{ "stats-timeout",	required_argument,	NULL, OPT_STATS_TIMEOUT },
 	{ "send-proxy",		required_argument,	NULL, OPT_SEND_PROXY },
 	{ "dns-server",		required_argument,	NULL, OPT_DNS_SERVER },
 	/* who may connect */
@@ -88,6 +92,8 @@ static const struct option zp_longopts[] = {
 };
 
 #define ZP_MAX_CONNS_LIMIT	10000000L
+/* Scrapers are few; each stats connection is a descriptor the relay lacks. */
+#define ZP_STATS_MAX_CONNS_LIMIT 1024L
 #define ZP_MAX_TIMEOUT		86400.0
 #define ZP_MIN_TIMEOUT		0.001
 
@@ -125,6 +131,8 @@ zp_config_init(struct zp_config *cfg)
 	cfg->drain_timeout = ZP_DEFAULT_DRAIN_TIMEOUT;
 	cfg->fin_timeout = ZP_DEFAULT_FIN_TIMEOUT;
 	cfg->linger_timeout = ZP_DEFAULT_LINGER_TIMEOUT;
+	cfg->stats_max_conns = ZP_DEFAULT_STATS_MAX_CONNS;
+	cfg->stats_timeout = ZP_DEFAULT_STATS_TIMEOUT;
 }
 
 /* Free what cfg owns. */
@@ -216,6 +224,10 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --syslog               log to syslog (facility daemon)\n"
 "      --log-format text|json one line of text or one JSON object per event\n"
 "      --stats ADDR:PORT      serve Prometheus metrics on http://ADDR:PORT/metrics\n"
+"      --stats-max-conns N    most stats connections at once; later ones are\n"
+"                             closed at accept (default 16, 1-1024)\n"
+"      --stats-timeout SEC    close a stats connection this long after accept,\n"
+"                             answered or not (default 5)\n"
 "  -v, --verbose              log one line per connection when it ends,\n"
 "                             failed ones included, none held back by the\n"
 "                             rate limit; -vv adds debug lines\n"
@@ -522,6 +534,7 @@ seconds_field(struct zp_config *cfg, int opt)
 	case OPT_IDLE_TIMEOUT:		return &cfg->idle_timeout;
 	case OPT_FIN_TIMEOUT:		return &cfg->fin_timeout;
 	case OPT_LINGER_TIMEOUT:	return &cfg->linger_timeout;
+	case OPT_STATS_TIMEOUT:		return &cfg->stats_timeout;
 	default:			return &cfg->drain_timeout;
 	}
 }
@@ -693,6 +706,7 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		case OPT_RESOLVE_INTERVAL:
 		case OPT_LINGER_TIMEOUT:
 		case OPT_DRAIN_TIMEOUT:
+		case OPT_STATS_TIMEOUT:
 			if (parse_seconds(opt_name(c), optarg,
 			    seconds_field(cfg, c), err, errlen) == -1)
 				return ZP_PARSE_ERROR;
@@ -732,6 +746,17 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			    errlen) == -1)
 				return ZP_PARSE_ERROR;
 			cfg->have_stats = 1;
+			break;
+		case OPT_STATS_MAX_CONNS:
+			/*
+			 * 0 is refused, not "no limit": an endpoint without a
+			 * cap is the descriptor exhaustion this option exists
+			 * to prevent.
+			 */
+			if (parse_count("stats-max-conns", optarg,
+			    ZP_STATS_MAX_CONNS_LIMIT, &cfg->stats_max_conns,
+			    err, errlen) == -1)
+				return ZP_PARSE_ERROR;
 			break;
 		case OPT_DNS_SERVER:
 			if (zp_parse_listen(optarg, &cfg->dns_server, err,

@@ -79,6 +79,8 @@ struct zp_config {
 	int			send_proxy;	/* 0, 1 or 2 */
 	struct zp_listen_spec	stats;
 	int			have_stats;
+	long			stats_max_conns; /* open at once, >= 1 */
+	double			stats_timeout;	/* seconds from accept */
 	struct zp_listen_spec	dns_server;	/* for --resolve-interval */
 	int			have_dns_server;
 	char			*log_file;
@@ -101,6 +103,8 @@ struct zp_config {
 #define ZP_DEFAULT_DRAIN_TIMEOUT 30.0
 #define ZP_DEFAULT_FIN_TIMEOUT	300.0	/* HAProxy-like client-fin bound */
 #define ZP_DEFAULT_LINGER_TIMEOUT 30.0	/* nginx's lingering_time */
+#define ZP_DEFAULT_STATS_MAX_CONNS 16
+#define ZP_DEFAULT_STATS_TIMEOUT 5.0
 #define ZP_MAX_SIZE		(1024UL * 1024 * 1024)
 
 /* What zp_config_parse() asks the caller to do. */

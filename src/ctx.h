@@ -31,6 +31,13 @@ enum zp_fallback {
 	ZP_FALLBACK_MAX,
 };
 
+/* Why the stats endpoint closed a connection without answering it. */
+enum zp_stats_refusal {
+	ZP_STATS_REFUSED_CONNS = 0,	/* --stats-max-conns were open */
+	ZP_STATS_REFUSED_FDS,		/* descriptors kept for the relay */
+	ZP_STATS_REFUSED_MAX,
+};
+
 struct zp_stats {
 	uint64_t	conns_total;	/* accepted */
 	uint64_t	conns_open;
@@ -51,6 +58,9 @@ struct zp_stats {
 	uint64_t	conns_local_failed; /* end=local-resource */
 	uint64_t	clients_denied;		/* --allow, --deny */
 	uint64_t	clients_source_limited;	/* --max-conns-per-source */
+	uint64_t	stats_open;	/* --stats connections */
+	uint64_t	stats_refused[ZP_STATS_REFUSED_MAX];
+	uint64_t	stats_timeouts;	/* closed by --stats-timeout */
 };
 
 TAILQ_HEAD(zp_pair_list, zp_pair);
@@ -73,6 +83,8 @@ struct zp_ctx {
 	uint64_t		 next_id;
 	long			 max_conns;	/* effective */
 	size_t			 pipe_cap;	/* pipes the fd budget holds */
+	long			 nofile;	/* RLIMIT_NOFILE; 0: unknown */
+	long			 fd_reserve;	/* kept free of stats' use */
 	size_t			 budget;	/* bytes per direction per callback */
 	struct timeval		 started;
 	struct timeval		 local_warned;	/* last local-fault warning */

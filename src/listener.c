@@ -16,6 +16,7 @@
 #include "listener.h"
 #include "log.h"
 #include "pair.h"
+#include "stats.h"
 
 /* Accepts per callback: enough to empty a burst, few enough to be fair. */
 #define ZP_ACCEPT_BATCH		64
@@ -150,7 +151,7 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 	struct zp_ctx		*ctx = l->ctx;
 	struct sockaddr_storage	 ss;
 	socklen_t		 len;
-	int			 i, fd;
+	int			 i, fd, err;
 
 	for (i = 0; i < ZP_ACCEPT_BATCH; i++) {
 		if ((long)ctx->stats.conns_open >= ctx->max_conns) {
@@ -174,6 +175,12 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 				continue;
 			case EMFILE:
 			case ENFILE:
+				/* Stats clients give way to ours. */
+				err = errno;
+				if (zp_stats_shed(ctx->stats_server) > 0)
+					continue;
+				listener_starve(l, err);
+				return;
 			case ENOBUFS:
 			case ENOMEM:
 				listener_starve(l, errno);

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "pair.h"
 #include "proxyproto.h"
+#include "stats.h"
 
 /*
  * After a connect failed for a local shortage (no descriptor, no kernel
@@ -819,8 +820,17 @@ pair_connect_next(struct zp_pair *p)
 
 	for (; p->addr_idx < us->naddrs; p->addr_idx++) {
 		a = &us->addrs[p->addr_idx];
-		if ((rc = zp_connect_start(a, &fd)) == -1 &&
-		    zp_connect_local_error(errno)) {
+		rc = zp_connect_start(a, &fd);
+		/* Out of descriptors: stats clients give way to ours. */
+		if (rc == -1 && (errno == EMFILE || errno == ENFILE)) {
+			int	err = errno;
+
+			if (zp_stats_shed(ctx->stats_server) > 0)
+				rc = zp_connect_start(a, &fd);
+			else
+				errno = err;
+		}
+		if (rc == -1 && zp_connect_local_error(errno)) {
 			pair_connect_wait(p, errno);
 			return;
 		}

@@ -4,11 +4,15 @@
  *
  * Rendering reads the context and writes nothing to it: a scrape costs one
  * walk of the open pairs and one getrusage(2). The HTTP side is kept small
- * on purpose: one path, two methods, tight limits on what a client may
- * send and on how long it may take, so that the endpoint cannot be used to
- * grow zproxy's memory.
+ * on purpose: one path, two methods, one answer per connection, tight
+ * limits on what a client may send, so that the endpoint cannot be used to
+ * grow zproxy's memory. Nor to take the relay's descriptors: a connection
+ * lives --stats-timeout from accept at most, --stats-max-conns are open
+ * at most, none is taken from the relay's reserve, and the relay can take
+ * them all back (zp_stats_shed).
  */
 
+#include <sys/queue.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -21,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -38,21 +43,52 @@
 #define ZP_STATS_MAX_HEADERS	8192
 /* Nothing here takes a body; a small one is read to answer 405. */
 #define ZP_STATS_MAX_BODY	1024
-/* Seconds a client may take to send a request or read the answer. */
-#define ZP_STATS_TIMEOUT	5
 /* How long accepting rests after EMFILE/ENFILE, in milliseconds. */
 #define ZP_STATS_PAUSE_MS	250
+/* How long it rests after giving descriptors back to the relay. */
+#define ZP_STATS_SHED_MS	1000
+/* Connections accepted in one go before accepting waits for stats_adopt. */
+#define ZP_STATS_ADOPT_BATCH	8
+/* Descriptors the process holds besides pairs, pipes and stats: stdio,
+ * epoll, libevent's signal pair, both listeners, the log. */
+#define ZP_STATS_BASE_FDS	8
 /* Seconds between two idle runs of the server's timer (see there). */
 #define ZP_STATS_IDLE_TICK	86400
 /* Room for "name:port" of an upstream and a "#NN" for a repeated one. */
 #define ZP_STATS_NAMELEN	320
 
+/*
+ * One client connection. evhttp owns it; we hold it only to count it and
+ * to end it at its deadline. Until "adopted" (see stats_adopt) we know
+ * only its bufferevent, which we made and hold a reference on.
+ */
+struct stats_conn {
+	struct zp_stats_server		*s;
+	struct bufferevent		*bev;	/* until adopted */
+	struct evhttp_connection	*evcon;	/* once adopted */
+	struct event			*deadline;
+	TAILQ_ENTRY(stats_conn)		 entry;
+};
+
+TAILQ_HEAD(stats_conn_list, stats_conn);
+
 struct zp_stats_server {
 	struct zp_ctx		*ctx;
 	struct evhttp		*http;
 	struct evconnlistener	*lev;	/* owned by http */
-	struct event		*timer;	/* ends an out-of-descriptors pause */
-	int			 paused; /* lev disabled until timer fires */
+	struct event		*timer;	/* ends a pause */
+	struct event		*adopt;	/* made active by each accept */
+	struct stats_conn_list	 pending; /* accepted, not adopted yet */
+	struct stats_conn_list	 conns;	/* adopted and open */
+	size_t			 npending;
+	size_t			 nconns;
+	size_t			 max_conns; /* --stats-max-conns */
+	struct timeval		 timeout; /* --stats-timeout */
+	int			 pause_ms;
+	unsigned		 paused:1; /* lev off until timer fires */
+	unsigned		 held:1;  /* lev off until adopt runs */
+	unsigned		 lev_on:1;
+	struct timeval		 last_warn;
 	struct zp_addr		 addr;	/* bound */
 };
 
@@ -483,6 +519,28 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	single_u64(&r, "zproxy_discarded_bytes_total", "counter",
 	    "Bytes read from a peer after the other side was gone, and "
 	    "thrown away.", ctx->stats.discarded);
+	single_u64(&r, "zproxy_stats_connections_open", "gauge",
+	    "Connections to this endpoint open now.", ctx->stats.stats_open);
+	single_u64(&r, "zproxy_stats_max_connections", "gauge",
+	    "Most connections to this endpoint open at once "
+	    "(--stats-max-conns); later ones are closed at accept.",
+	    ctx->cfg != NULL && ctx->cfg->stats_max_conns > 0 ?
+	    (uint64_t)ctx->cfg->stats_max_conns : 0);
+	family(&r, "zproxy_stats_refused_total", "counter",
+	    "Connections to this endpoint closed unanswered: at accept with "
+	    "--stats-max-conns open (max-conns), or to keep descriptors for "
+	    "the relay (descriptors).");
+	l.name = "reason";
+	l.value = "max-conns";
+	sample_u64(&r, "zproxy_stats_refused_total", &l, 1,
+	    ctx->stats.stats_refused[ZP_STATS_REFUSED_CONNS]);
+	l.value = "descriptors";
+	sample_u64(&r, "zproxy_stats_refused_total", &l, 1,
+	    ctx->stats.stats_refused[ZP_STATS_REFUSED_FDS]);
+	single_u64(&r, "zproxy_stats_timeouts_total", "counter",
+	    "Connections to this endpoint closed because no answer was "
+	    "written within --stats-timeout of accept.",
+	    ctx->stats.stats_timeouts);
 
 	cpu_time(&cpu);
 	family(&r, "zproxy_cpu_seconds_total", "counter",
@@ -504,6 +562,7 @@ reply_text(struct evhttp_request *req, int code, const char *reason,
 	struct evbuffer		*b = evbuffer_new();
 
 	evhttp_add_header(h, "Content-Type", "text/plain; charset=utf-8");
+	evhttp_add_header(h, "Connection", "close");
 	if (b == NULL || evbuffer_add(b, text, strlen(text)) == -1) {
 		if (b != NULL)
 			evbuffer_free(b);
@@ -548,6 +607,7 @@ stats_request_cb(struct evhttp_request *req, void *arg)
 	}
 	evhttp_add_header(h, "Content-Type", ZP_STATS_CONTENT_TYPE);
 	evhttp_add_header(h, "Cache-Control", "no-store");
+	evhttp_add_header(h, "Connection", "close");
 	if (cmd == EVHTTP_REQ_HEAD) {
 		char	len[24];
 
@@ -560,10 +620,25 @@ stats_request_cb(struct evhttp_request *req, void *arg)
 	evbuffer_free(b);
 }
 
+/* Turn accepting on or off to match the pause flags. */
+static void
+stats_listen_update(struct zp_stats_server *s)
+{
+	int	want = !s->paused && !s->held;
+
+	if (want == (int)s->lev_on)
+		return;
+	if (want)
+		(void)evconnlistener_enable(s->lev);
+	else
+		(void)evconnlistener_disable(s->lev);
+	s->lev_on = want;
+}
+
 /*
  * The server's timer: it always runs, so that stats_accept_error_cb can
  * find the server among the base's events (see there). Idle, it fires once
- * a day and does nothing; after an accept error it ends the pause.
+ * a day and does nothing; during a pause it ends the pause.
  */
 static void
 stats_timer_arm(struct zp_stats_server *s)
@@ -571,10 +646,20 @@ stats_timer_arm(struct zp_stats_server *s)
 	struct timeval	tv = { ZP_STATS_IDLE_TICK, 0 };
 
 	if (s->paused) {
-		tv.tv_sec = 0;
-		tv.tv_usec = ZP_STATS_PAUSE_MS * 1000;
+		tv.tv_sec = s->pause_ms / 1000;
+		tv.tv_usec = (s->pause_ms % 1000) * 1000;
 	}
 	(void)evtimer_add(s->timer, &tv);
+}
+
+/* Stop accepting for ms milliseconds; clients wait in the backlog. */
+static void
+stats_pause(struct zp_stats_server *s, int ms)
+{
+	s->paused = 1;
+	s->pause_ms = ms;
+	stats_listen_update(s);
+	stats_timer_arm(s);
 }
 
 /* The timer fired: end a pause, re-arm. */
@@ -583,11 +668,223 @@ stats_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_stats_server	*s = arg;
 
-	if (s->paused) {
-		s->paused = 0;
-		evconnlistener_enable(s->lev);
-	}
+	s->paused = 0;
+	stats_listen_update(s);
 	stats_timer_arm(s);
+}
+
+/*
+ * A warning about connections closed unanswered, at most once a second:
+ * under attack there is one per connection, and the counters tell the
+ * rest.
+ */
+static void
+stats_warn(struct zp_stats_server *s, const char *why)
+{
+	struct zp_stats	*st = &s->ctx->stats;
+	struct timeval	 now, dt;
+
+	gettimeofday(&now, NULL);
+	timersub(&now, &s->last_warn, &dt);
+	if (dt.tv_sec < 1)
+		return;
+	s->last_warn = now;
+	zp_log(&s->ctx->log, ZP_LOG_WARN, "stats: %s (so far refused "
+	    "max-conns=%llu descriptors=%llu, timed out %llu)", why,
+	    (unsigned long long)st->stats_refused[ZP_STATS_REFUSED_CONNS],
+	    (unsigned long long)st->stats_refused[ZP_STATS_REFUSED_FDS],
+	    (unsigned long long)st->stats_timeouts);
+}
+
+/* Unlink an adopted connection and free our part of it. */
+static void
+stats_conn_forget(struct stats_conn *c)
+{
+	struct zp_stats_server	*s = c->s;
+
+	TAILQ_REMOVE(&s->conns, c, entry);
+	s->nconns--;
+	s->ctx->stats.stats_open = s->nconns;
+	event_free(c->deadline);
+	free(c);
+}
+
+/* evhttp is closing an adopted connection (answered, or the client left). */
+static void
+stats_conn_closed_cb(struct evhttp_connection *evcon, void *arg)
+{
+	stats_conn_forget(arg);
+}
+
+/*
+ * Close an adopted connection now. Our bookkeeping does not wait for
+ * evhttp's close callback, so that it cannot depend on when evhttp calls
+ * it.
+ */
+static void
+stats_conn_kill(struct stats_conn *c)
+{
+	struct evhttp_connection	*evcon = c->evcon;
+
+	evhttp_connection_set_closecb(evcon, NULL, NULL);
+	stats_conn_forget(c);
+	evhttp_connection_free(evcon);
+}
+
+/* --stats-timeout after accept and still open: the answer is not out. */
+static void
+stats_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct stats_conn	*c = arg;
+	struct zp_stats_server	*s = c->s;
+
+	s->ctx->stats.stats_timeouts++;
+	stats_conn_kill(c);
+	stats_warn(s, "closed a connection at its deadline "
+	    "(--stats-timeout)");
+}
+
+/*
+ * Drop a connection before adoption: our reference on its bufferevent
+ * goes, and the bufferevent with it if evhttp never took it.
+ */
+static void
+stats_pending_drop(struct stats_conn *c)
+{
+	if (bufferevent_decref(c->bev) == 0)
+		bufferevent_free(c->bev);
+	event_free(c->deadline);
+	free(c);
+}
+
+/*
+ * Whether a stats connection on descriptor fd leaves the relay its
+ * reserve: ctx->fd_reserve descriptors below RLIMIT_NOFILE that stats
+ * never takes. What is in use is estimated from below twice: accept(2)
+ * gives the lowest free number, so all below fd are taken; and every pair
+ * holds two sockets, every pipe two ends. The larger estimate counts.
+ */
+static int
+stats_fd_room(struct zp_stats_server *s, int fd)
+{
+	struct zp_ctx	*ctx = s->ctx;
+	long		 used = (long)fd + 1, known;
+
+	if (ctx->nofile <= 0)
+		return 1;
+	known = ZP_STATS_BASE_FDS + 2 * (long)ctx->stats.conns_open +
+	    (long)s->nconns + 1;
+	if (ctx->have_pool)
+		known += 2 * (long)ctx->pool.nalive;
+	if (known > used)
+		used = known;
+	return used + ctx->fd_reserve <= ctx->nofile;
+}
+
+/*
+ * Adopt the connections accepted since the last run: find each one's
+ * evhttp connection (the argument of its bufferevent's callbacks, set
+ * once evhttp took it), then close it at once if --stats-max-conns are
+ * open or the relay's reserve would be touched, else start its deadline.
+ * evhttp 2.1 has no hook that sees a connection when it is accepted, so
+ * stats_bev_cb, which runs just before, queues it, and this runs from the
+ * loop right after.
+ */
+static void
+stats_adopt(struct zp_stats_server *s)
+{
+	struct zp_ctx		*ctx = s->ctx;
+	struct stats_conn	*c;
+	bufferevent_event_cb	 ecb;
+	void			*arg;
+	int			 fd, why;
+
+	while ((c = TAILQ_FIRST(&s->pending)) != NULL) {
+		TAILQ_REMOVE(&s->pending, c, entry);
+		s->npending--;
+		bufferevent_getcb(c->bev, NULL, NULL, &ecb, &arg);
+		if (ecb == NULL || arg == NULL) {
+			/* evhttp let go of it already (out of memory) */
+			stats_pending_drop(c);
+			continue;
+		}
+		c->evcon = arg;
+		fd = bufferevent_getfd(c->bev);
+		(void)bufferevent_decref(c->bev);	/* evhttp holds it */
+		c->bev = NULL;
+		if (s->nconns >= s->max_conns)
+			why = ZP_STATS_REFUSED_CONNS;
+		else if (!stats_fd_room(s, fd))
+			why = ZP_STATS_REFUSED_FDS;
+		else
+			why = -1;
+		if (why != -1) {
+			ctx->stats.stats_refused[why]++;
+			evhttp_connection_free(c->evcon);
+			event_free(c->deadline);
+			free(c);
+			if (why == ZP_STATS_REFUSED_FDS) {
+				stats_pause(s, ZP_STATS_PAUSE_MS);
+				stats_warn(s, "refusing connections: the "
+				    "descriptors left are the relay's");
+			} else
+				stats_warn(s, "refusing connections: "
+				    "--stats-max-conns are open");
+			continue;
+		}
+		TAILQ_INSERT_TAIL(&s->conns, c, entry);
+		s->nconns++;
+		ctx->stats.stats_open = s->nconns;
+		evhttp_connection_set_closecb(c->evcon, stats_conn_closed_cb,
+		    c);
+		(void)evtimer_add(c->deadline, &s->timeout);
+	}
+	s->held = 0;
+	stats_listen_update(s);
+}
+
+static void
+stats_adopt_cb(evutil_socket_t fd, short what, void *arg)
+{
+	stats_adopt(arg);
+}
+
+/*
+ * evhttp accepted a connection and asks for its bufferevent: make it,
+ * keep a reference (so that it outlives evhttp's if evhttp fails), queue
+ * the connection for stats_adopt. After a batch, accepting stops until
+ * stats_adopt ran, so that refused connections hold their descriptors for
+ * one short turn of the loop only. NULL makes evhttp use one of its own:
+ * that connection then goes uncounted, under evhttp's own timeout.
+ */
+static struct bufferevent *
+stats_bev_cb(struct event_base *base, void *arg)
+{
+	struct zp_stats_server	*s = arg;
+	struct stats_conn	*c;
+
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return NULL;
+	c->s = s;
+	c->bev = bufferevent_socket_new(base, -1, 0);
+	c->deadline = evtimer_new(base, stats_deadline_cb, c);
+	if (c->bev == NULL || c->deadline == NULL) {
+		if (c->bev != NULL)
+			bufferevent_free(c->bev);
+		if (c->deadline != NULL)
+			event_free(c->deadline);
+		free(c);
+		return NULL;
+	}
+	bufferevent_incref(c->bev);
+	TAILQ_INSERT_TAIL(&s->pending, c, entry);
+	s->npending++;
+	event_active(s->adopt, EV_TIMEOUT, 1);
+	if (s->npending >= ZP_STATS_ADOPT_BATCH) {
+		s->held = 1;
+		stats_listen_update(s);
+	}
+	return c->bev;
 }
 
 /* What stats_find_cb looks for, and what it found. */
@@ -635,11 +932,38 @@ stats_accept_error_cb(struct evconnlistener *lev, void *http)
 	    stats_find_cb, &find);
 	if ((s = find.s) == NULL)
 		return;	/* cannot happen; better no stats than a busy loop */
+	s->lev_on = 0;
 	if (!s->paused)
 		zp_log(&s->ctx->log, ZP_LOG_WARN, "stats: accept: %s; "
 		    "pausing %d ms", strerror(err), ZP_STATS_PAUSE_MS);
-	s->paused = 1;
-	stats_timer_arm(s);
+	stats_pause(s, ZP_STATS_PAUSE_MS);
+}
+
+/*
+ * The relay ran out of descriptors: close every stats connection and
+ * stop accepting for a while, so that /metrics goes blind and the relay
+ * does not. Returns how many connections were closed (their descriptors
+ * are free again when it returns). Safe on NULL.
+ */
+int
+zp_stats_shed(struct zp_stats_server *s)
+{
+	int	n = 0;
+
+	if (s == NULL)
+		return 0;
+	stats_adopt(s);
+	while (!TAILQ_EMPTY(&s->conns)) {
+		stats_conn_kill(TAILQ_FIRST(&s->conns));
+		n++;
+	}
+	s->ctx->stats.stats_refused[ZP_STATS_REFUSED_FDS] += (uint64_t)n;
+	if (!s->paused || n > 0)
+		zp_log(&s->ctx->log, ZP_LOG_WARN, "stats: the relay is out "
+		    "of descriptors: closed %d stats connections, not "
+		    "accepting for %d ms", n, ZP_STATS_SHED_MS);
+	stats_pause(s, ZP_STATS_SHED_MS);
+	return n;
 }
 
 /*
@@ -712,8 +1036,9 @@ fail:
 
 /*
  * Listen on spec and serve GET /metrics from ctx's counters, in
- * ctx->base. Returns the server, which owns the socket, the evhttp and
- * every client connection; or NULL with err filled.
+ * ctx->base, under ctx->cfg's --stats-max-conns and --stats-timeout.
+ * Returns the server, which owns the socket, the evhttp and every client
+ * connection; or NULL with err filled.
  */
 struct zp_stats_server *
 zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, char *err,
@@ -721,6 +1046,7 @@ zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, char *err,
 {
 	struct zp_stats_server	*s;
 	char			 abuf[ZP_ADDRSTRLEN];
+	double			 t = ZP_DEFAULT_STATS_TIMEOUT;
 	int			 fd;
 
 	if ((s = calloc(1, sizeof(*s))) == NULL) {
@@ -728,6 +1054,14 @@ zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, char *err,
 		return NULL;
 	}
 	s->ctx = ctx;
+	TAILQ_INIT(&s->pending);
+	TAILQ_INIT(&s->conns);
+	s->max_conns = ZP_DEFAULT_STATS_MAX_CONNS;
+	if (ctx->cfg != NULL && ctx->cfg->stats_max_conns > 0)
+		s->max_conns = (size_t)ctx->cfg->stats_max_conns;
+	if (ctx->cfg != NULL && ctx->cfg->stats_timeout > 0)
+		t = ctx->cfg->stats_timeout;
+	s->timeout = zp_seconds_tv(t);
 	if ((fd = stats_socket(spec, &s->addr, err, errlen)) == -1)
 		goto fail;
 	if ((s->http = evhttp_new(ctx->base)) == NULL) {
@@ -738,7 +1072,7 @@ zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, char *err,
 	/*
 	 * Our own evconnlistener rather than evhttp_accept_socket_with_handle:
 	 * its failure would leave unclear whether fd was closed, and we need
-	 * the listener to set the accept error callback.
+	 * the listener to set the accept error callback and to pause.
 	 */
 	if ((s->lev = evconnlistener_new(ctx->base, NULL, NULL,
 	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd)) == NULL) {
@@ -752,23 +1086,29 @@ zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, char *err,
 		snprintf(err, errlen, "stats: cannot set up the listener");
 		goto fail;
 	}
-	if ((s->timer = evtimer_new(ctx->base, stats_timer_cb, s)) == NULL) {
+	s->lev_on = 1;
+	s->timer = evtimer_new(ctx->base, stats_timer_cb, s);
+	s->adopt = event_new(ctx->base, -1, 0, stats_adopt_cb, s);
+	if (s->timer == NULL || s->adopt == NULL) {
 		snprintf(err, errlen, "stats: cannot create events");
 		goto fail;
 	}
 	stats_timer_arm(s);
 	evconnlistener_set_error_cb(s->lev, stats_accept_error_cb);
+	evhttp_set_bevcb(s->http, stats_bev_cb, s);
 	evhttp_set_max_headers_size(s->http, ZP_STATS_MAX_HEADERS);
 	evhttp_set_max_body_size(s->http, ZP_STATS_MAX_BODY);
-	evhttp_set_timeout(s->http, ZP_STATS_TIMEOUT);
+	/* Inactivity, which the deadline makes moot; evhttp's default is 50s. */
+	evhttp_set_timeout_tv(s->http, &s->timeout);
 	/* Let every method reach stats_request_cb, so that it can say 405. */
 	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
 	    EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
 	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT |
 	    EVHTTP_REQ_PATCH);
 	evhttp_set_gencb(s->http, stats_request_cb, s);
-	zp_log(&ctx->log, ZP_LOG_NOTICE, "serving metrics on http://%s/metrics",
-	    zp_addr_str(&s->addr, abuf, sizeof(abuf)));
+	zp_log(&ctx->log, ZP_LOG_NOTICE, "serving metrics on http://%s/metrics "
+	    "(stats-max-conns %zu, stats-timeout %.3gs)",
+	    zp_addr_str(&s->addr, abuf, sizeof(abuf)), s->max_conns, t);
 	return s;
 fail:
 	zp_stats_free(s);
@@ -779,11 +1119,22 @@ fail:
 void
 zp_stats_free(struct zp_stats_server *s)
 {
+	struct stats_conn	*c;
+
 	if (s == NULL)
 		return;
-	if (s->timer != NULL)
-		event_free(s->timer);
+	while ((c = TAILQ_FIRST(&s->conns)) != NULL)
+		stats_conn_kill(c);
+	s->ctx->stats.stats_open = 0;
 	if (s->http != NULL)
 		evhttp_free(s->http);	/* its listener and connections too */
+	while ((c = TAILQ_FIRST(&s->pending)) != NULL) {
+		TAILQ_REMOVE(&s->pending, c, entry);
+		stats_pending_drop(c);
+	}
+	if (s->adopt != NULL)
+		event_free(s->adopt);
+	if (s->timer != NULL)
+		event_free(s->timer);
 	free(s);
 }

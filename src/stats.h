@@ -20,6 +20,12 @@ struct zp_stats_server;
 struct zp_stats_server *zp_stats_new(struct zp_ctx *,
 	    const struct zp_listen_spec *, char *, size_t);
 
+/*
+ * The relay is out of descriptors: close every stats connection and stop
+ * accepting for a while. Returns how many were closed. Safe on NULL.
+ */
+int	zp_stats_shed(struct zp_stats_server *);
+
 /* Stop serving and free. Safe on NULL. */
 void	zp_stats_free(struct zp_stats_server *);
 

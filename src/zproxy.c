@@ -240,8 +240,15 @@ size_limits(struct zp_ctx *ctx, long nofile)
 	long			 per = cfg->mode == ZP_MODE_SPLICE ?
 				    ZP_FDS_SPLICE : ZP_FDS_COPY;
 	/* Listener, stdio, epoll, signal pipe and some slack for libevent. */
-	long			 reserve = 16 + nofile / 32;
+	long			 spare = 16 + nofile / 32;
+	/* --stats gets its own share, so that its clients never take ours. */
+	long			 reserve = spare + (cfg->have_stats ?
+				    cfg->stats_max_conns + 1 : 0);
 	long			 fit = (nofile - reserve) / ZP_FDS_SPLICE;
+
+	/* Stats refuses clients rather than eat into the spare (stats.c). */
+	ctx->nofile = nofile;
+	ctx->fd_reserve = spare;
 
 	/*
 	 * Pipes never take the descriptors that sockets need: beyond what

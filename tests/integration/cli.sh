@@ -84,6 +84,9 @@ bad 64 "splice-min.*'-1'" -l "$L" -u "$UP" --splice-min -1
 bad 64 99999G -l "$L" -u "$UP" --pipe-size 99999G
 bad 64 abc -l "$L" -u "$UP" --max-conns abc
 bad 64 -3 -l "$L" -u "$UP" --max-conns -3
+bad 64 "stats-max-conns.*0" -l "$L" -u "$UP" --stats "127.0.0.1:$(free_port)" --stats-max-conns 0
+bad 64 "stats-max-conns.*1025" -l "$L" -u "$UP" --stats-max-conns 1025
+bad 64 "stats-timeout.*0" -l "$L" -u "$UP" --stats-timeout 0
 bad 64 xyz -l "$L" -u "$UP" --connect-timeout xyz
 bad 64 -1 -l "$L" -u "$UP" --connect-timeout -1
 bad 64 "invalid retries '65': expected 0-64" -l "$L" -u "$UP" --retries 65
@@ -153,7 +156,8 @@ help_version() {
 		[ "$rc" -eq 0 ] || fail "zproxy $h -> exit $rc"
 		[ -s "$T/help.err" ] && fail "zproxy $h wrote to stderr: $(head -c 200 "$T/help.err")"
 		for opt in --listen --upstream --mode --pipe-size --buffer-size \
-		    --max-conns --connect-timeout --verbose --quiet --help --version; do
+		    --max-conns --connect-timeout --stats-max-conns --stats-timeout \
+		    --verbose --quiet --help --version; do
 			grep -q -- "$opt" "$T/help.out" || fail "zproxy $h: usage lacks $opt"
 		done
 		ok "$h -> 0, usage on stdout names every long option"

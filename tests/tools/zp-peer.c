@@ -14,6 +14,10 @@
  *   zp-peer blackhole [-b ADDR]          a listener whose accept queue is full:
  *                                        new SYNs are dropped, connects hang
  *   zp-peer port [-b ADDR]               print a port free right now, exit
+ *   zp-peer trickle HOST PORT [options]  an attack on an HTTP endpoint: keep
+ *                                        --conns connections open, each
+ *                                        sending one header byte a tick, and
+ *                                        report how long each one lived
  *
  * Every connection ("session") does the same thing, chosen by options:
  * send a file or a deterministic pseudo-random stream (--send-gen, seeded by
@@ -67,6 +71,7 @@ enum mode {
 	MODE_CONNECT,
 	MODE_BLACKHOLE,
 	MODE_PORT,
+	MODE_TRICKLE,
 };
 
 struct opts {
@@ -103,6 +108,10 @@ struct opts {
 	int		 have_ras;
 	long		 pingpong;	/* messages, 0 = off */
 	size_t		 msg_size;
+	double		 duration;	/* trickle: seconds of attack */
+	double		 interval;	/* trickle: seconds between bytes */
+	double		 deadline;	/* trickle: the server's, expected */
+	long		 garbage_every;	/* trickle: every Nth sends junk */
 	int		 verbose;
 	int		 quiet;
 };
@@ -164,6 +173,8 @@ static void usage(FILE *fp)
 "       zp-peer connect HOST PORT [options]\n"
 "       zp-peer blackhole [-b ADDR] [-p PORT]\n"
 "       zp-peer port [-b ADDR]\n"
+"       zp-peer trickle HOST PORT [-n N] [--duration SEC] [--interval SEC]\n"
+"                       [--deadline SEC] [--garbage-every K]\n"
 "\n"
 "listen     bind ADDR:PORT (127.0.0.1:0), print the port as the first line of\n"
 "           stdout, accept --conns connections (1; 0 = forever) and run a\n"
@@ -174,6 +185,17 @@ static void usage(FILE *fp)
 "           that new SYNs are dropped; print the port, wait until killed\n"
 "port       print a TCP port that is free now on ADDR (default :: dual stack,\n"
 "           else 0.0.0.0) and exit\n"
+"trickle    for --duration SEC (10), keep --conns connections (1) to an HTTP\n"
+"           server, opened over the first second, each sending one byte of a\n"
+"           request that never ends every --interval SEC (1); every\n"
+"           --garbage-every Kth connection (0: none) sends junk at once. A\n"
+"           connection the server closes is opened again at its next tick.\n"
+"           Prints \"trickle conns=N immediate=N mid=N deadline=N late=N\n"
+"           maxlife=S answered=N garbage=N failed=N\": lifetimes from connect to\n"
+"           the server's close, below 0.5 s, up to --deadline SEC (5) - 1,\n"
+"           up to --deadline + 1.5, beyond (one still open at the end counts\n"
+"           only when that old); answered: got any byte back; failed:\n"
+"           connects refused or reset before they completed\n"
 "\n"
 "addresses\n"
 "  -b, --bind ADDR          listen address (127.0.0.1; ::1 for IPv6); connect:\n"
@@ -1130,11 +1152,207 @@ static int run_connect(void)
 	return run_sessions(-1);
 }
 
+/* Requests that trickle never finish: one byte a tick of this, then 'a's. */
+static const char trickle_head[] = "GET /metrics HTTP/1.1\r\nX-Trickle: ";
+
+/* What a --garbage-every connection sends at once, in turn. */
+static const char *const junk[] = {
+	"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+	"GET /metrics HTTP/9.9\r\n\r\n",
+	"BREW /metrics HTCPCP/1.0\r\n\r\n",
+	"GET /metrics HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+	"\r\n\r\n\r\n\r\n",
+	"GET\r\n\r\n",
+};
+
+struct trick {
+	int	 fd;		/* -1 between connections */
+	int	 connecting;
+	int	 garbage;	/* this connection sends junk */
+	double	 t_open;	/* the connect completed */
+	double	 next;		/* next byte, or next connect */
+	size_t	 off;		/* bytes of the request sent */
+	int	 answered;
+};
+
+static long tr_conns, tr_immediate, tr_mid, tr_deadline, tr_late;
+static long tr_answered, tr_garbage, tr_failed;
+static double tr_maxlife;
+
+/* Classify a connection that lived life seconds. */
+static void trickle_count(double life)
+{
+	if (life > tr_maxlife)
+		tr_maxlife = life;
+	if (life < 0.5)
+		tr_immediate++;
+	else if (life < o.deadline - 1)
+		tr_mid++;
+	else if (life <= o.deadline + 1.5)
+		tr_deadline++;
+	else
+		tr_late++;
+}
+
+/* Open slot i's next connection. */
+static void trickle_open(struct trick *t, const struct addrinfo *ai,
+    double now_t)
+{
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK |
+	    SOCK_CLOEXEC, 0);
+
+	if (fd == -1)
+		die("socket: %s", strerror(errno));
+	t->fd = fd;
+	t->off = 0;
+	t->answered = 0;
+	t->garbage = o.garbage_every > 0 && tr_conns % o.garbage_every == 0;
+	t->next = now_t;
+	tr_conns++;
+	if (t->garbage)
+		tr_garbage++;
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+		t->connecting = 0;
+		t->t_open = now_t;
+	} else if (errno == EINPROGRESS)
+		t->connecting = 1;
+	else {
+		close(fd);
+		t->fd = -1;
+		tr_failed++;
+		t->next = now_t + o.interval;
+	}
+}
+
+/* The server closed slot t (or the connect failed): count, plan again. */
+static void trickle_closed(struct trick *t, double now_t)
+{
+	if (t->connecting)
+		tr_failed++;
+	else {
+		trickle_count(now_t - t->t_open);
+		if (t->answered)
+			tr_answered++;
+	}
+	close(t->fd);
+	t->fd = -1;
+	t->connecting = 0;
+	t->next = now_t + o.interval;
+}
+
+static int run_trickle(void)
+{
+	struct addrinfo *ai = resolve(o.host, o.port, 0);
+	long n = o.conns, i, np;
+	struct trick *tr = calloc((size_t)n, sizeof(*tr));
+	struct pollfd *pf = calloc((size_t)n, sizeof(*pf));
+	long *who = calloc((size_t)n, sizeof(*who));
+	double t0 = now(), end = t0 + o.duration, t;
+	char buf[4096];
+
+	if (tr == NULL || pf == NULL || who == NULL)
+		die("out of memory");
+	/* open the connections over the first second, not in one burst */
+	for (i = 0; i < n; i++) {
+		tr[i].fd = -1;
+		tr[i].next = t0 + (double)i / (double)n;
+	}
+	while ((t = now()) < end) {
+		for (i = 0, np = 0; i < n; i++) {
+			struct trick *k = &tr[i];
+
+			if (k->fd == -1 && t >= k->next)
+				trickle_open(k, ai, t);
+			if (k->fd == -1)
+				continue;
+			if (!k->connecting && t >= k->next) {
+				const char *msg;
+				size_t len, hl = sizeof(trickle_head) - 1;
+				char c;
+				ssize_t w;
+
+				if (k->garbage) {
+					msg = junk[(size_t)i % (sizeof(junk) /
+					    sizeof(junk[0]))];
+					len = strlen(msg);
+					if (k->off < len) {
+						w = send(k->fd, msg + k->off,
+						    len - k->off, MSG_NOSIGNAL);
+						if (w > 0)
+							k->off += (size_t)w;
+					}
+					k->next = end;
+				} else {
+					c = k->off < hl ? trickle_head[k->off] :
+					    'a';
+					if (send(k->fd, &c, 1, MSG_NOSIGNAL) ==
+					    1)
+						k->off++;
+					k->next = t + o.interval;
+				}
+			}
+			pf[np].fd = k->fd;
+			pf[np].events = k->connecting ? POLLOUT : POLLIN;
+			pf[np].revents = 0;
+			who[np++] = i;
+		}
+		if (poll(pf, (nfds_t)np, 20) == -1 && errno != EINTR)
+			die("poll: %s", strerror(errno));
+		t = now();
+		for (i = 0; i < np; i++) {
+			struct trick *k = &tr[who[i]];
+			ssize_t r;
+
+			if (pf[i].revents == 0)
+				continue;
+			if (k->connecting) {
+				int err = 0;
+				socklen_t el = sizeof(err);
+
+				(void)getsockopt(k->fd, SOL_SOCKET, SO_ERROR,
+				    &err, &el);
+				if (err != 0 || (pf[i].revents & (POLLERR |
+				    POLLHUP))) {
+					trickle_closed(k, t);
+					continue;
+				}
+				k->connecting = 0;
+				k->t_open = t;
+				k->next = t;
+				continue;
+			}
+			while ((r = recv(k->fd, buf, sizeof(buf), 0)) > 0)
+				k->answered = 1;
+			if (r == 0 || (errno != EAGAIN && errno != EINTR))
+				trickle_closed(k, t);
+		}
+	}
+	t = now();
+	/* one still open past the deadline's slack is late; younger, nothing */
+	for (i = 0; i < n; i++)
+		if (tr[i].fd != -1) {
+			if (!tr[i].connecting &&
+			    t - tr[i].t_open > o.deadline + 1.5)
+				trickle_count(t - tr[i].t_open);
+			close(tr[i].fd);
+		}
+	printf("trickle conns=%ld immediate=%ld mid=%ld deadline=%ld "
+	    "late=%ld maxlife=%.3f answered=%ld garbage=%ld failed=%ld\n",
+	    tr_conns, tr_immediate, tr_mid, tr_deadline, tr_late, tr_maxlife,
+	    tr_answered, tr_garbage, tr_failed);
+	freeaddrinfo(ai);
+	free(tr);
+	free(pf);
+	free(who);
+	return 0;
+}
+
 enum {
 	OPT_SEED = 256, OPT_AFTER_EOF, OPT_NO_READ, OPT_NO_SHUT, OPT_CHUNK,
 	OPT_NODELAY, OPT_READ_DELAY, OPT_READ_RATE, OPT_RAR, OPT_RAS,
 	OPT_ALLOW_RESET, OPT_ACCEPT_DELAY, OPT_HOLD, OPT_EXPECT_CLOSE,
-	OPT_PINGPONG, OPT_MSG_SIZE,
+	OPT_PINGPONG, OPT_MSG_SIZE, OPT_DURATION, OPT_INTERVAL, OPT_DEADLINE,
+	OPT_GARBAGE_EVERY,
 };
 
 static const struct option longopts[] = {
@@ -1162,6 +1380,10 @@ static const struct option longopts[] = {
 	{ "expect-close",	required_argument, NULL, OPT_EXPECT_CLOSE },
 	{ "pingpong",		required_argument, NULL, OPT_PINGPONG },
 	{ "msg-size",		required_argument, NULL, OPT_MSG_SIZE },
+	{ "duration",		required_argument, NULL, OPT_DURATION },
+	{ "interval",		required_argument, NULL, OPT_INTERVAL },
+	{ "deadline",		required_argument, NULL, OPT_DEADLINE },
+	{ "garbage-every",	required_argument, NULL, OPT_GARBAGE_EVERY },
 	{ "timeout",		required_argument, NULL, 't' },
 	{ "verbose",		no_argument,	   NULL, 'v' },
 	{ "quiet",		no_argument,	   NULL, 'q' },
@@ -1190,6 +1412,8 @@ static void parse_args(int argc, char **argv)
 		o.mode = MODE_BLACKHOLE;
 	else if (strcmp(m, "port") == 0)
 		o.mode = MODE_PORT;
+	else if (strcmp(m, "trickle") == 0)
+		o.mode = MODE_TRICKLE;
 	else
 		usage_error("unknown mode '%s'", m);
 
@@ -1197,6 +1421,9 @@ static void parse_args(int argc, char **argv)
 	o.chunk = 64 * 1024;
 	o.seed = 1;
 	o.timeout = 120;
+	o.duration = 10;
+	o.interval = 1;
+	o.deadline = 5;
 	argc--;
 	argv++;
 	while ((c = getopt_long(argc, argv, "b:p:n:s:g:eo:x:t:vqh", longopts,
@@ -1270,6 +1497,21 @@ static void parse_args(int argc, char **argv)
 				usage_error("--msg-size: 1 to %d bytes",
 				    OBUF_SIZE);
 			break;
+		case OPT_DURATION:
+			o.duration = parse_secs("--duration", optarg);
+			break;
+		case OPT_INTERVAL:
+			o.interval = parse_secs("--interval", optarg);
+			if (o.interval <= 0)
+				usage_error("--interval must be above 0");
+			break;
+		case OPT_DEADLINE:
+			o.deadline = parse_secs("--deadline", optarg);
+			break;
+		case OPT_GARBAGE_EVERY:
+			o.garbage_every = (long)parse_size("--garbage-every",
+			    optarg);
+			break;
 		case 't': o.timeout = parse_secs("--timeout", optarg); break;
 		case 'v': o.verbose = 1; break;
 		case 'q': o.quiet = 1; break;
@@ -1279,9 +1521,9 @@ static void parse_args(int argc, char **argv)
 	}
 	pos = argv + optind;
 	npos = argc - optind;
-	if (o.mode == MODE_CONNECT) {
+	if (o.mode == MODE_CONNECT || o.mode == MODE_TRICKLE) {
 		if (npos != 2)
-			usage_error("connect needs HOST PORT");
+			usage_error("%s needs HOST PORT", m);
 		o.host = pos[0];
 		o.port = pos[1];
 	} else if (npos != 0)
@@ -1335,6 +1577,8 @@ int main(int argc, char **argv)
 		return run_blackhole();
 	case MODE_PORT:
 		return run_port();
+	case MODE_TRICKLE:
+		return run_trickle();
 	}
 	return 2;
 }

@@ -567,6 +567,8 @@ test_parse_defaults(void **state)
 	assert_int_equal(c->splice_min, ZP_DEFAULT_SPLICE_MIN);
 	assert_int_equal(c->splice_min, 4 * 1024);
 	assert_int_equal(c->max_conns, 0);
+	assert_int_equal(c->stats_max_conns, 16);
+	assert_true(c->stats_timeout == 5.0);
 	assert_true(c->connect_timeout == ZP_DEFAULT_CONNECT_TIMEOUT);
 	assert_true(c->connect_timeout == 5.0);
 	assert_int_equal(c->verbose, 0);
@@ -761,7 +763,7 @@ test_parse_missing_value(void **state)
 	static const char *opts[] = {
 		"-l", "-u", "-m", "--listen", "--upstream", "--mode",
 		"--pipe-size", "--buffer-size", "--splice-min", "--max-conns",
-		"--connect-timeout",
+		"--connect-timeout", "--stats-max-conns", "--stats-timeout",
 	};
 	struct cfg_state	*s = *state;
 	size_t			 i;
@@ -1104,6 +1106,45 @@ test_parse_max_conns(void **state)
 	}
 }
 
+/* --stats-max-conns takes 1..1024: 0 is refused, not "no limit", since
+ * an endpoint without a cap is the descriptor exhaustion it prevents;
+ * --stats-timeout takes seconds like the other timeouts. */
+static void
+test_parse_stats_limits(void **state)
+{
+	static const char *bad[] = {
+		"0", "-1", "abc", "", "1025", "1.5", "16x",
+	};
+	struct cfg_state	*s = *state;
+	size_t			 i;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--stats", ":2",
+	    "--stats-max-conns", "1", "--stats-timeout", "0.5", NULL),
+	    ZP_PARSE_OK);
+	assert_int_equal(s->cfg.stats_max_conns, 1);
+	assert_true(s->cfg.stats_timeout == 0.5);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1",
+	    "--stats-max-conns=1024", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.stats_max_conns, 1024);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		reparse_reset(s);
+		if (parse(s, "-l", ":1", "-u", "h:1", "--stats-max-conns",
+		    bad[i], NULL) != ZP_PARSE_ERROR)
+			fail_msg("stats-max-conns '%s' accepted", bad[i]);
+		assert_errmsg_quoted(s->err, bad[i]);
+	}
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--stats-max-conns",
+	    "0", NULL), ZP_PARSE_ERROR);
+	assert_string_equal(s->err, "invalid stats-max-conns '0': expected "
+	    "1-1024");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--stats-timeout",
+	    "0", NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "0");
+}
+
 /* Bad sizes, listen and upstream values fail the parse, naming the value. */
 static void
 test_parse_bad_values(void **state)
@@ -1223,6 +1264,7 @@ test_usage(void **state)
 	static const char *opts[] = {
 		"--listen", "--upstream", "--mode", "--pipe-size",
 		"--buffer-size", "--splice-min", "--max-conns",
+		"--stats-max-conns", "--stats-timeout",
 		"--connect-timeout", "--verbose", "--quiet", "--help", "--version",
 	};
 	char	*text = NULL;
@@ -1542,6 +1584,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_parse_bad_mode,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_connect_timeout,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_stats_limits,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_max_conns,
 		    cfg_setup, cfg_teardown),

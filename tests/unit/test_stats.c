@@ -551,6 +551,10 @@ test_render_families(void **state)
 		{ "zproxy_lingers_total", "counter" },
 		{ "zproxy_linger_timeouts_total", "counter" },
 		{ "zproxy_discarded_bytes_total", "counter" },
+		{ "zproxy_stats_connections_open", "gauge" },
+		{ "zproxy_stats_max_connections", "gauge" },
+		{ "zproxy_stats_refused_total", "counter" },
+		{ "zproxy_stats_timeouts_total", "counter" },
 		{ "zproxy_cpu_seconds_total", "counter" },
 		{ "zproxy_start_time_seconds", "gauge" },
 	};
@@ -882,24 +886,30 @@ test_server_405(void **state)
 	free(r);
 }
 
-/* Proves: keep-alive works: two requests on one connection, two 200s. */
+/* Proves: every answer says Connection: close and is the last on its
+ * connection, keep-alive asked or not: the deadline covers a connection
+ * from accept to its one answer. */
 static void
-test_server_keepalive(void **state)
+test_server_one_per_conn(void **state)
 {
 	struct fixture	*f = *state;
 	const char	*req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
 			    "GET /metrics HTTP/1.1\r\nHost: x\r\n"
 			    "Connection: close\r\n\r\n";
 	int		 fd = client_connect(f->port), closed;
-	char		*r, *second;
+	char		*r;
 
 	assert_true(fd != -1);
 	r = exchange(f, fd, req, strlen(req), DEADLINE_MS, &closed);
 	close(fd);
 	assert_true(closed);
 	assert_int_equal(status_of(r), 200);
-	second = strstr(r + 1, "HTTP/1.1 200");
-	assert_non_null(second);
+	assert_string_equal(header_of(r, "Connection"), "close");
+	assert_null(strstr(r + 1, "HTTP/1.1 200"));
+	free(r);
+	r = http(f, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
+	assert_int_equal(status_of(r), 404);
+	assert_string_equal(header_of(r, "Connection"), "close");
 	free(r);
 }
 
@@ -1101,6 +1111,230 @@ test_server_emfile(void **state)
 	free(r);
 }
 
+/* Run the loop for ms milliseconds. */
+static void
+spin(struct fixture *f, int ms)
+{
+	long long	end = now_ms() + ms;
+
+	while (now_ms() < end) {
+		event_base_loop(f->ctx.base, EVLOOP_NONBLOCK);
+		usleep(1000);
+	}
+}
+
+/*
+ * Run the loop until fd is closed by the server or ms pass, sending one
+ * byte of trickle every every_ms (0: none). Returns the milliseconds it
+ * took, or -1 if it stayed open; *got counts the bytes that came.
+ */
+static long long
+wait_close(struct fixture *f, int fd, int ms, const char *trickle,
+    int every_ms, size_t *got)
+{
+	long long	 t0 = now_ms(), next = t0;
+	size_t		 off = 0;
+	char		 buf[4096];
+	ssize_t		 n;
+
+	*got = 0;
+	assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+	while (now_ms() - t0 < ms) {
+		if (trickle != NULL && every_ms > 0 && now_ms() >= next &&
+		    trickle[off] != '\0') {
+			(void)send(fd, trickle + off, 1, MSG_NOSIGNAL);
+			off++;
+			next += every_ms;
+		}
+		event_base_loop(f->ctx.base, EVLOOP_NONBLOCK);
+		n = recv(fd, buf, sizeof(buf), 0);
+		if (n > 0)
+			*got += (size_t)n;
+		else if (n == 0 || errno != EAGAIN)
+			return now_ms() - t0;
+		else
+			usleep(1000);
+	}
+	return -1;
+}
+
+/* Count the log lines that hold s. */
+static int
+log_count(struct fixture *f, const char *s)
+{
+	char	line[1024];
+	int	n = 0;
+
+	fflush(f->logfp);
+	rewind(f->logfp);
+	while (fgets(line, sizeof(line), f->logfp) != NULL)
+		if (strstr(line, s) != NULL)
+			n++;
+	fseek(f->logfp, 0, SEEK_END);
+	return n;
+}
+
+/* Proves --stats-max-conns: with 2 connections open mid-request, a third
+ * and a burst of 20 more are closed at once, unanswered, and counted;
+ * the two are still served, and once they are gone a new one is too. */
+static void
+test_server_max_conns(void **state)
+{
+	struct fixture	*f = *state;
+	int		 a, b, c, burst[20], i, closed;
+	long long	 dt;
+	size_t		 got;
+	char		*r;
+
+	f->cfg.stats_max_conns = 2;
+	start_server(f, 0);
+	assert_true((a = client_connect(f->port)) != -1);
+	assert_true((b = client_connect(f->port)) != -1);
+	assert_int_equal(send(a, "GET /met", 8, 0), 8);
+	assert_int_equal(send(b, "GET /met", 8, 0), 8);
+	spin(f, 50);
+	assert_int_equal(f->ctx.stats.stats_open, 2);
+	assert_true((c = client_connect(f->port)) != -1);
+	dt = wait_close(f, c, 1000, NULL, 0, &got);
+	close(c);
+	if (dt == -1 || dt > 500)
+		fail_msg("third connection closed after %lld ms", dt);
+	assert_int_equal(got, 0);
+	assert_int_equal(f->ctx.stats.stats_refused[ZP_STATS_REFUSED_CONNS],
+	    1);
+	for (i = 0; i < 20; i++)
+		assert_true((burst[i] = client_connect(f->port)) != -1);
+	for (i = 0; i < 20; i++) {
+		dt = wait_close(f, burst[i], 1000, NULL, 0, &got);
+		close(burst[i]);
+		if (dt == -1 || got != 0)
+			fail_msg("burst %d: %lld ms, %zu bytes", i, dt, got);
+	}
+	assert_int_equal(f->ctx.stats.stats_refused[ZP_STATS_REFUSED_CONNS],
+	    21);
+	assert_int_equal(f->ctx.stats.stats_open, 2);
+	assert_int_equal(log_count(f, "--stats-max-conns are open"), 1);
+
+	r = exchange(f, a, "rics HTTP/1.0\r\n\r\n", 17, DEADLINE_MS, &closed);
+	assert_true(closed);
+	assert_int_equal(status_of(r), 200);
+	expect_line(r, "zproxy_stats_connections_open 2");
+	expect_line(r, "zproxy_stats_max_connections 2");
+	expect_line(r, "zproxy_stats_refused_total{reason=\"max-conns\"} 21");
+	free(r);
+	close(a);
+	close(b);
+	spin(f, 50);
+	assert_int_equal(f->ctx.stats.stats_open, 0);
+	r = http(f, "GET /metrics HTTP/1.0\r\n\r\n");
+	assert_int_equal(status_of(r), 200);
+	expect_line(r, "zproxy_stats_connections_open 1");
+	free(r);
+}
+
+/* Proves --stats-timeout is a deadline from accept, not an inactivity
+ * timer: a client that sends a header byte every 100 ms is closed,
+ * unanswered, about 1 s after it connected, and counted. */
+static void
+test_server_deadline(void **state)
+{
+	struct fixture	*f = *state;
+	const char	*slow = "GET /metrics HTTP/1.1\r\nHost: x\r\n"
+			    "X-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+	int		 fd;
+	long long	 dt;
+	size_t		 got;
+	char		*r;
+
+	f->cfg.stats_timeout = 1.0;
+	start_server(f, 0);
+	assert_true((fd = client_connect(f->port)) != -1);
+	dt = wait_close(f, fd, 5000, slow, 100, &got);
+	close(fd);
+	if (dt < 900 || dt > 1800)
+		fail_msg("closed after %lld ms", dt);
+	assert_int_equal(got, 0);
+	assert_int_equal(f->ctx.stats.stats_timeouts, 1);
+	assert_int_equal(f->ctx.stats.stats_open, 0);
+	assert_int_equal(log_count(f, "at its deadline"), 1);
+	r = http(f, "GET /metrics HTTP/1.0\r\n\r\n");
+	assert_int_equal(status_of(r), 200);
+	expect_line(r, "zproxy_stats_timeouts_total 1");
+	free(r);
+}
+
+/* Proves the descriptor reserve: when a stats connection would leave the
+ * relay fewer than ctx->fd_reserve descriptors, it is closed at once and
+ * counted, accepting rests, and it resumes once descriptors are back. */
+static void
+test_server_reserve(void **state)
+{
+	struct fixture	*f = *state;
+	int		 fd;
+	long long	 dt;
+	size_t		 got;
+	char		*r;
+
+	start_server(f, 0);
+	/* 4 pairs and 10 pipes hold 28 descriptors; 8 more for the rest */
+	f->ctx.nofile = 50;
+	f->ctx.fd_reserve = 16;
+	assert_true((fd = client_connect(f->port)) != -1);
+	dt = wait_close(f, fd, 1000, NULL, 0, &got);
+	close(fd);
+	if (dt == -1 || dt > 500 || got != 0)
+		fail_msg("closed after %lld ms with %zu bytes", dt, got);
+	assert_int_equal(f->ctx.stats.stats_refused[ZP_STATS_REFUSED_FDS], 1);
+	assert_int_equal(log_count(f, "the descriptors left are the relay's"),
+	    1);
+	/* a bigger limit: the next one is served */
+	f->ctx.nofile = 100000;
+	r = http(f, "GET /metrics HTTP/1.0\r\n\r\n");
+	assert_int_equal(status_of(r), 200);
+	expect_line(r, "zproxy_stats_refused_total{reason=\"descriptors\"} 1");
+	free(r);
+}
+
+/* Proves zp_stats_shed: it closes every open stats connection at once,
+ * returns how many, counts them, and accepting rests for about a second
+ * (a client then waits in the backlog and is served after). */
+static void
+test_server_shed(void **state)
+{
+	struct fixture	*f = *state;
+	int		 a, b, c, closed;
+	long long	 dt, t0;
+	size_t		 got;
+	char		*r;
+
+	assert_int_equal(zp_stats_shed(NULL), 0);
+	start_server(f, 0);
+	assert_true((a = client_connect(f->port)) != -1);
+	assert_true((b = client_connect(f->port)) != -1);
+	spin(f, 50);
+	assert_int_equal(f->ctx.stats.stats_open, 2);
+	assert_int_equal(zp_stats_shed(f->server), 2);
+	assert_int_equal(f->ctx.stats.stats_open, 0);
+	assert_int_equal(f->ctx.stats.stats_refused[ZP_STATS_REFUSED_FDS], 2);
+	dt = wait_close(f, a, 500, NULL, 0, &got);
+	assert_true(dt != -1 && got == 0);
+	dt = wait_close(f, b, 500, NULL, 0, &got);
+	assert_true(dt != -1 && got == 0);
+	close(a);
+	close(b);
+	assert_int_equal(log_count(f, "closed 2 stats connections"), 1);
+	t0 = now_ms();
+	assert_true((c = client_connect(f->port)) != -1);
+	r = exchange(f, c, "GET /metrics HTTP/1.0\r\n\r\n", 25, 3000, &closed);
+	dt = now_ms() - t0;
+	close(c);
+	assert_true(closed);
+	assert_int_equal(status_of(r), 200);
+	if (dt < 700)
+		fail_msg("served after %lld ms, during the pause", dt);
+	free(r);
+}
+
 int
 main(void)
 {
@@ -1135,7 +1369,7 @@ main(void)
 		    setup_server, teardown_ctx),
 		cmocka_unit_test_setup_teardown(test_server_405,
 		    setup_server, teardown_ctx),
-		cmocka_unit_test_setup_teardown(test_server_keepalive,
+		cmocka_unit_test_setup_teardown(test_server_one_per_conn,
 		    setup_server, teardown_ctx),
 		cmocka_unit_test_setup_teardown(test_server_limits,
 		    setup_server, teardown_ctx),
@@ -1148,6 +1382,14 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_server_free_busy,
 		    setup_server, teardown_ctx),
 		cmocka_unit_test(test_server_any),
+		cmocka_unit_test_setup_teardown(test_server_max_conns,
+		    setup_ctx, teardown_ctx),
+		cmocka_unit_test_setup_teardown(test_server_deadline,
+		    setup_ctx, teardown_ctx),
+		cmocka_unit_test_setup_teardown(test_server_reserve,
+		    setup_ctx, teardown_ctx),
+		cmocka_unit_test_setup_teardown(test_server_shed,
+		    setup_ctx, teardown_ctx),
 		cmocka_unit_test_setup_teardown(test_server_emfile,
 		    setup_server, teardown_ctx),
 	};
