@@ -44,7 +44,7 @@ for target in "$@"; do
 		dict=(-dict="$src/$name.dict")
 	fi
 	rc=0
-	"$target" -max_total_time="$secs" -timeout=10 -rss_limit_mb=1024 \
+	"$target" -max_total_time="$secs" -timeout=10 \
 	    -max_len=4096 -print_final_stats=1 \
 	    -artifact_prefix="$dir/" "${dict[@]}" "$dir/corpus" \
 	    >"$log" 2>&1 </dev/null || rc=$?
