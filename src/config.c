@@ -949,6 +949,14 @@ zp_config_resolve(struct zp_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
+/* The seconds parser of the options, for callers outside this file. */
+int
+zp_parse_seconds(const char *name, const char *s, double *out, char *err,
+    size_t errlen)
+{
+	return parse_seconds(name, s, out, err, errlen);
+}
+
 /* Seconds as a timeval, rounded to the microsecond. */
 struct timeval
 zp_seconds_tv(double t)

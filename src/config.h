@@ -171,6 +171,13 @@ int	zp_parse_hostport(const char *, char **, char *, size_t, char *,
 	    size_t);
 
 /*
+ * Parse seconds for the option called name (used in the message): plain
+ * decimal digits with at most one '.', from 0.001 to 86400; no sign,
+ * exponent, inf or nan. Returns 0, or -1 with err filled.
+ */
+int	zp_parse_seconds(const char *, const char *, double *, char *, size_t);
+
+/*
  * Seconds (as parsed from the command line) as a timeval, rounded to the
  * microsecond; negative values give zero.
  */

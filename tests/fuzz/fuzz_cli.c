@@ -1,0 +1,96 @@
+/*
+ * fuzz_cli.c - zp_config_parse() on any command line.
+ *
+ * The input is split into arguments at every NUL or newline, after an
+ * argv[0] of "zproxy". The parser must not crash, leak (zp_config_free
+ * releases all it kept, whatever the outcome), print or exit: it reports
+ * through its result and the error buffer only. An accepted command line
+ * holds what zp_config_parse promises main: a listen address, 1 to
+ * ZP_MAX_UPSTREAMS upstreams, sizes within their limits, not both
+ * --log-file and --syslog.
+ */
+
+#include "config.h"
+#include "fuzz.h"
+
+#define FUZZ_MAXARGS	256
+
+static void
+check_config(const struct zp_config *cfg)
+{
+	size_t	i;
+
+	FUZZ_CHECK(cfg->have_listen);
+	FUZZ_CHECK(cfg->nupstreams >= 1 &&
+	    cfg->nupstreams <= ZP_MAX_UPSTREAMS);
+	for (i = 0; i < cfg->nupstreams; i++) {
+		FUZZ_CHECK(cfg->upstreams[i].host != NULL);
+		FUZZ_CHECK(cfg->upstreams[i].host[0] != '\0');
+		FUZZ_CHECK(cfg->upstreams[i].addrs == NULL);
+	}
+	FUZZ_CHECK(cfg->pipe_size >= 1 && cfg->pipe_size <= ZP_MAX_SIZE);
+	FUZZ_CHECK(cfg->buffer_size >= 1 && cfg->buffer_size <= ZP_MAX_SIZE);
+	FUZZ_CHECK(cfg->splice_min <= ZP_MAX_SIZE);
+	FUZZ_CHECK(cfg->max_conns >= 0);
+	FUZZ_CHECK(cfg->retries >= -1 && cfg->retries <= ZP_MAX_UPSTREAMS);
+	FUZZ_CHECK(cfg->max_fails >= 1);
+	FUZZ_CHECK(cfg->connect_timeout > 0);
+	FUZZ_CHECK(cfg->send_proxy >= 0 && cfg->send_proxy <= 2);
+	FUZZ_CHECK(cfg->log_file == NULL || !cfg->use_syslog);
+	FUZZ_CHECK(cfg->log_file == NULL || cfg->log_file[0] != '\0');
+	FUZZ_CHECK(!cfg->have_dns_server || !cfg->dns_server.any);
+	FUZZ_CHECK(!(cfg->verbose && cfg->quiet));
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct zp_config	 cfg;
+	char			 err[ZP_ERRLEN];
+	char			*argv[FUZZ_MAXARGS + 2];
+	char			*copy[FUZZ_MAXARGS + 2];
+	const uint8_t		*p = data, *end = data + size, *q;
+	int			 argc = 0, i, rc;
+
+	/*
+	 * Each argument in its own allocation, so that ASan sees a read
+	 * past one. getopt_long permutes argv: free the copies kept aside.
+	 */
+	if ((argv[argc++] = strdup("zproxy")) == NULL)
+		return 0;
+	while (p < end && argc <= FUZZ_MAXARGS) {
+		for (q = p; q < end && *q != '\0' && *q != '\n'; q++)
+			;
+		if ((argv[argc] = malloc((size_t)(q - p) + 1)) == NULL)
+			break;
+		memcpy(argv[argc], p, (size_t)(q - p));
+		argv[argc][q - p] = '\0';
+		argc++;
+		p = q + 1;
+	}
+	argv[argc] = NULL;
+	memcpy(copy, argv, sizeof(argv[0]) * (size_t)(argc + 1));
+
+	zp_config_init(&cfg);
+	memset(err, 'X', sizeof(err));
+	rc = zp_config_parse(&cfg, argc, argv, err, sizeof(err));
+	switch (rc) {
+	case ZP_PARSE_OK:
+		check_config(&cfg);
+		break;
+	case ZP_PARSE_HELP:
+	case ZP_PARSE_VERSION:
+		break;
+	case ZP_PARSE_ERROR:
+		/* One line: no argument holds a newline here. */
+		fuzz_check_err(err, sizeof(err));
+		FUZZ_CHECK(strchr(err, '\n') == NULL);
+		break;
+	default:
+		FUZZ_CHECK(!"zp_config_parse returned no zp_parse_result");
+	}
+	zp_config_free(&cfg);
+	for (i = 0; i < argc; i++)
+		free(copy[i]);
+	return 0;
+}
