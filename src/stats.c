@@ -1047,6 +1047,7 @@ zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, char *err,
 	struct zp_stats_server	*s;
 	char			 abuf[ZP_ADDRSTRLEN];
 	double			 t = ZP_DEFAULT_STATS_TIMEOUT;
+	struct timeval		 idle;
 	int			 fd;
 
 	if ((s = calloc(1, sizeof(*s))) == NULL) {
@@ -1098,8 +1099,15 @@ zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, char *err,
 	evhttp_set_bevcb(s->http, stats_bev_cb, s);
 	evhttp_set_max_headers_size(s->http, ZP_STATS_MAX_HEADERS);
 	evhttp_set_max_body_size(s->http, ZP_STATS_MAX_BODY);
-	/* Inactivity, which the deadline makes moot; evhttp's default is 50s. */
-	evhttp_set_timeout_tv(s->http, &s->timeout);
+	/*
+	 * evhttp's inactivity timer, which the deadline makes moot; set a
+	 * second past it (evhttp's default is 50 s), so that the deadline, and
+	 * its count, always comes first: at the same 5 s the two raced for a
+	 * client that had sent nothing.
+	 */
+	idle = s->timeout;
+	idle.tv_sec += 1;
+	evhttp_set_timeout_tv(s->http, &idle);
 	/* Let every method reach stats_request_cb, so that it can say 405. */
 	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
 	    EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
