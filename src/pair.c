@@ -152,6 +152,18 @@ sock_unacked(const struct zp_half *h, int with_fin)
 	return n;
 }
 
+/* The error pending on a socket (a reset, a timeout), or 0. */
+static int
+sock_error(int fd)
+{
+	int		err = 0;
+	socklen_t	len = sizeof(err);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
+		return 0;
+	return err;
+}
+
 /* Does a socket hold bytes nobody read? Then close(2) resets it. */
 static int
 sock_unread(int fd)
@@ -365,6 +377,13 @@ pair_finish(struct zp_pair *p)
 	dead = p->client.dead ? &p->client : &p->upstream;
 	surv = dead == &p->client ? &p->upstream : &p->client;
 	end = half_end(dead, dead == &p->client);
+	/*
+	 * A survivor that read to its EOF has its read event off: a reset of
+	 * its own after that shows only as a pending socket error, and
+	 * SIOCOUTQ would go on counting what it will never acknowledge.
+	 */
+	if (!surv->dead && (surv->err = sock_error(surv->fd)) != 0)
+		surv->dead = 1;
 	if (surv->dead || (outq = sock_unacked(surv, 1)) == 0) {
 		zp_pair_close(p, end);
 		return 1;

@@ -20,7 +20,11 @@
 #      the log says "linger-timeout ... closing" and counts every byte;
 #   e. linger timeout, survivor still sending: zproxy resets it; what the
 #      survivor then reads is exactly the down= of the log (what its kernel
-#      had acknowledged), less than was sent.
+#      had acknowledged), less than was sent;
+#   f. the survivor sends its FIN, then resets, while the pair lingers on
+#      it (found by the chaos soak): the pair ends within a second of the
+#      reset, not after --linger-timeout, and down= is exactly what the
+#      survivor's kernel had taken.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
 : "${ZP_RESET:?ZP_RESET must name tests/tools/zp-reset}"
@@ -105,7 +109,10 @@ linger_case() {
 	# The linger timeout's own warning (when there is one) comes first.
 	skip_conn_logs
 	GOT=$(sed -n 's/^flow 0 got \([0-9]*\) of .*/\1/p' "$T/$name.out")
-	[ -n "$GOT" ] || fail "$what: no report: $(cat "$T/$name.out")"
+	case $* in
+	*--survivor-reset*) ;;
+	*) [ -n "$GOT" ] || fail "$what: no report: $(cat "$T/$name.out")" ;;
+	esac
 }
 
 case_linger() {
@@ -144,6 +151,22 @@ case_linger_reset() {
 	ok "linger timeout, client still sending: reset; it read $GOT bytes, down=$down"
 }
 
+case_survivor_reset() {
+	local d q
+	linger_case sreset "survivor resets while lingered on" 10 \
+	    --quiet-survivor --read-delay 5 --survivor-reset 2
+	q=$(sed -n 's/^flow 0 survivor reset, 0 bytes read and \([0-9]*\) queued .*/\1/p' "$T/sreset.out")
+	[ -n "$q" ] || fail "survivor reset: no report: $(cat "$T/sreset.out")"
+	d=$(field duration "$LOGLINE")
+	awk -v d="${d%s}" 'BEGIN { exit !(d < 3.5) }' ||
+		fail "survivor reset: the pair waited ${d} (--linger-timeout 10): $LOGLINE"
+	[ "$(field down "$LOGLINE")" -eq "$q" ] ||
+		fail "survivor reset: the log says down=$(field down "$LOGLINE"), the client's kernel took $q"
+	grep -q 'linger-timeout' "$ZLOG" && fail "survivor reset: linger timed out"
+	stop_zproxy
+	ok "survivor reset while lingered on: closed after $d, down=$q, what its kernel took"
+}
+
 subcase case_direct
 for mode in $MODES_ALL; do
 	n=2000
@@ -154,5 +177,6 @@ done
 subcase case_linger
 subcase case_linger_quiet
 subcase case_linger_reset
+subcase case_survivor_reset
 
 zp_done

@@ -6,7 +6,7 @@
  *   zp-reset --connect PORT --upstream-port PORT --side client|upstream
  *            [--flows N] [--concurrency C] [--max-size BYTES] [--fixed]
  *            [--seed S] [--timeout SECONDS] [--quiet-survivor]
- *            [--read-delay SECONDS] [--report]
+ *            [--read-delay SECONDS] [--report] [--survivor-reset SECONDS]
  *
  * zp-reset plays both ends: it listens on 127.0.0.1:--upstream-port (the
  * relay's upstream) and connects to 127.0.0.1:--connect (the relay, or the
@@ -34,7 +34,9 @@
  * stderr; exit status 0 when every flow was whole, 1 otherwise, 2 for a
  * bad command line. With --report, short flows are expected: one line
  * "flow N got X of Y" per flow on stdout, and only corrupt or stuck flows
- * fail.
+ * fail. --survivor-reset SECONDS makes the survivor send its FIN half
+ * that long after its flow started and reset at that time, printing "flow N survivor reset, R bytes
+ * read and Q queued of Y" (Q: what its kernel took and it did not read).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -81,6 +83,7 @@ struct end {
 	uint64_t	 tx;		/* stream position */
 	uint64_t	 junk;		/* survivor: bytes sent */
 	int		 quiet;		/* survivor sends nothing */
+	int		 shut;		/* survivor sent its FIN */
 	int		 hdr_out;	/* client: header bytes sent */
 	double		 reset_at;	/* resetter: when the queue emptied */
 	int		 drained;	/* resetter: TIOCOUTQ reached 0 */
@@ -112,7 +115,8 @@ static struct {
 	int		 quiet_survivor;
 	double		 read_delay;
 	int		 report;
-} o = { 0, 0, 1, 2000, 32, 1 << 20, 1, 30, 0, 0, -1, 0 };
+	double		 survivor_reset;	/* survivor resets then; 0: never */
+} o = { 0, 0, 1, 2000, 32, 1 << 20, 1, 30, 0, 0, -1, 0, 0 };
 
 static double
 now(void)
@@ -371,6 +375,25 @@ flow_check(struct flow *f, double t)
 
 	if (!f->active)
 		return;
+	/*
+	 * --survivor-reset: the survivor resets in turn, unread bytes and
+	 * all; say how many its kernel had taken (acknowledged).
+	 */
+	if (s->st == E_RUN && o.survivor_reset > 0 && !s->shut &&
+	    t >= f->started + o.survivor_reset / 2) {
+		(void)shutdown(s->fd, SHUT_WR);
+		s->shut = 1;
+		s->quiet = 1;
+	}
+	if (s->st == E_RUN && o.survivor_reset > 0 &&
+	    t >= f->started + o.survivor_reset) {
+		int	q = 0;
+
+		(void)ioctl(s->fd, FIONREAD, &q);
+		printf("flow %ld survivor reset, %" PRIu64 " bytes read and %d "
+		    "queued of %" PRIu64 "\n", f->id, s->rx, q, f->size);
+		end_close(s, 1);
+	}
 	/* The survivor is finished when it read to EOF or an error. */
 	if (s->st == E_RUN && (s->readeof || s->readerr)) {
 		if (o.report)
@@ -445,7 +468,8 @@ usage(void)
 	fprintf(stderr, "usage: zp-reset --connect PORT --upstream-port PORT "
 	    "--side client|upstream [--flows N] [--concurrency C] "
 	    "[--max-size BYTES] [--fixed] [--seed S] [--timeout SECONDS] "
-	    "[--quiet-survivor] [--read-delay SECONDS] [--report]\n");
+	    "[--quiet-survivor] [--read-delay SECONDS] [--report] "
+	    "[--survivor-reset SECONDS]\n");
 	exit(2);
 }
 
@@ -465,6 +489,7 @@ main(int argc, char **argv)
 		{ "quiet-survivor", no_argument, NULL, 'Q' },
 		{ "read-delay", required_argument, NULL, 'D' },
 		{ "report", no_argument, NULL, 'R' },
+		{ "survivor-reset", required_argument, NULL, 'X' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct sockaddr_in	 sin;
@@ -497,6 +522,7 @@ main(int argc, char **argv)
 		case 'Q': o.quiet_survivor = 1; break;
 		case 'D': o.read_delay = atof(optarg); break;
 		case 'R': o.report = 1; break;
+		case 'X': o.survivor_reset = atof(optarg); break;
 		default: usage();
 		}
 	}
