@@ -282,7 +282,7 @@ start_zproxy() {
 	local args a has_l=0 quiet=0 has_drain=0 has_user=0
 	for a in "$@"; do
 		case $a in
-		--user|--user=*|--no-sandbox) has_user=1 ;;
+		--user|--user=*) has_user=1 ;;
 		-l|--listen|--listen=*|-l?*) has_l=1 ;;
 		-q|--quiet) quiet=1 ;;
 		--drain-timeout|--drain-timeout=*) has_drain=1 ;;
