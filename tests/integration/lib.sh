@@ -266,6 +266,19 @@ if [ -n "$ZP_USER" ] && [ "$(id -u)" = 0 ]; then
 	ZP_USER_ACTIVE=1
 fi
 
+# zp_as_zproxy CMD...: run CMD as the user zproxy runs as: $ZP_USER under
+# ZP_USER, else as we are. For what acts on zproxy from outside
+# (prlimit --pid): root without CAP_SYS_RESOURCE (some containers) may
+# not change another user's limits, but that user may.
+zp_as_zproxy() {
+	if [ "$ZP_USER_ACTIVE" = 1 ]; then
+		setpriv --reuid "$ZP_USER" --regid "$(id -g "$ZP_USER")" \
+		    --clear-groups "$@"
+	else
+		"$@"
+	fi
+}
+
 # zp_user_dir DIR...: make DIR (and $T, its parent here) usable by
 # $ZP_USER when the suite runs as that user; nothing otherwise.
 zp_user_dir() {
