@@ -80,13 +80,13 @@ have_pkg() {
 }
 
 # Debian packages that are missing: iperf3 always, the build tools and
-# libevent only while zproxy is still to be built.
+# libraries only while zproxy is still to be built.
 missing_packages() {
 	local pkg
 	command -v iperf3 >/dev/null 2>&1 || echo iperf3
 	[ ! -x "$zproxy" ] || return 0
 	for pkg in build-essential autoconf automake libtool pkg-config \
-	    libevent-dev; do
+	    libevent-dev libcap-dev libseccomp-dev; do
 		have_pkg "$pkg" || echo "$pkg"
 	done
 }

@@ -49,6 +49,10 @@ enum {
 	OPT_ALLOW,
 	OPT_DENY,
 	OPT_MAX_CONNS_PER_SOURCE,
+	/* privileges */
+	OPT_USER,
+	OPT_GROUP,
+	OPT_NO_SANDBOX,
 };
 
 static const struct option zp_longopts[] = {
@@ -84,6 +88,10 @@ static const struct option zp_longopts[] = {
 	{ "deny",		required_argument,	NULL, OPT_DENY },
 	{ "max-conns-per-source", required_argument,	NULL,
 	    OPT_MAX_CONNS_PER_SOURCE },
+	/* privileges */
+	{ "user",		required_argument,	NULL, OPT_USER },
+	{ "group",		required_argument,	NULL, OPT_GROUP },
+	{ "no-sandbox",		no_argument,		NULL, OPT_NO_SANDBOX },
 	{ "verbose",		no_argument,		NULL, 'v' },
 	{ "quiet",		no_argument,		NULL, 'q' },
 	{ "help",		no_argument,		NULL, 'h' },
@@ -151,6 +159,10 @@ zp_config_free(struct zp_config *cfg)
 	cfg->nupstreams = 0;
 	free(cfg->log_file);
 	cfg->log_file = NULL;
+	free(cfg->user);
+	cfg->user = NULL;
+	free(cfg->group);
+	cfg->group = NULL;
 }
 
 /* Usage text. */
@@ -206,6 +218,14 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --max-conns-per-source N\n"
 "                             most pairs open at once from one IPv4 address or\n"
 "                             one IPv6 /64; beyond it new clients are refused\n"
+"\n"
+"Privileges:\n"
+"      --user USER            once the sockets and the log are open, become\n"
+"                             USER, with no capabilities and no way back\n"
+"      --group GROUP          and this group (default: USER's primary group;\n"
+"                             needs --user)\n"
+"      --no-sandbox           do not confine the relay to its system calls\n"
+"                             (seccomp allow-list, on by default)\n"
 "\n"
 "Time and stopping:\n"
 "      --idle-timeout SEC|off close a pair with no byte either way for this\n"
@@ -770,6 +790,28 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			}
 			cfg->have_dns_server = 1;
 			break;
+		case OPT_USER:
+		case OPT_GROUP:
+			if (*optarg == '\0') {
+				seterr(err, errlen, "invalid %s: empty name",
+				    c == OPT_USER ? "user" : "group");
+				return ZP_PARSE_ERROR;
+			}
+			if (c == OPT_USER) {
+				free(cfg->user);
+				cfg->user = strdup(optarg);
+			} else {
+				free(cfg->group);
+				cfg->group = strdup(optarg);
+			}
+			if ((c == OPT_USER ? cfg->user : cfg->group) == NULL) {
+				seterr(err, errlen, "out of memory");
+				return ZP_PARSE_ERROR;
+			}
+			break;
+		case OPT_NO_SANDBOX:
+			cfg->no_sandbox = 1;
+			break;
 		case OPT_SEND_PROXY:
 			if (strcmp(optarg, "v1") == 0)
 				cfg->send_proxy = 1;
@@ -864,6 +906,14 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 	if (cfg->log_file != NULL && cfg->use_syslog) {
 		seterr(err, errlen, "--log-file and --syslog exclude each "
 		    "other");
+		return ZP_PARSE_ERROR;
+	}
+	/*
+	 * A group alone would leave uid 0 and its capabilities: the drop
+	 * the operator expects would not happen.
+	 */
+	if (cfg->group != NULL && cfg->user == NULL) {
+		seterr(err, errlen, "--group needs --user");
 		return ZP_PARSE_ERROR;
 	}
 	/* Which one was meant is a guess: say so rather than take the last. */

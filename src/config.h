@@ -16,9 +16,11 @@
 #include "acl.h"
 
 #define ZP_EX_USAGE	64	/* sysexits.h EX_USAGE: bad command line */
+#define ZP_EX_NOUSER	67	/* sysexits.h EX_NOUSER: no such --user/--group */
 #define ZP_EX_NOHOST	68	/* sysexits.h EX_NOHOST: name did not resolve */
 #define ZP_EX_OSERR	71	/* sysexits.h EX_OSERR: a system call failed */
 #define ZP_EX_CANTCREAT	73	/* sysexits.h EX_CANTCREAT: cannot open the log */
+#define ZP_EX_NOPERM	77	/* sysexits.h EX_NOPERM: cannot become --user */
 
 #define ZP_ERRLEN	256
 
@@ -92,6 +94,10 @@ struct zp_config {
 	struct zp_acl		allow;
 	struct zp_acl		deny;
 	long			max_conns_per_source;	/* 0: no limit */
+	/* Privileges: whom to become after start-up, and the sandbox. */
+	char			*user;		/* --user, or NULL: stay */
+	char			*group;		/* --group; NULL: user's primary */
+	int			no_sandbox;	/* --no-sandbox */
 };
 
 #define ZP_DEFAULT_PIPE_SIZE	(1024 * 1024)

@@ -23,6 +23,7 @@ struct zp_pair;
 struct zp_stats_server;
 struct zp_health;
 struct zp_resolver;
+struct zp_sandbox;
 
 /* Why a pair relays in copy mode although splice was asked for. */
 enum zp_fallback {
@@ -76,6 +77,7 @@ struct zp_ctx {
 	struct zp_stats_server	*stats_server;	/* --stats */
 	struct zp_health	*health;	/* --check-interval */
 	struct zp_resolver	*resolver;	/* --resolve-interval */
+	struct zp_sandbox	*sandbox;	/* NULL: --no-sandbox */
 	struct event		*drain_timer;
 	struct zp_pair_list	 pairs;
 	struct zp_srctab	 sources;	/* open pairs per client source */

@@ -18,7 +18,9 @@
 #include "listener.h"
 #include "log.h"
 #include "pair.h"
+#include "privs.h"
 #include "resolver.h"
+#include "sandbox.h"
 #include "stats.h"
 #include "upstream.h"
 #include "zproxy.h"
@@ -291,7 +293,7 @@ read_sysctl(const char *path)
 
 /* One line that says what this process is about to do. */
 static void
-log_start(struct zp_ctx *ctx, long nofile)
+log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 {
 	struct zp_config	*cfg = ctx->cfg;
 	char			 lbuf[ZP_ADDRSTRLEN], ups[1024], name[300];
@@ -306,11 +308,11 @@ log_start(struct zp_ctx *ctx, long nofile)
 		    cfg->upstreams[i].naddrs == 1 ? "" : "es");
 	zp_log(&ctx->log, ZP_LOG_NOTICE, "listening on %s, upstream%s %s, "
 	    "balance %s, mode %s, pipe-size %zu, buffer-size %zu, splice-min "
-	    "%zu, max-conns %ld, RLIMIT_NOFILE %ld",
+	    "%zu, max-conns %ld, RLIMIT_NOFILE %ld, %s",
 	    zp_addr_str(zp_listener_addr(ctx->listener), lbuf, sizeof(lbuf)),
 	    ctx->ups.n == 1 ? "" : "s", ups, zp_balance_str(ctx->ups.balance),
 	    cfg->mode == ZP_MODE_SPLICE ? "splice" : "copy", cfg->pipe_size,
-	    cfg->buffer_size, cfg->splice_min, ctx->max_conns, nofile);
+	    cfg->buffer_size, cfg->splice_min, ctx->max_conns, nofile, privs);
 }
 
 /* Append the rules of acl to buf as " --opt NET,NET..." (cut if long). */
@@ -414,6 +416,50 @@ pool_setup(struct zp_ctx *ctx)
 	return 0;
 }
 
+/*
+ * Start-up is over: become --user, then confine the process to the
+ * relay's system calls. Everything that needs root or a call the loop
+ * never makes (binding the listener, the stats socket, opening the log,
+ * the pipe pool, RLIMIT_NOFILE, evdns reading resolv.conf) is done. The
+ * ids change before the filter goes on, so that the list need not hold
+ * setuid and friends. privs receives "user U:G, sandbox on" for the
+ * start-up line. Returns 0 or an exit status.
+ */
+static int
+confine(struct zp_ctx *ctx, const struct zp_privs *pv, char *privs,
+    size_t len)
+{
+	char	err[ZP_ERRLEN];
+	int	off;
+
+	if (zp_privs_drop(pv, err, sizeof(err)) == -1) {
+		zp_log(&ctx->log, ZP_LOG_ERROR, "cannot become user %s: %s",
+		    pv->user, err);
+		return ZP_EX_NOPERM;
+	}
+	if (pv->change)
+		off = snprintf(privs, len, "user %s:%s", pv->user, pv->group);
+	else
+		off = snprintf(privs, len, "uid %lu", (unsigned long)geteuid());
+	if (off < 0 || (size_t)off >= len)
+		off = 0;
+	if (ctx->cfg->no_sandbox) {
+		snprintf(privs + off, len - off, ", sandbox off");
+		return 0;
+	}
+	if (!zp_sandbox_available()) {
+		snprintf(privs + off, len - off, ", sandbox unavailable");
+		return 0;
+	}
+	if ((ctx->sandbox = zp_sandbox_install(ctx->base, &ctx->log, err,
+	    sizeof(err))) == NULL) {
+		zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_OSERR;
+	}
+	snprintf(privs + off, len - off, ", sandbox on");
+	return 0;
+}
+
 /* Close every pair and free the context's resources. */
 static void
 ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
@@ -437,6 +483,8 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	if (ctx->have_pool)
 		zp_pipepool_free(&ctx->pool);
 	ctx->have_pool = 0;
+	zp_sandbox_free(ctx->sandbox);
+	ctx->sandbox = NULL;
 	/*
 	 * evdns runs the callback of a cancelled lookup later, from the
 	 * loop, and that callback frees the lookup: give it that pass.
@@ -472,7 +520,8 @@ zp_run(struct zp_config *cfg)
 {
 	struct zp_ctx	 ctx;
 	struct event	*sigs[4] = { NULL, NULL, NULL, NULL };
-	char		 err[ZP_ERRLEN];
+	struct zp_privs	 pv;
+	char		 err[ZP_ERRLEN], privs[200];
 	long		 nofile;
 	int		 rc = 0, level, i;
 
@@ -486,6 +535,12 @@ zp_run(struct zp_config *cfg)
 	else
 		level = cfg->verbose == 1 ? ZP_LOG_CONN : ZP_LOG_DEBUG;
 	zp_log_init(&ctx.log, stderr, level);
+	/* Before anything is opened: a wrong name must not bind a port. */
+	if ((rc = zp_privs_lookup(&pv, cfg->user, cfg->group, err,
+	    sizeof(err))) != 0) {
+		fprintf(stderr, "zproxy: %s\n", err);
+		return rc;
+	}
 	if (zp_log_open(&ctx.log, cfg->log_file, cfg->use_syslog,
 	    cfg->log_format == ZP_LOG_JSON, err, sizeof(err)) == -1) {
 		fprintf(stderr, "zproxy: %s\n", err);
@@ -552,8 +607,11 @@ zp_run(struct zp_config *cfg)
 		goto out;
 	}
 
+	if ((rc = confine(&ctx, &pv, privs, sizeof(privs))) != 0)
+		goto out;
+
 	log_access(&ctx);
-	log_start(&ctx, nofile);
+	log_start(&ctx, nofile, privs);
 
 	if (event_base_dispatch(ctx.base) == -1) {
 		zp_log(&ctx.log, ZP_LOG_ERROR, "event loop failed");

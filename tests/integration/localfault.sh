@@ -69,14 +69,14 @@ limit_to() {
 			print n
 		}' >"$T/limit" || fail "cannot read /proc/$ZPID/fd"
 	lim=$(cat "$T/limit")
-	prlimit --pid "$ZPID" --nofile="$lim:" ||
+	zp_as_zproxy prlimit --pid "$ZPID" --nofile="$lim:" ||
 		fail "prlimit --pid $ZPID --nofile=$lim: failed"
 	LIMIT_SET=$lim
 }
 
 # unlimit: give zproxy its hard limit back as the soft one.
 unlimit() {
-	prlimit --pid "$ZPID" --nofile="$NOFILE_SOFT:" ||
+	zp_as_zproxy prlimit --pid "$ZPID" --nofile="$NOFILE_SOFT:" ||
 		fail "prlimit --pid $ZPID --nofile=$NOFILE_SOFT: failed"
 }
 

@@ -6,6 +6,9 @@
 #      (mode 0640), the old file keeps the old lines and gets no new ones;
 #      a SIGHUP when the path cannot be opened again (its directory moved
 #      away) logs an error to the old file and goes on writing there;
+#      (under ZP_USER the directories are that user's, so that the fresh
+#      file can be created after the drop; privs.sh covers a reopen the
+#      user may not make);
 #   b. --log-file /nonexistent/dir/x.log (and a directory): exit 73 at
 #      once, one line on stderr naming the path, nothing listens;
 #   c. --log-format json: every line is one JSON object (jq) with time,
@@ -45,6 +48,7 @@ start_port() {
 		ZPORT=$(free_port) || fail "zp-peer port failed"
 		args=(-l "127.0.0.1:$ZPORT")
 		for a in "$@"; do args+=("$a"); done
+		[ "$ZP_USER_ACTIVE" = 0 ] || args+=(--user "$ZP_USER")
 		ZLOG=$(mktemp "$T/zproxy.XXXXXX") || fail "mktemp failed"
 		"${ZP_WRAP[@]}" "$ZPROXY" "${args[@]}" 2>"$ZLOG" >"$ZLOG.out" &
 		ZPID=$!
@@ -90,9 +94,12 @@ server() {
 
 # a. --log-file and SIGHUP
 log_file() {
-	local what="--log-file" lf="$T/zp.log" n1
+	local what="--log-file" lf="$T/alog/zp.log" n1
 	server a-up
-	rm -f "$lf" "$lf.1"
+	rm -rf "$T/alog"
+	mkdir "$T/alog"
+	# Under ZP_USER zproxy reopens as that user: the directory is its.
+	zp_user_dir "$T/alog"
 	echo "a line that was there before" >"$lf"
 	start_port "$lf" -v -m "$mode" -u "127.0.0.1:$PEER_PORT" --log-file "$lf"
 	xfer "$what: connection 1"
@@ -130,6 +137,7 @@ log_reopen_fails() {
 	server a2-up
 	rm -rf "$T/logdir" "$T/logdir.old"
 	mkdir "$T/logdir"
+	zp_user_dir "$T/logdir"
 	start_port "$lf" -v -m "$mode" -u "127.0.0.1:$PEER_PORT" --log-file "$lf"
 	mv "$T/logdir" "$T/logdir.old"
 	kill -HUP "$ZPID"

@@ -78,7 +78,7 @@ attack() {
 	ZP_WRAP=(bash -c "ulimit -n $NOFILE && exec \"\$0\" \"\$@\"")
 	start_zproxy -u "127.0.0.1:$PEER_PORT" --stats "127.0.0.1:$SPORT" "$@"
 	ZP_WRAP=()
-	grep -q "RLIMIT_NOFILE $NOFILE\$" "$ZLOG" ||
+	grep -q "RLIMIT_NOFILE $NOFILE, " "$ZLOG" ||
 		fail "$what: zproxy does not run at RLIMIT_NOFILE $NOFILE: $(grep -o 'RLIMIT_NOFILE [0-9]*' "$ZLOG")"
 	wait_port "$SPORT" 5 || fail "$what: stats port $SPORT not listening"
 	mkdata blob 4M
