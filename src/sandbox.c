@@ -241,10 +241,10 @@ sb_allow_args(scmp_filter_ctx f)
 	for (i = 0; rc == 0 && i < sizeof(families) / sizeof(families[0]);
 	    i++)
 		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
-		    SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i]));
+		    SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i], 0));
 	for (i = 0; rc == 0 && i < sizeof(ioctls) / sizeof(ioctls[0]); i++)
 		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-		    SCMP_A1(SCMP_CMP_EQ, (scmp_datum_t)ioctls[i]));
+		    SCMP_A1(SCMP_CMP_EQ, (scmp_datum_t)ioctls[i], 0));
 	if (rc == 0 && !ZP_SB_SANITIZERS)
 		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1,
 		    SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
