@@ -1,0 +1,163 @@
+#!/bin/bash
+# soak.sh - a bounded chaos soak through zproxy (issue 10).
+#
+# tests/tools/zp-chaos plays both ends: `drive` keeps 300 flows running
+# through zproxy, each of a random kind (clean upload, download or both;
+# request/response; half-close either way; a reset by either side after
+# TIOCOUTQ 0 or in mid-stream; a slow reader, 4 KiB per 50 ms, or a slow
+# writer, 1 byte per 50 ms, on either side; an upstream that never reads)
+# with 0-8 MiB each way, most of them small; `serve` is the upstream. Both
+# check every byte they receive on arrival and keep a SHA-256 of each
+# direction; `check` joins their result lines per flow and asserts, per
+# kind (the header of tests/tools/zp-chaos.c has the table):
+#   - clean kinds: every byte both ways, EOF on both ends, equal SHA-256;
+#   - a reset after TIOCOUTQ 0 (and the never-reading upstream's): the
+#     survivor got EVERY byte the resetting side sent, equal SHA-256, then
+#     EOF (zproxy's reset guarantee, docs/DESIGN.md "Pair life cycle" 6-7);
+#   - a reset in mid-stream: each direction an exact prefix;
+#   - a flow cut by the upstream's death: the client saw an exact prefix.
+# At a third of the run the upstream is killed (SIGKILL) and restarted on
+# the same port 2 s later: the flows it was running are cut, those that
+# start meanwhile are refused by zproxy (counted), every flow that starts
+# after it is back must pass in full (a flow without an upstream result
+# that overlaps no down time fails).
+# Then, per mode (splice, copy): zproxy logged one line per flow, its
+# sockets are back to the baseline, its RSS within 32 MiB of the baseline
+# (with ASan's quarantine capped at 16 MiB for this zproxy), no sanitizer
+# report in zproxy or the tools.
+#
+# ZP_CHAOS_SECONDS (default 15; CI's sanitizer run sets 60): how long new
+# flows start, per mode; the running ones then finish (bounded by
+# ZP_CHAOS_FLOW_TIMEOUT, 60 s a flow). ZP_CHAOS_SEED replays a run's
+# plans (a random seed otherwise; it is printed); `zp-chaos plan --seed S
+# --first ID` shows a flow's plan, and `zp-chaos drive --seed S --first ID
+# --flows 1` runs it alone; ZP_CHAOS_KEEP=DIR keeps the result files and
+# zproxy's log there. A longer soak:
+#   ZP_CHAOS_SECONDS=600 make check TESTS=tests/chaos/soak.sh
+. "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
+
+: "${ZP_CHAOS:?ZP_CHAOS must name tests/tools/zp-chaos}"
+[ -x "$ZP_CHAOS" ] || fail "ZP_CHAOS=$ZP_CHAOS is not executable"
+
+SECS=${ZP_CHAOS_SECONDS:-15}
+FLOW_TIMEOUT=${ZP_CHAOS_FLOW_TIMEOUT:-60}
+CONC=${ZP_CHAOS_CONCURRENCY:-300}
+SEED=${ZP_CHAOS_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+case $SECS$FLOW_TIMEOUT$CONC$SEED in
+*[!0-9]*) fail "ZP_CHAOS_SECONDS, _FLOW_TIMEOUT, _CONCURRENCY and _SEED are whole numbers" ;;
+esac
+[ "$SECS" -ge 3 ] || fail "ZP_CHAOS_SECONDS=$SECS: at least 3"
+note "seed $SEED ($SECS s a mode, $CONC flows at once; replay with ZP_CHAOS_SEED=$SEED)"
+
+# RSS may grow by this much over the soak: the allocator keeps what 300
+# pairs used at their peak (copy: two 48 KiB buffers each, 28 MiB if all
+# are busy at once; splice: pipes, kernel memory) and the libevent
+# structures of as many; a leak of a few hundred bytes a flow over
+# thousands of flows, or buffers kept per closed pair, go beyond it.
+RSS_SLACK_KB=32768
+
+# serve_start NAME PORT: start the upstream; sets SERVE_PID.
+serve_start() {
+	zp_bg "$1" "$ZP_CHAOS" serve --port "$2" --results "$UPRES" \
+	    --timeout "$FLOW_TIMEOUT"
+	SERVE_PID=$BG_PID
+	wait_line "$T/$1.out" '^listening ' 10 "$SERVE_PID" >/dev/null ||
+		fail "zp-chaos serve did not start: $(head -c 300 "$T/$1.err")"
+}
+
+tools_clean() {
+	local f
+	for f in "$T"/serve-*.err "$T"/drive-*.err; do
+		[ -f "$f" ] || continue
+		sanitizer_clean "$f" || fail "sanitizer report in ${f##*/}"
+	done
+}
+
+case_soak() {
+	local mode=$1 up rss0 rss1 down_ms up_ms drv rc flows conns refused lingered
+	local deadline kill_at
+	set_mode "$mode"
+	UPRES=$T/up-$mode.res
+	CRES=$T/client-$mode.res
+	: >"$UPRES"; : >"$CRES"
+	up=$(free_port -b 127.0.0.1)
+	serve_start "serve-$mode-1" "$up"
+	# Freed memory in ASan's quarantine would count as RSS (256 MiB by
+	# default): cap it for this zproxy; use-after-free of what was freed
+	# last (16 MiB of it) is still caught.
+	ZP_WRAP=(env "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=16")
+	start_zproxy -v "${MODE_ARGS[@]}" -u "127.0.0.1:$up"
+	ZP_WRAP=()
+	fd_baseline
+	rss0=$(rss_kb "$ZPID")
+
+	zp_bg "drive-$mode" timeout -k 5 $((SECS + FLOW_TIMEOUT + 60)) \
+	    "$ZP_CHAOS" drive --connect "$ZPORT" --results "$CRES" \
+	    --concurrency "$CONC" --seconds "$SECS" --seed "$SEED" \
+	    --timeout "$FLOW_TIMEOUT"
+	drv=$BG_PID
+
+	# The upstream's death at a third of the run: that moment is what
+	# the test is about, hence a plain sleep.
+	kill_at=$((SECS / 3))
+	sleep "$kill_at"
+	alive "$drv" || fail "$mode: zp-chaos drive ended early: $(head -n 3 "$T/drive-$mode.err")"
+	down_ms=$(now_ms)
+	kill -KILL "$SERVE_PID"
+	wait "$SERVE_PID" 2>/dev/null
+	sleep 2		# down for 2 s: new flows are refused meanwhile
+	zproxy_alive "after the upstream was killed"
+	serve_start "serve-$mode-2" "$up"
+	up_ms=$(now_ms)
+	note "$mode: upstream killed at ${kill_at}s, back $((up_ms - down_ms)) ms later"
+
+	zp_wait_exit "$drv" $((SECS + FLOW_TIMEOUT + 70))
+	rc=$?
+	[ "$rc" = 0 ] || fail "$mode: zp-chaos drive exited with $rc: $(head -n 3 "$T/drive-$mode.err")"
+	zproxy_alive "after the soak"
+	# Every pair closed in zproxy, and the upstream read what they had
+	# delivered to it (a slow reader takes seconds): then it has
+	# written the line of every flow it saw to its end.
+	wait_fd_baseline 30 "$mode: after the soak" sockets
+	deadline=$(( $(now_ms) + 30000 ))
+	until [ "$(sock_count "$SERVE_PID")" -le 1 ]; do
+		[ "$(now_ms)" -ge "$deadline" ] &&
+			fail "$mode: the upstream still holds $(( $(sock_count "$SERVE_PID") - 1 )) connections 30 s after the soak"
+		sleep 0.05
+	done
+
+	"$ZP_CHAOS" check --client "$CRES" --upstream "$UPRES" \
+	    --cut "$down_ms,$up_ms" >"$T/check-$mode.out" 2>&1
+	rc=$?
+	[ -n "${ZP_CHAOS_KEEP:-}" ] && mkdir -p "$ZP_CHAOS_KEEP" &&
+		cp "$CRES" "$UPRES" "$ZLOG" "$T/check-$mode.out" "$ZP_CHAOS_KEEP/"
+	sed 's/^/# /' "$T/check-$mode.out"
+	[ "$rc" = 0 ] || fail "$mode: seed $SEED: $(grep -m1 '^not ok' "$T/check-$mode.out")"
+	flows=$(wc -l <"$CRES")
+
+	# Every flow ended in zproxy too, and was logged once.
+	conns=$(grep -c ' conn=[0-9]* client=' "$ZLOG")
+	[ "$conns" -eq "$flows" ] ||
+		fail "$mode: $flows flows, $conns connection lines in the log"
+	refused=$(grep -c ' end=upstream-refused' "$ZLOG")
+	lingered=$(grep -c ' linger-timeout: ' "$ZLOG")
+	# The allocator may hand memory back a little later.
+	deadline=$(( $(now_ms) + 10000 ))
+	while rss1=$(rss_kb "$ZPID"); [ $((rss1 - rss0)) -gt "$RSS_SLACK_KB" ]; do
+		[ "$(now_ms)" -ge "$deadline" ] &&
+			fail "$mode: RSS ${rss0} KiB before, ${rss1} KiB after the soak"
+		sleep 0.2
+	done
+	stop_zproxy
+	[ -n "${ZP_CHAOS_KEEP:-}" ] && cp "$ZLOG" "$ZP_CHAOS_KEEP/zproxy-$mode.log"
+	zp_stop "$SERVE_PID"
+	zp_wait_exit "$SERVE_PID" 5 >/dev/null
+	tools_clean
+	ok "$mode: seed $SEED: $(sed -n 's/^total //p' "$T/check-$mode.out")"
+	ok "$mode: $conns connections logged ($refused upstream-refused while it was down, $lingered linger timeouts), sockets back to $BASE_SOCK, RSS ${rss0} -> ${rss1} KiB, no sanitizer report"
+}
+
+for mode in $MODES; do
+	subcase case_soak "$mode"
+done
+zp_done
