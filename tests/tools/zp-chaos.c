@@ -1029,14 +1029,15 @@ static int
 drive(void)
 {
 	uint64_t	next = o.first, limit;
-	double		t0 = now(), t;
+	double		t0 = now(), t, *idle;
 	long		i, running, started = 0;
 
 	open_results();
 	limit = o.flows < 0 ? UINT64_MAX : o.first + (uint64_t)o.flows;
 	nends = o.conc;
 	if ((ends = calloc(nends, sizeof(*ends))) == NULL ||
-	    (pfd = calloc(nends + 1, sizeof(*pfd))) == NULL)
+	    (pfd = calloc(nends + 1, sizeof(*pfd))) == NULL ||
+	    (idle = calloc(nends, sizeof(*idle))) == NULL)
 		die("calloc");
 	for (i = 0; i < nends; i++) {
 		ends[i].fd = -1;
@@ -1053,16 +1054,30 @@ drive(void)
 				running++;
 				continue;
 			}
+			/*
+			 * A flow that got nothing of its download before an
+			 * EOF or a reset was refused (the upstream is down):
+			 * its slot pauses, or 300 slots would spin through
+			 * thousands of refusals a second.
+			 */
+			if (ends[i].how == H_RESET || ends[i].how == H_EOF) {
+				if (ends[i].rx_pos == 0 && ends[i].rx_max > 0)
+					idle[i] = t + 0.25;
+				ends[i].how = H_ERROR;	/* looked at */
+			}
+			if (t < idle[i])
+				continue;
 			if (t - t0 < o.seconds && next < limit) {
 				flow_start(&ends[i], next++, t);
 				started++;
 				running++;
 			}
 		}
-		if (running == 0)
+		if (running == 0 && (t - t0 >= o.seconds || next >= limit))
 			break;
 		loop_once(-1, t);
 	}
+	free(idle);
 	printf("flows %ld next %" PRIu64 " seconds %.1f\n", started, next,
 	    now() - t0);
 	return 0;
