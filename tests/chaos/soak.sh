@@ -155,7 +155,7 @@ case_soak() {
 	zp_stop "$SERVE_PID"
 	zp_wait_exit "$SERVE_PID" 5 >/dev/null
 	tools_clean
-	ok "$mode: seed $SEED: $(sed -n 's/^total //p' "$T/check-$mode.out")"
+	ok "$mode: seed $SEED, $(sed -n 's/^flows [0-9]* next [0-9]* seconds \([0-9.]*\)$/\1/p' "$T/drive-$mode.out") s: $(sed -n 's/^total //p' "$T/check-$mode.out")"
 	ok "$mode: $conns connections logged ($refused upstream-refused while it was down, $lingered linger timeouts), sockets back to $BASE_SOCK, RSS ${rss0} -> ${rss1} KiB, no sanitizer report"
 }
 
