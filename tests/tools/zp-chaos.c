@@ -74,10 +74,13 @@
  * MiB, 5% 2-8 MiB (uniform within each band), so most flows are small and
  * a flow carries about 0.45 MiB a direction on average.
  *
- * A flow without an upstream line was cut by the upstream's death: it must
- * overlap a --cut window (the flows started while it was down are counted
- * as refused), and its client end must have seen an exact prefix (no
- * corrupt byte). Any other flow without its upstream line, a timeout, an
+ * A flow without an upstream line was cut by the upstream's death: its
+ * client end must overlap a --cut window, or have ended without an error
+ * less than 15 s before one (the upstream outlives the client when it
+ * still reads what the relay delivered, or survives the client's reset),
+ * and must have seen an exact prefix (no corrupt byte). Flows that start
+ * while the upstream is down and get nothing are counted as refused; a
+ * slot whose flow got nothing pauses 250 ms before its next flow. Any other flow without its upstream line, a timeout, an
  * error or a failed assertion is a failure: one line per flow on stdout
  * ("not ok - flow ID KIND: ..."), the first 20, then the count.
  *
