@@ -21,7 +21,8 @@
 # start meanwhile are refused by zproxy (counted), every flow that starts
 # after it is back must pass in full (a flow without an upstream result
 # that overlaps no down time fails).
-# Then, per mode (splice, copy): zproxy logged one line per flow, its
+# First 3 s without zproxy (the harness loses nothing by itself), then,
+# per mode (splice, copy): zproxy logged one line per flow, its
 # sockets are back to the baseline, its RSS within 8 MiB of the baseline
 # (32 MiB under ASan, whose quarantine is capped at 16 MiB for this
 # zproxy), no sanitizer report in zproxy or the tools.
@@ -73,6 +74,31 @@ tools_clean() {
 		[ -f "$f" ] || continue
 		sanitizer_clean "$f" || fail "sanitizer report in ${f##*/}"
 	done
+}
+
+# Without zproxy: the harness itself loses nothing (survivors see the
+# resets themselves: check --direct).
+case_direct() {
+	local up deadline
+	UPRES=$T/up-direct.res
+	: >"$UPRES"
+	up=$(free_port -b 127.0.0.1)
+	serve_start serve-direct "$up"
+	timeout -k 5 $((FLOW_TIMEOUT + 30)) "$ZP_CHAOS" drive --connect "$up" \
+	    --results "$T/client-direct.res" --concurrency "$CONC" --seconds 3 \
+	    --seed "$SEED" --timeout "$FLOW_TIMEOUT" >"$T/drive-direct.out" \
+	    2>"$T/drive-direct.err" ||
+		fail "direct: zp-chaos drive failed: $(head -n 3 "$T/drive-direct.err")"
+	deadline=$(( $(now_ms) + 30000 ))
+	until [ "$(sock_count "$SERVE_PID")" -le 1 ]; do
+		[ "$(now_ms)" -ge "$deadline" ] && fail "direct: the upstream still holds connections"
+		sleep 0.05
+	done
+	"$ZP_CHAOS" check --direct --client "$T/client-direct.res" \
+	    --upstream "$UPRES" >"$T/check-direct.out" 2>&1 ||
+		fail "direct: seed $SEED: $(grep -m1 '^not ok' "$T/check-direct.out")"
+	tools_clean
+	ok "no relay, 3 s: $(sed -n 's/^total //p' "$T/check-direct.out")"
 }
 
 case_soak() {
@@ -171,6 +197,7 @@ case_soak() {
 # bytes as delivered). Here: a client resets while the upstream is being
 # killed. Such pairs are counted as "linger timeouts" above.
 
+subcase case_direct
 for mode in $MODES; do
 	subcase case_soak "$mode"
 done
