@@ -188,6 +188,13 @@ case_soak() {
 	tools_clean
 	ok "$mode: seed $SEED, $(sed -n 's/^flows [0-9]* next [0-9]* seconds \([0-9.]*\)$/\1/p' "$T/drive-$mode.out") s: $(sed -n 's/^total //p' "$T/check-$mode.out")"
 	ok "$mode: $conns connections logged ($refused upstream-refused while it was down, $lingered linger timeouts), sockets back to $BASE_SOCK, RSS ${rss0} -> ${rss1} KiB, no sanitizer report"
+	# KNOWN FAILING, a zproxy bug (the note at the end): no pair of the
+	# soak should wait out --linger-timeout, every survivor here reads or
+	# dies. Fails about one mode in two. Leave this commit out to keep
+	# CI green until zproxy notices a survivor's reset while it lingers.
+	[ "$lingered" -eq 0 ] ||
+		fail "$mode: KNOWN FAILING (zproxy linger bug): $lingered pairs waited out --linger-timeout, e.g. $(grep -m1 ' linger-timeout: ' "$ZLOG" | sed 's/.*: conn=/conn=/')"
+	ok "$mode: no pair waited out --linger-timeout"
 }
 
 # Note (a zproxy bug the soak found, issue 10): a pair lingering on its
@@ -195,7 +202,8 @@ case_soak() {
 # reset in turn after its EOF: SIOCOUTQ keeps counting what was never
 # acknowledged, and the pair waits out --linger-timeout (then counts those
 # bytes as delivered). Here: a client resets while the upstream is being
-# killed. Such pairs are counted as "linger timeouts" above.
+# killed. Such pairs are counted as "linger timeouts" above, and fail the
+# soak (KNOWN FAILING until zproxy is fixed).
 
 subcase case_direct
 for mode in $MODES; do
