@@ -10,12 +10,12 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "acl.h"
+#include "log.h"
 
 /* Buckets of a table at its first add; it doubles past one entry each. */
 #define SRCTAB_MIN_BUCKETS	64
@@ -26,23 +26,6 @@ struct zp_srcent {
 	unsigned		 count;
 	unsigned char		 v6;
 };
-
-static void
-seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Fill the caller's error buffer. */
-static void
-seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list	ap;
-
-	if (err == NULL || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /*
  * The address bytes of a sockaddr into out (4 for IPv4, 16 for IPv6),
@@ -154,7 +137,7 @@ zp_cidr_parse(const char *s, struct zp_cidr *c, char *err, size_t errlen)
 	if (memcmp(masked, c->addr, size) != 0) {
 		memcpy(c->addr, masked, size);
 		c->len = len;
-		seterr(err, errlen, "invalid CIDR '%s': host bits set after "
+		zp_seterr(err, errlen, "invalid CIDR '%s': host bits set after "
 		    "/%u; the network is %s", s, len,
 		    zp_cidr_str(c, net, sizeof(net)));
 		memset(c, 0, sizeof(*c));
@@ -171,12 +154,12 @@ zp_cidr_parse(const char *s, struct zp_cidr *c, char *err, size_t errlen)
 	}
 	return 0;
 bad:
-	seterr(err, errlen, "invalid CIDR '%s': expected ADDR or ADDR/LEN "
+	zp_seterr(err, errlen, "invalid CIDR '%s': expected ADDR or ADDR/LEN "
 	    "with a numeric IPv4 or IPv6 address", s);
 	memset(c, 0, sizeof(*c));
 	return -1;
 badlen:
-	seterr(err, errlen, "invalid CIDR '%s': the prefix length must be "
+	zp_seterr(err, errlen, "invalid CIDR '%s': the prefix length must be "
 	    "0-%u for %s", s, max, max == 32 ? "IPv4" : "IPv6");
 	memset(c, 0, sizeof(*c));
 	return -1;
@@ -213,12 +196,12 @@ zp_acl_add(struct zp_acl *acl, const char *opt, const char *s, char *err,
 	char	why[256];
 
 	if (acl->n == ZP_ACL_MAX_RULES) {
-		seterr(err, errlen, "too many --%s: at most %d", opt,
+		zp_seterr(err, errlen, "too many --%s: at most %d", opt,
 		    ZP_ACL_MAX_RULES);
 		return -1;
 	}
 	if (zp_cidr_parse(s, &acl->v[acl->n], why, sizeof(why)) == -1) {
-		seterr(err, errlen, "--%s: %s", opt, why);
+		zp_seterr(err, errlen, "--%s: %s", opt, why);
 		return -1;
 	}
 	acl->n++;

@@ -11,7 +11,6 @@
 #include <getopt.h>
 #include <limits.h>
 #include <netdb.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,23 +103,6 @@ static const struct option zp_longopts[] = {
 #define ZP_STATS_MAX_CONNS_LIMIT 1024L
 #define ZP_MAX_TIMEOUT		86400.0
 #define ZP_MIN_TIMEOUT		0.001
-
-static void
-seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Fill the caller's error buffer. */
-static void
-seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list	ap;
-
-	if (err == NULL || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /* Fill cfg with defaults. */
 void
@@ -276,7 +258,7 @@ zp_parse_port(const char *s, unsigned short *port, char *err, size_t errlen)
 	*port = (unsigned short)v;
 	return 0;
 bad:
-	seterr(err, errlen, "invalid port '%s': expected 1-65535",
+	zp_seterr(err, errlen, "invalid port '%s': expected 1-65535",
 	    zp_escape(s, q, sizeof(q)));
 	return -1;
 }
@@ -319,19 +301,20 @@ zp_parse_size(const char *s, size_t *out, char *err, size_t errlen)
 	if (*end != '\0')
 		goto bad;
 	if (v == 0) {
-		seterr(err, errlen, "invalid size '%s': must be above 0",
+		zp_seterr(err, errlen, "invalid size '%s': must be above 0",
 		    zp_escape(s, q, sizeof(q)));
 		return -1;
 	}
 	if (v > ZP_MAX_SIZE / mult) {
-		seterr(err, errlen, "invalid size '%s': above the limit of 1G",
+		zp_seterr(err, errlen,
+		    "invalid size '%s': above the limit of 1G",
 		    zp_escape(s, q, sizeof(q)));
 		return -1;
 	}
 	*out = (size_t)(v * mult);
 	return 0;
 bad:
-	seterr(err, errlen, "invalid size '%s': expected a number with an "
+	zp_seterr(err, errlen, "invalid size '%s': expected a number with an "
 	    "optional K, M or G suffix", zp_escape(s, q, sizeof(q)));
 	return -1;
 }
@@ -348,7 +331,8 @@ zp_parse_listen(const char *s, struct zp_listen_spec *ls, char *err,
 
 	memset(ls, 0, sizeof(*ls));
 	if (s[0] == ':' && strchr(s + 1, ':') != NULL) {
-		seterr(err, errlen, "invalid listen address '%s': put an IPv6 "
+		zp_seterr(err, errlen,
+		    "invalid listen address '%s': put an IPv6 "
 		    "address in brackets, [ADDR]:PORT",
 		    zp_escape(s, q, sizeof(q)));
 		return -1;
@@ -363,7 +347,7 @@ zp_parse_listen(const char *s, struct zp_listen_spec *ls, char *err,
 	    errlen) == -1)
 		return -1;
 	if (strlen(host_dyn) >= sizeof(host)) {
-		seterr(err, errlen, "invalid listen address '%s': expected "
+		zp_seterr(err, errlen, "invalid listen address '%s': expected "
 		    ":PORT, IPv4:PORT or [IPv6]:PORT",
 		    zp_escape(s, q, sizeof(q)));
 		free(host_dyn);
@@ -394,7 +378,7 @@ zp_parse_listen(const char *s, struct zp_listen_spec *ls, char *err,
 	}
 	return 0;
 bad:
-	seterr(err, errlen, "invalid listen address '%s': expected :PORT, "
+	zp_seterr(err, errlen, "invalid listen address '%s': expected :PORT, "
 	    "IPv4:PORT or [IPv6]:PORT with a numeric address",
 	    zp_escape(s, q, sizeof(q)));
 	return -1;
@@ -415,7 +399,7 @@ zp_parse_hostport(const char *s, char **hostp, char *port, size_t portlen,
 		hstart = s + 1;
 		hend = strchr(hstart, ']');
 		if (hend == NULL || hend[1] != ':') {
-			seterr(err, errlen, "invalid address '%s': expected "
+			zp_seterr(err, errlen, "invalid address '%s': expected "
 			    "[IPv6]:PORT", zp_escape(s, q, sizeof(q)));
 			return -1;
 		}
@@ -423,14 +407,14 @@ zp_parse_hostport(const char *s, char **hostp, char *port, size_t portlen,
 	} else {
 		colon = strrchr(s, ':');
 		if (colon == NULL) {
-			seterr(err, errlen, "invalid address '%s': expected "
+			zp_seterr(err, errlen, "invalid address '%s': expected "
 			    "HOST:PORT", zp_escape(s, q, sizeof(q)));
 			return -1;
 		}
 		hstart = s;
 		hend = colon;
 		if (memchr(hstart, ':', hend - hstart) != NULL) {
-			seterr(err, errlen, "invalid address '%s': put an "
+			zp_seterr(err, errlen, "invalid address '%s': put an "
 			    "IPv6 address in brackets, [ADDR]:PORT",
 			    zp_escape(s, q, sizeof(q)));
 			return -1;
@@ -438,24 +422,24 @@ zp_parse_hostport(const char *s, char **hostp, char *port, size_t portlen,
 	}
 	hlen = hend - hstart;
 	if (hlen == 0) {
-		seterr(err, errlen, "invalid address '%s': the host is "
+		zp_seterr(err, errlen, "invalid address '%s': the host is "
 		    "missing", zp_escape(s, q, sizeof(q)));
 		return -1;
 	}
 	if (hlen > 253) {
-		seterr(err, errlen, "invalid address '%s': the host is too "
+		zp_seterr(err, errlen, "invalid address '%s': the host is too "
 		    "long", zp_escape(s, q, sizeof(q)));
 		return -1;
 	}
 	if (zp_parse_port(colon + 1, &p, err, errlen) == -1)
 		return -1;
 	if (portlen < 6) {
-		seterr(err, errlen, "internal error: port buffer too small");
+		zp_seterr(err, errlen, "internal error: port buffer too small");
 		return -1;
 	}
 	snprintf(port, portlen, "%u", p);
 	if ((*hostp = strndup(hstart, hlen)) == NULL) {
-		seterr(err, errlen, "out of memory");
+		zp_seterr(err, errlen, "out of memory");
 		return -1;
 	}
 	return 0;
@@ -470,7 +454,7 @@ parse_size_opt(const char *name, const char *s, size_t *out, char *err,
 
 	if (zp_parse_size(s, out, why, sizeof(why)) == 0)
 		return 0;
-	seterr(err, errlen, "--%s: %s", name, why);
+	zp_seterr(err, errlen, "--%s: %s", name, why);
 	return -1;
 }
 
@@ -489,7 +473,8 @@ parse_range(const char *name, const char *s, long min, long max, long *out,
 	v = strtol(s, &end, 10);
 	if (*s == '\0' || !isdigit((unsigned char)*s) || *end != '\0' ||
 	    errno != 0 || v < min || v > max) {
-		seterr(err, errlen, "invalid %s '%s': expected %ld-%ld", name,
+		zp_seterr(err, errlen,
+		    "invalid %s '%s': expected %ld-%ld", name,
 		    zp_escape(s, q, sizeof(q)), min, max);
 		return -1;
 	}
@@ -525,7 +510,7 @@ parse_seconds(const char *name, const char *s, double *out, char *err,
 	*out = v;
 	return 0;
 bad:
-	seterr(err, errlen, "invalid %s '%s': expected seconds from %.3f to "
+	zp_seterr(err, errlen, "invalid %s '%s': expected seconds from %.3f to "
 	    "%.0f", name, zp_escape(s, q, sizeof(q)), ZP_MIN_TIMEOUT,
 	    ZP_MAX_TIMEOUT);
 	return -1;
@@ -576,22 +561,22 @@ bad_option(const char *word, int opt, char *err, size_t errlen)
 			if (strlen(o->name) == len &&
 			    strncmp(o->name, word + 2, len) == 0 &&
 			    word[2 + len] == '=') {
-				seterr(err, errlen, "option '--%s' takes no "
+				zp_seterr(err, errlen, "option '--%s' takes no "
 				    "value", o->name);
 				return;
 			}
 		/* No escape makes a '=': the first one is the word's. */
 		zp_escape(word, q, sizeof(q));
 		q[strcspn(q, "=")] = '\0';
-		seterr(err, errlen, "unknown option '%s'", q);
+		zp_seterr(err, errlen, "unknown option '%s'", q);
 	} else if (opt != 0) {
 		flag[0] = '-';
 		flag[1] = (char)opt;
 		flag[2] = '\0';
-		seterr(err, errlen, "unknown option '%s'",
+		zp_seterr(err, errlen, "unknown option '%s'",
 		    zp_escape(flag, q, sizeof(q)));
 	} else
-		seterr(err, errlen, "unknown option '%s'",
+		zp_seterr(err, errlen, "unknown option '%s'",
 		    zp_escape(word, q, sizeof(q)));
 }
 
@@ -623,7 +608,8 @@ check_once(int c, const char *arg, const char **given, char *err,
 	    c == OPT_ALLOW || c == OPT_DENY)
 		return 0;
 	if (given[i] != NULL) {
-		seterr(err, errlen, "option --%s given twice ('%s', then '%s'): "
+		zp_seterr(err, errlen,
+		    "option --%s given twice ('%s', then '%s'): "
 		    "it takes one value", o->name, zp_escape(given[i], q1,
 		    sizeof(q1)), zp_escape(arg, q2, sizeof(q2)));
 		return -1;
@@ -675,7 +661,8 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			break;
 		case 'u':
 			if (cfg->nupstreams == ZP_MAX_UPSTREAMS) {
-				seterr(err, errlen, "too many --upstream: at "
+				zp_seterr(err, errlen,
+				    "too many --upstream: at "
 				    "most %d", ZP_MAX_UPSTREAMS);
 				return ZP_PARSE_ERROR;
 			}
@@ -687,7 +674,7 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			break;
 		case OPT_BALANCE:
 			if ((cfg->balance = zp_balance_parse(optarg)) == -1) {
-				seterr(err, errlen, "invalid balance '%s': "
+				zp_seterr(err, errlen, "invalid balance '%s': "
 				    "expected first, roundrobin, leastconn or "
 				    "source", zp_escape(optarg, q, sizeof(q)));
 				return ZP_PARSE_ERROR;
@@ -736,13 +723,14 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			break;
 		case OPT_LOG_FILE:
 			if (*optarg == '\0') {
-				seterr(err, errlen, "invalid log-file: empty "
+				zp_seterr(err, errlen,
+				    "invalid log-file: empty "
 				    "path");
 				return ZP_PARSE_ERROR;
 			}
 			free(cfg->log_file);
 			if ((cfg->log_file = strdup(optarg)) == NULL) {
-				seterr(err, errlen, "out of memory");
+				zp_seterr(err, errlen, "out of memory");
 				return ZP_PARSE_ERROR;
 			}
 			break;
@@ -755,7 +743,8 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			else if (strcmp(optarg, "json") == 0)
 				cfg->log_format = ZP_LOG_JSON;
 			else {
-				seterr(err, errlen, "invalid log-format '%s': "
+				zp_seterr(err, errlen,
+				    "invalid log-format '%s': "
 				    "expected text or json",
 				    zp_escape(optarg, q, sizeof(q)));
 				return ZP_PARSE_ERROR;
@@ -783,7 +772,8 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			    errlen) == -1)
 				return ZP_PARSE_ERROR;
 			if (cfg->dns_server.any) {
-				seterr(err, errlen, "invalid dns-server '%s': "
+				zp_seterr(err, errlen,
+				    "invalid dns-server '%s': "
 				    "expected ADDR:PORT",
 				    zp_escape(optarg, q, sizeof(q)));
 				return ZP_PARSE_ERROR;
@@ -793,7 +783,7 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		case OPT_USER:
 		case OPT_GROUP:
 			if (*optarg == '\0') {
-				seterr(err, errlen, "invalid %s: empty name",
+				zp_seterr(err, errlen, "invalid %s: empty name",
 				    c == OPT_USER ? "user" : "group");
 				return ZP_PARSE_ERROR;
 			}
@@ -805,7 +795,7 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 				cfg->group = strdup(optarg);
 			}
 			if ((c == OPT_USER ? cfg->user : cfg->group) == NULL) {
-				seterr(err, errlen, "out of memory");
+				zp_seterr(err, errlen, "out of memory");
 				return ZP_PARSE_ERROR;
 			}
 			break;
@@ -818,7 +808,8 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			else if (strcmp(optarg, "v2") == 0)
 				cfg->send_proxy = 2;
 			else {
-				seterr(err, errlen, "invalid send-proxy '%s': "
+				zp_seterr(err, errlen,
+				    "invalid send-proxy '%s': "
 				    "expected v1 or v2",
 				    zp_escape(optarg, q, sizeof(q)));
 				return ZP_PARSE_ERROR;
@@ -836,7 +827,7 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			else if (strcmp(optarg, "copy") == 0)
 				cfg->mode = ZP_MODE_COPY;
 			else {
-				seterr(err, errlen, "invalid mode '%s': "
+				zp_seterr(err, errlen, "invalid mode '%s': "
 				    "expected splice or copy",
 				    zp_escape(optarg, q, sizeof(q)));
 				return ZP_PARSE_ERROR;
@@ -882,7 +873,7 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		case 'V':
 			return ZP_PARSE_VERSION;
 		case ':':
-			seterr(err, errlen, "option '%s' needs a value",
+			zp_seterr(err, errlen, "option '%s' needs a value",
 			    zp_escape(argv[optind - 1], q, sizeof(q)));
 			return ZP_PARSE_ERROR;
 		default:
@@ -891,20 +882,20 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		}
 	}
 	if (optind < argc) {
-		seterr(err, errlen, "unexpected argument '%s'",
+		zp_seterr(err, errlen, "unexpected argument '%s'",
 		    zp_escape(argv[optind], q, sizeof(q)));
 		return ZP_PARSE_ERROR;
 	}
 	if (!cfg->have_listen) {
-		seterr(err, errlen, "missing --listen [ADDR]:PORT");
+		zp_seterr(err, errlen, "missing --listen [ADDR]:PORT");
 		return ZP_PARSE_ERROR;
 	}
 	if (cfg->nupstreams == 0) {
-		seterr(err, errlen, "missing --upstream HOST:PORT");
+		zp_seterr(err, errlen, "missing --upstream HOST:PORT");
 		return ZP_PARSE_ERROR;
 	}
 	if (cfg->log_file != NULL && cfg->use_syslog) {
-		seterr(err, errlen, "--log-file and --syslog exclude each "
+		zp_seterr(err, errlen, "--log-file and --syslog exclude each "
 		    "other");
 		return ZP_PARSE_ERROR;
 	}
@@ -913,12 +904,13 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 	 * the operator expects would not happen.
 	 */
 	if (cfg->group != NULL && cfg->user == NULL) {
-		seterr(err, errlen, "--group needs --user");
+		zp_seterr(err, errlen, "--group needs --user");
 		return ZP_PARSE_ERROR;
 	}
 	/* Which one was meant is a guess: say so rather than take the last. */
 	if (cfg->verbose > 0 && cfg->quiet) {
-		seterr(err, errlen, "--verbose (-v) and --quiet (-q) exclude "
+		zp_seterr(err, errlen,
+		    "--verbose (-v) and --quiet (-q) exclude "
 		    "each other");
 		return ZP_PARSE_ERROR;
 	}
@@ -972,7 +964,7 @@ zp_upstream_resolve(struct zp_upstream_spec *up, char *err, size_t errlen)
 	rc = getaddrinfo(up->host, up->port, &hints, &res);
 	if (rc != 0) {
 		e = errno;
-		seterr(err, errlen, "upstream '%s' does not resolve: %s",
+		zp_seterr(err, errlen, "upstream '%s' does not resolve: %s",
 		    zp_escape(up->host, q, sizeof(q)), rc == EAI_SYSTEM ?
 		    strerror(e) : gai_strerror(rc));
 		return -1;
@@ -980,7 +972,7 @@ zp_upstream_resolve(struct zp_upstream_spec *up, char *err, size_t errlen)
 	rc = zp_upstream_set_addrs(up, res);
 	freeaddrinfo(res);
 	if (rc == -1) {
-		seterr(err, errlen, "upstream '%s' does not resolve to a "
+		zp_seterr(err, errlen, "upstream '%s' does not resolve to a "
 		    "usable address", zp_escape(up->host, q, sizeof(q)));
 		return -1;
 	}

@@ -600,6 +600,19 @@ zp_log(struct zp_log *lg, int level, const char *fmt, ...)
 	errno = saved;
 }
 
+/* Fill the caller's error buffer; see log.h. */
+void
+zp_seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list	ap;
+
+	if (err == NULL || errlen == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
 /*
  * Escape s for a one-line message; see log.h. Each byte becomes one token
  * (itself or an escape); tokens are written while they fit, and the last

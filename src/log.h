@@ -117,4 +117,12 @@ int	zp_log_enabled(const struct zp_log *, int);
  */
 const char *zp_escape(const char *s, char *buf, size_t len);
 
+/*
+ * Format a one-line error into a caller's buffer (err may be NULL or
+ * errlen 0: then nothing is written). The parsers' way to say what is
+ * wrong without printing it.
+ */
+void	zp_seterr(char *err, size_t errlen, const char *fmt, ...)
+	    __attribute__((format(printf, 3, 4)));
+
 #endif
