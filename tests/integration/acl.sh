@@ -31,26 +31,6 @@
 
 if have_ipv6; then V6=1; else V6=0; note "no IPv6 loopback: the ::1 clients are left out"; fi
 
-# scrape: GET /metrics from the stats port ($SPORT) into $T/metrics.
-scrape() {
-	if command -v curl >/dev/null; then
-		curl -sS -m 5 -o "$T/metrics" "http://127.0.0.1:$SPORT/metrics" \
-		    2>"$T/scrape.err" || fail "GET /metrics: $(cat "$T/scrape.err")"
-	else
-		timeout -k 2 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" &&
-			printf "GET /metrics HTTP/1.0\r\n\r\n" >&3 && cat <&3' \
-		    "$SPORT" | sed '1,/^\r$/d' >"$T/metrics" ||
-			fail "GET /metrics failed"
-	fi
-}
-
-# metric SERIES WANT WHAT: after a scrape, SERIES must be WANT.
-metric() {
-	local v
-	v=$(awk -v k="$1" '$1 == k { print $2 }' "$T/metrics")
-	[ "$v" = "$2" ] || fail "$3: $1 is '${v:-missing}', want $2"
-}
-
 # start ARGS...: zproxy on a dual-stack :PORT with --stats on $SPORT.
 start() {
 	SPORT=$(free_port) || fail "zp-peer port failed"
@@ -106,12 +86,12 @@ rules() {
 	peer_wait "$upid" a-up 10 || fail "$what: upstream: $(cat "$T/a-up.err")"
 	grep -q "zp-peer: $n connection" "$T/a-up.err" ||
 		fail "$what: the upstream did not serve exactly $n: $(cat "$T/a-up.err")"
-	scrape
-	metric "zproxy_upstream_connections_total{upstream=\"127.0.0.1:$uport\"}" "$n" "$what"
-	metric "zproxy_upstream_connections_failed_total{upstream=\"127.0.0.1:$uport\"}" 0 "$what"
-	metric zproxy_connections_total "$n" "$what"
-	metric zproxy_clients_denied_total 2 "$what"
-	metric zproxy_clients_source_limited_total 0 "$what"
+	stats_scrape
+	stats_is "zproxy_upstream_connections_total{upstream=\"127.0.0.1:$uport\"}" "$n" "$what"
+	stats_is "zproxy_upstream_connections_failed_total{upstream=\"127.0.0.1:$uport\"}" 0 "$what"
+	stats_is zproxy_connections_total "$n" "$what"
+	stats_is zproxy_clients_denied_total 2 "$what"
+	stats_is zproxy_clients_source_limited_total 0 "$what"
 	stop_zproxy
 	grep -q 'clients denied=2 source-limited=0' "$ZLOG" ||
 		fail "$what: totals line: $(grep 'stopping:' "$ZLOG")"
@@ -142,9 +122,9 @@ forms() {
 		    "$what: ::1"
 	fi
 	peer_wait "$upid" b-up 10 || fail "$what: upstream: $(cat "$T/b-up.err")"
-	scrape
-	metric zproxy_connections_total "$n" "$what"
-	metric zproxy_clients_denied_total 2 "$what"
+	stats_scrape
+	stats_is zproxy_connections_total "$n" "$what"
+	stats_is zproxy_clients_denied_total 2 "$what"
 	stop_zproxy
 	ok "$what: shown as the IPv4 rules they are; 127.0.0.3$([ "$V6" = 1 ] && echo " and ::1") relayed, 127.0.0.1 (::/0 holds no IPv4 client) and 127.0.0.2 denied"
 }
@@ -188,11 +168,11 @@ per_source() {
 		fail "$what: 127.0.0.1 after its pairs closed: $(cat "$T/c-again.err")"
 	expect_conn_log "client=127\.0\.0\.1:[0-9]+ .*up=65536 down=65536 .*end=closed" \
 	    "$what: 127.0.0.1 again"
-	scrape
-	metric zproxy_clients_source_limited_total $((n / 2 - 1)) "$what"
-	metric zproxy_clients_denied_total 0 "$what"
-	metric "zproxy_upstream_connections_total{upstream=\"127.0.0.1:$uport\"}" "$n" "$what"
-	metric zproxy_connections_open $((n - 4)) "$what"
+	stats_scrape
+	stats_is zproxy_clients_source_limited_total $((n / 2 - 1)) "$what"
+	stats_is zproxy_clients_denied_total 0 "$what"
+	stats_is "zproxy_upstream_connections_total{upstream=\"127.0.0.1:$uport\"}" "$n" "$what"
+	stats_is zproxy_connections_open $((n - 4)) "$what"
 	stop_zproxy
 	ok "$what: once its 2 pairs closed, 127.0.0.1 was served again; metrics: $((n / 2 - 1)) source-limited, 0 denied, $n upstream connections"
 }
@@ -205,8 +185,8 @@ flood() {
 	    --expect-close 10 -t 20 || fail "$what: $(cat "$T/e-flood.err")"
 	[ "$(grep -c '(reset)' "$T/e-flood.out")" -eq 100 ] ||
 		fail "$what: not all reset: $(sort "$T/e-flood.out" | uniq -c | head -n 3)"
-	scrape
-	metric zproxy_clients_denied_total 100 "$what"
+	stats_scrape
+	stats_is zproxy_clients_denied_total 100 "$what"
 	stop_zproxy
 	lines=$(grep -c 'end=denied' "$ZLOG")
 	supp=$(sed -n 's/.* \([0-9]*\) log lines suppressed$/\1/p' "$ZLOG" |

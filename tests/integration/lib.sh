@@ -491,3 +491,26 @@ wait_size() {
 		sleep 0.02
 	done
 }
+
+# ---- metrics -----------------------------------------------------------
+
+# stats_scrape: GET /metrics from zproxy's --stats port $SPORT into
+# $T/metrics (curl, or bash's /dev/tcp where curl is missing).
+stats_scrape() {
+	if command -v curl >/dev/null; then
+		curl -sS -m 5 -o "$T/metrics" "http://127.0.0.1:$SPORT/metrics" \
+		    2>"$T/metrics.err" || fail "GET /metrics: $(cat "$T/metrics.err")"
+	else
+		timeout -k 2 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" &&
+			printf "GET /metrics HTTP/1.0\r\n\r\n" >&3 && cat <&3' \
+		    "$SPORT" | sed '1,/^\r$/d' >"$T/metrics" ||
+			fail "GET /metrics failed"
+	fi
+}
+
+# stats_is SERIES WANT WHAT: after stats_scrape, SERIES must be WANT.
+stats_is() {
+	local v
+	v=$(awk -v k="$1" '$1 == k { print $2 }' "$T/metrics")
+	[ "$v" = "$2" ] || fail "$3: $1 is '${v:-missing}', want $2"
+}

@@ -25,26 +25,6 @@ command -v prlimit >/dev/null || { echo "not ok - prlimit (util-linux) is needed
 # count REGEX: lines of the zproxy log matching the extended REGEX.
 count() { grep -cE -- "$1" "$ZLOG" 2>/dev/null; }
 
-# scrape: GET /metrics from $SPORT into $T/metrics (curl, else /dev/tcp).
-scrape() {
-	if command -v curl >/dev/null; then
-		curl -sS -m 5 -o "$T/metrics" "http://127.0.0.1:$SPORT/metrics" \
-			2>"$T/metrics.err" || fail "GET /metrics: $(cat "$T/metrics.err")"
-	else
-		timeout -k 2 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" &&
-			printf "GET /metrics HTTP/1.0\r\n\r\n" >&3 && cat <&3' \
-			"$SPORT" | sed '1,/^\r$/d' >"$T/metrics" ||
-			fail "GET /metrics failed"
-	fi
-}
-
-# expect SERIES VALUE WHAT: the scraped series has exactly VALUE.
-expect() {
-	local v
-	v=$(awk -v k="$1" '$1 == k { print $2 }' "$T/metrics")
-	[ "$v" = "$2" ] || fail "$3: $1 is '${v:-missing}', want $2"
-}
-
 # limit_to FREE: lower zproxy's soft RLIMIT_NOFILE so that exactly FREE
 # more descriptors can be opened. A new descriptor takes the lowest free
 # number, and fails with EMFILE when that is not below the limit: so the
@@ -150,14 +130,14 @@ clients() {
 	unlimit
 	wait_fd_baseline 10 "$mode: after the local-resource end"
 
-	scrape
-	expect "zproxy_upstream_up{upstream=\"$up\"}" 1 "$mode"
-	expect "zproxy_upstream_consecutive_failures{upstream=\"$up\"}" 0 "$mode"
-	expect "zproxy_upstream_connections_failed_total{upstream=\"$up\"}" 0 "$mode"
-	expect "zproxy_upstream_connections_total{upstream=\"$up\"}" 5 "$mode"
-	expect zproxy_connections_failed_total 0 "$mode"
-	expect zproxy_connections_local_failed_total 1 "$mode"
-	expect zproxy_connections_waiting 0 "$mode"
+	stats_scrape
+	stats_is "zproxy_upstream_up{upstream=\"$up\"}" 1 "$mode"
+	stats_is "zproxy_upstream_consecutive_failures{upstream=\"$up\"}" 0 "$mode"
+	stats_is "zproxy_upstream_connections_failed_total{upstream=\"$up\"}" 0 "$mode"
+	stats_is "zproxy_upstream_connections_total{upstream=\"$up\"}" 5 "$mode"
+	stats_is zproxy_connections_failed_total 0 "$mode"
+	stats_is zproxy_connections_local_failed_total 1 "$mode"
+	stats_is zproxy_connections_waiting 0 "$mode"
 	awk '$1 == "zproxy_connect_local_errors_total" && $2 >= 2 { f = 1 } END { exit !f }' "$T/metrics" ||
 		fail "$mode: zproxy_connect_local_errors_total is $(awk '$1 == "zproxy_connect_local_errors_total" { print $2 }' "$T/metrics"), want >= 2"
 	ok "$mode: /metrics: upstream up, 0 failures on it, $(awk '$1 == "zproxy_connect_local_errors_total" { print $2 }' "$T/metrics") local errors, 1 local-resource end"
@@ -190,9 +170,9 @@ checks() {
 	done
 	no_down "$mode: health checks out of descriptors"
 	unlimit
-	scrape
-	expect "zproxy_upstream_up{upstream=\"$up\"}" 1 "$mode"
-	expect "zproxy_upstream_consecutive_failures{upstream=\"$up\"}" 0 "$mode"
+	stats_scrape
+	stats_is "zproxy_upstream_up{upstream=\"$up\"}" 1 "$mode"
+	stats_is "zproxy_upstream_consecutive_failures{upstream=\"$up\"}" 0 "$mode"
 	ok "$mode: $(count 'health check of .* skipped') health check round(s) skipped for EMFILE, the upstream still up; ${line#*: }"
 	no_down "$mode"
 	stop_zproxy
