@@ -22,4 +22,46 @@
 ssize_t	zp_proxy_header(int version, const struct sockaddr *src,
 	    const struct sockaddr *dst, char *buf, size_t len);
 
+#define ZP_PROXY_ACCEPT_MAX	2048	/* longest header accepted, v2 TLVs included */
+
+/* What a received header says about the connection it starts. */
+struct zp_proxy_info {
+	int			version;	/* 1 or 2 */
+	int			local;		/* use the connection's own addresses:
+						   v2 LOCAL, v1 UNKNOWN, v2 AF_UNSPEC / AF_UNIX / non-STREAM */
+	struct sockaddr_storage	src, dst;	/* valid when !local: AF_INET or AF_INET6 sockaddrs, ports set */
+	socklen_t		srclen, dstlen;
+	int			crc32c;		/* a CRC32c TLV was present (and matched: else the parse fails) */
+	char			authority[256];	/* PP2_TYPE_AUTHORITY (0x02), NUL-terminated; "" if absent */
+	char			aws_vpce[256];	/* AWS TLV 0xEA subtype 0x01 (VPC endpoint id); "" if absent */
+	unsigned		ntlvs;		/* TLVs seen (nested SSL sub-TLVs not counted) */
+};
+
+/*
+ * Read a PROXY header (v1 or v2, told apart by the first bytes) at the start of buf.
+ * Returns the header's length (> 0) with *info filled when buf holds a whole valid
+ * header (bytes after it are the client's data and are not looked at); 0 when buf
+ * is a valid but incomplete prefix -- so every byte of buf belongs to the header and
+ * the caller may consume them all and wait for more; -1 when buf cannot start a
+ * valid header, with *why set to a short static reason ("not a PROXY header",
+ * "v1 line too long", "bad v1 address", "v2 bad version", "v2 header too long",
+ * "v2 CRC32c mismatch", "v2 bad TLV", ...). Never reads past len.
+ *
+ * Strict, as the spec asks of a receiver: v1 has single spaces, addresses
+ * of the family named (inet_pton), ports 0-65535 in decimal without a sign
+ * or a leading zero, and ends in CRLF within 107 bytes; for UNKNOWN the
+ * rest of the line is ignored. v2 has version 2, the LOCAL or PROXY
+ * command and a known family and protocol. Its address block is sized by
+ * the family alone (INET 12, INET6 36, UNIX 216, UNSPEC 0 bytes), for
+ * LOCAL too, and the TLVs after it must tile the rest exactly. An
+ * AUTHORITY or AWS VPC endpoint TLV longer than 255 bytes, or holding a
+ * NUL, is refused rather than truncated; so is a second CRC32c,
+ * AUTHORITY or VPC endpoint TLV, a UNIQUE_ID over 128 bytes and an SSL
+ * TLV whose sub-TLVs do not fit it. DGRAM is reported as local: zproxy
+ * relays TCP, and a UDP peer's address is no TCP client's.
+ * *info is zeroed on every call; why may be NULL.
+ */
+ssize_t	zp_proxy_parse(const void *buf, size_t len, struct zp_proxy_info *info,
+	    const char **why);
+
 #endif

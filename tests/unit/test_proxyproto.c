@@ -3,7 +3,11 @@
  * HAProxy's proxy-protocol.txt: exact v1 lines and v2 bytes for the
  * cases the spec spells out, the v1 length bound, buffers that are too
  * small, and a round trip of many random address pairs through the
- * encoder and an independent decoder written here from the spec.
+ * encoder and an independent decoder written here from the spec; and the
+ * reader, zp_proxy_parse(): every v1 form and v2 family, what the spec
+ * refuses (refused as early as the bytes show it), TLVs, CRC32c against a
+ * bit-by-bit reference, every prefix of a valid header pending, and the
+ * encoder's output reading back.
  */
 
 #ifndef _GNU_SOURCE
@@ -846,6 +850,874 @@ test_decoder_self_check(void **state)
 	assert_int_equal(decode_v2(v2, sizeof(v2), &d, &why), -1);
 }
 
+/* ---- the reader: helpers ------------------------------------------- */
+
+/*
+ * CRC32c written here the slow way, bit by bit from the spec's reflected
+ * polynomial, to check the reader's table-driven one against.
+ */
+static uint32_t
+ref_crc32c(const unsigned char *p, size_t n)
+{
+	uint32_t	crc = 0xffffffff;
+	size_t		i;
+	int		k;
+
+	for (i = 0; i < n; i++) {
+		crc ^= p[i];
+		for (k = 0; k < 8; k++)
+			crc = (crc & 1) ? (crc >> 1) ^ 0x82f63b78 : crc >> 1;
+	}
+	return ~crc;
+}
+
+/*
+ * Parse n bytes from a heap copy of exactly n bytes, so that ASan sees
+ * any read past them.
+ */
+static ssize_t
+parse(const void *buf, size_t n, struct zp_proxy_info *info,
+    const char **why)
+{
+	unsigned char	*copy;
+	ssize_t		 r;
+
+	if ((copy = malloc(n == 0 ? 1 : n)) == NULL)
+		fail_msg("out of memory");
+	memcpy(copy, buf, n);
+	*why = NULL;
+	r = zp_proxy_parse(copy, n, info, why);
+	free(copy);
+	if (r == -1 && (*why == NULL || *why[0] == '\0'))
+		fail_msg("-1 without a reason");
+	if (r < -1 || r > (ssize_t)n)
+		fail_msg("parse of %zu bytes returned %zd", n, r);
+	return r;
+}
+
+/*
+ * buf holds exactly one valid header of n bytes: it parses to n, every
+ * shorter prefix (empty included) is an incomplete 0, and with client
+ * data behind it the result is still exactly n. Leaves the result in
+ * *info.
+ */
+static void
+parse_ok(const void *buf, size_t n, struct zp_proxy_info *info)
+{
+	static const char	 data[] = "GET / HTTP/1.1\r\n\r\n";
+	unsigned char		*more;
+	const char		*why;
+	size_t			 k;
+	ssize_t			 r;
+
+	for (k = 0; k < n; k++) {
+		r = parse(buf, k, info, &why);
+		if (r != 0)
+			fail_msg("prefix of %zu of %zu bytes gave %zd (%s)", k,
+			    n, r, r == -1 ? why : "");
+	}
+	if ((more = malloc(n + sizeof(data))) == NULL)
+		fail_msg("out of memory");
+	memcpy(more, buf, n);
+	memcpy(more + n, data, sizeof(data));
+	r = parse(more, n + sizeof(data), info, &why);
+	free(more);
+	if (r != (ssize_t)n)
+		fail_msg("header of %zu bytes and data gave %zd (%s)", n, r,
+		    r == -1 ? why : "");
+	r = parse(buf, n, info, &why);
+	if (r != (ssize_t)n)
+		fail_msg("header of %zu bytes gave %zd (%s)", n, r,
+		    r == -1 ? why : "");
+}
+
+/*
+ * buf (n bytes) is invalid: it gives -1 with the reason want, and so
+ * does every longer prefix from the first that fails; returns that
+ * first failing length, so that a test can say how early it must be.
+ */
+static size_t
+parse_bad(const void *buf, size_t n, const char *want)
+{
+	struct zp_proxy_info	 info;
+	const char		*why;
+	size_t			 k, first = n + 1;
+	ssize_t			 r;
+
+	for (k = 0; k <= n; k++) {
+		r = parse(buf, k, &info, &why);
+		if (r > 0)
+			fail_msg("prefix of %zu of %zu bad bytes gave %zd", k,
+			    n, r);
+		if (r == -1 && first > n)
+			first = k;
+		if (r == 0 && first <= n)
+			fail_msg("prefix of %zu gave 0 after %zu gave -1", k,
+			    first);
+	}
+	if (first > n)
+		fail_msg("%zu bad bytes gave 0, want -1 (%s)", n, want);
+	if (strcmp(why, want) != 0)
+		fail_msg("%zu bad bytes: \"%s\", want \"%s\"", n, why, want);
+	return first;
+}
+
+/* The v1 line s (a C string) is refused for reason want. */
+static void
+v1_bad(const char *s, const char *want)
+{
+	parse_bad(s, strlen(s), want);
+}
+
+/* Address a of info's side sa is family af, text ip, port. */
+static void
+assert_side(const struct sockaddr_storage *ss, socklen_t len, int af,
+    const char *ip, unsigned port)
+{
+	const struct sockaddr_in	*sin = (const void *)ss;
+	const struct sockaddr_in6	*sin6 = (const void *)ss;
+	unsigned char			 want[16];
+
+	assert_int_equal(ss->ss_family, af);
+	assert_int_equal(inet_pton(af, ip, want), 1);
+	if (af == AF_INET) {
+		assert_int_equal(len, sizeof(*sin));
+		assert_memory_equal(&sin->sin_addr, want, 4);
+		assert_int_equal(ntohs(sin->sin_port), port);
+	} else {
+		assert_int_equal(len, sizeof(*sin6));
+		assert_memory_equal(&sin6->sin6_addr, want, 16);
+		assert_int_equal(ntohs(sin6->sin6_port), port);
+	}
+}
+
+/* A v2 header being built. */
+struct hb {
+	unsigned char	b[4096];
+	size_t		n;
+};
+
+static void
+hb_put(struct hb *h, const void *p, size_t n)
+{
+	if (h->n + n > sizeof(h->b))
+		fail_msg("test header overflow");
+	memcpy(h->b + h->n, p, n);
+	h->n += n;
+}
+
+static void
+hb_byte(struct hb *h, unsigned c)
+{
+	unsigned char	b = (unsigned char)c;
+
+	hb_put(h, &b, 1);
+}
+
+/* Signature, ver/cmd, fam/proto; the length is set by hb_end(). */
+static void
+hb_start(struct hb *h, unsigned vercmd, unsigned fam)
+{
+	h->n = 0;
+	hb_put(h, sig, 12);
+	hb_byte(h, vercmd);
+	hb_byte(h, fam);
+	hb_byte(h, 0);
+	hb_byte(h, 0);
+}
+
+/* TCP over IPv4 192.0.2.1:40000 -> 198.51.100.2:9000. */
+static void
+hb_inet(struct hb *h)
+{
+	static const unsigned char a[12] = {
+		192, 0, 2, 1, 198, 51, 100, 2, 0x9c, 0x40, 0x23, 0x28
+	};
+
+	hb_put(h, a, sizeof(a));
+}
+
+/* A TLV of type t with n value bytes v (NULL: n bytes of 'x'). */
+static void
+hb_tlv(struct hb *h, unsigned t, const void *v, size_t n)
+{
+	size_t	i;
+
+	hb_byte(h, t);
+	hb_byte(h, (unsigned)(n >> 8));
+	hb_byte(h, (unsigned)(n & 0xff));
+	if (v != NULL)
+		hb_put(h, v, n);
+	else
+		for (i = 0; i < n; i++)
+			hb_byte(h, 'x');
+}
+
+/* Set the length field from what was put. */
+static void
+hb_end(struct hb *h)
+{
+	h->b[14] = (unsigned char)((h->n - 16) >> 8);
+	h->b[15] = (unsigned char)((h->n - 16) & 0xff);
+}
+
+/*
+ * Append a CRC32c TLV and, the header being then whole, fill it in with
+ * the reference CRC over the header with the field zeroed; returns the
+ * offset of the value.
+ */
+static size_t
+hb_crc(struct hb *h)
+{
+	static const unsigned char	zero[4];
+	size_t				off;
+	uint32_t			crc;
+
+	hb_tlv(h, 0x03, zero, 4);
+	off = h->n - 4;
+	hb_end(h);
+	crc = ref_crc32c(h->b, h->n);
+	h->b[off] = (unsigned char)(crc >> 24);
+	h->b[off + 1] = (unsigned char)(crc >> 16);
+	h->b[off + 2] = (unsigned char)(crc >> 8);
+	h->b[off + 3] = (unsigned char)crc;
+	return off;
+}
+
+/* ---- the reader: v1 ------------------------------------------------ */
+
+/* The spec's TCP4 and TCP6 lines, every prefix pending, data after. */
+static void
+test_parse_v1_tcp(void **state)
+{
+	struct zp_proxy_info	 info;
+	const char		*s;
+
+	s = "PROXY TCP4 192.168.0.1 192.168.0.11 56324 443\r\n";
+	parse_ok(s, strlen(s), &info);
+	assert_int_equal(info.version, 1);
+	assert_false(info.local);
+	assert_side(&info.src, info.srclen, AF_INET, "192.168.0.1", 56324);
+	assert_side(&info.dst, info.dstlen, AF_INET, "192.168.0.11", 443);
+	assert_int_equal(info.ntlvs, 0);
+	assert_string_equal(info.authority, "");
+
+	s = "PROXY TCP4 0.0.0.0 255.255.255.255 0 65535\r\n";
+	parse_ok(s, strlen(s), &info);
+	assert_side(&info.src, info.srclen, AF_INET, "0.0.0.0", 0);
+	assert_side(&info.dst, info.dstlen, AF_INET, "255.255.255.255",
+	    65535);
+
+	s = "PROXY TCP6 2001:db8::1 ::ffff:192.0.2.1 1 2\r\n";
+	parse_ok(s, strlen(s), &info);
+	assert_side(&info.src, info.srclen, AF_INET6, "2001:db8::1", 1);
+	assert_side(&info.dst, info.dstlen, AF_INET6, "::ffff:192.0.2.1", 2);
+
+	/* The spec's longest TCP6 line: 104 bytes. */
+	s = "PROXY TCP6 ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff "
+	    "FFFF:FFFF:FFFF:FFFF:FFFF:FFFF:FFFF:FFFF 65535 65535\r\n";
+	assert_int_equal(strlen(s), 104);
+	parse_ok(s, strlen(s), &info);
+	assert_side(&info.dst, info.dstlen, AF_INET6,
+	    "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 65535);
+}
+
+/*
+ * UNKNOWN, short or with anything after it up to the CRLF (the spec: the
+ * receiver ignores it), is local; up to the spec's worst case of 107
+ * bytes.
+ */
+static void
+test_parse_v1_unknown(void **state)
+{
+	struct zp_proxy_info	 info;
+	char			 line[200];
+	const char		*s;
+
+	s = "PROXY UNKNOWN\r\n";
+	parse_ok(s, strlen(s), &info);
+	assert_int_equal(info.version, 1);
+	assert_true(info.local);
+	assert_int_equal(info.srclen, 0);
+
+	s = "PROXY UNKNOWN 192.0.2.1 198.51.100.2 1 2\r\n";
+	parse_ok(s, strlen(s), &info);
+	assert_true(info.local);
+	s = "PROXY UNKNOWN whatever, even  double spaces\r\n";
+	parse_ok(s, strlen(s), &info);
+	assert_true(info.local);
+
+	s = "PROXY UNKNOWN ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff "
+	    "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff 65535 65535\r\n";
+	assert_int_equal(strlen(s), 107);
+	parse_ok(s, strlen(s), &info);
+	assert_true(info.local);
+
+	/* One byte more is too long, and known to be so at byte 107. */
+	snprintf(line, sizeof(line), "PROXY UNKNOWN %092d\r\n", 0);
+	assert_int_equal(strlen(line), 108);
+	assert_int_equal(parse_bad(line, strlen(line), "v1 line too long"),
+	    107);
+}
+
+/*
+ * What the spec does not allow is refused, and as soon as the bytes
+ * there show it.
+ */
+static void
+test_parse_v1_bad(void **state)
+{
+	char	line[300];
+
+	v1_bad("PROXY TCP4 192.0.2.1  198.51.100.2 1 2\r\n",
+	    "bad v1 address");
+	v1_bad("PROXY  TCP4 192.0.2.1 198.51.100.2 1 2\r\n",
+	    "bad v1 protocol");
+	v1_bad("PROXY TCP4 192.0.2.1 198.51.100.2 1  2\r\n", "bad v1 port");
+	v1_bad("PROXY TCP4 192.0.2.1 198.51.100.2 1 2 \r\n", "bad v1 port");
+	v1_bad("PROXY TCP4 192.0.2.1 198.51.100.2 65536 2\r\n",
+	    "bad v1 port");
+	v1_bad("PROXY TCP4 192.0.2.1 198.51.100.2 1 99999\r\n",
+	    "bad v1 port");
+	v1_bad("PROXY TCP4 192.0.2.1 198.51.100.2 01 2\r\n", "bad v1 port");
+	v1_bad("PROXY TCP4 192.0.2.1 198.51.100.2 00 2\r\n", "bad v1 port");
+	v1_bad("PROXY TCP4 192.0.2.1 198.51.100.2 +1 2\r\n", "bad v1 port");
+	v1_bad("PROXY TCP4 192.0.2.1 198.51.100.2 -1 2\r\n", "bad v1 port");
+	v1_bad("PROXY TCP4 192.0.2.1 198.51.100.2 1 2\n",
+	    "v1 line not ended by CRLF");
+	v1_bad("PROXY TCP4 192.0.2.1 198.51.100.2 1 2\rX",
+	    "v1 line not ended by CRLF");
+	v1_bad("PROXY UNKNOWN\n", "bad v1 protocol");
+	v1_bad("PROXY UNKNOWN x\n", "v1 line not ended by CRLF");
+	v1_bad("PROXY UNKNOWN x\rx\r\n", "v1 line not ended by CRLF");
+	v1_bad("PROXY UNKNOWNX\r\n", "bad v1 protocol");
+	v1_bad("proxy TCP4 192.0.2.1 198.51.100.2 1 2\r\n",
+	    "not a PROXY header");
+	v1_bad("PROXY tcp4 192.0.2.1 198.51.100.2 1 2\r\n",
+	    "bad v1 protocol");
+	v1_bad("PROXY UDP4 192.0.2.1 198.51.100.2 1 2\r\n",
+	    "bad v1 protocol");
+	v1_bad("PROXY TCP4 2001:db8::1 198.51.100.2 1 2\r\n",
+	    "bad v1 address");
+	v1_bad("PROXY TCP6 192.0.2.1 2001:db8::2 1 2\r\n", "bad v1 address");
+	v1_bad("PROXY TCP4 192.0.2.01 198.51.100.2 1 2\r\n",
+	    "bad v1 address");
+	v1_bad("PROXY TCP4 192.0.2 198.51.100.2 1 2\r\n", "bad v1 address");
+	v1_bad("PROXY TCP4 192.0.2.256 198.51.100.2 1 2\r\n",
+	    "bad v1 address");
+	v1_bad("PROXY TCP6 2001:db8:::1 ::1 1 2\r\n", "bad v1 address");
+	v1_bad("PROXY TCP4 192.0.2.1 198.51.100.2 1\r\n", "bad v1 port");
+	v1_bad("PROXY TCP4\r\n", "bad v1 protocol");
+
+	/* Early: the second space, the second digit of "01", byte 1. */
+	assert_int_equal(parse_bad("PROXY TCP4 192.0.2.1  ", 22,
+	    "bad v1 address"), 22);
+	assert_int_equal(parse_bad("PROXY TCP4 1.2.3.4 1.2.3.4 01", 29,
+	    "bad v1 port"), 29);
+	assert_int_equal(parse_bad("PROXY TCP4 1.2.3.4 1.2.3.4 65536", 32,
+	    "bad v1 port"), 32);
+	assert_int_equal(parse_bad("PROXY TCP4 1.2.3.4x", 19,
+	    "bad v1 address"), 19);
+	assert_int_equal(parse_bad("PROXX", 5, "not a PROXY header"), 5);
+	assert_int_equal(parse_bad("GET / HTTP/1.1\r\n", 16,
+	    "not a PROXY header"), 1);
+
+	/*
+	 * 107 bytes and more without a CRLF: too long, decided at 107 at
+	 * the latest (TCP6 fields are each within 45 characters, so the
+	 * line runs out first).
+	 */
+	snprintf(line, sizeof(line),
+	    "PROXY TCP6 0000:0000:0000:0000:0000:0000:0000:0000:1.2.3.4 "
+	    "0000:0000:0000:0000:0000:0000:0000:0000:1.2.3.4 1 2\r\n");
+	/* Each address over 45 characters: refused as an address. */
+	v1_bad(line, "bad v1 address");
+	snprintf(line, sizeof(line),
+	    "PROXY TCP6 0000:0000:0000:0000:0000:ffff:1.2.3.4 "
+	    "0000:0000:0000:0000:0000:ffff:1.2.3.4 65535 65535\r\n");
+	assert_true(strlen(line) <= 107);
+	{
+		struct zp_proxy_info info;
+
+		parse_ok(line, strlen(line), &info);
+		assert_side(&info.src, info.srclen, AF_INET6,
+		    "::ffff:1.2.3.4", 65535);
+	}
+	memset(line, 0, sizeof(line));
+	memcpy(line, "PROXY UNKNOWN ", 14);
+	memset(line + 14, 'a', 200);
+	assert_int_equal(parse_bad(line, 214, "v1 line too long"), 107);
+}
+
+/* ---- the reader: v2 ------------------------------------------------ */
+
+/* TCP over IPv4 and IPv6, PROXY command: the addresses and ports. */
+static void
+test_parse_v2_inet(void **state)
+{
+	struct zp_proxy_info	info;
+	struct hb		h;
+	unsigned char		a6[16];
+
+	hb_start(&h, 0x21, 0x11);
+	hb_inet(&h);
+	hb_end(&h);
+	assert_int_equal(h.n, 28);
+	parse_ok(h.b, h.n, &info);
+	assert_int_equal(info.version, 2);
+	assert_false(info.local);
+	assert_false(info.crc32c);
+	assert_int_equal(info.ntlvs, 0);
+	assert_side(&info.src, info.srclen, AF_INET, "192.0.2.1", 40000);
+	assert_side(&info.dst, info.dstlen, AF_INET, "198.51.100.2", 9000);
+
+	hb_start(&h, 0x21, 0x21);
+	inet_pton(AF_INET6, "2001:db8::1", a6);
+	hb_put(&h, a6, 16);
+	inet_pton(AF_INET6, "2001:db8:ffff::1234", a6);
+	hb_put(&h, a6, 16);
+	hb_byte(&h, 0xff); hb_byte(&h, 0xff);
+	hb_byte(&h, 0x00); hb_byte(&h, 0x50);
+	hb_end(&h);
+	assert_int_equal(h.n, 52);
+	parse_ok(h.b, h.n, &info);
+	assert_false(info.local);
+	assert_side(&info.src, info.srclen, AF_INET6, "2001:db8::1", 65535);
+	assert_side(&info.dst, info.dstlen, AF_INET6, "2001:db8:ffff::1234",
+	    80);
+}
+
+/*
+ * LOCAL, UNSPEC, AF_UNIX and DGRAM all mean "use the connection's own
+ * addresses"; the block is still sized by the family and skipped.
+ */
+static void
+test_parse_v2_local(void **state)
+{
+	struct zp_proxy_info	info;
+	struct hb		h;
+	unsigned char		un[216];
+	static const unsigned	fams[] = { 0x00, 0x01, 0x02, 0x11, 0x12,
+	    0x21, 0x22, 0x31, 0x32 };
+	size_t			i;
+
+	/* What zproxy's encoder sends for LOCAL. */
+	hb_start(&h, 0x20, 0x00);
+	hb_end(&h);
+	parse_ok(h.b, h.n, &info);
+	assert_int_equal(info.version, 2);
+	assert_true(info.local);
+	assert_int_equal(info.srclen, 0);
+
+	/* LOCAL with addresses: ignored, as the spec says. */
+	hb_start(&h, 0x20, 0x11);
+	hb_inet(&h);
+	hb_end(&h);
+	parse_ok(h.b, h.n, &info);
+	assert_true(info.local);
+	assert_int_equal(info.src.ss_family, AF_UNSPEC);
+
+	/* PROXY over UNSPEC, UNIX (216 bytes) and DGRAM. */
+	memset(un, 'u', sizeof(un));
+	for (i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
+		if (fams[i] == 0x11 || fams[i] == 0x21)
+			continue;
+		hb_start(&h, 0x21, fams[i]);
+		switch (fams[i] >> 4) {
+		case 1:	hb_inet(&h); break;
+		case 2:	hb_put(&h, un, 36); break;
+		case 3:	hb_put(&h, un, 216); break;
+		}
+		hb_tlv(&h, 0x04, NULL, 3);
+		hb_end(&h);
+		parse_ok(h.b, h.n, &info);
+		if (!info.local)
+			fail_msg("fam 0x%02x is not local", fams[i]);
+		assert_int_equal(info.ntlvs, 1);
+	}
+	/* LOCAL, any family. */
+	for (i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
+		hb_start(&h, 0x20, fams[i]);
+		hb_put(&h, un, fams[i] >> 4 == 3 ? 216 :
+		    fams[i] >> 4 == 2 ? 36 : fams[i] >> 4 == 1 ? 12 : 0);
+		hb_end(&h);
+		parse_ok(h.b, h.n, &info);
+		assert_true(info.local);
+	}
+}
+
+/* Bad version, command or family: refused at that very byte. */
+static void
+test_parse_v2_bad_fixed(void **state)
+{
+	struct hb	h;
+	unsigned	c;
+
+	for (c = 0; c < 256; c++) {
+		if (c == 0x20 || c == 0x21)
+			continue;
+		hb_start(&h, c, 0x11);
+		hb_inet(&h);
+		hb_end(&h);
+		assert_int_equal(parse_bad(h.b, h.n, (c >> 4) != 2 ?
+		    "v2 bad version" : "v2 bad command"), 13);
+	}
+	for (c = 0; c < 256; c++) {
+		if ((c >> 4) <= 3 && (c & 0x0f) <= 2)
+			continue;
+		hb_start(&h, 0x21, c);
+		hb_inet(&h);
+		hb_end(&h);
+		assert_int_equal(parse_bad(h.b, h.n, "v2 bad family"), 14);
+	}
+	/* Off the signature at any byte. */
+	for (c = 0; c < 12; c++) {
+		hb_start(&h, 0x21, 0x11);
+		hb_inet(&h);
+		hb_end(&h);
+		h.b[c] ^= 0x40;
+		assert_int_equal(parse_bad(h.b, h.n, "not a PROXY header"),
+		    c + 1);
+	}
+}
+
+/*
+ * A length past ZP_PROXY_ACCEPT_MAX, or too short for the family's
+ * addresses, is refused once the 16 fixed bytes are in; the longest
+ * allowed header is taken.
+ */
+static void
+test_parse_v2_length(void **state)
+{
+	struct zp_proxy_info	info;
+	struct hb		h;
+
+	hb_start(&h, 0x21, 0x11);
+	hb_inet(&h);
+	hb_tlv(&h, 0x04, NULL, ZP_PROXY_ACCEPT_MAX - 28 - 3);
+	hb_end(&h);
+	assert_int_equal(h.n, ZP_PROXY_ACCEPT_MAX);
+	parse_ok(h.b, h.n, &info);
+	assert_false(info.local);
+
+	hb_byte(&h, 0);
+	hb_end(&h);
+	assert_int_equal(parse_bad(h.b, h.n, "v2 header too long"), 16);
+	h.b[14] = h.b[15] = 0xff;
+	assert_int_equal(parse_bad(h.b, 16, "v2 header too long"), 16);
+
+	/* Truncated address blocks. */
+	hb_start(&h, 0x21, 0x11);
+	hb_inet(&h);
+	h.n--;
+	hb_end(&h);
+	assert_int_equal(parse_bad(h.b, h.n,
+	    "v2 address block too short"), 16);
+	hb_start(&h, 0x21, 0x21);
+	hb_inet(&h);
+	hb_end(&h);
+	assert_int_equal(parse_bad(h.b, h.n,
+	    "v2 address block too short"), 16);
+	hb_start(&h, 0x21, 0x31);
+	hb_inet(&h);
+	hb_end(&h);
+	assert_int_equal(parse_bad(h.b, h.n,
+	    "v2 address block too short"), 16);
+	hb_start(&h, 0x20, 0x11);	/* LOCAL too */
+	hb_end(&h);
+	assert_int_equal(parse_bad(h.b, h.n,
+	    "v2 address block too short"), 16);
+}
+
+/*
+ * The TLVs that are read (AUTHORITY, AWS VPC endpoint), the ones that
+ * are checked and skipped (NOOP, UNIQUE_ID, SSL, NETNS, ALPN, custom),
+ * each counted.
+ */
+static void
+test_parse_v2_tlvs(void **state)
+{
+	struct zp_proxy_info	 info;
+	struct hb		 h;
+	static const char	 vpce[] = "\001vpce-08d2bf15fac5001c9";
+	static const unsigned char ssl[] = {
+		0x07, 0, 0, 0, 0,		/* client, verify */
+		0x21, 0, 7, 'T', 'L', 'S', 'v', '1', '.', '3',
+		0x22, 0, 3, 'c', 'o', 'm',
+		0x23, 0, 0,
+	};
+	char			 name[256];
+
+	hb_start(&h, 0x21, 0x11);
+	hb_inet(&h);
+	hb_tlv(&h, 0x02, "example.com", 11);
+	hb_tlv(&h, 0xea, vpce, sizeof(vpce) - 1);
+	hb_tlv(&h, 0xea, "\002other", 6);	/* another AWS subtype */
+	hb_tlv(&h, 0x04, NULL, 0);
+	hb_tlv(&h, 0x05, NULL, 128);
+	hb_tlv(&h, 0x20, ssl, sizeof(ssl));
+	hb_tlv(&h, 0x30, "ns1", 3);
+	hb_tlv(&h, 0x01, "h2", 2);
+	hb_tlv(&h, 0xf0, NULL, 1);
+	hb_end(&h);
+	parse_ok(h.b, h.n, &info);
+	assert_false(info.local);
+	assert_side(&info.src, info.srclen, AF_INET, "192.0.2.1", 40000);
+	assert_string_equal(info.authority, "example.com");
+	assert_string_equal(info.aws_vpce, "vpce-08d2bf15fac5001c9");
+	assert_int_equal(info.ntlvs, 9);
+	assert_false(info.crc32c);
+
+	/* The longest authority is taken whole. */
+	memset(name, 'a', 255);
+	name[255] = '\0';
+	hb_start(&h, 0x21, 0x11);
+	hb_inet(&h);
+	hb_tlv(&h, 0x02, name, 255);
+	hb_end(&h);
+	parse_ok(h.b, h.n, &info);
+	assert_string_equal(info.authority, name);
+
+	/* TLVs after a LOCAL header are read too. */
+	hb_start(&h, 0x20, 0x00);
+	hb_tlv(&h, 0x02, "a.example", 9);
+	hb_end(&h);
+	parse_ok(h.b, h.n, &info);
+	assert_true(info.local);
+	assert_string_equal(info.authority, "a.example");
+}
+
+/* TLVs that do not fit, or break the rules for their type. */
+static void
+test_parse_v2_bad_tlvs(void **state)
+{
+	struct hb		h;
+	char			big[300];
+	static const unsigned char ssl_over[] = {
+		0x01, 0, 0, 0, 0, 0x21, 0, 9, 'T', 'L', 'S',
+	};
+	static const unsigned char ssl_stub[] = { 0x01, 0, 0, 0, 0, 0x21 };
+	unsigned		k;
+
+	memset(big, 'a', sizeof(big));
+	for (k = 0; k < 14; k++) {
+		hb_start(&h, 0x21, 0x11);
+		hb_inet(&h);
+		switch (k) {
+		case 0:		/* overruns the block */
+			hb_tlv(&h, 0x04, NULL, 4);
+			h.n--;
+			break;
+		case 1:		/* one stray byte */
+			hb_byte(&h, 0x04);
+			break;
+		case 2:		/* two */
+			hb_byte(&h, 0x04);
+			hb_byte(&h, 0x00);
+			break;
+		case 3:
+			hb_tlv(&h, 0x02, big, 256);
+			break;
+		case 4:
+			hb_tlv(&h, 0x02, "a\0b", 3);
+			break;
+		case 5:
+			hb_tlv(&h, 0x02, "a", 1);
+			hb_tlv(&h, 0x02, "b", 1);
+			break;
+		case 6:
+			hb_tlv(&h, 0x05, NULL, 129);
+			break;
+		case 7:
+			hb_tlv(&h, 0x20, ssl_stub, 4);
+			break;
+		case 8:
+			hb_tlv(&h, 0x20, ssl_over, sizeof(ssl_over));
+			break;
+		case 9:
+			hb_tlv(&h, 0x20, ssl_stub, sizeof(ssl_stub));
+			break;
+		case 10:
+			hb_tlv(&h, 0x03, "abc", 3);
+			break;
+		case 11:
+			hb_tlv(&h, 0x03, "abcde", 5);
+			break;
+		case 12:
+			big[0] = 0x01;
+			hb_tlv(&h, 0xea, big, 257);
+			break;
+		case 13:
+			hb_tlv(&h, 0xea, "\001a", 2);
+			hb_tlv(&h, 0xea, "\001b", 2);
+			break;
+		}
+		hb_end(&h);
+		if (parse_bad(h.b, h.n, "v2 bad TLV") != h.n)
+			fail_msg("bad TLV case %u decided early", k);
+	}
+}
+
+/*
+ * The reference CRC32c gives the standard check value; a header carrying
+ * it is taken with crc32c set, and any flipped bit in the addresses, the
+ * TLVs or the checksum itself is a mismatch.
+ */
+static void
+test_parse_v2_crc32c(void **state)
+{
+	struct zp_proxy_info	info;
+	struct hb		h, bad;
+	size_t			off, i;
+	int			bit;
+
+	assert_int_equal(ref_crc32c((const unsigned char *)"123456789", 9),
+	    0xe3069283);
+	/* RFC 3720 B.4: 32 bytes of zeroes. */
+	memset(h.b, 0, 32);
+	assert_int_equal(ref_crc32c(h.b, 32), 0x8a9136aa);
+
+	hb_start(&h, 0x21, 0x11);
+	hb_inet(&h);
+	hb_tlv(&h, 0x02, "example.com", 11);
+	off = hb_crc(&h);
+	hb_tlv(&h, 0x04, NULL, 0);	/* the CRC covers what follows it */
+	hb_end(&h);
+	/* Refill: hb_crc computed it over the shorter header. */
+	memset(h.b + off, 0, 4);
+	{
+		uint32_t crc = ref_crc32c(h.b, h.n);
+
+		h.b[off] = (unsigned char)(crc >> 24);
+		h.b[off + 1] = (unsigned char)(crc >> 16);
+		h.b[off + 2] = (unsigned char)(crc >> 8);
+		h.b[off + 3] = (unsigned char)crc;
+	}
+	parse_ok(h.b, h.n, &info);
+	assert_true(info.crc32c);
+	assert_string_equal(info.authority, "example.com");
+	assert_int_equal(info.ntlvs, 3);
+
+	/*
+	 * Addresses 16-27, AUTHORITY at 28 (value 31-41), CRC32C at 42
+	 * (value 45-48), NOOP at 49-51. Not the TLV framing: a flip there
+	 * fails as a TLV, not as a CRC.
+	 */
+	assert_int_equal(h.n, 52);
+	for (i = 16; i < h.n; i++) {
+		if ((i >= 28 && i <= 30) || (i >= 42 && i <= 44) || i >= 49)
+			continue;
+		for (bit = 0; bit < 8; bit++) {
+			bad = h;
+			bad.b[i] ^= (unsigned char)(1 << bit);
+			if (parse_bad(bad.b, bad.n, "v2 CRC32c mismatch") !=
+			    bad.n)
+				fail_msg("byte %zu bit %d", i, bit);
+		}
+	}
+
+	/* LOCAL with only a CRC, and a CRC of all zeroes that is wrong. */
+	hb_start(&h, 0x20, 0x00);
+	off = hb_crc(&h);
+	parse_ok(h.b, h.n, &info);
+	assert_true(info.local);
+	assert_true(info.crc32c);
+	memset(h.b + off, 0, 4);
+	parse_bad(h.b, h.n, "v2 CRC32c mismatch");
+	/* Two CRC TLVs: which one to trust? Neither. */
+	hb_start(&h, 0x21, 0x11);
+	hb_inet(&h);
+	hb_crc(&h);
+	hb_crc(&h);
+	parse_bad(h.b, h.n, "v2 bad TLV");
+}
+
+/* Any first byte but 'P' and CR is refused at once. */
+static void
+test_parse_first_byte(void **state)
+{
+	unsigned char	b[2];
+	unsigned	c;
+
+	for (c = 0; c < 256; c++) {
+		if (c == 'P' || c == 0x0d)
+			continue;
+		b[0] = (unsigned char)c;
+		b[1] = 'P';
+		assert_int_equal(parse_bad(b, 2, "not a PROXY header"), 1);
+	}
+	b[0] = 'P';
+	assert_int_equal(parse_bad(b, 2, "not a PROXY header"), 2);
+}
+
+/*
+ * What the encoder writes reads back: random address pairs (the round
+ * trip's generator), both versions, addresses and ports as they went in
+ * (reduced as the spec says), local where the encoder could not say.
+ */
+static void
+test_parse_round_trip(void **state)
+{
+	struct sockaddr_storage	 s, d;
+	const struct sockaddr	*src, *dst;
+	unsigned char		 buf[ZP_PROXY_MAX + GUARD];
+	unsigned char		 es[16], ed[16];
+	struct zp_proxy_info	 info;
+	const char		*why;
+	uint64_t		 x = SEED ^ 0x1111;
+	unsigned		 round, esp, edp, nonlocal = 0;
+	int			 version, fs, fd;
+	ssize_t			 n;
+
+	for (round = 0; round < ROUNDS; round++) {
+		src = rnd_addr(&x, &s);
+		dst = rnd_addr(&x, &d);
+		while (rnd(&x) % 4 != 0 && src->sa_family != AF_UNIX &&
+		    dst->sa_family != src->sa_family)
+			dst = rnd_addr(&x, &d);
+		fs = expect_addr(src, es, &esp);
+		fd = expect_addr(dst, ed, &edp);
+		for (version = 1; version <= 2; version++) {
+			n = encode(version, src, dst, buf, ZP_PROXY_MAX);
+			if (n == -1)
+				fail_msg("round %u: v%d encode failed", round,
+				    version);
+			if (round % 50 == 0)
+				parse_ok(buf, (size_t)n, &info);
+			else if (parse(buf, (size_t)n, &info, &why) != n)
+				fail_msg("round %u: v%d: %s", round, version,
+				    why != NULL ? why : "incomplete");
+			assert_int_equal(info.version, version);
+			if (fs == 0 || fs != fd) {
+				assert_true(info.local);
+				continue;
+			}
+			assert_false(info.local);
+			nonlocal++;
+			assert_int_equal(info.src.ss_family, fs);
+			assert_int_equal(info.dst.ss_family, fs);
+			if (fs == AF_INET) {
+				const struct sockaddr_in *a = (void *)&info.src;
+				const struct sockaddr_in *b = (void *)&info.dst;
+
+				assert_memory_equal(&a->sin_addr, es, 4);
+				assert_memory_equal(&b->sin_addr, ed, 4);
+				assert_int_equal(ntohs(a->sin_port), esp);
+				assert_int_equal(ntohs(b->sin_port), edp);
+			} else {
+				const struct sockaddr_in6 *a = (void *)&info.src;
+				const struct sockaddr_in6 *b = (void *)&info.dst;
+
+				assert_memory_equal(&a->sin6_addr, es, 16);
+				assert_memory_equal(&b->sin6_addr, ed, 16);
+				assert_int_equal(ntohs(a->sin6_port), esp);
+				assert_int_equal(ntohs(b->sin6_port), edp);
+			}
+		}
+	}
+	assert_true(nonlocal > ROUNDS / 2);
+}
+
 int
 main(void)
 {
@@ -865,6 +1737,18 @@ main(void)
 		cmocka_unit_test(test_v2_small_buffer),
 		cmocka_unit_test(test_decoder_self_check),
 		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_parse_v1_tcp),
+		cmocka_unit_test(test_parse_v1_unknown),
+		cmocka_unit_test(test_parse_v1_bad),
+		cmocka_unit_test(test_parse_v2_inet),
+		cmocka_unit_test(test_parse_v2_local),
+		cmocka_unit_test(test_parse_v2_bad_fixed),
+		cmocka_unit_test(test_parse_v2_length),
+		cmocka_unit_test(test_parse_v2_tlvs),
+		cmocka_unit_test(test_parse_v2_bad_tlvs),
+		cmocka_unit_test(test_parse_v2_crc32c),
+		cmocka_unit_test(test_parse_first_byte),
+		cmocka_unit_test(test_parse_round_trip),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
