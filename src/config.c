@@ -48,6 +48,10 @@ enum {
 	OPT_ALLOW,
 	OPT_DENY,
 	OPT_MAX_CONNS_PER_SOURCE,
+	/* behind a balancer */
+	OPT_ACCEPT_PROXY,
+	OPT_PROXY_FROM,
+	OPT_PROXY_TIMEOUT,
 	/* privileges */
 	OPT_USER,
 	OPT_GROUP,
@@ -88,6 +92,9 @@ static const struct option zp_longopts[] = {
 	{ "max-conns-per-source", required_argument,	NULL,
 	    OPT_MAX_CONNS_PER_SOURCE },
 	/* privileges */
+	{ "accept-proxy",	no_argument,		NULL, OPT_ACCEPT_PROXY },
+	{ "proxy-from",		required_argument,	NULL, OPT_PROXY_FROM },
+	{ "proxy-timeout",	required_argument,	NULL, OPT_PROXY_TIMEOUT },
 	{ "user",		required_argument,	NULL, OPT_USER },
 	{ "group",		required_argument,	NULL, OPT_GROUP },
 	{ "no-sandbox",		no_argument,		NULL, OPT_NO_SANDBOX },
@@ -123,6 +130,7 @@ zp_config_init(struct zp_config *cfg)
 	cfg->linger_timeout = ZP_DEFAULT_LINGER_TIMEOUT;
 	cfg->stats_max_conns = ZP_DEFAULT_STATS_MAX_CONNS;
 	cfg->stats_timeout = ZP_DEFAULT_STATS_TIMEOUT;
+	cfg->proxy_timeout = ZP_DEFAULT_PROXY_TIMEOUT;
 }
 
 /* Free what cfg owns. */
@@ -200,6 +208,14 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --max-conns-per-source N\n"
 "                             most pairs open at once from one IPv4 address or\n"
 "                             one IPv6 /64; beyond it new clients are refused\n"
+"\n"
+"Behind a load balancer:\n"
+"      --accept-proxy         every client starts with a PROXY protocol header\n"
+"                             (v1 or v2); its source is the client everywhere\n"
+"      --proxy-from CIDR      only these peers may send one (repeat it);\n"
+"                             connections from elsewhere are refused\n"
+"      --proxy-timeout SEC    the whole header must arrive within this long\n"
+"                             of accept (default 3)\n"
 "\n"
 "Privileges:\n"
 "      --user USER            once the sockets and the log are open, become\n"
@@ -540,6 +556,7 @@ seconds_field(struct zp_config *cfg, int opt)
 	case OPT_FIN_TIMEOUT:		return &cfg->fin_timeout;
 	case OPT_LINGER_TIMEOUT:	return &cfg->linger_timeout;
 	case OPT_STATS_TIMEOUT:		return &cfg->stats_timeout;
+	case OPT_PROXY_TIMEOUT:		return &cfg->proxy_timeout;
 	default:			return &cfg->drain_timeout;
 	}
 }
@@ -605,7 +622,7 @@ check_once(int c, const char *arg, const char **given, char *err,
 	o = &zp_longopts[i];
 	/* The options that add one more of a list may repeat. */
 	if (o->name == NULL || o->has_arg != required_argument || c == 'u' ||
-	    c == OPT_ALLOW || c == OPT_DENY)
+	    c == OPT_ALLOW || c == OPT_DENY || c == OPT_PROXY_FROM)
 		return 0;
 	if (given[i] != NULL) {
 		zp_seterr(err, errlen,
@@ -615,6 +632,18 @@ check_once(int c, const char *arg, const char **given, char *err,
 		return -1;
 	}
 	given[i] = arg;
+	return 0;
+}
+
+/* Was the option with this val given a value? */
+static int
+given_opt(const char **given, int val)
+{
+	size_t	i;
+
+	for (i = 0; zp_longopts[i].name != NULL; i++)
+		if (zp_longopts[i].val == val)
+			return given[i] != NULL;
 	return 0;
 }
 
@@ -714,6 +743,7 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		case OPT_LINGER_TIMEOUT:
 		case OPT_DRAIN_TIMEOUT:
 		case OPT_STATS_TIMEOUT:
+		case OPT_PROXY_TIMEOUT:
 			if (parse_seconds(opt_name(c), optarg,
 			    seconds_field(cfg, c), err, errlen) == -1)
 				return ZP_PARSE_ERROR;
@@ -821,6 +851,14 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			if (parse_access(cfg, c, optarg, err, errlen) == -1)
 				return ZP_PARSE_ERROR;
 			break;
+		case OPT_ACCEPT_PROXY:
+			cfg->accept_proxy = 1;
+			break;
+		case OPT_PROXY_FROM:
+			if (zp_acl_add(&cfg->proxy_from, "proxy-from", optarg,
+			    err, errlen) == -1)
+				return ZP_PARSE_ERROR;
+			break;
 		case 'm':
 			if (strcmp(optarg, "splice") == 0)
 				cfg->mode = ZP_MODE_SPLICE;
@@ -905,6 +943,13 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 	 */
 	if (cfg->group != NULL && cfg->user == NULL) {
 		zp_seterr(err, errlen, "--group needs --user");
+		return ZP_PARSE_ERROR;
+	}
+	/* Said of headers nobody would read: a mistake, not a no-op. */
+	if (!cfg->accept_proxy && (cfg->proxy_from.n > 0 ||
+	    given_opt(given, OPT_PROXY_TIMEOUT))) {
+		zp_seterr(err, errlen, "--%s needs --accept-proxy",
+		    cfg->proxy_from.n > 0 ? "proxy-from" : "proxy-timeout");
 		return ZP_PARSE_ERROR;
 	}
 	/* Which one was meant is a guess: say so rather than take the last. */

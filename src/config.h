@@ -94,6 +94,10 @@ struct zp_config {
 	struct zp_acl		allow;
 	struct zp_acl		deny;
 	long			max_conns_per_source;	/* 0: no limit */
+	/* Behind a balancer: --accept-proxy, --proxy-from, --proxy-timeout. */
+	int			accept_proxy;
+	struct zp_acl		proxy_from;	/* empty: any peer may send one */
+	double			proxy_timeout;	/* seconds from accept */
 	/* Privileges: whom to become after start-up, and the sandbox. */
 	char			*user;		/* --user, or NULL: stay */
 	char			*group;		/* --group; NULL: user's primary */
@@ -111,6 +115,7 @@ struct zp_config {
 #define ZP_DEFAULT_LINGER_TIMEOUT 30.0	/* nginx's lingering_time */
 #define ZP_DEFAULT_STATS_MAX_CONNS 16
 #define ZP_DEFAULT_STATS_TIMEOUT 5.0
+#define ZP_DEFAULT_PROXY_TIMEOUT 3.0	/* HAProxy's timeout client-ish bound */
 #define ZP_MAX_SIZE		(1024UL * 1024 * 1024)
 
 /* What zp_config_parse() asks the caller to do. */

@@ -116,7 +116,17 @@ listener_admit(struct zp_listener *l, int fd, const struct sockaddr *sa,
 	const char		*why;
 	uint64_t		 id;
 
-	if (!zp_acl_permits(&cfg->allow, &cfg->deny, sa)) {
+	/*
+	 * Behind a balancer the peer is not the client: the access rules
+	 * wait for the PROXY header (pair.c); here only --proxy-from.
+	 */
+	if (cfg->accept_proxy) {
+		if (cfg->proxy_from.n == 0 ||
+		    zp_acl_match(&cfg->proxy_from, sa))
+			return 1;
+		ctx->stats.clients_denied++;
+		why = "denied";
+	} else if (!zp_acl_permits(&cfg->allow, &cfg->deny, sa)) {
 		ctx->stats.clients_denied++;
 		why = "denied";
 	} else if (cfg->max_conns_per_source > 0 &&

@@ -244,6 +244,8 @@ buf_conn(struct log_buf *b, const struct zp_conn_record *r)
 	buf_printf(b, ",\"event\":\"conn\",\"conn\":%llu",
 	    (unsigned long long)r->id);
 	buf_jstr(b, "client", r->client);
+	if (r->peer != NULL)
+		buf_jstr(b, "peer", r->peer);
 	buf_jstr(b, "upstream", r->upstream);
 	buf_jstr(b, "mode", r->mode);
 	buf_printf(b, ",\"up\":%llu,\"down\":%llu",
@@ -521,6 +523,7 @@ log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
 {
 	char		 msg[ZP_LOG_LINE_MAX];
 	const char	*q1 = "", *error = "", *q2 = "";
+	const char	*pk = "", *peer = "";
 	int		 saved = errno;
 
 	if (!zp_log_enabled(lg, level) || !log_admit(lg, limited))
@@ -530,16 +533,20 @@ log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
 		errno = saved;
 		return;
 	}
+	if (r->peer != NULL) {
+		pk = " peer=";
+		peer = r->peer;
+	}
 	if (r->error != NULL) {
 		q1 = " error=\"";
 		error = r->error;
 		q2 = "\"";
 	}
 #define NZ(s)	((s) != NULL ? (s) : "-")
-	snprintf(msg, sizeof(msg), "conn=%llu client=%s upstream=%s mode=%s "
-	    "up=%llu down=%llu duration=%.3fs end=%s%s%s%s",
-	    (unsigned long long)r->id, NZ(r->client), NZ(r->upstream),
-	    NZ(r->mode), (unsigned long long)r->up,
+	snprintf(msg, sizeof(msg), "conn=%llu client=%s%s%s upstream=%s "
+	    "mode=%s up=%llu down=%llu duration=%.3fs end=%s%s%s%s",
+	    (unsigned long long)r->id, NZ(r->client), pk, peer,
+	    NZ(r->upstream), NZ(r->mode), (unsigned long long)r->up,
 	    (unsigned long long)r->down, r->duration, NZ(r->end), q1, error,
 	    q2);
 #undef NZ

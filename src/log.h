@@ -60,6 +60,8 @@ struct zp_conn_record {
 	double		 duration;	/* seconds */
 	const char	*end;		/* zp_end_str() */
 	const char	*error;		/* strerror text, or NULL */
+	const char	*peer;		/* the balancer that sent a PROXY
+					   header for client, or NULL */
 };
 
 /* Set up a logger writing to fp (stderr) at the given level, as text. */

@@ -54,6 +54,9 @@ zp_end_str(enum zp_end e)
 	case ZP_END_FIN_TIMEOUT:	return "fin-timeout";
 	case ZP_END_PROXY_HEADER:	return "proxy-header-failed";
 	case ZP_END_LOCAL_RESOURCE:	return "local-resource";
+	case ZP_END_BAD_PROXY_HEADER:	return "bad-proxy-header";
+	case ZP_END_DENIED:		return "denied";
+	case ZP_END_SOURCE_LIMIT:	return "source-limit";
 	}
 	return "unknown";
 }
@@ -232,9 +235,10 @@ pair_log(struct zp_pair *p, enum zp_end end)
 {
 	struct zp_ctx		*ctx = p->ctx;
 	struct zp_conn_record	 rec;
-	char			 cbuf[ZP_ADDRSTRLEN], ubuf[300];
+	char			 cbuf[ZP_ADDRSTRLEN], pbuf[ZP_ADDRSTRLEN];
+	char			 ubuf[300];
 	struct timeval		 now, dt;
-	int			 level, err = 0;
+	int			 level, err = 0, limited = 0;
 
 	switch (end) {
 	case ZP_END_REFUSED:
@@ -255,6 +259,16 @@ pair_log(struct zp_pair *p, enum zp_end end)
 		level = ZP_LOG_CONN;
 		err = p->upstream.err;
 		break;
+	case ZP_END_BAD_PROXY_HEADER:
+		/* Seen by default (a balancer sending none), but limited. */
+		level = ZP_LOG_WARN;
+		limited = 1;
+		break;
+	case ZP_END_DENIED:
+	case ZP_END_SOURCE_LIMIT:
+		level = ZP_LOG_CONN;
+		limited = 1;
+		break;
 	default:
 		level = ZP_LOG_CONN;
 		break;
@@ -272,6 +286,8 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	memset(&rec, 0, sizeof(rec));
 	rec.id = p->id;
 	rec.client = zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf));
+	if (p->peer_addr.len > 0)
+		rec.peer = zp_addr_str(&p->peer_addr, pbuf, sizeof(pbuf));
 	rec.upstream = ubuf;
 	rec.mode = zp_pair_mode(p);
 	rec.up = p->up.bytes;
@@ -279,7 +295,12 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	rec.duration = dt.tv_sec + dt.tv_usec / 1e6;
 	rec.end = zp_end_str(end);
 	rec.error = err != 0 ? strerror(err) : NULL;
-	zp_log_conn(&ctx->log, level, &rec);
+	if (end == ZP_END_BAD_PROXY_HEADER)
+		rec.error = p->hdr_why;
+	if (limited)
+		zp_log_conn_limited(&ctx->log, level, &rec);
+	else
+		zp_log_conn(&ctx->log, level, &rec);
 }
 
 /* End a pair in any state, log it, free everything it owns. */
@@ -287,7 +308,8 @@ void
 zp_pair_close(struct zp_pair *p, enum zp_end end)
 {
 	struct zp_ctx	*ctx = p->ctx;
-	int		 discard, live = p->state != ZP_PAIR_CONNECTING;
+	int		 discard, live = p->state == ZP_PAIR_RELAYING ||
+			    p->state == ZP_PAIR_LINGERING;
 
 	/*
 	 * After a one-sided failure or a timeout, keep the survivor's queue
@@ -322,6 +344,13 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 		ctx->stats.timeouts_idle++;
 	else if (end == ZP_END_FIN_TIMEOUT)
 		ctx->stats.timeouts_fin++;
+	else if (end == ZP_END_BAD_PROXY_HEADER)
+		ctx->stats.bad_proxy_headers++;
+	else if (end == ZP_END_DENIED)
+		ctx->stats.clients_denied++;
+	else if (end == ZP_END_SOURCE_LIMIT)
+		ctx->stats.clients_source_limited++;
+	free(p->hdr);
 	pair_connect_release(p);
 	if (p->timer != NULL)
 		event_free(p->timer);
@@ -337,11 +366,15 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	}
 	zp_dir_release(ctx, &p->up);
 	zp_dir_release(ctx, &p->down);
-	half_close(&p->client, p->linger_abort);
+	/* Refused after its header: an RST, as the listener refuses. */
+	half_close(&p->client, p->linger_abort || end == ZP_END_DENIED ||
+	    end == ZP_END_SOURCE_LIMIT);
 	half_close(&p->upstream, p->linger_abort);
 	TAILQ_REMOVE(&ctx->pairs, p, entry);
 	ctx->stats.conns_open--;
-	zp_srctab_del(&ctx->sources, (struct sockaddr *)&p->client_addr.ss);
+	if (p->source_counted)
+		zp_srctab_del(&ctx->sources,
+		    (struct sockaddr *)&p->client_addr.ss);
 	if (ctx->listener != NULL)
 		zp_listener_resume(ctx->listener);
 	free(p);
@@ -543,7 +576,12 @@ pair_send_proxy(struct zp_pair *p)
 	char			 hdr[ZP_PROXY_MAX];
 	ssize_t			 n, w;
 
-	if (getsockname(p->client.fd, (struct sockaddr *)&local, &len) == -1)
+	/* Behind a balancer, the address its client connected to. */
+	if (p->proxy_dst.len > 0) {
+		memcpy(&local, &p->proxy_dst.ss, sizeof(local));
+		len = p->proxy_dst.len;
+	} else if (getsockname(p->client.fd, (struct sockaddr *)&local,
+	    &len) == -1)
 		return -1;
 	n = zp_proxy_header(p->ctx->cfg->send_proxy,
 	    (struct sockaddr *)&p->client_addr.ss, (struct sockaddr *)&local,
@@ -947,6 +985,193 @@ pair_take_pipes(struct zp_pair *p)
 	return 0;
 }
 
+/*
+ * The client may be relayed: count it under its source, take pipes (or
+ * fall back to copy), start connecting. Returns 0, or -1 when the pair
+ * was closed.
+ */
+static int
+pair_begin(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx;
+
+	if (zp_srctab_add(&ctx->sources,
+	    (struct sockaddr *)&p->client_addr.ss) == -1) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return -1;
+	}
+	p->source_counted = 1;
+	p->state = ZP_PAIR_CONNECTING;
+	if (ctx->have_pool && ctx->cfg->splice_min > 0)
+		p->up.lazy = p->down.lazy = 1;
+	else if (ctx->have_pool) {
+		if (pair_take_pipes(p) == 0)
+			p->up.ops = p->down.ops = &zp_relay_splice;
+		else {
+			p->up.fellback = p->down.fellback = 1;
+			pair_no_pipe(p);
+		}
+	}
+	pair_connect_upstream(p);
+	return 0;
+}
+
+/* ---- --accept-proxy: the PROXY header before anything else ---------- */
+
+/* End a pair whose header was missing, malformed, too long or late. */
+static void
+header_refuse(struct zp_pair *p, const char *why)
+{
+	p->hdr_why = why;
+	zp_pair_close(p, ZP_END_BAD_PROXY_HEADER);
+}
+
+/*
+ * The header named the client: it stands for the peer from now on, in
+ * the log, the balancer, --send-proxy and the access rules, which are
+ * checked here rather than at accept. LOCAL (a balancer's own health
+ * check) and UNKNOWN keep the connection's addresses.
+ */
+static void
+header_done(struct zp_pair *p, const struct zp_proxy_info *info)
+{
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_config	*cfg = ctx->cfg;
+	const struct sockaddr	*sa;
+
+	event_free(p->client.rev);
+	p->client.rev = NULL;
+	free(p->hdr);
+	p->hdr = NULL;
+	if (!info->local) {
+		p->peer_addr = p->client_addr;
+		memcpy(&p->client_addr.ss, &info->src, info->srclen);
+		p->client_addr.len = info->srclen;
+		memcpy(&p->proxy_dst.ss, &info->dst, info->dstlen);
+		p->proxy_dst.len = info->dstlen;
+	}
+	if (zp_log_enabled(&ctx->log, ZP_LOG_DEBUG)) {
+		char	cbuf[ZP_ADDRSTRLEN], q1[ZP_ESCLEN], q2[ZP_ESCLEN];
+
+		/* Not "conn=": scripts count those as connection lines. */
+		zp_log(&ctx->log, ZP_LOG_DEBUG, "PROXY v%d header of "
+		    "connection %llu (%zu bytes): client=%s, %u TLVs%s%s%s%s%s",
+		    info->version, (unsigned long long)p->id, p->hdr_len,
+		    info->local ? "local" : zp_addr_str(&p->client_addr, cbuf,
+		    sizeof(cbuf)), info->ntlvs,
+		    info->crc32c ? ", crc32c ok" : "",
+		    info->authority[0] != '\0' ? ", authority=" : "",
+		    zp_escape(info->authority, q1, sizeof(q1)),
+		    info->aws_vpce[0] != '\0' ? ", aws-vpce=" : "",
+		    zp_escape(info->aws_vpce, q2, sizeof(q2)));
+	}
+	sa = (const struct sockaddr *)&p->client_addr.ss;
+	if (!zp_acl_permits(&cfg->allow, &cfg->deny, sa)) {
+		zp_pair_close(p, ZP_END_DENIED);
+		return;
+	}
+	if (cfg->max_conns_per_source > 0 &&
+	    zp_srctab_count(&ctx->sources, sa) >=
+	    (unsigned long)cfg->max_conns_per_source) {
+		zp_pair_close(p, ZP_END_SOURCE_LIMIT);
+		return;
+	}
+	(void)pair_begin(p);
+}
+
+/*
+ * Header bytes arrived (or the deadline passed). Peek at what is there,
+ * after what was taken already; while the header is incomplete every
+ * byte seen belongs to it (zp_proxy_parse's contract) and is taken, so a
+ * level-triggered read never spins on bytes left behind; once complete,
+ * exactly the rest of it is taken, and the client's first bytes wait in
+ * the socket for the relay, for splice as for copy. The deadline counts
+ * from accept: a trickle does not push it back.
+ */
+static void
+header_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair		*p = arg;
+	struct zp_proxy_info	 info;
+	struct timeval		 now, left;
+	const char		*why = "malformed";
+	ssize_t			 n, hl, got;
+	size_t			 want;
+
+	if (what & EV_TIMEOUT) {
+		header_refuse(p, p->hdr_len == 0 ? "no header within "
+		    "--proxy-timeout" : "header incomplete after "
+		    "--proxy-timeout");
+		return;
+	}
+	do {
+		n = recv(fd, p->hdr + p->hdr_len,
+		    ZP_PROXY_ACCEPT_MAX - p->hdr_len, MSG_PEEK);
+	} while (n == -1 && errno == EINTR);
+	if (n == -1 && errno != EAGAIN) {
+		p->client.err = errno;
+		zp_pair_close(p, half_end(&p->client, 1));
+		return;
+	}
+	if (n == 0) {
+		header_refuse(p, p->hdr_len == 0 ? "closed before a header" :
+		    "closed inside the header");
+		return;
+	}
+	if (n > 0) {
+		hl = zp_proxy_parse(p->hdr, p->hdr_len + (size_t)n, &info,
+		    &why);
+		if (hl == -1) {
+			header_refuse(p, why);
+			return;
+		}
+		want = hl == 0 ? (size_t)n : (size_t)hl - p->hdr_len;
+		do {
+			got = recv(fd, p->hdr + p->hdr_len, want, 0);
+		} while (got == -1 && errno == EINTR);
+		if (got != (ssize_t)want) {
+			/* What was peeked is there: only a reset takes it. */
+			p->client.err = got == -1 ? errno : EIO;
+			zp_pair_close(p, half_end(&p->client, 1));
+			return;
+		}
+		p->hdr_len += want;
+		if (hl > 0) {
+			header_done(p, &info);
+			return;
+		}
+	}
+	event_base_gettimeofday_cached(p->ctx->base, &now);
+	if (!timercmp(&now, &p->hdr_deadline, <)) {
+		header_refuse(p, "header incomplete after --proxy-timeout");
+		return;
+	}
+	timersub(&p->hdr_deadline, &now, &left);
+	if (event_add(p->client.rev, &left) == -1)
+		zp_pair_close(p, ZP_END_NOMEM);
+}
+
+/* Wait for the client's PROXY header, for --proxy-timeout at most. */
+static int
+header_start(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx;
+	struct timeval	 now, tv;
+
+	p->state = ZP_PAIR_HEADER;
+	tv = zp_seconds_tv(ctx->cfg->proxy_timeout);
+	event_base_gettimeofday_cached(ctx->base, &now);
+	timeradd(&now, &tv, &p->hdr_deadline);
+	if ((p->hdr = malloc(ZP_PROXY_ACCEPT_MAX)) == NULL ||
+	    (p->client.rev = event_new(ctx->base, p->client.fd, EV_READ,
+	    header_read_cb, p)) == NULL ||
+	    event_add(p->client.rev, &tv) == -1) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return -1;
+	}
+	return 0;
+}
+
 /* Start a pair for an accepted client socket. */
 int
 zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
@@ -955,11 +1180,9 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	struct zp_pair	*p;
 	size_t		 bufsize = ctx->cfg->buffer_size;
 
-	if ((p = calloc(1, sizeof(*p))) == NULL ||
-	    zp_srctab_add(&ctx->sources, sa) == -1) {
+	if ((p = calloc(1, sizeof(*p))) == NULL) {
 		zp_log(&ctx->log, ZP_LOG_WARN, "dropping a client: %s",
 		    strerror(errno));
-		free(p);
 		close(fd);
 		return -1;
 	}
@@ -980,16 +1203,7 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 
 	dir_init(&p->up, &p->client, &p->upstream, &zp_relay_copy, bufsize);
 	dir_init(&p->down, &p->upstream, &p->client, &zp_relay_copy, bufsize);
-	if (ctx->have_pool && ctx->cfg->splice_min > 0)
-		p->up.lazy = p->down.lazy = 1;
-	else if (ctx->have_pool) {
-		if (pair_take_pipes(p) == 0)
-			p->up.ops = p->down.ops = &zp_relay_splice;
-		else {
-			p->up.fellback = p->down.fellback = 1;
-			pair_no_pipe(p);
-		}
-	}
-	pair_connect_upstream(p);
-	return 0;
+	if (ctx->cfg->accept_proxy)
+		return header_start(p);
+	return pair_begin(p);
 }

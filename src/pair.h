@@ -20,7 +20,8 @@ struct zp_ctx;
 struct event;
 
 enum zp_pair_state {
-	ZP_PAIR_CONNECTING = 0,
+	ZP_PAIR_HEADER = 0,	/* --accept-proxy: reading the PROXY header */
+	ZP_PAIR_CONNECTING,
 	ZP_PAIR_RELAYING,
 	ZP_PAIR_LINGERING,	/* one side reset; the survivor acknowledges */
 };
@@ -41,6 +42,9 @@ enum zp_end {
 	ZP_END_FIN_TIMEOUT,	/* --fin-timeout */
 	ZP_END_PROXY_HEADER,	/* the PROXY header could not be sent */
 	ZP_END_LOCAL_RESOURCE,	/* out of descriptors, memory or ports here */
+	ZP_END_BAD_PROXY_HEADER, /* --accept-proxy: none, bad, long or late */
+	ZP_END_DENIED,		/* the header's client: --allow, --deny */
+	ZP_END_SOURCE_LIMIT,	/* ... or --max-conns-per-source */
 };
 
 struct zp_pair {
@@ -51,7 +55,14 @@ struct zp_pair {
 	struct zp_half		 upstream;
 	struct zp_dir		 up;		/* client -> upstream */
 	struct zp_dir		 down;		/* upstream -> client */
-	struct zp_addr		 client_addr;
+	struct zp_addr		 client_addr;	/* the PROXY header's, if any */
+	struct zp_addr		 peer_addr;	/* the balancer that sent it */
+	struct zp_addr		 proxy_dst;	/* the header's destination */
+	int			 source_counted; /* in ctx->sources */
+	unsigned char		*hdr;		/* PROXY header bytes so far */
+	size_t			 hdr_len;
+	struct timeval		 hdr_deadline;	/* --proxy-timeout */
+	const char		*hdr_why;	/* why it was refused */
 	int			 up_idx;	/* upstream in use, or -1 */
 	unsigned char		 tried[ZP_MAX_UPSTREAMS];
 	int			 attempts;	/* upstreams tried */
@@ -74,9 +85,10 @@ struct zp_pair {
 };
 
 /*
- * Start a pair for an accepted, non-blocking client socket: take pipes
- * (or fall back to copy), begin connecting upstream. Takes ownership of fd
- * in every case; returns 0, or -1 when the pair was closed already.
+ * Start a pair for an accepted, non-blocking client socket: read its
+ * PROXY header first under --accept-proxy; then take pipes (or fall back
+ * to copy) and begin connecting upstream. Takes ownership of fd in every
+ * case; returns 0, or -1 when the pair was closed already.
  */
 int	zp_pair_start(struct zp_ctx *, int fd, const struct sockaddr *,
 	    socklen_t);

@@ -493,11 +493,16 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	    "resource stayed short for --connect-timeout.",
 	    ctx->stats.conns_local_failed);
 	single_u64(&r, "zproxy_clients_denied_total", "counter",
-	    "Clients refused at accept by --deny or --allow.",
+	    "Clients refused by --deny or --allow (at accept, or after "
+	    "their PROXY header), or by --proxy-from.",
 	    ctx->stats.clients_denied);
 	single_u64(&r, "zproxy_clients_source_limited_total", "counter",
-	    "Clients refused at accept by --max-conns-per-source.",
+	    "Clients refused by --max-conns-per-source.",
 	    ctx->stats.clients_source_limited);
+	single_u64(&r, "zproxy_bad_proxy_headers_total", "counter",
+	    "Connections closed (end=bad-proxy-header) under --accept-proxy: "
+	    "their PROXY header was missing, malformed, too long or late.",
+	    ctx->stats.bad_proxy_headers);
 
 	family(&r, "zproxy_timeouts_total", "counter",
 	    "Connections closed by a timeout: idle (--idle-timeout) or fin "

@@ -345,6 +345,15 @@ log_access(struct zp_ctx *ctx)
 	char			 buf[ZP_LOG_LINE_MAX];
 	size_t			 off = 0;
 
+	if (cfg->accept_proxy) {
+		buf[0] = '\0';
+		(void)access_rules(buf, sizeof(buf), 0, "proxy-from",
+		    &cfg->proxy_from);
+		zp_log(&ctx->log, ZP_LOG_NOTICE, "PROXY headers required, "
+		    "within %.3gs, from %s", cfg->proxy_timeout,
+		    cfg->proxy_from.n > 0 ? buf + 1 :
+		    "any peer (no --proxy-from)");
+	}
 	if (cfg->deny.n == 0 && cfg->allow.n == 0 &&
 	    cfg->max_conns_per_source == 0)
 		return;
