@@ -1739,8 +1739,10 @@ test_parse_round_trip(void **state)
 				assert_int_equal(ntohs(a->sin_port), esp);
 				assert_int_equal(ntohs(b->sin_port), edp);
 			} else {
-				const struct sockaddr_in6 *a = (void *)&info.src;
-				const struct sockaddr_in6 *b = (void *)&info.dst;
+				const struct sockaddr_in6 *a, *b;
+
+				a = (void *)&info.src;
+				b = (void *)&info.dst;
 
 				assert_memory_equal(&a->sin6_addr, es, 16);
 				assert_memory_equal(&b->sin6_addr, ed, 16);
