@@ -123,12 +123,13 @@ zp_proxy_header(int version, const struct sockaddr *src,
 
 /* ---- the reader ----------------------------------------------------- */
 
-#define V1_LINE_MAX	107	/* the spec: the longest v1 line, CRLF included */
+#define V1_LINE_MAX	107	/* the spec: longest v1 line, CRLF included */
 #define V2_HDR		16	/* signature, ver/cmd, fam/proto, length */
 
 /* Not <ctype.h>: what v1 allows does not depend on the locale. */
 #define PP_DIGIT(c)	((c) >= '0' && (c) <= '9')
-#define PP_XALPHA(c)	(((c) >= 'a' && (c) <= 'f') || ((c) >= 'A' && (c) <= 'F'))
+#define PP_XALPHA(c)	(((c) >= 'a' && (c) <= 'f') || \
+			 ((c) >= 'A' && (c) <= 'F'))
 
 #define PP2_TYPE_AUTHORITY	0x02
 #define PP2_TYPE_CRC32C		0x03
@@ -240,7 +241,8 @@ pp_v1_parse(const unsigned char *p, size_t len, struct zp_proxy_info *info,
 			if (pos == 13 && c != ' ' && c != '\r')
 				return pp_fail(why, "bad v1 protocol");
 			if (c == '\n')
-				return pp_fail(why, "v1 line not ended by CRLF");
+				return pp_fail(why,
+				    "v1 line not ended by CRLF");
 			if (c != '\r')
 				continue;
 			if (pos + 1 >= V1_LINE_MAX)

@@ -22,30 +22,42 @@
 ssize_t	zp_proxy_header(int version, const struct sockaddr *src,
 	    const struct sockaddr *dst, char *buf, size_t len);
 
-#define ZP_PROXY_ACCEPT_MAX	2048	/* longest header accepted, v2 TLVs included */
+/* The longest header zp_proxy_parse() accepts, v2 TLVs included. */
+#define ZP_PROXY_ACCEPT_MAX	2048
 
 /* What a received header says about the connection it starts. */
 struct zp_proxy_info {
-	int			version;	/* 1 or 2 */
-	int			local;		/* use the connection's own addresses:
-						   v2 LOCAL, v1 UNKNOWN, v2 AF_UNSPEC / AF_UNIX / non-STREAM */
-	struct sockaddr_storage	src, dst;	/* valid when !local: AF_INET or AF_INET6 sockaddrs, ports set */
-	socklen_t		srclen, dstlen;
-	int			crc32c;		/* a CRC32c TLV was present (and matched: else the parse fails) */
-	char			authority[256];	/* PP2_TYPE_AUTHORITY (0x02), NUL-terminated; "" if absent */
-	char			aws_vpce[256];	/* AWS TLV 0xEA subtype 0x01 (VPC endpoint id); "" if absent */
-	unsigned		ntlvs;		/* TLVs seen (nested SSL sub-TLVs not counted) */
+	int		version;	/* 1 or 2 */
+	/*
+	 * Use the connection's own addresses: v2 LOCAL, v1 UNKNOWN, v2
+	 * AF_UNSPEC / AF_UNIX / non-STREAM.
+	 */
+	int		local;
+	/* Valid when !local: AF_INET or AF_INET6 sockaddrs, ports set. */
+	struct sockaddr_storage src, dst;
+	socklen_t	srclen, dstlen;
+	/* A CRC32c TLV was present (and matched: else the parse fails). */
+	int		crc32c;
+	/* PP2_TYPE_AUTHORITY (0x02), NUL-terminated; "" if absent. */
+	char		authority[256];
+	/* AWS TLV 0xEA subtype 0x01 (VPC endpoint id); "" if absent. */
+	char		aws_vpce[256];
+	unsigned	ntlvs;	/* TLVs seen (SSL sub-TLVs not counted) */
 };
 
 /*
- * Read a PROXY header (v1 or v2, told apart by the first bytes) at the start of buf.
- * Returns the header's length (> 0) with *info filled when buf holds a whole valid
- * header (bytes after it are the client's data and are not looked at); 0 when buf
- * is a valid but incomplete prefix -- so every byte of buf belongs to the header and
- * the caller may consume them all and wait for more; -1 when buf cannot start a
- * valid header, with *why set to a short static reason ("not a PROXY header",
- * "v1 line too long", "bad v1 address", "v2 bad version", "v2 header too long",
- * "v2 CRC32c mismatch", "v2 bad TLV", ...). Never reads past len.
+ * Read a PROXY header (v1 or v2, told apart by the first bytes) at the
+ * start of buf. Returns the header's length (> 0) with *info filled when
+ * buf holds a whole valid header (bytes after it are the client's data
+ * and are not looked at); 0 when buf is a valid but incomplete prefix --
+ * so every byte of buf belongs to the header and the caller may consume
+ * them all and wait for more; -1 when buf cannot start a valid header,
+ * with *why set to a short static reason ("not a PROXY header", "v1 line
+ * too long", "bad v1 address", "v2 bad version", "v2 header too long",
+ * "v2 CRC32c mismatch", "v2 bad TLV", ...). Never reads past len. An
+ * empty buffer gives 0; a prefix that already deviates gives -1 (a
+ * first byte that is neither 'P' nor CR at once), and stays -1 whatever
+ * follows.
  *
  * Strict, as the spec asks of a receiver: v1 has single spaces, addresses
  * of the family named (inet_pton), ports 0-65535 in decimal without a sign

@@ -1632,6 +1632,40 @@ test_parse_v2_crc32c(void **state)
 	parse_bad(h.b, h.n, "v2 bad TLV");
 }
 
+/*
+ * A header HAProxy 2.6 sent (send-proxy-v2 proxy-v2-options
+ * crc32c,unique-id), captured with the client's first bytes "hi" behind
+ * it: another implementation's checksum, taken.
+ */
+static void
+test_parse_v2_haproxy(void **state)
+{
+	static const unsigned char	hap[] = {
+		0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49,
+		0x54, 0x0a, 0x21, 0x11, 0x00, 0x28,
+		0x7f, 0x00, 0x00, 0x01, 0x7f, 0x00, 0x00, 0x01,
+		0x90, 0x1a, 0xb9, 0xfb,
+		0x03, 0x00, 0x04, 0x6d, 0x18, 0xbb, 0xc6,
+		0x05, 0x00, 0x12, 'z', 'p', '-', '1', '2', '7', '.', '0', '.',
+		'0', '.', '1', '-', '3', '6', '8', '9', '0',
+		'h', 'i',
+	};
+	struct zp_proxy_info		info;
+	const char			*why;
+	unsigned char			bad[sizeof(hap)];
+
+	assert_int_equal(parse(hap, sizeof(hap), &info, &why), 56);
+	parse_ok(hap, 56, &info);
+	assert_true(info.crc32c);
+	assert_int_equal(info.ntlvs, 2);
+	assert_false(info.local);
+	assert_side(&info.src, info.srclen, AF_INET, "127.0.0.1", 36890);
+	assert_side(&info.dst, info.dstlen, AF_INET, "127.0.0.1", 47611);
+	memcpy(bad, hap, sizeof(bad));
+	bad[55] ^= 1;		/* the unique id's last byte */
+	parse_bad(bad, 56, "v2 CRC32c mismatch");
+}
+
 /* Any first byte but 'P' and CR is refused at once. */
 static void
 test_parse_first_byte(void **state)
@@ -1705,8 +1739,10 @@ test_parse_round_trip(void **state)
 				assert_int_equal(ntohs(a->sin_port), esp);
 				assert_int_equal(ntohs(b->sin_port), edp);
 			} else {
-				const struct sockaddr_in6 *a = (void *)&info.src;
-				const struct sockaddr_in6 *b = (void *)&info.dst;
+				const struct sockaddr_in6 *a, *b;
+
+				a = (void *)&info.src;
+				b = (void *)&info.dst;
 
 				assert_memory_equal(&a->sin6_addr, es, 16);
 				assert_memory_equal(&b->sin6_addr, ed, 16);
@@ -1747,6 +1783,7 @@ main(void)
 		cmocka_unit_test(test_parse_v2_tlvs),
 		cmocka_unit_test(test_parse_v2_bad_tlvs),
 		cmocka_unit_test(test_parse_v2_crc32c),
+		cmocka_unit_test(test_parse_v2_haproxy),
 		cmocka_unit_test(test_parse_first_byte),
 		cmocka_unit_test(test_parse_round_trip),
 	};
