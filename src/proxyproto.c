@@ -461,8 +461,16 @@ pp_v2_parse(const unsigned char *p, size_t len, struct zp_proxy_info *info,
 		return pp_fail(why, "v2 header too long");
 	/* The family alone sizes the block: the protocol has no say. */
 	alen = fam == 1 ? 12 : fam == 2 ? 36 : fam == 3 ? 216 : 0;
-	if (total - V2_HDR < alen)
-		return pp_fail(why, "v2 address block too short");
+	if (total - V2_HDR < alen) {
+		/*
+		 * LOCAL: "the receiver must ... discard the protocol block
+		 * including the family", so a health check that names INET
+		 * with no addresses (some balancers do) is still one.
+		 */
+		if ((p[12] & 0x0f) != 0)
+			return pp_fail(why, "v2 address block too short");
+		alen = total - V2_HDR;
+	}
 	if (len < total)
 		return 0;
 

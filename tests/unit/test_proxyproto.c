@@ -1423,10 +1423,17 @@ test_parse_v2_length(void **state)
 	hb_end(&h);
 	assert_int_equal(parse_bad(h.b, h.n,
 	    "v2 address block too short"), 16);
-	hb_start(&h, 0x20, 0x11);	/* LOCAL too */
+	/* LOCAL ignores the family, and with it the block's size. */
+	hb_start(&h, 0x20, 0x11);
 	hb_end(&h);
-	assert_int_equal(parse_bad(h.b, h.n,
-	    "v2 address block too short"), 16);
+	parse_ok(h.b, h.n, &info);
+	assert_true(info.local);
+	assert_int_equal(info.version, 2);
+	hb_start(&h, 0x20, 0x21);
+	hb_inet(&h);
+	hb_end(&h);
+	parse_ok(h.b, h.n, &info);
+	assert_true(info.local);
 }
 
 /*
