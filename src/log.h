@@ -60,6 +60,7 @@ struct zp_conn_record {
 	double		 duration;	/* seconds */
 	const char	*end;		/* zp_end_str() */
 	const char	*error;		/* strerror text, or NULL */
+	const char	*dst;		/* original destination, or NULL */
 };
 
 /* Set up a logger writing to fp (stderr) at the given level, as text. */

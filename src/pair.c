@@ -17,6 +17,7 @@
 #include "ctx.h"
 #include "listener.h"
 #include "log.h"
+#include "origdst.h"
 #include "pair.h"
 #include "proxyproto.h"
 #include "stats.h"
@@ -54,6 +55,7 @@ zp_end_str(enum zp_end e)
 	case ZP_END_FIN_TIMEOUT:	return "fin-timeout";
 	case ZP_END_PROXY_HEADER:	return "proxy-header-failed";
 	case ZP_END_LOCAL_RESOURCE:	return "local-resource";
+	case ZP_END_BAD_DST:		return "bad-destination";
 	}
 	return "unknown";
 }
@@ -233,10 +235,15 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	struct zp_ctx		*ctx = p->ctx;
 	struct zp_conn_record	 rec;
 	char			 cbuf[ZP_ADDRSTRLEN], ubuf[300];
+	char			 dbuf[ZP_ADDRSTRLEN];
 	struct timeval		 now, dt;
 	int			 level, err = 0;
 
 	switch (end) {
+	case ZP_END_BAD_DST:
+		level = ZP_LOG_WARN;
+		err = p->connect_err;	/* SO_ORIGINAL_DST's failure, if any */
+		break;
 	case ZP_END_REFUSED:
 	case ZP_END_TIMEOUT:
 	case ZP_END_UNREACHABLE:
@@ -273,13 +280,19 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	rec.id = p->id;
 	rec.client = zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf));
 	rec.upstream = ubuf;
+	if (p->dst.len > 0)
+		rec.dst = zp_addr_str(&p->dst, dbuf, sizeof(dbuf));
 	rec.mode = zp_pair_mode(p);
 	rec.up = p->up.bytes;
 	rec.down = p->down.bytes;
 	rec.duration = dt.tv_sec + dt.tv_usec / 1e6;
 	rec.end = zp_end_str(end);
 	rec.error = err != 0 ? strerror(err) : NULL;
-	zp_log_conn(&ctx->log, level, &rec);
+	/* A client chooses its destination: limited, as refusals are. */
+	if (end == ZP_END_BAD_DST)
+		zp_log_conn_limited(&ctx->log, level, &rec);
+	else
+		zp_log_conn(&ctx->log, level, &rec);
 }
 
 /* End a pair in any state, log it, free everything it owns. */
@@ -337,7 +350,8 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	}
 	zp_dir_release(ctx, &p->up);
 	zp_dir_release(ctx, &p->down);
-	half_close(&p->client, p->linger_abort);
+	/* A refused destination: the client learns at once, with a reset. */
+	half_close(&p->client, p->linger_abort || end == ZP_END_BAD_DST);
 	half_close(&p->upstream, p->linger_abort);
 	TAILQ_REMOVE(&ctx->pairs, p, entry);
 	ctx->stats.conns_open--;
@@ -543,7 +557,11 @@ pair_send_proxy(struct zp_pair *p)
 	char			 hdr[ZP_PROXY_MAX];
 	ssize_t			 n, w;
 
-	if (getsockname(p->client.fd, (struct sockaddr *)&local, &len) == -1)
+	/* Under --tproxy or after a redirect: where the client meant. */
+	if (p->dst.len > 0)
+		memcpy(&local, &p->dst.ss, sizeof(local));
+	else if (getsockname(p->client.fd, (struct sockaddr *)&local,
+	    &len) == -1)
 		return -1;
 	n = zp_proxy_header(p->ctx->cfg->send_proxy,
 	    (struct sockaddr *)&p->client_addr.ss, (struct sockaddr *)&local,
@@ -626,6 +644,23 @@ pair_timer_update(struct zp_pair *p)
 	return 0;
 }
 
+/*
+ * The addresses of an upstream for this pair: its own, or for -u
+ * original the one the client meant.
+ */
+static size_t
+pair_naddrs(const struct zp_pair *p, const struct zp_upstream_spec *us)
+{
+	return us->original ? 1 : us->naddrs;
+}
+
+static const struct zp_addr *
+pair_addr(const struct zp_pair *p, const struct zp_upstream_spec *us,
+    size_t i)
+{
+	return us->original ? &p->dst : &us->addrs[i];
+}
+
 /* The upstream answered: set up events and move what is waiting. */
 static void
 pair_connected(struct zp_pair *p)
@@ -634,8 +669,8 @@ pair_connected(struct zp_pair *p)
 	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
 	struct timeval		 now;
 
-	p->up_addr = u->spec->addrs[p->addr_idx < u->spec->naddrs ?
-	    p->addr_idx : 0];
+	p->up_addr = *pair_addr(p, u->spec, p->addr_idx < pair_naddrs(p,
+	    u->spec) ? p->addr_idx : 0);
 	gettimeofday(&now, NULL);
 	zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 1, 0, &now);
 	u->active++;
@@ -754,7 +789,7 @@ pair_retry_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_upstream_spec	*us = p->ctx->ups.v[p->up_idx].spec;
 
 	/* A re-resolution may have shortened the list meanwhile. */
-	if (p->addr_idx >= us->naddrs)
+	if (p->addr_idx >= pair_naddrs(p, us))
 		p->addr_idx = 0;
 	pair_connect_next(p);
 }
@@ -837,8 +872,8 @@ pair_connect_next(struct zp_pair *p)
 	double			 t = ctx->cfg->connect_timeout;
 	int			 fd, rc;
 
-	for (; p->addr_idx < us->naddrs; p->addr_idx++) {
-		a = &us->addrs[p->addr_idx];
+	for (; p->addr_idx < pair_naddrs(p, us); p->addr_idx++) {
+		a = pair_addr(p, us, p->addr_idx);
 		rc = zp_connect_start(a, &fd);
 		/* Out of descriptors: stats clients give way to ours. */
 		if (rc == -1 && (errno == EMFILE || errno == ENFILE)) {
@@ -947,6 +982,43 @@ pair_take_pipes(struct zp_pair *p)
 	return 0;
 }
 
+/*
+ * Where the client meant to go: under --tproxy, with -u original, and for
+ * --send-proxy's header (after a redirect). Only a destination of the
+ * client's own is kept for the log (dst=), not zproxy's own address. With
+ * -u original, one that would come back to zproxy (a client that came to
+ * it directly, or a redirect to its own port) or that --allow-dst does
+ * not hold ends the pair before anything is connected. Returns 0, or -1
+ * when the pair was closed.
+ */
+static int
+pair_dst(struct zp_pair *p)
+{
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_config	*cfg = ctx->cfg;
+	int			 rc;
+
+	if (!cfg->tproxy && !cfg->original && !cfg->send_proxy)
+		return 0;
+	rc = zp_origdst_get(p->client.fd, cfg->tproxy, &p->dst);
+	if (!cfg->original) {
+		if (rc != 1)
+			p->dst.len = 0;
+		return 0;
+	}
+	if (rc == -1 || ctx->listener == NULL ||
+	    zp_origdst_loops(&p->dst, zp_listener_addr(ctx->listener)) ||
+	    !zp_dstacl_permits(&cfg->allow_dst,
+	    (const struct sockaddr *)&p->dst.ss)) {
+		if (rc == -1)
+			p->connect_err = errno;
+		ctx->stats.bad_destinations++;
+		zp_pair_close(p, ZP_END_BAD_DST);
+		return -1;
+	}
+	return 0;
+}
+
 /* Start a pair for an accepted client socket. */
 int
 zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
@@ -990,6 +1062,8 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 			pair_no_pipe(p);
 		}
 	}
+	if (pair_dst(p) == -1)
+		return -1;
 	pair_connect_upstream(p);
 	return 0;
 }

@@ -41,6 +41,7 @@ enum zp_end {
 	ZP_END_FIN_TIMEOUT,	/* --fin-timeout */
 	ZP_END_PROXY_HEADER,	/* the PROXY header could not be sent */
 	ZP_END_LOCAL_RESOURCE,	/* out of descriptors, memory or ports here */
+	ZP_END_BAD_DST,		/* -u original: a loop, or not --allow-dst */
 };
 
 struct zp_pair {
@@ -57,6 +58,7 @@ struct zp_pair {
 	int			 attempts;	/* upstreams tried */
 	size_t			 addr_idx;	/* its address being tried */
 	struct zp_addr		 up_addr;	/* the address connected to */
+	struct zp_addr		 dst;		/* original destination; len 0: none */
 	int			 connect_err;	/* last connect failure */
 	struct event		*retry;		/* after a local fault */
 	struct timeval		 retry_until;	/* local faults' deadline */

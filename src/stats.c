@@ -498,6 +498,10 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	single_u64(&r, "zproxy_clients_source_limited_total", "counter",
 	    "Clients refused at accept by --max-conns-per-source.",
 	    ctx->stats.clients_source_limited);
+	single_u64(&r, "zproxy_bad_destinations_total", "counter",
+	    "Clients refused (end=bad-destination) because -u original would "
+	    "have connected back to zproxy or outside --allow-dst.",
+	    ctx->stats.bad_destinations);
 
 	family(&r, "zproxy_timeouts_total", "counter",
 	    "Connections closed by a timeout: idle (--idle-timeout) or fin "

@@ -512,7 +512,7 @@ jget(const char *line, const char *key)
 /* The fixed record of the brief, and the same with error NULL. */
 static const struct zp_conn_record rec = {
 	12, "127.0.0.1:40000", "127.0.0.1:8080", "splice", 1048576, 0,
-	0.512, "closed", "Connection reset by peer"
+	0.512, "closed", "Connection reset by peer", NULL
 };
 
 /* ---- tests ------------------------------------------------------------ */
@@ -698,8 +698,10 @@ test_conn_text(void **state)
 	r.duration = 2;
 	r.mode = "copy";
 	zp_log_conn(&fx->lg, ZP_LOG_CONN, &r);
+	r.dst = "198.51.100.9:514";	/* --tproxy, -u original */
+	zp_log_conn(&fx->lg, ZP_LOG_CONN, &r);
 	fx_read(fx, fx->path);
-	assert_int_equal(count_lines(fx->text), 2);
+	assert_int_equal(count_lines(fx->text), 3);
 	assert_non_null(nth_line(fx->text, 0, l, sizeof(l)));
 	snprintf(re, sizeof(re), "^" TIME_RE " zproxy\\[%ld\\]: ",
 	    (long)getpid());
@@ -712,6 +714,11 @@ test_conn_text(void **state)
 	assert_string_equal(strstr(l, "]: ") + 3, "conn=13 "
 	    "client=127.0.0.1:40000 upstream=127.0.0.1:8080 mode=copy "
 	    "up=0 down=77 duration=2.000s end=closed");
+	assert_non_null(nth_line(fx->text, 2, l, sizeof(l)));
+	assert_string_equal(strstr(l, "]: ") + 3, "conn=13 "
+	    "client=127.0.0.1:40000 upstream=127.0.0.1:8080 "
+	    "dst=198.51.100.9:514 mode=copy up=0 down=77 duration=2.000s "
+	    "end=closed");
 }
 
 /*
@@ -729,8 +736,10 @@ test_conn_json(void **state)
 	zp_log_conn(&fx->lg, ZP_LOG_CONN, &r);
 	r.error = NULL;
 	zp_log_conn(&fx->lg, ZP_LOG_WARN, &r);
+	r.dst = "[2001:db8::9]:514";
+	zp_log_conn(&fx->lg, ZP_LOG_WARN, &r);
 	fx_read(fx, fx->path);
-	assert_int_equal(count_lines(fx->text), 2);
+	assert_int_equal(count_lines(fx->text), 3);
 
 	assert_non_null(nth_line(fx->text, 0, l, sizeof(l)));
 	snprintf(want, sizeof(want), "\",\"level\":\"info\",\"pid\":%ld,"
@@ -750,6 +759,14 @@ test_conn_json(void **state)
 	    (long)getpid());
 	assert_string_equal(after_time(l), want);
 	assert_string_equal(jget(l, "end"), "closed");
+
+	assert_non_null(nth_line(fx->text, 2, l, sizeof(l)));
+	snprintf(want, sizeof(want), "\",\"level\":\"warn\",\"pid\":%ld,"
+	    "\"event\":\"conn\",\"conn\":12,\"client\":\"127.0.0.1:40000\","
+	    "\"upstream\":\"127.0.0.1:8080\",\"dst\":\"[2001:db8::9]:514\","
+	    "\"mode\":\"splice\",\"up\":1048576,\"down\":0,"
+	    "\"duration\":0.512,\"end\":\"closed\"}", (long)getpid());
+	assert_string_equal(after_time(l), want);
 }
 
 /*
