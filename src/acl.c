@@ -230,6 +230,107 @@ zp_acl_permits(const struct zp_acl *allow, const struct zp_acl *deny,
 	return allow->n == 0 || zp_acl_match(allow, sa);
 }
 
+/* Parse "CIDR", "IPv4CIDR:PORT" or "[IPv6CIDR]:PORT". */
+int
+zp_dstrule_parse(const char *s, struct zp_dstrule *r, char *err,
+    size_t errlen)
+{
+	char		 net[ZP_CIDRSTRLEN + 1], why[256];
+	const char	*end, *colon = NULL, *arg = s;
+	unsigned long	 port;
+	size_t		 n;
+	int		 bracket = s[0] == '[';
+
+	memset(r, 0, sizeof(*r));
+	if (bracket) {
+		if ((end = strchr(s, ']')) == NULL ||
+		    (end[1] != '\0' && end[1] != ':'))
+			goto bad;
+		n = (size_t)(end - s - 1);
+		if (end[1] == ':')
+			colon = end + 1;
+		s++;
+	} else {
+		colon = strchr(s, ':');
+		/* Two colons or more: an IPv6 network, without a port. */
+		if (colon != NULL && strchr(colon + 1, ':') != NULL)
+			colon = NULL;
+		n = colon != NULL ? (size_t)(colon - s) : strlen(s);
+	}
+	if (n == 0 || n >= sizeof(net))
+		goto bad;
+	memcpy(net, s, n);
+	net[n] = '\0';
+	if (zp_cidr_parse(net, &r->net, why, sizeof(why)) == -1) {
+		zp_seterr(err, errlen, "%s", why);
+		return -1;
+	}
+	/* "[10.0.0.0/8]" would read as IPv6 to a user: refuse it. */
+	if (bracket && strchr(net, ':') == NULL)
+		goto bad;
+	if (colon != NULL) {
+		char *e;
+
+		if (colon[1] < '0' || colon[1] > '9')
+			goto bad;
+		errno = 0;
+		port = strtoul(colon + 1, &e, 10);
+		if (errno != 0 || *e != '\0' || port == 0 || port > 65535)
+			goto bad;
+		r->port = (unsigned short)port;
+	}
+	return 0;
+bad:
+	zp_seterr(err, errlen, "invalid destination '%s': expected CIDR, "
+	    "IPv4CIDR:PORT or [IPv6CIDR]:PORT (port 1-65535)", arg);
+	memset(r, 0, sizeof(*r));
+	return -1;
+}
+
+/* Parse s and append it. */
+int
+zp_dstacl_add(struct zp_dstacl *acl, const char *opt, const char *s,
+    char *err, size_t errlen)
+{
+	char	why[256];
+
+	if (acl->n == ZP_ACL_MAX_RULES) {
+		zp_seterr(err, errlen, "too many --%s: at most %d", opt,
+		    ZP_ACL_MAX_RULES);
+		return -1;
+	}
+	if (zp_dstrule_parse(s, &acl->v[acl->n], why, sizeof(why)) == -1) {
+		zp_seterr(err, errlen, "--%s: %s", opt, why);
+		return -1;
+	}
+	acl->n++;
+	return 0;
+}
+
+/* No rules: anywhere; else a rule's network, and its port if it has one. */
+int
+zp_dstacl_permits(const struct zp_dstacl *acl, const struct sockaddr *sa)
+{
+	unsigned short	port;
+	size_t		i;
+
+	if (acl->n == 0)
+		return 1;
+	if (sa->sa_family == AF_INET)
+		port = ntohs(((const struct sockaddr_in *)(const void *)
+		    sa)->sin_port);
+	else if (sa->sa_family == AF_INET6)
+		port = ntohs(((const struct sockaddr_in6 *)(const void *)
+		    sa)->sin6_port);
+	else
+		return 0;
+	for (i = 0; i < acl->n; i++)
+		if (zp_cidr_match(&acl->v[i].net, sa) &&
+		    (acl->v[i].port == 0 || acl->v[i].port == port))
+			return 1;
+	return 0;
+}
+
 /* The IPv4 address, or the IPv6 /64, as a key. */
 int
 zp_source_key(const struct sockaddr *sa, struct zp_source_key *k)

@@ -67,6 +67,38 @@ int	zp_acl_permits(const struct zp_acl *allow, const struct zp_acl *deny,
 	    const struct sockaddr *);
 
 /*
+ * --allow-dst: where `-u original` may connect. A rule is a network and
+ * an optional port (0: any port).
+ */
+struct zp_dstrule {
+	struct zp_cidr	net;
+	unsigned short	port;
+};
+
+struct zp_dstacl {
+	struct zp_dstrule	v[ZP_ACL_MAX_RULES];
+	size_t			n;
+};
+
+/*
+ * Parse "CIDR", "IPv4CIDR:PORT" or "[IPv6CIDR]:PORT" (brackets also
+ * without a port: "[2001:db8::/32]"). An IPv6 address always has two
+ * colons or more, so one colon is an IPv4 rule's port, and a port after
+ * IPv6 needs the brackets. Returns 0, or -1 with err filled.
+ */
+int	zp_dstrule_parse(const char *, struct zp_dstrule *, char *, size_t);
+
+/* Parse s and append it; opt names the option. Returns 0 or -1. */
+int	zp_dstacl_add(struct zp_dstacl *, const char *opt, const char *s,
+	    char *, size_t);
+
+/*
+ * May `-u original` connect to this address and port? Yes with no rules;
+ * else when a rule's network holds it and the rule has its port or none.
+ */
+int	zp_dstacl_permits(const struct zp_dstacl *, const struct sockaddr *);
+
+/*
  * What --max-conns-per-source counts by: the IPv4 address, or the /64
  * prefix of an IPv6 one (what one host or one site is usually given).
  * Returns 0, or -1 for an address that is neither.

@@ -56,6 +56,9 @@ enum {
 	OPT_USER,
 	OPT_GROUP,
 	OPT_NO_SANDBOX,
+	/* transparent modes */
+	OPT_TPROXY,
+	OPT_ALLOW_DST,
 };
 
 static const struct option zp_longopts[] = {
@@ -98,6 +101,9 @@ static const struct option zp_longopts[] = {
 	{ "user",		required_argument,	NULL, OPT_USER },
 	{ "group",		required_argument,	NULL, OPT_GROUP },
 	{ "no-sandbox",		no_argument,		NULL, OPT_NO_SANDBOX },
+	/* transparent modes */
+	{ "tproxy",		no_argument,		NULL, OPT_TPROXY },
+	{ "allow-dst",		required_argument,	NULL, OPT_ALLOW_DST },
 	{ "verbose",		no_argument,		NULL, 'v' },
 	{ "quiet",		no_argument,		NULL, 'q' },
 	{ "help",		no_argument,		NULL, 'h' },
@@ -169,7 +175,9 @@ zp_config_usage(FILE *fp, const char *prog)
 "                             0.0.0.0:PORT, 127.0.0.1:PORT, [::1]:PORT\n"
 "  -u, --upstream HOST:PORT   where to connect: name:port, 1.2.3.4:port,\n"
 "                             [::1]:port; every address of a name is tried;\n"
-"                             give it again for more upstreams\n"
+"                             give it again for more upstreams; original:\n"
+"                             each client's original destination (under\n"
+"                             --tproxy, or an nft redirect rule), alone\n"
 "  -m, --mode splice|copy     data path (default splice)\n"
 "      --pipe-size BYTES      size of each splice pipe (default 1M)\n"
 "      --buffer-size BYTES    per-direction buffer in copy mode (default 48K)\n"
@@ -225,6 +233,15 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --no-sandbox           do not confine the relay to its system calls\n"
 "                             (seccomp allow-list, on by default)\n"
 "\n"
+"Transparent proxying:\n"
+"      --tproxy               accept connections an nft tproxy rule diverts,\n"
+"                             for any destination (IP_TRANSPARENT; needs\n"
+"                             CAP_NET_ADMIN or CAP_NET_RAW at start-up)\n"
+"      --allow-dst CIDR[:PORT]\n"
+"                             where -u original may connect (repeat it;\n"
+"                             10.0.0.0/8:514, [2001:db8::/32]:514, fd00::/8);\n"
+"                             default: anywhere, with a warning\n"
+"\n"
 "Time and stopping:\n"
 "      --idle-timeout SEC|off close a pair with no byte either way for this\n"
 "                             long (default off: never)\n"
@@ -254,7 +271,7 @@ zp_config_usage(FILE *fp, const char *prog)
 "  -V, --version              show the version and exit\n"
 "\n"
 "Sizes take K, M or G suffixes (powers of 1024). An option that takes a\n"
-"value is given once, except -u.\n",
+"value is given once, except -u, --allow, --deny and --allow-dst.\n",
 	    prog);
 }
 
@@ -622,7 +639,8 @@ check_once(int c, const char *arg, const char **given, char *err,
 	o = &zp_longopts[i];
 	/* The options that add one more of a list may repeat. */
 	if (o->name == NULL || o->has_arg != required_argument || c == 'u' ||
-	    c == OPT_ALLOW || c == OPT_DENY || c == OPT_PROXY_FROM)
+	    c == OPT_ALLOW || c == OPT_DENY || c == OPT_PROXY_FROM ||
+	    c == OPT_ALLOW_DST)
 		return 0;
 	if (given[i] != NULL) {
 		zp_seterr(err, errlen,
@@ -664,6 +682,45 @@ parse_access(struct zp_config *cfg, int opt, const char *s, char *err,
 	}
 }
 
+/*
+ * `-u original` is the only upstream when given: a fixed upstream beside
+ * it would be a second policy (which one, when?) with no clear answer.
+ * What serves a list of fixed addresses does not apply to it and is
+ * refused rather than silently ignored: active checks and re-resolution
+ * (there is no address to check or name to look up). --balance,
+ * --retries, --max-fails and --fail-timeout are ignored: with one
+ * upstream there is nothing to choose, and one destination's refusal says
+ * nothing about the next client's (zp_upstream_report). --allow-dst
+ * limits original alone.
+ */
+static int
+check_original(const struct zp_config *cfg, char *err, size_t errlen)
+{
+	if (!cfg->original) {
+		if (cfg->allow_dst.n > 0) {
+			zp_seterr(err, errlen, "--allow-dst needs -u original");
+			return -1;
+		}
+		return 0;
+	}
+	if (cfg->nupstreams > 1) {
+		zp_seterr(err, errlen, "-u original must be the only "
+		    "--upstream (%zu given)", cfg->nupstreams);
+		return -1;
+	}
+	if (cfg->check_interval > 0) {
+		zp_seterr(err, errlen, "--check-interval does not apply to "
+		    "-u original: there is no fixed address to check");
+		return -1;
+	}
+	if (cfg->resolve_interval > 0) {
+		zp_seterr(err, errlen, "--resolve-interval does not apply to "
+		    "-u original: there is no name to resolve");
+		return -1;
+	}
+	return 0;
+}
+
 /* Parse argv into cfg. */
 int
 zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
@@ -696,6 +753,20 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 				return ZP_PARSE_ERROR;
 			}
 			up = &cfg->upstreams[cfg->nupstreams];
+			/*
+			 * "original": each connection's own destination, as
+			 * --tproxy or a redirect rule left it; no address here.
+			 */
+			if (strcmp(optarg, "original") == 0) {
+				if ((up->host = strdup(optarg)) == NULL) {
+					zp_seterr(err, errlen, "out of memory");
+					return ZP_PARSE_ERROR;
+				}
+				up->original = 1;
+				cfg->original = 1;
+				cfg->nupstreams++;
+				break;
+			}
 			if (zp_parse_hostport(optarg, &up->host, up->port,
 			    sizeof(up->port), err, errlen) == -1)
 				return ZP_PARSE_ERROR;
@@ -832,6 +903,14 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		case OPT_NO_SANDBOX:
 			cfg->no_sandbox = 1;
 			break;
+		case OPT_TPROXY:
+			cfg->tproxy = 1;
+			break;
+		case OPT_ALLOW_DST:
+			if (zp_dstacl_add(&cfg->allow_dst, "allow-dst", optarg,
+			    err, errlen) == -1)
+				return ZP_PARSE_ERROR;
+			break;
 		case OPT_SEND_PROXY:
 			if (strcmp(optarg, "v1") == 0)
 				cfg->send_proxy = 1;
@@ -932,6 +1011,8 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		zp_seterr(err, errlen, "missing --upstream HOST:PORT");
 		return ZP_PARSE_ERROR;
 	}
+	if (check_original(cfg, err, errlen) == -1)
+		return ZP_PARSE_ERROR;
 	if (cfg->log_file != NULL && cfg->use_syslog) {
 		zp_seterr(err, errlen, "--log-file and --syslog exclude each "
 		    "other");
@@ -1031,7 +1112,8 @@ zp_config_resolve(struct zp_config *cfg, char *err, size_t errlen)
 	size_t	i;
 
 	for (i = 0; i < cfg->nupstreams; i++)
-		if (zp_upstream_resolve(&cfg->upstreams[i], err, errlen) == -1)
+		if (!cfg->upstreams[i].original &&
+		    zp_upstream_resolve(&cfg->upstreams[i], err, errlen) == -1)
 			return -1;
 	return 0;
 }

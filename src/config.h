@@ -47,6 +47,7 @@ struct zp_upstream_spec {
 	char		 port[6];
 	struct zp_addr	*addrs;		/* after zp_config_resolve() */
 	size_t		 naddrs;
+	int		 original;	/* "-u original": no address of its own */
 };
 
 #define ZP_MAX_UPSTREAMS	64
@@ -102,6 +103,10 @@ struct zp_config {
 	char			*user;		/* --user, or NULL: stay */
 	char			*group;		/* --group; NULL: user's primary */
 	int			no_sandbox;	/* --no-sandbox */
+	/* Transparent modes: --tproxy, -u original, --allow-dst. */
+	int			tproxy;		/* IP_TRANSPARENT listener */
+	int			original;	/* -u original */
+	struct zp_dstacl	allow_dst;	/* where original may go */
 };
 
 #define ZP_DEFAULT_PIPE_SIZE	(1024 * 1024)

@@ -60,6 +60,7 @@ struct zp_stats {
 	uint64_t	clients_denied;		/* --allow, --deny */
 	uint64_t	clients_source_limited;	/* --max-conns-per-source */
 	uint64_t	bad_proxy_headers;	/* --accept-proxy refusals */
+	uint64_t	bad_destinations;	/* -u original refused one */
 	uint64_t	stats_open;	/* --stats connections */
 	uint64_t	stats_refused[ZP_STATS_REFUSED_MAX];
 	uint64_t	stats_timeouts;	/* closed by --stats-timeout */

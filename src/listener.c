@@ -208,6 +208,39 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 	}
 }
 
+/*
+ * --tproxy: accept connections that an nft tproxy rule diverts to this
+ * socket whatever their destination; the accepted sockets inherit it.
+ * One flag in the kernel serves both families: IPV6_TRANSPARENT on a
+ * dual-stack socket covers its IPv4 clients too. It needs CAP_NET_ADMIN
+ * or CAP_NET_RAW, held only now, before the privileges drop. Returns 0,
+ * or -1 with err filled and errno kept (EPERM: the capability).
+ */
+static int
+listener_transparent(int fd, int family, char *err, size_t errlen)
+{
+	int	on = 1, rc, saved;
+
+	if (family == AF_INET6)
+		rc = setsockopt(fd, IPPROTO_IPV6, IPV6_TRANSPARENT, &on,
+		    sizeof(on));
+	else
+		rc = setsockopt(fd, IPPROTO_IP, IP_TRANSPARENT, &on,
+		    sizeof(on));
+	if (rc == 0)
+		return 0;
+	saved = errno;
+	if (saved == EPERM)
+		snprintf(err, errlen, "--tproxy needs CAP_NET_ADMIN or "
+		    "CAP_NET_RAW (%s: %s)", family == AF_INET6 ?
+		    "IPV6_TRANSPARENT" : "IP_TRANSPARENT", strerror(saved));
+	else
+		snprintf(err, errlen, "--tproxy: %s: %s", family == AF_INET6 ?
+		    "IPV6_TRANSPARENT" : "IP_TRANSPARENT", strerror(saved));
+	errno = saved;
+	return -1;
+}
+
 /* Bind and listen. */
 struct zp_listener *
 zp_listener_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec,
@@ -216,7 +249,7 @@ zp_listener_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec,
 	struct zp_listener	*l;
 	struct zp_addr		 a;
 	char			 abuf[ZP_ADDRSTRLEN];
-	int			 on = 1, off = 0;
+	int			 on = 1, off = 0, saved;
 
 	if ((l = calloc(1, sizeof(*l))) == NULL) {
 		snprintf(err, errlen, "listener: %s", strerror(errno));
@@ -261,6 +294,9 @@ zp_listener_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec,
 		goto fail;
 	}
 	(void)setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+	if (ctx->cfg->tproxy && listener_transparent(l->fd, a.ss.ss_family,
+	    err, errlen) == -1)
+		goto fail;
 	if (bind(l->fd, (struct sockaddr *)&a.ss, a.len) == -1) {
 		snprintf(err, errlen, "cannot listen on %s: %s", abuf,
 		    strerror(errno));
@@ -288,7 +324,9 @@ zp_listener_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec,
 	listener_update(l);
 	return l;
 fail:
+	saved = errno;
 	zp_listener_free(l);
+	errno = saved;
 	return NULL;
 }
 

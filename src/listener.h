@@ -12,7 +12,8 @@ struct zp_listener;
 
 /*
  * Bind and listen as spec says and register with ctx->base. Returns the
- * listener, or NULL with err filled (address in use, no permission...).
+ * listener, or NULL with err filled (address in use, no permission...)
+ * and errno kept: EPERM when --tproxy lacks its capability.
  */
 struct zp_listener *zp_listener_new(struct zp_ctx *,
 	    const struct zp_listen_spec *, char *, size_t);

@@ -247,6 +247,8 @@ buf_conn(struct log_buf *b, const struct zp_conn_record *r)
 	if (r->peer != NULL)
 		buf_jstr(b, "peer", r->peer);
 	buf_jstr(b, "upstream", r->upstream);
+	if (r->dst != NULL)
+		buf_jstr(b, "dst", r->dst);
 	buf_jstr(b, "mode", r->mode);
 	buf_printf(b, ",\"up\":%llu,\"down\":%llu",
 	    (unsigned long long)r->up, (unsigned long long)r->down);
@@ -524,6 +526,7 @@ log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
 	char		 msg[ZP_LOG_LINE_MAX];
 	const char	*q1 = "", *error = "", *q2 = "";
 	const char	*pk = "", *peer = "";
+	const char	*d1 = "", *dst = "";
 	int		 saved = errno;
 
 	if (!zp_log_enabled(lg, level) || !log_admit(lg, limited))
@@ -542,11 +545,15 @@ log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
 		error = r->error;
 		q2 = "\"";
 	}
+	if (r->dst != NULL) {
+		d1 = " dst=";
+		dst = r->dst;
+	}
 #define NZ(s)	((s) != NULL ? (s) : "-")
-	snprintf(msg, sizeof(msg), "conn=%llu client=%s%s%s upstream=%s "
+	snprintf(msg, sizeof(msg), "conn=%llu client=%s%s%s upstream=%s%s%s "
 	    "mode=%s up=%llu down=%llu duration=%.3fs end=%s%s%s%s",
 	    (unsigned long long)r->id, NZ(r->client), pk, peer,
-	    NZ(r->upstream), NZ(r->mode), (unsigned long long)r->up,
+	    NZ(r->upstream), d1, dst, NZ(r->mode), (unsigned long long)r->up,
 	    (unsigned long long)r->down, r->duration, NZ(r->end), q1, error,
 	    q2);
 #undef NZ

@@ -62,6 +62,7 @@ struct zp_conn_record {
 	const char	*error;		/* strerror text, or NULL */
 	const char	*peer;		/* the balancer that sent a PROXY
 					   header for client, or NULL */
+	const char	*dst;		/* original destination, or NULL */
 };
 
 /* Set up a logger writing to fp (stderr) at the given level, as text. */

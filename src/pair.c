@@ -17,6 +17,7 @@
 #include "ctx.h"
 #include "listener.h"
 #include "log.h"
+#include "origdst.h"
 #include "pair.h"
 #include "proxyproto.h"
 #include "stats.h"
@@ -57,6 +58,7 @@ zp_end_str(enum zp_end e)
 	case ZP_END_BAD_PROXY_HEADER:	return "bad-proxy-header";
 	case ZP_END_DENIED:		return "denied";
 	case ZP_END_SOURCE_LIMIT:	return "source-limit";
+	case ZP_END_BAD_DST:		return "bad-destination";
 	}
 	return "unknown";
 }
@@ -236,11 +238,15 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	struct zp_ctx		*ctx = p->ctx;
 	struct zp_conn_record	 rec;
 	char			 cbuf[ZP_ADDRSTRLEN], pbuf[ZP_ADDRSTRLEN];
-	char			 ubuf[300];
+	char			 dbuf[ZP_ADDRSTRLEN], ubuf[300];
 	struct timeval		 now, dt;
 	int			 level, err = 0, limited = 0;
 
 	switch (end) {
+	case ZP_END_BAD_DST:
+		level = ZP_LOG_WARN;
+		err = p->connect_err;	/* SO_ORIGINAL_DST's failure, if any */
+		break;
 	case ZP_END_REFUSED:
 	case ZP_END_TIMEOUT:
 	case ZP_END_UNREACHABLE:
@@ -289,6 +295,8 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	if (p->peer_addr.len > 0)
 		rec.peer = zp_addr_str(&p->peer_addr, pbuf, sizeof(pbuf));
 	rec.upstream = ubuf;
+	if (p->dst.len > 0)
+		rec.dst = zp_addr_str(&p->dst, dbuf, sizeof(dbuf));
 	rec.mode = zp_pair_mode(p);
 	rec.up = p->up.bytes;
 	rec.down = p->down.bytes;
@@ -297,7 +305,8 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	rec.error = err != 0 ? strerror(err) : NULL;
 	if (end == ZP_END_BAD_PROXY_HEADER)
 		rec.error = p->hdr_why;
-	if (limited)
+	/* A client chooses its destination: limited, as refusals are. */
+	if (limited || end == ZP_END_BAD_DST)
 		zp_log_conn_limited(&ctx->log, level, &rec);
 	else
 		zp_log_conn(&ctx->log, level, &rec);
@@ -366,9 +375,12 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	}
 	zp_dir_release(ctx, &p->up);
 	zp_dir_release(ctx, &p->down);
-	/* Refused after its header: an RST, as the listener refuses. */
+	/*
+	 * Refused after its header, or its destination: the client learns
+	 * at once, with a reset, as the listener refuses.
+	 */
 	half_close(&p->client, p->linger_abort || end == ZP_END_DENIED ||
-	    end == ZP_END_SOURCE_LIMIT);
+	    end == ZP_END_SOURCE_LIMIT || end == ZP_END_BAD_DST);
 	half_close(&p->upstream, p->linger_abort);
 	TAILQ_REMOVE(&ctx->pairs, p, entry);
 	ctx->stats.conns_open--;
@@ -576,11 +588,16 @@ pair_send_proxy(struct zp_pair *p)
 	char			 hdr[ZP_PROXY_MAX];
 	ssize_t			 n, w;
 
-	/* Behind a balancer, the address its client connected to. */
+	/*
+	 * Behind a balancer, the address its client connected to; under
+	 * --tproxy or after a redirect, where the client meant.
+	 */
 	if (p->proxy_dst.len > 0) {
 		memcpy(&local, &p->proxy_dst.ss, sizeof(local));
 		len = p->proxy_dst.len;
-	} else if (getsockname(p->client.fd, (struct sockaddr *)&local,
+	} else if (p->dst.len > 0)
+		memcpy(&local, &p->dst.ss, sizeof(local));
+	else if (getsockname(p->client.fd, (struct sockaddr *)&local,
 	    &len) == -1)
 		return -1;
 	n = zp_proxy_header(p->ctx->cfg->send_proxy,
@@ -664,6 +681,23 @@ pair_timer_update(struct zp_pair *p)
 	return 0;
 }
 
+/*
+ * The addresses of an upstream for this pair: its own, or for -u
+ * original the one the client meant.
+ */
+static size_t
+pair_naddrs(const struct zp_pair *p, const struct zp_upstream_spec *us)
+{
+	return us->original ? 1 : us->naddrs;
+}
+
+static const struct zp_addr *
+pair_addr(const struct zp_pair *p, const struct zp_upstream_spec *us,
+    size_t i)
+{
+	return us->original ? &p->dst : &us->addrs[i];
+}
+
 /* The upstream answered: set up events and move what is waiting. */
 static void
 pair_connected(struct zp_pair *p)
@@ -672,8 +706,8 @@ pair_connected(struct zp_pair *p)
 	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
 	struct timeval		 now;
 
-	p->up_addr = u->spec->addrs[p->addr_idx < u->spec->naddrs ?
-	    p->addr_idx : 0];
+	p->up_addr = *pair_addr(p, u->spec, p->addr_idx < pair_naddrs(p,
+	    u->spec) ? p->addr_idx : 0);
 	gettimeofday(&now, NULL);
 	zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 1, 0, &now);
 	u->active++;
@@ -792,7 +826,7 @@ pair_retry_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_upstream_spec	*us = p->ctx->ups.v[p->up_idx].spec;
 
 	/* A re-resolution may have shortened the list meanwhile. */
-	if (p->addr_idx >= us->naddrs)
+	if (p->addr_idx >= pair_naddrs(p, us))
 		p->addr_idx = 0;
 	pair_connect_next(p);
 }
@@ -875,8 +909,8 @@ pair_connect_next(struct zp_pair *p)
 	double			 t = ctx->cfg->connect_timeout;
 	int			 fd, rc;
 
-	for (; p->addr_idx < us->naddrs; p->addr_idx++) {
-		a = &us->addrs[p->addr_idx];
+	for (; p->addr_idx < pair_naddrs(p, us); p->addr_idx++) {
+		a = pair_addr(p, us, p->addr_idx);
 		rc = zp_connect_start(a, &fd);
 		/* Out of descriptors: stats clients give way to ours. */
 		if (rc == -1 && (errno == EMFILE || errno == ENFILE)) {
@@ -986,6 +1020,43 @@ pair_take_pipes(struct zp_pair *p)
 }
 
 /*
+ * Where the client meant to go: under --tproxy, with -u original, and for
+ * --send-proxy's header (after a redirect). Only a destination of the
+ * client's own is kept for the log (dst=), not zproxy's own address. With
+ * -u original, one that would come back to zproxy (a client that came to
+ * it directly, or a redirect to its own port) or that --allow-dst does
+ * not hold ends the pair before anything is connected. Returns 0, or -1
+ * when the pair was closed.
+ */
+static int
+pair_dst(struct zp_pair *p)
+{
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_config	*cfg = ctx->cfg;
+	int			 rc;
+
+	if (!cfg->tproxy && !cfg->original && !cfg->send_proxy)
+		return 0;
+	rc = zp_origdst_get(p->client.fd, cfg->tproxy, &p->dst);
+	if (!cfg->original) {
+		if (rc != 1)
+			p->dst.len = 0;
+		return 0;
+	}
+	if (rc == -1 || ctx->listener == NULL ||
+	    zp_origdst_loops(&p->dst, zp_listener_addr(ctx->listener)) ||
+	    !zp_dstacl_permits(&cfg->allow_dst,
+	    (const struct sockaddr *)&p->dst.ss)) {
+		if (rc == -1)
+			p->connect_err = errno;
+		ctx->stats.bad_destinations++;
+		zp_pair_close(p, ZP_END_BAD_DST);
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * The client may be relayed: count it under its source, take pipes (or
  * fall back to copy), start connecting. Returns 0, or -1 when the pair
  * was closed.
@@ -1012,6 +1083,8 @@ pair_begin(struct zp_pair *p)
 			pair_no_pipe(p);
 		}
 	}
+	if (pair_dst(p) == -1)
+		return -1;
 	pair_connect_upstream(p);
 	return 0;
 }

@@ -45,6 +45,7 @@ enum zp_end {
 	ZP_END_BAD_PROXY_HEADER, /* --accept-proxy: none, bad, long or late */
 	ZP_END_DENIED,		/* the header's client: --allow, --deny */
 	ZP_END_SOURCE_LIMIT,	/* ... or --max-conns-per-source */
+	ZP_END_BAD_DST,		/* -u original: a loop, or not --allow-dst */
 };
 
 struct zp_pair {
@@ -68,6 +69,7 @@ struct zp_pair {
 	int			 attempts;	/* upstreams tried */
 	size_t			 addr_idx;	/* its address being tried */
 	struct zp_addr		 up_addr;	/* the address connected to */
+	struct zp_addr		 dst;		/* original destination; len 0: none */
 	int			 connect_err;	/* last connect failure */
 	struct event		*retry;		/* after a local fault */
 	struct timeval		 retry_until;	/* local faults' deadline */

@@ -112,6 +112,8 @@ static const char *const sb_calls[] = {
 	"read", "write", "readv", "writev", "close",
 	/* clients and upstreams */
 	"accept4", "accept", "connect", "shutdown",
+	/* -u original: is a destination this host's? (origdst.c) */
+	"bind",
 	"getsockopt", "setsockopt", "getsockname", "getpeername",
 	"recvfrom", "recvmsg", "sendto", "sendmsg",
 	/* the splice path */

@@ -503,6 +503,10 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	    "Connections closed (end=bad-proxy-header) under --accept-proxy: "
 	    "their PROXY header was missing, malformed, too long or late.",
 	    ctx->stats.bad_proxy_headers);
+	single_u64(&r, "zproxy_bad_destinations_total", "counter",
+	    "Clients refused (end=bad-destination) because -u original would "
+	    "have connected back to zproxy or outside --allow-dst.",
+	    ctx->stats.bad_destinations);
 
 	family(&r, "zproxy_timeouts_total", "counter",
 	    "Connections closed by a timeout: idle (--idle-timeout) or fin "

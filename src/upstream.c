@@ -51,7 +51,9 @@ zp_upstreams_free(struct zp_upstreams *us)
 const char *
 zp_upstream_name(const struct zp_upstream *u, char *buf, size_t len)
 {
-	if (strchr(u->spec->host, ':') != NULL)
+	if (u->spec->original)
+		snprintf(buf, len, "original");
+	else if (strchr(u->spec->host, ':') != NULL)
 		snprintf(buf, len, "[%s]:%s", u->spec->host, u->spec->port);
 	else
 		snprintf(buf, len, "%s:%s", u->spec->host, u->spec->port);
@@ -183,6 +185,12 @@ zp_upstream_report(struct zp_upstreams *us, size_t i, int ok, int err,
 	struct zp_upstream	*u = &us->v[i];
 	char			 name[300];
 
+	/*
+	 * "original" is every client's own destination: one refusing says
+	 * nothing about the next, so it is never marked down.
+	 */
+	if (u->spec->original)
+		return;
 	if (ok) {
 		u->fails = 0;
 		u->last_err = 0;

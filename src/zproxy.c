@@ -300,12 +300,19 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 	size_t			 i, off = 0;
 
 	ups[0] = '\0';
-	for (i = 0; i < ctx->ups.n && off < sizeof(ups); i++)
+	for (i = 0; i < ctx->ups.n && off < sizeof(ups); i++) {
+		if (cfg->upstreams[i].original) {
+			off += snprintf(ups + off, sizeof(ups) - off,
+			    "%soriginal (each client's original destination)",
+			    i ? ", " : "");
+			continue;
+		}
 		off += snprintf(ups + off, sizeof(ups) - off, "%s%s (%zu "
 		    "address%s)", i ? ", " : "", zp_upstream_name(
 		    &ctx->ups.v[i], name, sizeof(name)),
 		    cfg->upstreams[i].naddrs,
 		    cfg->upstreams[i].naddrs == 1 ? "" : "es");
+	}
 	zp_log(&ctx->log, ZP_LOG_NOTICE, "listening on %s, upstream%s %s, "
 	    "balance %s, mode %s, pipe-size %zu, buffer-size %zu, splice-min "
 	    "%zu, max-conns %ld, RLIMIT_NOFILE %ld, %s",
@@ -364,6 +371,46 @@ log_access(struct zp_ctx *ctx)
 		snprintf(buf + off, sizeof(buf) - off,
 		    " --max-conns-per-source %ld", cfg->max_conns_per_source);
 	zp_log(&ctx->log, ZP_LOG_NOTICE, "who may connect:%s", buf);
+}
+
+/*
+ * With -u original, say where it may connect; without --allow-dst that is
+ * anywhere this host reaches, which a client chooses: warn, once.
+ */
+static void
+log_original(struct zp_ctx *ctx)
+{
+	struct zp_config	*cfg = ctx->cfg;
+	char			 buf[ZP_LOG_LINE_MAX], net[ZP_CIDRSTRLEN];
+	size_t			 i, off = 0;
+	int			 n;
+
+	if (!cfg->original)
+		return;
+	if (cfg->allow_dst.n == 0) {
+		zp_log(&ctx->log, ZP_LOG_WARN, "-u original without "
+		    "--allow-dst: clients may reach any destination this host "
+		    "can connect to (but zproxy itself)");
+		return;
+	}
+	buf[0] = '\0';
+	for (i = 0; i < cfg->allow_dst.n && off < sizeof(buf); i++) {
+		const struct zp_dstrule *r = &cfg->allow_dst.v[i];
+
+		zp_cidr_str(&r->net, net, sizeof(net));
+		if (r->port == 0)
+			n = snprintf(buf + off, sizeof(buf) - off, "%s%s",
+			    i ? "," : "", net);
+		else
+			n = snprintf(buf + off, sizeof(buf) - off,
+			    r->net.family == AF_INET6 ? "%s[%s]:%u" : "%s%s:%u",
+			    i ? "," : "", net, r->port);
+		if (n < 0)
+			break;
+		off += (size_t)n;
+	}
+	zp_log(&ctx->log, ZP_LOG_NOTICE, "-u original may connect to: "
+	    "--allow-dst %s", buf);
 }
 
 /*
@@ -580,8 +627,9 @@ zp_run(struct zp_config *cfg)
 	}
 	if ((ctx.listener = zp_listener_new(&ctx, &cfg->listen, err,
 	    sizeof(err))) == NULL) {
+		/* EPERM: --tproxy without CAP_NET_ADMIN or CAP_NET_RAW. */
+		rc = errno == EPERM ? ZP_EX_NOPERM : ZP_EX_OSERR;
 		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
-		rc = ZP_EX_OSERR;
 		goto out;
 	}
 	if (cfg->mode == ZP_MODE_SPLICE && (rc = pool_setup(&ctx)) != 0)
@@ -621,6 +669,7 @@ zp_run(struct zp_config *cfg)
 
 	log_access(&ctx);
 	log_start(&ctx, nofile, privs);
+	log_original(&ctx);
 
 	if (event_base_dispatch(ctx.base) == -1) {
 		zp_log(&ctx.log, ZP_LOG_ERROR, "event loop failed");

@@ -700,6 +700,7 @@ test_conn_text(void **state)
 	r.mode = "copy";
 	zp_log_conn(&fx->lg, ZP_LOG_CONN, &r);
 	r.peer = "10.0.0.1:5000";	/* the balancer of --accept-proxy */
+	r.dst = "198.51.100.9:514";	/* --tproxy, -u original */
 	zp_log_conn(&fx->lg, ZP_LOG_CONN, &r);
 	fx_read(fx, fx->path);
 	assert_int_equal(count_lines(fx->text), 3);
@@ -718,7 +719,8 @@ test_conn_text(void **state)
 	assert_non_null(nth_line(fx->text, 2, l, sizeof(l)));
 	assert_string_equal(strstr(l, "]: ") + 3, "conn=13 "
 	    "client=127.0.0.1:40000 peer=10.0.0.1:5000 "
-	    "upstream=127.0.0.1:8080 mode=copy up=0 down=77 duration=2.000s "
+	    "upstream=127.0.0.1:8080 dst=198.51.100.9:514 mode=copy up=0 "
+	    "down=77 duration=2.000s "
 	    "end=closed");
 }
 
@@ -738,7 +740,8 @@ test_conn_json(void **state)
 	r.error = NULL;
 	zp_log_conn(&fx->lg, ZP_LOG_WARN, &r);
 	r.peer = "[fd00::1]:5000";
-	zp_log_conn(&fx->lg, ZP_LOG_CONN, &r);
+	r.dst = "[2001:db8::9]:514";
+	zp_log_conn(&fx->lg, ZP_LOG_WARN, &r);
 	fx_read(fx, fx->path);
 	assert_int_equal(count_lines(fx->text), 3);
 
@@ -762,8 +765,12 @@ test_conn_json(void **state)
 	assert_string_equal(jget(l, "end"), "closed");
 
 	assert_non_null(nth_line(fx->text, 2, l, sizeof(l)));
-	assert_string_equal(jget(l, "peer"), "[fd00::1]:5000");
-	assert_string_equal(jget(l, "client"), "127.0.0.1:40000");
+	snprintf(want, sizeof(want), "\",\"level\":\"warn\",\"pid\":%ld,"
+	    "\"event\":\"conn\",\"conn\":12,\"client\":\"127.0.0.1:40000\","
+	    "\"peer\":\"[fd00::1]:5000\",\"upstream\":\"127.0.0.1:8080\","
+	    "\"dst\":\"[2001:db8::9]:514\",\"mode\":\"splice\",\"up\":1048576,"
+	    "\"down\":0,\"duration\":0.512,\"end\":\"closed\"}", (long)getpid());
+	assert_string_equal(after_time(l), want);
 }
 
 /*

@@ -547,6 +547,8 @@ test_render_families(void **state)
 		{ "zproxy_connections_local_failed_total", "counter" },
 		{ "zproxy_clients_denied_total", "counter" },
 		{ "zproxy_clients_source_limited_total", "counter" },
+		{ "zproxy_bad_proxy_headers_total", "counter" },
+		{ "zproxy_bad_destinations_total", "counter" },
 		{ "zproxy_timeouts_total", "counter" },
 		{ "zproxy_lingers_total", "counter" },
 		{ "zproxy_linger_timeouts_total", "counter" },
