@@ -41,6 +41,7 @@ enum zp_end {
 	ZP_END_FIN_TIMEOUT,	/* --fin-timeout */
 	ZP_END_PROXY_HEADER,	/* the PROXY header could not be sent */
 	ZP_END_LOCAL_RESOURCE,	/* out of descriptors, memory or ports here */
+	ZP_END_SOURCE_FAMILY,	/* --source: no upstream address of its family */
 };
 
 struct zp_pair {
@@ -56,6 +57,7 @@ struct zp_pair {
 	unsigned char		 tried[ZP_MAX_UPSTREAMS];
 	int			 attempts;	/* upstreams tried */
 	size_t			 addr_idx;	/* its address being tried */
+	int			 addr_tried;	/* one was (not skipped by --source) */
 	struct zp_addr		 up_addr;	/* the address connected to */
 	int			 connect_err;	/* last connect failure */
 	struct event		*retry;		/* after a local fault */
