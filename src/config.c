@@ -44,6 +44,7 @@ enum {
 	OPT_STATS_TIMEOUT,
 	OPT_SEND_PROXY,
 	OPT_DNS_SERVER,
+	OPT_SOURCE,
 	/* who may connect */
 	OPT_ALLOW,
 	OPT_DENY,
@@ -89,6 +90,7 @@ static const struct option zp_longopts[] = {
 	{ "stats-timeout",	required_argument,	NULL, OPT_STATS_TIMEOUT },
 	{ "send-proxy",		required_argument,	NULL, OPT_SEND_PROXY },
 	{ "dns-server",		required_argument,	NULL, OPT_DNS_SERVER },
+	{ "source",		required_argument,	NULL, OPT_SOURCE },
 	/* who may connect */
 	{ "allow",		required_argument,	NULL, OPT_ALLOW },
 	{ "deny",		required_argument,	NULL, OPT_DENY },
@@ -206,6 +208,11 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --dns-server ADDR:PORT ask this DNS server when re-resolving, instead\n"
 "                             of /etc/resolv.conf's (and /etc/hosts)\n"
 "      --send-proxy v1|v2     send a PROXY protocol header to the upstream\n"
+"      --source ADDR|client   connect upstream from ADDR (an address of this\n"
+"                             host, no port), or from the client's own\n"
+"                             address (needs CAP_NET_ADMIN or CAP_NET_RAW\n"
+"                             and a return path: see README); upstream\n"
+"                             addresses of the other family are skipped\n"
 "\n"
 "Who may connect:\n"
 "      --allow CIDR           relay only clients in these networks (repeat it;\n"
@@ -721,6 +728,45 @@ check_original(const struct zp_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
+/* Parse --source: "client" or an address literal without a port. */
+int
+zp_parse_source(const char *s, int *mode, struct zp_addr *a, char *err,
+    size_t errlen)
+{
+	struct sockaddr_in	*sin = (struct sockaddr_in *)&a->ss;
+	struct sockaddr_in6	*sin6 = (struct sockaddr_in6 *)&a->ss;
+	struct in6_addr		 in6;
+	char			 q[ZP_ESCLEN];
+
+	memset(a, 0, sizeof(*a));
+	if (strcmp(s, "client") == 0) {
+		*mode = ZP_SOURCE_CLIENT;
+		return 0;
+	}
+	if (inet_pton(AF_INET, s, &sin->sin_addr) == 1) {
+		sin->sin_family = AF_INET;
+		a->len = sizeof(*sin);
+	} else if (inet_pton(AF_INET6, s, &in6) == 1) {
+		/* ::ffff:a.b.c.d is the IPv4 address, as everywhere else. */
+		if (IN6_IS_ADDR_V4MAPPED(&in6)) {
+			sin->sin_family = AF_INET;
+			memcpy(&sin->sin_addr, &in6.s6_addr[12], 4);
+			a->len = sizeof(*sin);
+		} else {
+			sin6->sin6_family = AF_INET6;
+			sin6->sin6_addr = in6;
+			a->len = sizeof(*sin6);
+		}
+	} else {
+		zp_seterr(err, errlen, "invalid source '%s': expected an IPv4 "
+		    "or IPv6 address without a port, or client",
+		    zp_escape(s, q, sizeof(q)));
+		return -1;
+	}
+	*mode = ZP_SOURCE_ADDR;
+	return 0;
+}
+
 /* Parse argv into cfg. */
 int
 zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
@@ -909,6 +955,11 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		case OPT_ALLOW_DST:
 			if (zp_dstacl_add(&cfg->allow_dst, "allow-dst", optarg,
 			    err, errlen) == -1)
+				return ZP_PARSE_ERROR;
+			break;
+		case OPT_SOURCE:
+			if (zp_parse_source(optarg, &cfg->source,
+			    &cfg->source_addr, err, errlen) == -1)
 				return ZP_PARSE_ERROR;
 			break;
 		case OPT_SEND_PROXY:

@@ -52,6 +52,13 @@ struct zp_upstream_spec {
 
 #define ZP_MAX_UPSTREAMS	64
 
+/* Where upstream connections come from: --source. */
+enum zp_source {
+	ZP_SOURCE_NONE = 0,	/* the kernel's choice */
+	ZP_SOURCE_ADDR,		/* --source ADDR: one address of this host */
+	ZP_SOURCE_CLIENT,	/* --source client: the client's (IP_TRANSPARENT) */
+};
+
 enum zp_log_format {
 	ZP_LOG_TEXT = 0,
 	ZP_LOG_JSON,
@@ -80,6 +87,8 @@ struct zp_config {
 	double			drain_timeout;	/* seconds, at SIGTERM */
 	int			keepalive;
 	int			send_proxy;	/* 0, 1 or 2 */
+	int			source;		/* enum zp_source */
+	struct zp_addr		source_addr;	/* ZP_SOURCE_ADDR, port 0 */
 	struct zp_listen_spec	stats;
 	int			have_stats;
 	long			stats_max_conns; /* open at once, >= 1 */
@@ -172,6 +181,14 @@ int	zp_parse_size(const char *, size_t *, char *, size_t);
  * Parse a port "1".."65535". Returns 0, or -1 with err filled.
  */
 int	zp_parse_port(const char *, unsigned short *, char *, size_t);
+
+/*
+ * Parse --source: "client", or an IPv4 or IPv6 literal without a port
+ * (a v4-mapped one becomes the IPv4 address). Fills *mode and, for an
+ * address, a (port 0). Returns 0, or -1 with err filled.
+ */
+int	zp_parse_source(const char *, int *mode, struct zp_addr *, char *,
+	    size_t);
 
 /*
  * Parse a listen address: ":PORT", "IPv4:PORT" or "[IPv6]:PORT".

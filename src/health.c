@@ -105,11 +105,27 @@ static void
 check_next(struct zp_hcheck *c)
 {
 	struct zp_upstream_spec	*us = c->h->ctx->ups.v[c->idx].spec;
-	const struct zp_addr	*a;
+	const struct zp_config	*cfg = c->h->ctx->cfg;
+	const struct zp_addr	*a, *src;
+	struct zp_addr		 srcbuf;
 
 	for (; c->addr < us->naddrs; c->addr++) {
 		a = &us->addrs[c->addr];
-		switch (zp_connect_start(a, &c->fd)) {
+		/*
+		 * --source ADDR: checks come from there too (a collector that
+		 * admits that address only would fail every other check);
+		 * --source client has no client here: the host's own address.
+		 */
+		src = NULL;
+		if (cfg->source == ZP_SOURCE_ADDR) {
+			if (zp_source_for(&cfg->source_addr, a, &srcbuf) ==
+			    -1) {
+				c->err = EAFNOSUPPORT;
+				continue;
+			}
+			src = &srcbuf;
+		}
+		switch (zp_connect_start_from(a, src, 0, &c->fd)) {
 		case -1:
 			if (zp_connect_local_error(errno)) {
 				check_skip(c, errno);

@@ -59,6 +59,7 @@ zp_end_str(enum zp_end e)
 	case ZP_END_DENIED:		return "denied";
 	case ZP_END_SOURCE_LIMIT:	return "source-limit";
 	case ZP_END_BAD_DST:		return "bad-destination";
+	case ZP_END_SOURCE_FAMILY:	return "source-family";
 	}
 	return "unknown";
 }
@@ -252,6 +253,7 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	case ZP_END_UNREACHABLE:
 	case ZP_END_NOMEM:
 	case ZP_END_LOCAL_RESOURCE:
+	case ZP_END_SOURCE_FAMILY:
 		level = ZP_LOG_WARN;
 		err = p->connect_err;
 		break;
@@ -894,6 +896,35 @@ pair_connect_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
+ * Where to connect to upstream address a from (--source): *src NULL for
+ * the kernel's choice, else buf filled with --source ADDR or the client's
+ * own address (p->client_addr: the PROXY header's source once one was
+ * read). Returns -1 when a is of the other family: it is skipped.
+ */
+static int
+pair_source(struct zp_pair *p, const struct zp_addr *a, struct zp_addr *buf,
+    const struct zp_addr **src)
+{
+	const struct zp_config	*cfg = p->ctx->cfg;
+
+	*src = NULL;
+	switch (cfg->source) {
+	case ZP_SOURCE_ADDR:
+		if (zp_source_for(&cfg->source_addr, a, buf) == -1)
+			return -1;
+		break;
+	case ZP_SOURCE_CLIENT:
+		if (zp_source_for(&p->client_addr, a, buf) == -1)
+			return -1;
+		break;
+	default:
+		return 0;
+	}
+	*src = buf;
+	return 0;
+}
+
+/*
  * Start a non-blocking connect to the current address, skipping addresses
  * that fail at once; with none left, end the pair and say why. A local
  * fault (pair_connect_wait) stays on the address.
@@ -905,19 +936,28 @@ pair_connect_next(struct zp_pair *p)
 	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
 	struct zp_upstream_spec	*us = u->spec;
 	struct timeval		 tv, now;
-	const struct zp_addr	*a;
+	const struct zp_addr	*a, *src;
+	struct zp_addr		 srcbuf;
 	double			 t = ctx->cfg->connect_timeout;
-	int			 fd, rc;
+	int			 fd, rc, spoof = ctx->cfg->source ==
+				     ZP_SOURCE_CLIENT;
 
 	for (; p->addr_idx < pair_naddrs(p, us); p->addr_idx++) {
 		a = pair_addr(p, us, p->addr_idx);
-		rc = zp_connect_start(a, &fd);
+		if (pair_source(p, a, &srcbuf, &src) == -1) {
+			/* Says why only when no address was tried at all. */
+			if (p->connect_err == 0)
+				p->connect_err = EAFNOSUPPORT;
+			continue;
+		}
+		p->addr_tried = 1;
+		rc = zp_connect_start_from(a, src, spoof, &fd);
 		/* Out of descriptors: stats clients give way to ours. */
 		if (rc == -1 && (errno == EMFILE || errno == ENFILE)) {
 			int	err = errno;
 
 			if (zp_stats_shed(ctx->stats_server) > 0)
-				rc = zp_connect_start(a, &fd);
+				rc = zp_connect_start_from(a, src, spoof, &fd);
 			else
 				errno = err;
 		}
@@ -946,11 +986,21 @@ pair_connect_next(struct zp_pair *p)
 		}
 		return;
 	}
-	/* Every address of this upstream failed: it counts as one failure. */
-	gettimeofday(&now, NULL);
-	u->conns_failed++;
-	zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 0, p->connect_err,
-	    &now);
+	/*
+	 * Every address of this upstream failed: it counts as one failure;
+	 * unless --source skipped them all (the upstream is not at fault),
+	 * or, with --source client, the connect timed out: the SYN-ACK went
+	 * to the client's address, and whether it came back through this
+	 * host is the return path's doing, not the upstream's (DESIGN.md).
+	 */
+	if (p->addr_tried) {
+		u->conns_failed++;
+		if (!spoof || p->connect_err != ETIMEDOUT) {
+			gettimeofday(&now, NULL);
+			zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 0,
+			    p->connect_err, &now);
+		}
+	}
 	pair_connect_upstream(p);
 }
 
@@ -976,7 +1026,14 @@ pair_connect_upstream(struct zp_pair *p)
 		p->attempts++;
 		p->up_idx = idx;
 		p->addr_idx = 0;
+		p->addr_tried = 0;
 		pair_connect_next(p);
+		return;
+	}
+	/* --source skipped every address: nothing was tried. */
+	if (p->connect_err == EAFNOSUPPORT && ctx->cfg->source !=
+	    ZP_SOURCE_NONE) {
+		zp_pair_close(p, ZP_END_SOURCE_FAMILY);
 		return;
 	}
 	switch (p->connect_err) {

@@ -46,6 +46,7 @@ enum zp_end {
 	ZP_END_DENIED,		/* the header's client: --allow, --deny */
 	ZP_END_SOURCE_LIMIT,	/* ... or --max-conns-per-source */
 	ZP_END_BAD_DST,		/* -u original: a loop, or not --allow-dst */
+	ZP_END_SOURCE_FAMILY,	/* --source: no upstream address of its family */
 };
 
 struct zp_pair {
@@ -68,6 +69,7 @@ struct zp_pair {
 	unsigned char		 tried[ZP_MAX_UPSTREAMS];
 	int			 attempts;	/* upstreams tried */
 	size_t			 addr_idx;	/* its address being tried */
+	int			 addr_tried;	/* one was (not skipped by --source) */
 	struct zp_addr		 up_addr;	/* the address connected to */
 	struct zp_addr		 dst;		/* original destination; len 0: none */
 	int			 connect_err;	/* last connect failure */

@@ -79,18 +79,50 @@ zp_privs_lookup(struct zp_privs *pv, const char *user, const char *group,
 }
 
 /*
+ * The capability --source client needs for IP_TRANSPARENT: CAP_NET_RAW
+ * (enough since Linux 3.2, and the narrower: the sandbox refuses the raw
+ * sockets it would allow), else CAP_NET_ADMIN, whichever is permitted
+ * now; -1 if neither is (the start-up check has said so already).
+ */
+static cap_value_t
+cap_transparent(void)
+{
+	static const cap_value_t	 want[] = { CAP_NET_RAW, CAP_NET_ADMIN };
+	cap_flag_value_t		 v;
+	cap_t				 cur;
+	cap_value_t			 c = -1;
+	size_t				 i;
+
+	if ((cur = cap_get_proc()) == NULL)
+		return -1;
+	for (i = 0; c == -1 && i < sizeof(want) / sizeof(want[0]); i++)
+		if (cap_get_flag(cur, want[i], CAP_PERMITTED, &v) == 0 &&
+		    v == CAP_SET)
+			c = want[i];
+	cap_free(cur);
+	return c;
+}
+
+/*
  * Empty the capability sets: effective, permitted, inheritable and
- * ambient. A feature that needs one (CAP_NET_ADMIN for a transparent
- * mode) will keep it here, with PR_SET_KEEPCAPS across the setuid.
+ * ambient; all but keep (-1: none), which stays permitted and effective
+ * (PR_SET_KEEPCAPS kept it permitted across the setuid).
  */
 static int
-caps_clear(char *err, size_t errlen)
+caps_clear(cap_value_t keep, char *err, size_t errlen)
 {
 	cap_t	caps;
 	int	rc;
 
 	if ((caps = cap_init()) == NULL) {
 		snprintf(err, errlen, "cap_init: %s", strerror(errno));
+		return -1;
+	}
+	if (keep != -1 && (cap_set_flag(caps, CAP_PERMITTED, 1, &keep,
+	    CAP_SET) == -1 || cap_set_flag(caps, CAP_EFFECTIVE, 1, &keep,
+	    CAP_SET) == -1)) {
+		snprintf(err, errlen, "cap_set_flag: %s", strerror(errno));
+		cap_free(caps);
 		return -1;
 	}
 	rc = cap_set_proc(caps);
@@ -141,10 +173,15 @@ ids_verify(const struct zp_privs *pv, char *err, size_t errlen)
 int
 zp_privs_drop(const struct zp_privs *pv, char *err, size_t errlen)
 {
-	cap_value_t	c;
+	cap_value_t	c, keep = -1;
 
 	if (!pv->change)
 		return 0;
+	if (pv->keep_transparent && (keep = cap_transparent()) == -1) {
+		snprintf(err, errlen, "--source client needs CAP_NET_ADMIN or "
+		    "CAP_NET_RAW, and this process has neither");
+		return -1;
+	}
 	if (geteuid() == 0) {
 		/*
 		 * The bounding set too, while CAP_SETPCAP is ours: nothing
@@ -166,11 +203,19 @@ zp_privs_drop(const struct zp_privs *pv, char *err, size_t errlen)
 			    (unsigned long)pv->gid, strerror(errno));
 			return -1;
 		}
+		/* Without it the setuid empties the permitted set. */
+		if (keep != -1 && prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) == -1) {
+			snprintf(err, errlen, "PR_SET_KEEPCAPS: %s",
+			    strerror(errno));
+			return -1;
+		}
 		if (setresuid(pv->uid, pv->uid, pv->uid) == -1) {
 			snprintf(err, errlen, "setresuid(%lu): %s",
 			    (unsigned long)pv->uid, strerror(errno));
 			return -1;
 		}
+		if (keep != -1)
+			(void)prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0);
 		if (ids_verify(pv, err, errlen) == -1)
 			return -1;
 	}
@@ -183,7 +228,7 @@ zp_privs_drop(const struct zp_privs *pv, char *err, size_t errlen)
 	 */
 	(void)prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 #endif
-	if (caps_clear(err, errlen) == -1)
+	if (caps_clear(keep, err, errlen) == -1)
 		return -1;
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1) {
 		snprintf(err, errlen, "PR_SET_NO_NEW_PRIVS: %s",

@@ -12,6 +12,7 @@
 /* Whom to become, looked up before anything is opened. */
 struct zp_privs {
 	int	 change;	/* 0: no --user: keep the ids */
+	int	 keep_transparent; /* --source client: keep CAP_NET_RAW/ADMIN */
 	uid_t	 uid;
 	gid_t	 gid;
 	char	 user[64];	/* for the start-up line */
@@ -29,8 +30,10 @@ int	zp_privs_lookup(struct zp_privs *, const char *user,
 /*
  * Become pv's user and group for good (setgroups, setresgid, setresuid,
  * each checked, and a failing setuid(0) to prove there is no way back),
- * set PR_SET_NO_NEW_PRIVS, and keep none of the capabilities (none of
- * zproxy's features needs one yet). Returns 0, or -1 with err filled:
+ * set PR_SET_NO_NEW_PRIVS, and keep none of the capabilities, but for
+ * keep_transparent: CAP_NET_RAW (or CAP_NET_ADMIN when that is what this
+ * process has), permitted and effective, for IP_TRANSPARENT on every
+ * upstream socket of --source client. Returns 0, or -1 with err filled:
  * the caller must stop, since it would run with more than it asked.
  */
 int	zp_privs_drop(const struct zp_privs *, char *err, size_t errlen);

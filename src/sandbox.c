@@ -2,7 +2,7 @@
  * sandbox.c - the seccomp allow-list of the running relay.
  *
  * The list holds what the loop does after start-up: epoll, accept,
- * connect (upstreams, health checks), splice and pipes, send/recv,
+ * connect (upstreams, health checks; bind for --source), splice and pipes, send/recv,
  * socket options and queue ioctls, the evdns UDP exchange, syslog's
  * reconnect, the log file's reopen at SIGHUP, malloc and the signals
  * libevent catches. It was taken from strace -f of zproxy under the
@@ -112,7 +112,8 @@ static const char *const sb_calls[] = {
 	"read", "write", "readv", "writev", "close",
 	/* clients and upstreams */
 	"accept4", "accept", "connect", "shutdown",
-	/* -u original: is a destination this host's? (origdst.c) */
+	/* --source: the upstream socket's address; -u original: is a
+	 * destination this host's? (origdst.c) */
 	"bind",
 	"getsockopt", "setsockopt", "getsockname", "getpeername",
 	"recvfrom", "recvmsg", "sendto", "sendmsg",

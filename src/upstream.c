@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <netinet/in.h>
+#include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
 #include <unistd.h>
@@ -220,9 +221,34 @@ zp_upstream_report(struct zp_upstreams *us, size_t i, int ok, int err,
 	}
 }
 
-/* Start a non-blocking connect. */
+/*
+ * Bind a fresh socket to src before its connect. Port 0 with
+ * IP_BIND_ADDRESS_NO_PORT: the port is chosen at connect(), per
+ * destination, so that one source address serves as many connections as
+ * the ephemeral range allows towards each upstream, not in all (a plain
+ * bind to port 0 would reserve a port for good). transparent: src need
+ * not be this host's (IP_TRANSPARENT, IPV6_TRANSPARENT), for --source
+ * client; the option is what lets the kernel route a SYN from a foreign
+ * source at all (IP_FREEBIND only lets bind() take the address).
+ */
+static int
+source_bind(int fd, const struct zp_addr *src, int transparent)
+{
+	int	on = 1;
+
+	if (transparent && (src->ss.ss_family == AF_INET6 ?
+	    setsockopt(fd, SOL_IPV6, IPV6_TRANSPARENT, &on, sizeof(on)) :
+	    setsockopt(fd, SOL_IP, IP_TRANSPARENT, &on, sizeof(on))) == -1)
+		return -1;
+	/* Older kernels lack it (4.2): bind() then takes a port itself. */
+	(void)setsockopt(fd, SOL_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof(on));
+	return bind(fd, (const struct sockaddr *)&src->ss, src->len);
+}
+
+/* Start a non-blocking connect, from src when given. */
 int
-zp_connect_start(const struct zp_addr *a, int *fdp)
+zp_connect_start_from(const struct zp_addr *a, const struct zp_addr *src,
+    int transparent, int *fdp)
 {
 	struct sockaddr_storage	peer;
 	socklen_t		plen = sizeof(peer);
@@ -232,6 +258,8 @@ zp_connect_start(const struct zp_addr *a, int *fdp)
 	    SOCK_CLOEXEC, IPPROTO_TCP);
 	if (fd == -1)
 		return -1;
+	if (src != NULL && source_bind(fd, src, transparent) == -1)
+		goto fail;
 	if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0) {
 		*fdp = fd;
 		return 0;
@@ -250,10 +278,140 @@ zp_connect_start(const struct zp_addr *a, int *fdp)
 			return 0;
 		return 1;
 	}
+fail:
 	err = errno;
 	close(fd);
 	errno = err;
 	return -1;
+}
+
+/* Start a non-blocking connect from wherever the kernel picks. */
+int
+zp_connect_start(const struct zp_addr *a, int *fdp)
+{
+	return zp_connect_start_from(a, NULL, 0, fdp);
+}
+
+/*
+ * The address to connect to `to` from, for a source `from` (--source
+ * ADDR, or a client's address): from with port 0, in the family of the
+ * socket that to needs. A v4-mapped from (a client of a dual-stack
+ * listener) is the IPv4 address it maps; a v4-mapped to is reached from
+ * an IPv4 source mapped in turn. Returns 0, or -1 when the families
+ * differ: an IPv4 source cannot reach an IPv6 upstream, nor the reverse.
+ */
+int
+zp_source_for(const struct zp_addr *from, const struct zp_addr *to,
+    struct zp_addr *out)
+{
+	const struct sockaddr_in6	*f6 = (const void *)&from->ss;
+	const struct sockaddr_in6	*t6 = (const void *)&to->ss;
+	struct sockaddr_in		*o4 = (void *)&out->ss;
+	struct sockaddr_in6		*o6 = (void *)&out->ss;
+	const unsigned char		*v4 = NULL;	/* from, if IPv4 */
+	int				 to4;
+
+	if (from->ss.ss_family == AF_INET)
+		v4 = (const unsigned char *)
+		    &((const struct sockaddr_in *)(const void *)&from->ss)->sin_addr;
+	else if (from->ss.ss_family == AF_INET6 &&
+	    IN6_IS_ADDR_V4MAPPED(&f6->sin6_addr))
+		v4 = &f6->sin6_addr.s6_addr[12];
+	else if (from->ss.ss_family != AF_INET6)
+		return -1;
+	to4 = to->ss.ss_family == AF_INET || (to->ss.ss_family == AF_INET6 &&
+	    IN6_IS_ADDR_V4MAPPED(&t6->sin6_addr));
+	if ((v4 != NULL) != to4)
+		return -1;
+	memset(out, 0, sizeof(*out));
+	if (v4 != NULL && to->ss.ss_family == AF_INET) {
+		o4->sin_family = AF_INET;
+		memcpy(&o4->sin_addr, v4, 4);
+		out->len = sizeof(*o4);
+	} else {
+		o6->sin6_family = AF_INET6;
+		if (v4 != NULL) {
+			o6->sin6_addr.s6_addr[10] = 0xff;
+			o6->sin6_addr.s6_addr[11] = 0xff;
+			memcpy(&o6->sin6_addr.s6_addr[12], v4, 4);
+		} else {
+			o6->sin6_addr = f6->sin6_addr;
+			o6->sin6_scope_id = f6->sin6_scope_id;
+		}
+		out->len = sizeof(*o6);
+	}
+	return 0;
+}
+
+/* Check that --source can work, at start-up. */
+int
+zp_source_check(const struct zp_config *cfg, int after, char *err,
+    size_t errlen)
+{
+	static const int	 fams[] = { AF_INET, AF_INET6 };
+	const struct zp_addr	*a = &cfg->source_addr;
+	char			 host[INET6_ADDRSTRLEN] = "?";
+	size_t			 i;
+	int			 fd, rc, on = 1;
+
+	switch (cfg->source) {
+	case ZP_SOURCE_ADDR:
+		if (after)
+			return 0;
+		if (a->ss.ss_family == AF_INET)
+			inet_ntop(AF_INET, &((const struct sockaddr_in *)
+			    (const void *)&a->ss)->sin_addr, host,
+			    sizeof(host));
+		else
+			inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)
+			    (const void *)&a->ss)->sin6_addr, host,
+			    sizeof(host));
+		fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC,
+		    IPPROTO_TCP);
+		if (fd == -1) {
+			zp_seterr(err, errlen, "--source %s: socket: %s", host,
+			    strerror(errno));
+			return ZP_EX_OSERR;
+		}
+		rc = source_bind(fd, a, 0);
+		if (rc == -1)
+			zp_seterr(err, errlen, "--source %s: cannot bind to it: "
+			    "%s%s", host, strerror(errno), errno ==
+			    EADDRNOTAVAIL ? " (this host has no such address)" :
+			    "");
+		close(fd);
+		return rc == -1 ? ZP_EX_OSERR : 0;
+	case ZP_SOURCE_CLIENT:
+		for (i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
+			fd = socket(fams[i], SOCK_STREAM | SOCK_CLOEXEC,
+			    IPPROTO_TCP);
+			/* No IPv6 here: no IPv6 client to speak for either. */
+			if (fd == -1 && fams[i] == AF_INET6 &&
+			    errno == EAFNOSUPPORT)
+				continue;
+			if (fd == -1) {
+				zp_seterr(err, errlen, "--source client: "
+				    "socket: %s", strerror(errno));
+				return ZP_EX_OSERR;
+			}
+			rc = fams[i] == AF_INET6 ?
+			    setsockopt(fd, SOL_IPV6, IPV6_TRANSPARENT, &on,
+			    sizeof(on)) : setsockopt(fd, SOL_IP,
+			    IP_TRANSPARENT, &on, sizeof(on));
+			if (rc == -1)
+				zp_seterr(err, errlen, "--source client needs "
+				    "CAP_NET_ADMIN or CAP_NET_RAW%s (%s: %s)",
+				    after ? ", kept after the drop to --user" :
+				    "", fams[i] == AF_INET6 ?
+				    "IPV6_TRANSPARENT" : "IP_TRANSPARENT",
+				    strerror(errno));
+			close(fd);
+			if (rc == -1)
+				return ZP_EX_NOPERM;
+		}
+		return 0;
+	}
+	return 0;
 }
 
 /* The outcome of a connect whose write event fired. */
@@ -274,7 +432,8 @@ zp_connect_result(int fd, short what)
  * Whether a connect error is this host's shortage, not the upstream's.
  * EADDRNOTAVAIL from connect() on Linux means that no ephemeral port is
  * free towards that address (connect(2)): ports run out here, whatever
- * the upstream does. These errors come and go with load, so a connect
+ * the upstream does; EADDRINUSE is the same shortage met by the bind()
+ * of --source on a kernel without IP_BIND_ADDRESS_NO_PORT. These errors come and go with load, so a connect
  * that meets one is retried, not failed over.
  */
 int
@@ -286,6 +445,7 @@ zp_connect_local_error(int err)
 	case ENOBUFS:
 	case ENOMEM:
 	case EADDRNOTAVAIL:
+	case EADDRINUSE:
 		return 1;
 	}
 	return 0;

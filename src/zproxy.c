@@ -297,9 +297,10 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 {
 	struct zp_config	*cfg = ctx->cfg;
 	char			 lbuf[ZP_ADDRSTRLEN], ups[1024], name[300];
+	char			 sbuf[ZP_ADDRSTRLEN], src[ZP_ADDRSTRLEN + 16];
 	size_t			 i, off = 0;
 
-	ups[0] = '\0';
+	ups[0] = src[0] = '\0';
 	for (i = 0; i < ctx->ups.n && off < sizeof(ups); i++) {
 		if (cfg->upstreams[i].original) {
 			off += snprintf(ups + off, sizeof(ups) - off,
@@ -313,13 +314,20 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 		    cfg->upstreams[i].naddrs,
 		    cfg->upstreams[i].naddrs == 1 ? "" : "es");
 	}
+	/* --source ADDR: "ADDR:0", the port the kernel picks per connect. */
+	if (cfg->source == ZP_SOURCE_ADDR)
+		snprintf(src, sizeof(src), ", source %s",
+		    zp_addr_str(&cfg->source_addr, sbuf, sizeof(sbuf)));
+	else if (cfg->source == ZP_SOURCE_CLIENT)
+		snprintf(src, sizeof(src), ", source client");
 	zp_log(&ctx->log, ZP_LOG_NOTICE, "listening on %s, upstream%s %s, "
 	    "balance %s, mode %s, pipe-size %zu, buffer-size %zu, splice-min "
-	    "%zu, max-conns %ld, RLIMIT_NOFILE %ld, %s",
+	    "%zu, max-conns %ld, RLIMIT_NOFILE %ld%s, %s",
 	    zp_addr_str(zp_listener_addr(ctx->listener), lbuf, sizeof(lbuf)),
 	    ctx->ups.n == 1 ? "" : "s", ups, zp_balance_str(ctx->ups.balance),
 	    cfg->mode == ZP_MODE_SPLICE ? "splice" : "copy", cfg->pipe_size,
-	    cfg->buffer_size, cfg->splice_min, ctx->max_conns, nofile, privs);
+	    cfg->buffer_size, cfg->splice_min, ctx->max_conns, nofile, src,
+	    privs);
 }
 
 /* Append the rules of acl to buf as " --opt NET,NET..." (cut if long). */
@@ -597,6 +605,11 @@ zp_run(struct zp_config *cfg)
 		fprintf(stderr, "zproxy: %s\n", err);
 		return rc;
 	}
+	pv.keep_transparent = cfg->source == ZP_SOURCE_CLIENT;
+	if ((rc = zp_source_check(cfg, 0, err, sizeof(err))) != 0) {
+		fprintf(stderr, "zproxy: %s\n", err);
+		return rc;
+	}
 	if (zp_log_open(&ctx.log, cfg->log_file, cfg->use_syslog,
 	    cfg->log_format == ZP_LOG_JSON, err, sizeof(err)) == -1) {
 		fprintf(stderr, "zproxy: %s\n", err);
@@ -666,6 +679,11 @@ zp_run(struct zp_config *cfg)
 
 	if ((rc = confine(&ctx, &pv, privs, sizeof(privs))) != 0)
 		goto out;
+	/* What confine() kept must still do: a --user drop bug shows here. */
+	if ((rc = zp_source_check(cfg, 1, err, sizeof(err))) != 0) {
+		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
+		goto out;
+	}
 
 	log_access(&ctx);
 	log_start(&ctx, nofile, privs);

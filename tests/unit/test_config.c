@@ -845,6 +845,7 @@ test_parse_second_listen(void **state)
 		{ "--log-format", "json", "text", "--log-format" },
 		{ "--stats", ":9100", ":9101", "--stats" },
 		{ "--send-proxy", "v1", "v2", "--send-proxy" },
+		{ "--source", "client", "10.0.0.1", "--source" },
 		{ "--dns-server", "127.0.0.1:53", "127.0.0.1:54",
 		    "--dns-server" },
 		{ "--mode", "copy", "nonsense", "--mode" },
@@ -964,6 +965,7 @@ test_parse_escaped_values(void **state)
 		{ "--mode", "spl'ice\n", "'spl\\'ice\\n'" },
 		{ "--balance", "\"x\"\\", "'\\\"x\\\"\\\\'" },
 		{ "--send-proxy", "v\xff", "'v\\xff'" },
+		{ "--source", "1.2.3.4\n", "'1.2.3.4\\n'" },
 		{ "--log-format", "j\x7f", "'j\\x7f'" },
 		{ "--stats", "\n", "'\\n'" },
 		{ "--dns-server", ":5\x01", "'5\\x01'" },
@@ -1533,6 +1535,49 @@ test_parse_upstream_options(void **state)
 	assert_errmsg(s->err, "syslog");
 }
 
+/*
+ * --source: "client", or an IPv4 or IPv6 literal without a port (a
+ * v4-mapped one is the IPv4 address, port 0); anything else, a port or
+ * brackets included, is refused with one line naming the value.
+ */
+static void
+test_parse_source(void **state)
+{
+	static const char *const bad[] = {
+		"", "Client", "10.0.0", "10.0.0.1:80", "[::1]", "::1:x",
+		"localhost", "10.0.0.1 ", "fe80::1%lo",
+	};
+	struct zp_addr		 a;
+	char			 err[ZP_ERRLEN], buf[ZP_ADDRSTRLEN];
+	size_t			 i;
+	int			 mode;
+
+	(void)state;
+	assert_int_equal(zp_parse_source("client", &mode, &a, err,
+	    sizeof(err)), 0);
+	assert_int_equal(mode, ZP_SOURCE_CLIENT);
+	assert_int_equal(zp_parse_source("10.10.0.3", &mode, &a, err,
+	    sizeof(err)), 0);
+	assert_int_equal(mode, ZP_SOURCE_ADDR);
+	assert_string_equal(zp_addr_str(&a, buf, sizeof(buf)), "10.10.0.3:0");
+	assert_int_equal(a.len, sizeof(struct sockaddr_in));
+	assert_int_equal(zp_parse_source("fd10::3", &mode, &a, err,
+	    sizeof(err)), 0);
+	assert_string_equal(zp_addr_str(&a, buf, sizeof(buf)), "[fd10::3]:0");
+	assert_int_equal(a.len, sizeof(struct sockaddr_in6));
+	assert_int_equal(zp_parse_source("::ffff:10.1.2.3", &mode, &a, err,
+	    sizeof(err)), 0);
+	assert_int_equal(a.ss.ss_family, AF_INET);
+	assert_string_equal(zp_addr_str(&a, buf, sizeof(buf)), "10.1.2.3:0");
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		if (zp_parse_source(bad[i], &mode, &a, err, sizeof(err)) != -1)
+			fail_msg("--source '%s' accepted", bad[i]);
+		if (strstr(err, "invalid source '") == NULL ||
+		    strstr(err, "or client") == NULL)
+			fail_msg("--source '%s': %s", bad[i], err);
+	}
+}
+
 int
 main(void)
 {
@@ -1605,6 +1650,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_resolve_localhost,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test(test_addr_str),
+		cmocka_unit_test(test_parse_source),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -957,7 +957,7 @@ static void
 test_local_errors(void **state)
 {
 	static const int local[] = {
-		EMFILE, ENFILE, ENOBUFS, ENOMEM, EADDRNOTAVAIL,
+		EMFILE, ENFILE, ENOBUFS, ENOMEM, EADDRNOTAVAIL, EADDRINUSE,
 	};
 	static const int remote[] = {
 		0, ECONNREFUSED, ETIMEDOUT, EHOSTUNREACH, ENETUNREACH,
@@ -1016,6 +1016,72 @@ test_connect_emfile(void **state)
 	close(lfd);
 }
 
+/* An address from a literal, port 0. */
+static struct zp_addr
+lit(const char *s)
+{
+	struct zp_addr		 a;
+	struct sockaddr_in	*sin = (struct sockaddr_in *)&a.ss;
+	struct sockaddr_in6	*sin6 = (struct sockaddr_in6 *)&a.ss;
+
+	memset(&a, 0, sizeof(a));
+	if (inet_pton(AF_INET, s, &sin->sin_addr) == 1) {
+		sin->sin_family = AF_INET;
+		a.len = sizeof(*sin);
+	} else {
+		assert_int_equal(inet_pton(AF_INET6, s, &sin6->sin6_addr), 1);
+		sin6->sin6_family = AF_INET6;
+		a.len = sizeof(*sin6);
+	}
+	return a;
+}
+
+/*
+ * The bind address of --source: same family only; a v4-mapped client
+ * (dual-stack listener) binds plain IPv4 towards an IPv4 upstream and
+ * cannot reach an IPv6 one; a v4-mapped upstream is reached from the
+ * mapped IPv4 source; the port is always 0.
+ */
+static void
+test_source_for(void **state)
+{
+	static const struct {
+		const char	*from, *to, *want;	/* want NULL: skipped */
+	} cases[] = {
+		{ "10.9.0.2", "10.10.0.2", "10.9.0.2:0" },
+		{ "fd09::2", "fd10::2", "[fd09::2]:0" },
+		{ "::ffff:10.9.0.2", "10.10.0.2", "10.9.0.2:0" },
+		{ "10.9.0.2", "::ffff:10.10.0.2", "10.9.0.2:0" },
+		{ "10.9.0.2", "fd10::2", NULL },
+		{ "fd09::2", "10.10.0.2", NULL },
+		{ "::ffff:10.9.0.2", "fd10::2", NULL },
+		{ "fd09::2", "::ffff:10.10.0.2", NULL },
+	};
+	struct zp_addr	 from, to, out;
+	char		 buf[ZP_ADDRSTRLEN];
+	size_t		 i;
+	int		 rc;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		from = lit(cases[i].from);
+		((struct sockaddr_in *)&from.ss)->sin_port = htons(4242);
+		to = lit(cases[i].to);
+		rc = zp_source_for(&from, &to, &out);
+		if (cases[i].want == NULL) {
+			if (rc != -1)
+				fail_msg("%s -> %s not skipped", cases[i].from,
+				    cases[i].to);
+			continue;
+		}
+		if (rc != 0)
+			fail_msg("%s -> %s skipped", cases[i].from, cases[i].to);
+		assert_int_equal(out.ss.ss_family, to.ss.ss_family);
+		assert_string_equal(zp_addr_str(&out, buf, sizeof(buf)),
+		    cases[i].want);
+	}
+}
+
 #define T(f)	cmocka_unit_test_setup_teardown(f, ups_setup, ups_teardown)
 
 int
@@ -1045,6 +1111,7 @@ main(void)
 		T(test_max_fails_one),
 		cmocka_unit_test(test_connect_local),
 		cmocka_unit_test(test_local_errors),
+		cmocka_unit_test(test_source_for),
 		cmocka_unit_test(test_connect_emfile),
 	};
 
