@@ -96,10 +96,11 @@ static const struct option zp_longopts[] = {
 	{ "deny",		required_argument,	NULL, OPT_DENY },
 	{ "max-conns-per-source", required_argument,	NULL,
 	    OPT_MAX_CONNS_PER_SOURCE },
-	/* privileges */
+	/* behind a balancer */
 	{ "accept-proxy",	no_argument,		NULL, OPT_ACCEPT_PROXY },
 	{ "proxy-from",		required_argument,	NULL, OPT_PROXY_FROM },
 	{ "proxy-timeout",	required_argument,	NULL, OPT_PROXY_TIMEOUT },
+	/* privileges */
 	{ "user",		required_argument,	NULL, OPT_USER },
 	{ "group",		required_argument,	NULL, OPT_GROUP },
 	{ "no-sandbox",		no_argument,		NULL, OPT_NO_SANDBOX },
@@ -713,6 +714,16 @@ check_original(const struct zp_config *cfg, char *err, size_t errlen)
 	if (cfg->nupstreams > 1) {
 		zp_seterr(err, errlen, "-u original must be the only "
 		    "--upstream (%zu given)", cfg->nupstreams);
+		return -1;
+	}
+	/*
+	 * Behind a balancer the socket's original destination is zproxy's
+	 * own (the balancer came to it), and the header's is the balancer's
+	 * front: neither is where the client meant to go.
+	 */
+	if (cfg->accept_proxy) {
+		zp_seterr(err, errlen, "-u original does not apply to "
+		    "--accept-proxy: the balancer chose the destination");
 		return -1;
 	}
 	if (cfg->check_interval > 0) {

@@ -75,6 +75,7 @@ struct zp_ctx {
 	struct zp_pipepool	 pool;
 	int			 have_pool;
 	struct zp_listener	*listener;
+	struct zp_addr		 listen_addr;	/* kept after it closes */
 	struct zp_upstreams	 ups;
 	struct zp_stats_server	*stats_server;	/* --stats */
 	struct zp_health	*health;	/* --check-interval */

@@ -41,6 +41,8 @@ unmap(struct zp_addr *a)
 	a->len = sizeof(sin);
 }
 
+static unsigned short	addr_port(const struct zp_addr *);
+static int		addr_eq(const struct zp_addr *, const struct zp_addr *);
 /* The original destination of an accepted socket. */
 int
 zp_origdst_get(int fd, int tproxy, struct zp_addr *dst)
@@ -60,7 +62,7 @@ zp_origdst_get(int fd, int tproxy, struct zp_addr *dst)
 	/*
 	 * The conntrack entry is IPv4 for an IPv4 client, also one of a
 	 * dual-stack socket (SOL_IP works on it), IPv6 otherwise. ENOENT:
-	 * no NAT entry, the client came to zproxy itself.
+	 * not tracked, the client came to zproxy itself.
 	 */
 	memset(dst, 0, sizeof(*dst));
 	if (local.ss.ss_family == AF_INET) {
@@ -77,6 +79,14 @@ zp_origdst_get(int fd, int tproxy, struct zp_addr *dst)
 	}
 	dst->len = len;
 	unmap(dst);
+	/*
+	 * Conntrack answers for any tracked connection, NATed or not: an
+	 * "original" destination that is our own address was no redirect.
+	 */
+	if (addr_eq(dst, &local) && addr_port(dst) == addr_port(&local)) {
+		*dst = local;
+		return 0;
+	}
 	return 1;
 }
 

@@ -307,8 +307,11 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	rec.error = err != 0 ? strerror(err) : NULL;
 	if (end == ZP_END_BAD_PROXY_HEADER)
 		rec.error = p->hdr_why;
-	/* A client chooses its destination: limited, as refusals are. */
-	if (limited || end == ZP_END_BAD_DST)
+	/*
+	 * A client chooses its destination, and under --source client its
+	 * family: limited, as refusals are.
+	 */
+	if (limited || end == ZP_END_BAD_DST || end == ZP_END_SOURCE_FAMILY)
 		zp_log_conn_limited(&ctx->log, level, &rec);
 	else
 		zp_log_conn(&ctx->log, level, &rec);
@@ -1100,8 +1103,8 @@ pair_dst(struct zp_pair *p)
 			p->dst.len = 0;
 		return 0;
 	}
-	if (rc == -1 || ctx->listener == NULL ||
-	    zp_origdst_loops(&p->dst, zp_listener_addr(ctx->listener)) ||
+	/* The listener's address, also once it closed for the drain. */
+	if (rc == -1 || zp_origdst_loops(&p->dst, &ctx->listen_addr) ||
 	    !zp_dstacl_permits(&cfg->allow_dst,
 	    (const struct sockaddr *)&p->dst.ss)) {
 		if (rc == -1)
@@ -1130,9 +1133,7 @@ pair_begin(struct zp_pair *p)
 	}
 	p->source_counted = 1;
 	p->state = ZP_PAIR_CONNECTING;
-	if (ctx->have_pool && ctx->cfg->splice_min > 0)
-		p->up.lazy = p->down.lazy = 1;
-	else if (ctx->have_pool) {
+	if (ctx->have_pool && ctx->cfg->splice_min == 0) {
 		if (pair_take_pipes(p) == 0)
 			p->up.ops = p->down.ops = &zp_relay_splice;
 		else {
@@ -1175,9 +1176,9 @@ header_done(struct zp_pair *p, const struct zp_proxy_info *info)
 	p->hdr = NULL;
 	if (!info->local) {
 		p->peer_addr = p->client_addr;
-		memcpy(&p->client_addr.ss, &info->src, info->srclen);
+		p->client_addr.ss = info->src;
 		p->client_addr.len = info->srclen;
-		memcpy(&p->proxy_dst.ss, &info->dst, info->dstlen);
+		p->proxy_dst.ss = info->dst;
 		p->proxy_dst.len = info->dstlen;
 	}
 	if (zp_log_enabled(&ctx->log, ZP_LOG_DEBUG)) {
@@ -1333,6 +1334,8 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 
 	dir_init(&p->up, &p->client, &p->upstream, &zp_relay_copy, bufsize);
 	dir_init(&p->down, &p->upstream, &p->client, &zp_relay_copy, bufsize);
+	if (ctx->have_pool && ctx->cfg->splice_min > 0)
+		p->up.lazy = p->down.lazy = 1;
 	if (ctx->cfg->accept_proxy)
 		return header_start(p);
 	return pair_begin(p);

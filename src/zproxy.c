@@ -364,10 +364,12 @@ log_access(struct zp_ctx *ctx)
 		buf[0] = '\0';
 		(void)access_rules(buf, sizeof(buf), 0, "proxy-from",
 		    &cfg->proxy_from);
-		zp_log(&ctx->log, ZP_LOG_NOTICE, "PROXY headers required, "
-		    "within %.3gs, from %s", cfg->proxy_timeout,
-		    cfg->proxy_from.n > 0 ? buf + 1 :
-		    "any peer (no --proxy-from)");
+		/* Any peer can then name any client, to the rules as well. */
+		zp_log(&ctx->log, cfg->proxy_from.n > 0 ? ZP_LOG_NOTICE :
+		    ZP_LOG_WARN, "PROXY headers required, within %.3gs, "
+		    "from %s", cfg->proxy_timeout, cfg->proxy_from.n > 0 ?
+		    buf + 1 : "any peer: without --proxy-from, any client may "
+		    "claim any address");
 	}
 	if (cfg->deny.n == 0 && cfg->allow.n == 0 &&
 	    cfg->max_conns_per_source == 0)
@@ -645,6 +647,7 @@ zp_run(struct zp_config *cfg)
 		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
 		goto out;
 	}
+	ctx.listen_addr = *zp_listener_addr(ctx.listener);
 	if (cfg->mode == ZP_MODE_SPLICE && (rc = pool_setup(&ctx)) != 0)
 		goto out;
 	sigs[0] = evsignal_new(ctx.base, SIGTERM, signal_stop_cb, &ctx);

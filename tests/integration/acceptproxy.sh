@@ -292,9 +292,37 @@ case_access() {
 	stop_zproxy
 }
 
+# d. the command line, and what start-up says.
+case_cli() {
+	local rc args
+	for args in "--proxy-from 10.0.0.0/8" "--proxy-timeout 2" \
+	    "--accept-proxy --proxy-from 10.0.0.0/33" \
+	    "--accept-proxy --proxy-timeout 0" \
+	    "--accept-proxy --proxy-timeout 1 --proxy-timeout 2"; do
+		# shellcheck disable=SC2086
+		"$ZPROXY" -l 127.0.0.1:1 -u 127.0.0.1:9 $args 2>"$T/cli.err"
+		rc=$?
+		[ "$rc" = 64 ] || fail "$args: exit $rc, want 64"
+		[ "$(wc -l <"$T/cli.err")" = 1 ] ||
+			fail "$args: not one line: $(cat "$T/cli.err")"
+	done
+	grep -q -- "--proxy-timeout" "$T/cli.err" || fail "twice: $(cat "$T/cli.err")"
+	ok "--proxy-from or --proxy-timeout without --accept-proxy, a bad CIDR or time, one given twice: exit 64, one line"
+	start_zproxy --accept-proxy -u 127.0.0.1:9
+	grep -q 'warning.*PROXY headers required, within 3s, from any peer\|PROXY headers required, within 3s, from any peer' "$ZLOG" ||
+		fail "no start-up line for --accept-proxy: $(head -n 3 "$ZLOG")"
+	stop_zproxy
+	start_zproxy --accept-proxy --proxy-from 10.0.0.0/8 --proxy-from ::1 --proxy-timeout 1.5 -u 127.0.0.1:9
+	grep -q 'PROXY headers required, within 1.5s, from --proxy-from 10.0.0.0/8,::1/128' "$ZLOG" ||
+		fail "the start-up line does not name the rules: $(grep -m1 'PROXY headers' "$ZLOG")"
+	stop_zproxy
+	ok "start-up says where headers are taken from, and warns without --proxy-from"
+}
+
 if have_ipv6; then
 	note "IPv6 loopback present: the [::1] client sub-case runs"
 fi
+subcase case_cli
 subcase case_access
 for mode in $MODES; do
 	subcase case_handmade

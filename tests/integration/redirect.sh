@@ -149,7 +149,12 @@ bad_cli() {
 	"$ZPROXY" -l :1 -u 127.0.0.1:9 --allow-dst 10.0.0.0/8 2>"$T/cli.err"
 	rc=$?
 	[ "$rc" = 64 ] || fail "--allow-dst without -u original: exit $rc, want 64"
-	ok "bad --allow-dst, -u original mixed, --allow-dst alone: exit 64, one line"
+	"$ZPROXY" -l :1 -u original --accept-proxy 2>"$T/cli.err"
+	rc=$?
+	[ "$rc" = 64 ] || fail "-u original with --accept-proxy: exit $rc, want 64"
+	grep -q -- "-u original does not apply to --accept-proxy" "$T/cli.err" ||
+		fail "-u original with --accept-proxy: $(cat "$T/cli.err")"
+	ok "bad --allow-dst, -u original mixed or with --accept-proxy, --allow-dst alone: exit 64, one line"
 }
 
 subcase bad_cli

@@ -13,6 +13,11 @@
 #      10.9.0.2, 10.9.0.3, fd09::2 and fd09::3 through one dual-stack
 #      listener (IPv4 clients v4-mapped there) arrive attributed to those
 #      addresses, in both modes;
+#   b2. behind a balancer, --accept-proxy --source client: a real HAProxy
+#      (send-proxy-v2, crc32c) in front; rsyslog attributes the message
+#      to the client that connected to HAProxy (10.9.0.3), and those of
+#      hand-made headers to 192.0.2.77 and 2001:db8::77, on no network
+#      here, whose answers zs routes back through the proxy host;
 #   c. --source client: iperf3 both ways (-R), and 3 MiB each way with
 #      zp-peer from 10.9.0.3, byte-exact (sha256), both modes; as root,
 #      with --user nobody: CapPrm and CapEff are CAP_NET_RAW alone;
@@ -29,6 +34,8 @@
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
 command -v socat >/dev/null || fail "socat is not installed"
+. "${ZP_TESTLIB%/*}/proxypeers.sh" || exit 1
+: "${ZP_HDR:?ZP_HDR must name tests/tools/zp-hdr}"
 RSYSLOGD=${RSYSLOGD:-$(command -v rsyslogd 2>/dev/null || true)}
 if [ -z "$RSYSLOGD" ] && [ -x /opt/zp-rsyslog/usr/sbin/rsyslogd ]; then
 	RSYSLOGD=/opt/zp-rsyslog/usr/sbin/rsyslogd
@@ -199,6 +206,52 @@ client_rsyslog() {
 
 for mode in $MODES; do
 	subcase client_rsyslog "$mode"
+done
+
+# ---- b2. behind a balancer: --accept-proxy --source client ---------------
+
+# A real HAProxy on the proxy host (send-proxy-v2, with a CRC32c) in front
+# of zproxy --accept-proxy --source client: rsyslog sees the client that
+# connected to HAProxy, 10.9.0.3, not HAProxy nor zproxy. And a header by
+# hand naming 192.0.2.77 and [2001:db8::77], on no network here: zs
+# routes its answers back through the proxy host like any other.
+client_balancer() {
+	local mode=$1 tag from
+	set_mode "$mode"
+	start_zproxy -v "${MODE_ARGS[@]}" --accept-proxy --source client \
+	    -u "10.10.0.2:$RS_PORT" -u "[fd10::2]:$RS_PORT"
+	start_haproxy_tx "hap-$mode" 10.9.0.1 "$ZPORT" send-proxy-v2 \
+	    proxy-v2-options crc32c
+	tag=$mode-via-haproxy
+	printf '<13>Dec  3 12:00:00 zc zptest: %s\n' "$tag" >"$T/msg.$tag"
+	timeout -k 2 20 ip netns exec zc "$ZP_PEER" connect 10.9.0.1 \
+	    "$TX_PORT" -b 10.9.0.3 -s "$T/msg.$tag" -t 10 >/dev/null \
+	    2>"$T/send.err" || fail "$tag: zp-peer connect: $(cat "$T/send.err")"
+	wait_line "$RS_LOG" " $tag\$" 10 >/dev/null ||
+		fail "$mode: rsyslog did not get the message through HAProxy"
+	grep -q "^10\.9\.0\.3 .*$tag\$" "$RS_LOG" ||
+		fail "$mode: through HAProxy, rsyslog attributes it otherwise: $(grep " $tag\$" "$RS_LOG")"
+	expect_conn_log "client=10\.9\.0\.3:[0-9]+ peer=127\.0\.0\.1:[0-9]+ .*end=closed" "$mode: through HAProxy"
+	for from in 192.0.2.77 2001:db8::77; do
+		tag=$mode-hdr-${from//:/_}
+		case $from in
+		*:*) printf 'PROXY TCP6 %s fd09::1 40000 514\r\n' "$from" ;;
+		*) printf 'PROXY TCP4 %s 10.9.0.1 40000 514\r\n' "$from" ;;
+		esac >"$T/hdr.$tag"
+		printf '<13>Dec  3 12:00:00 zc zptest: %s\n' "$tag" >>"$T/hdr.$tag"
+		"$ZP_HDR" 127.0.0.1 "$ZPORT" "$T/hdr.$tag" --timeout 10 \
+		    >"$T/hdr.out" 2>&1 || fail "$tag: zp-hdr: $(cat "$T/hdr.out")"
+		wait_line "$RS_LOG" " $tag\$" 10 >/dev/null ||
+			fail "$mode: rsyslog did not get the message of the header from $from"
+		grep -q "^$from .*$tag\$" "$RS_LOG" ||
+			fail "$mode: the header's $from is attributed otherwise: $(grep " $tag\$" "$RS_LOG")"
+	done
+	ok "$mode: --accept-proxy --source client: rsyslog attributes the message through HAProxy to 10.9.0.3, and hand-made headers' clients to 192.0.2.77 and 2001:db8::77"
+	stop_zproxy
+}
+
+for mode in $MODES; do
+	subcase client_balancer "$mode"
 done
 
 # ---- c. --source client: iperf3 and byte-exact transfers ----------------
