@@ -139,7 +139,8 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    "total=%llu failed=%llu; bytes up=%llu down=%llu; copy-fallbacks "
 	    "no-pipe=%llu splice-refused=%llu; pipes alive=%zu pooled=%zu; "
 	    "accept-pauses=%llu; local-errors=%llu local-failed=%llu; "
-	    "clients denied=%llu source-limited=%llu; "
+	    "clients denied=%llu source-limited=%llu bad-proxy-header=%llu "
+	    "bad-destination=%llu; "
 	    "cpu=%.3fs cpu-per-GiB=%s", what,
 	    (unsigned long long)ctx->stats.conns_open,
 	    (unsigned long long)ctx->stats.conns_total,
@@ -153,7 +154,9 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    (unsigned long long)ctx->stats.local_errors,
 	    (unsigned long long)ctx->stats.conns_local_failed,
 	    (unsigned long long)ctx->stats.clients_denied,
-	    (unsigned long long)ctx->stats.clients_source_limited, cpu, per);
+	    (unsigned long long)ctx->stats.clients_source_limited,
+	    (unsigned long long)ctx->stats.bad_proxy_headers,
+	    (unsigned long long)ctx->stats.bad_destinations, cpu, per);
 }
 
 /*
