@@ -57,8 +57,11 @@ zp_framer_init(struct zp_framer *f, enum zp_framing mode, uint64_t max_frame)
 	f->mode = f->kind = mode;
 	f->state = FR_BOUNDARY;
 	f->max_asked = max_frame;
-	if (mode != ZP_FRAMING_AUTO)
-		f->max = max_frame != 0 ? max_frame : framer_default_max(mode);
+	/* AUTO with the default has none until its first byte picks. */
+	if (max_frame != 0)
+		f->max = max_frame;
+	else if (mode != ZP_FRAMING_AUTO)
+		f->max = framer_default_max(mode);
 	f->why = NULL;
 	return 0;
 }

@@ -182,7 +182,7 @@ uint64_t zp_framer_blind(const struct zp_framer *f);
 /* The framing in effect: AUTO until the first byte, then LF or OCTET. */
 enum zp_framing zp_framer_kind(const struct zp_framer *f);
 
-/* The limit in effect (0 while AUTO is undecided with the default). */
+/* The limit in effect; 0 while AUTO with the default is undecided. */
 uint64_t zp_framer_max(const struct zp_framer *f);
 
 /*

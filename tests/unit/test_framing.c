@@ -552,6 +552,7 @@ test_auto(void **state)
 	}
 	/* An empty feed decides nothing. */
 	init(&f, ZP_FRAMING_AUTO, 7);
+	assert_int_equal(zp_framer_max(&f), 7);
 	assert_int_equal(zp_framer_feed(&f, "", 0), 0);
 	assert_int_equal(zp_framer_kind(&f), ZP_FRAMING_AUTO);
 	/* Next does not decide either. */
