@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "framing.h"
 #include "log.h"
 #include "upstream.h"
 
@@ -60,6 +61,9 @@ enum {
 	/* transparent modes */
 	OPT_TPROXY,
 	OPT_ALLOW_DST,
+	/* log streams */
+	OPT_FRAMING,
+	OPT_MAX_FRAME,
 };
 
 static const struct option zp_longopts[] = {
@@ -69,6 +73,8 @@ static const struct option zp_longopts[] = {
 	{ "pipe-size",		required_argument,	NULL, OPT_PIPE_SIZE },
 	{ "buffer-size",	required_argument,	NULL, OPT_BUFFER_SIZE },
 	{ "splice-min",		required_argument,	NULL, OPT_SPLICE_MIN },
+	{ "framing",		required_argument,	NULL, OPT_FRAMING },
+	{ "max-frame",		required_argument,	NULL, OPT_MAX_FRAME },
 	{ "max-conns",		required_argument,	NULL, OPT_MAX_CONNS },
 	{ "connect-timeout",	required_argument,	NULL, OPT_CONNECT_TIMEOUT },
 	{ "balance",		required_argument,	NULL, OPT_BALANCE },
@@ -214,6 +220,18 @@ zp_config_usage(FILE *fp, const char *prog)
 "                             address (needs CAP_NET_ADMIN or CAP_NET_RAW\n"
 "                             and a return path: see README); upstream\n"
 "                             addresses of the other family are skipped\n"
+"\n"
+"Log streams:\n"
+"      --framing none|lf|octet|auto|nul\n"
+"                             messages of the client's stream: lf (one per\n"
+"                             line), octet (RFC 6587 LEN SP MSG), auto (by\n"
+"                             its first byte), nul (GELF: each ends with a\n"
+"                             NUL byte); an upstream that fails moves\n"
+"                             the client to another at a message boundary\n"
+"                             (default none: a plain byte relay)\n"
+"      --max-frame BYTES      longest message (default 64K for lf, 16M for\n"
+"                             octet); a longer one ends the framing of that\n"
+"                             connection: it is relayed as plain bytes\n"
 "\n"
 "Who may connect:\n"
 "      --allow CIDR           relay only clients in these networks (repeat it;\n"
@@ -1031,6 +1049,25 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			    &cfg->splice_min, err, errlen) == -1)
 				return ZP_PARSE_ERROR;
 			break;
+		case OPT_FRAMING:
+			if ((cfg->framing = zp_framing_parse(optarg)) == -1) {
+				zp_seterr(err, errlen, "invalid framing '%s': "
+				    "expected none, lf, octet, auto or nul",
+				    zp_escape(optarg, q, sizeof(q)));
+				return ZP_PARSE_ERROR;
+			}
+			break;
+		case OPT_MAX_FRAME:
+			if (parse_size_opt("max-frame", optarg, &cfg->max_frame,
+			    err, errlen) == -1)
+				return ZP_PARSE_ERROR;
+			if (cfg->max_frame > ZP_FRAME_MAX) {
+				zp_seterr(err, errlen, "--max-frame %s is over "
+				    "the most, 16M", zp_escape(optarg, q,
+				    sizeof(q)));
+				return ZP_PARSE_ERROR;
+			}
+			break;
 		case OPT_MAX_CONNS:
 			if (parse_count("max-conns", optarg,
 			    ZP_MAX_CONNS_LIMIT, &cfg->max_conns, err,
@@ -1094,6 +1131,11 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 	    given_opt(given, OPT_PROXY_TIMEOUT))) {
 		zp_seterr(err, errlen, "--%s needs --accept-proxy",
 		    cfg->proxy_from.n > 0 ? "proxy-from" : "proxy-timeout");
+		return ZP_PARSE_ERROR;
+	}
+	if (given_opt(given, OPT_MAX_FRAME) &&
+	    cfg->framing == ZP_FRAMING_NONE) {
+		zp_seterr(err, errlen, "--max-frame needs --framing");
 		return ZP_PARSE_ERROR;
 	}
 	/* Which one was meant is a guess: say so rather than take the last. */

@@ -116,6 +116,9 @@ struct zp_config {
 	int			tproxy;		/* IP_TRANSPARENT listener */
 	int			original;	/* -u original */
 	struct zp_dstacl	allow_dst;	/* where original may go */
+	/* Log streams: --framing, --max-frame. */
+	int			framing;	/* enum zp_framing */
+	size_t			max_frame;	/* 0: the framing's default */
 };
 
 #define ZP_DEFAULT_PIPE_SIZE	(1024 * 1024)

@@ -61,6 +61,9 @@ struct zp_stats {
 	uint64_t	clients_source_limited;	/* --max-conns-per-source */
 	uint64_t	bad_proxy_headers;	/* --accept-proxy refusals */
 	uint64_t	bad_destinations;	/* -u original refused one */
+	uint64_t	moves_failed;	/* --framing: streams moved off a
+					   failed upstream */
+	uint64_t	framing_errors;	/* streams whose framing failed */
 	uint64_t	stats_open;	/* --stats connections */
 	uint64_t	stats_refused[ZP_STATS_REFUSED_MAX];
 	uint64_t	stats_timeouts;	/* closed by --stats-timeout */

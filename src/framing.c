@@ -66,6 +66,28 @@ zp_framer_init(struct zp_framer *f, enum zp_framing mode, uint64_t max_frame)
 	return 0;
 }
 
+int
+zp_framer_resume(struct zp_framer *f, enum zp_framing kind,
+    uint64_t max_frame, uint64_t offset, int at_boundary)
+{
+	struct zp_framer	g;
+
+	if (kind != ZP_FRAMING_LF && kind != ZP_FRAMING_OCTET &&
+	    kind != ZP_FRAMING_NUL)
+		return -1;
+	if (kind == ZP_FRAMING_OCTET && !at_boundary)
+		return -1;
+	if (zp_framer_init(&g, kind, max_frame) == -1)
+		return -1;
+	g.offset = offset;
+	if (at_boundary)
+		g.boundary = offset;
+	else
+		g.state = FR_BLIND;
+	*f = g;
+	return 0;
+}
+
 /* A frame ends at the current offset. */
 static void
 framer_complete(struct zp_framer *f)
@@ -362,4 +384,17 @@ zp_framing_name(enum zp_framing mode)
 		return "nul";
 	}
 	return "?";
+}
+
+int
+zp_framing_parse(const char *name)
+{
+	static const enum zp_framing	 all[] = { ZP_FRAMING_NONE,
+	    ZP_FRAMING_LF, ZP_FRAMING_OCTET, ZP_FRAMING_AUTO, ZP_FRAMING_NUL };
+	size_t				 i;
+
+	for (i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		if (strcmp(name, zp_framing_name(all[i])) == 0)
+			return (int)all[i];
+	return -1;
 }

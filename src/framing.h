@@ -114,6 +114,20 @@ int	zp_framer_init(struct zp_framer *f, enum zp_framing mode,
 	    uint64_t max_frame);
 
 /*
+ * Follow a stream again from stream offset `offset`, in kind (LF, OCTET or
+ * NUL), with the limit max_frame (0: the kind's default): for a data path
+ * that kept no track of the bytes before it (a move to another upstream
+ * re-reads what its pipe held). at_boundary says whether offset is known
+ * to be a boundary; for LF and NUL it may be 0 (the framer is then blind:
+ * the next delimiter is the first boundary), for OCTET it must be 1. The
+ * frame count starts again at 0. Returns 0, or -1 (f untouched) for
+ * another kind, an OCTET stream not at a boundary, or a max_frame over
+ * ZP_FRAME_MAX.
+ */
+int	zp_framer_resume(struct zp_framer *f, enum zp_framing kind,
+	    uint64_t max_frame, uint64_t offset, int at_boundary);
+
+/*
  * The next len bytes of the stream, seen: the framer advances over all of
  * them. Returns the offset in buf just past the last boundary reached
  * within buf (1..len), or 0 when none was (a boundary the framer stood
@@ -190,6 +204,9 @@ uint64_t zp_framer_max(const struct zp_framer *f);
  * offset of the byte that showed it in *offset (when offset is not NULL).
  */
 const char *zp_framer_error(const struct zp_framer *f, uint64_t *offset);
+
+/* The mode a name ("none", "lf", "octet", "auto", "nul") means, or -1. */
+int	zp_framing_parse(const char *name);
 
 /* "none", "lf", "octet", "auto", "nul"; "?" for anything else. */
 const char *zp_framing_name(enum zp_framing mode);

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -349,11 +350,15 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	if (p->up_idx >= 0) {
 		struct zp_upstream *u = &ctx->ups.v[p->up_idx];
 
-		u->bytes_up += p->up.bytes;
-		u->bytes_down += p->down.bytes;
+		u->bytes_up += p->up.bytes - p->up_base;
+		u->bytes_down += p->down.bytes - p->down_base;
+		if (p->up.fr != NULL)
+			u->frames += p->up.fr->frames - p->frames_base;
 		if (live)
 			u->active--;
 	}
+	free(p->up.fr);
+	p->up.fr = NULL;
 	if (end == ZP_END_IDLE)
 		ctx->stats.timeouts_idle++;
 	else if (end == ZP_END_FIN_TIMEOUT)
@@ -484,8 +489,80 @@ pair_finish(struct zp_pair *p)
 }
 
 /*
+ * glibc's struct tcp_info stops before the kernel's tcpi_bytes_acked;
+ * the kernel's layout goes on with two pacing rates, then it.
+ */
+struct zp_tcp_info {
+	struct tcp_info	base;
+	uint64_t	pacing_rate;
+	uint64_t	max_pacing_rate;
+	uint64_t	bytes_acked;	/* the SYN and a FIN count one each */
+};
+
+/*
+ * Of what was written to the upstream, how much its kernel did not
+ * acknowledge: lost with it unless it comes back. After a reset the send
+ * queue is gone (SIOCOUTQ says 0), but the count of bytes acknowledged
+ * stays.
+ */
+static uint64_t
+upstream_unacked(const struct zp_pair *p)
+{
+	struct zp_tcp_info	ti;
+	socklen_t		len = sizeof(ti);
+	uint64_t		sent = p->up_sent + (p->up.bytes - p->up_base);
+	uint64_t		acked;
+
+	memset(&ti, 0, sizeof(ti));
+	if (p->upstream.fd == -1 || getsockopt(p->upstream.fd, IPPROTO_TCP,
+	    TCP_INFO, &ti, &len) == -1 ||
+	    len < offsetof(struct zp_tcp_info, bytes_acked) + 8)
+		return (uint64_t)sock_unacked(&p->upstream, 0);
+	acked = ti.bytes_acked > 0 ? ti.bytes_acked - 1 : 0;
+	return acked >= sent ? 0 : sent - acked;
+}
+
+/*
+ * May the pair move its stream to another upstream when this one fails?
+ * Only a framed stream whose framing holds, whose client is there and
+ * still has bytes to deliver, and with another upstream to go to (not
+ * one upstream, not -u original): else it ends as without framing.
+ */
+static int
+pair_movable(const struct zp_pair *p)
+{
+	return p->up.fr != NULL && p->state == ZP_PAIR_RELAYING &&
+	    zp_framer_error(&p->up.fr->f, NULL) == NULL && !p->up.done &&
+	    !p->client.dead && p->ctx->ups.n > 1 && !p->ctx->cfg->original;
+}
+
+/* Say once that a stream's framing failed: it is plain bytes from now. */
+static void
+pair_framing_error(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx;
+	struct zp_dframe *fr = p->up.fr;
+	const char	*why;
+	uint64_t	 off;
+
+	if (fr == NULL || fr->told ||
+	    (why = zp_framer_error(&fr->f, &off)) == NULL)
+		return;
+	fr->told = 1;
+	ctx->stats.framing_errors++;
+	/* Not "conn=": scripts count those as connection lines. */
+	zp_log(&ctx->log, ZP_LOG_WARN, "connection %llu: framing error at "
+	    "byte %llu (%s); relaying the rest as plain bytes",
+	    (unsigned long long)p->id, (unsigned long long)off, why);
+}
+
+static int	pair_move(struct zp_pair *);
+
+/*
  * Pump one direction and whatever its failures wake; close the pair when
- * both directions are done. Returns 1 when the pair was freed.
+ * both directions are done, or move a framed stream whose upstream
+ * failed. Returns 1 when the pair was freed or moved on: the caller must
+ * not touch it.
  */
 static int
 pair_run(struct zp_pair *p, struct zp_dir *d)
@@ -497,7 +574,13 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 	event_base_gettimeofday_cached(ctx->base, &p->last_active);
 	/* A death can wake the other direction, whose failure wakes back. */
 	for (i = 0; i < 3; i++) {
+		if (p->up.fr != NULL) {
+			p->up.fr->hold = p->down.hold_fin = pair_movable(p);
+		}
 		rc = zp_dir_pump(ctx, d, ctx->budget);
+		pair_framing_error(p);
+		if (rc & ZP_PUMP_MOVE)
+			return pair_move(p);
 		if (rc & ZP_PUMP_NOPIPE)
 			pair_no_pipe(p);
 		if (rc & ZP_PUMP_FELLBACK) {
@@ -510,6 +593,17 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 			break;
 		d = other;
 		other = d == &p->up ? &p->down : &p->up;
+	}
+	/*
+	 * The upstream's FIN waited while the stream could still move (a
+	 * half-close is no failure: it may go on reading); once it cannot
+	 * (the client is done, the framing failed), carry it over.
+	 */
+	if (p->down.hold_fin && p->down.eof && !p->down.done &&
+	    !pair_movable(p)) {
+		p->up.fr->hold = p->down.hold_fin = 0;
+		if (zp_dir_pump(ctx, &p->down, ctx->budget) & ZP_PUMP_DEAD)
+			(void)zp_dir_pump(ctx, &p->up, ctx->budget);
 	}
 	if (!p->up.done || !p->down.done) {
 		if ((p->up.done || p->down.done) && !timerisset(&p->half_closed)) {
@@ -617,6 +711,7 @@ pair_send_proxy(struct zp_pair *p)
 		p->upstream.err = w == -1 ? errno : EAGAIN;
 		return -1;
 	}
+	p->up_sent = (uint64_t)n;
 	return 0;
 }
 
@@ -703,6 +798,100 @@ pair_addr(const struct zp_pair *p, const struct zp_upstream_spec *us,
 	return us->original ? &p->dst : &us->addrs[i];
 }
 
+/*
+ * One line per move, when the next upstream answered (to is its address)
+ * or when none did (to NULL: the end line follows). Not "conn=": scripts
+ * count those as connection lines.
+ */
+static void
+pair_move_log(struct zp_pair *p, const struct zp_addr *to)
+{
+	struct zp_ctx	*ctx = p->ctx;
+	char		 fbuf[ZP_ADDRSTRLEN], tbuf[ZP_ADDRSTRLEN];
+	char		 cbuf[ZP_ADDRSTRLEN];
+
+	zp_log(&ctx->log, to != NULL ? ZP_LOG_CONN : ZP_LOG_WARN,
+	    "connection %llu %s: client=%s from=%s to=%s reason=upstream-failed "
+	    "error=\"%s\" frames=%llu unacked=%llu cut=%llu",
+	    (unsigned long long)p->id, to != NULL ? "moved" :
+	    "could not move", zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)),
+	    zp_addr_str(&p->move_from, fbuf, sizeof(fbuf)),
+	    to != NULL ? zp_addr_str(to, tbuf, sizeof(tbuf)) : "none",
+	    p->move_err != 0 ? strerror(p->move_err) : "closed by the upstream",
+	    (unsigned long long)p->move_frames,
+	    (unsigned long long)p->move_unacked,
+	    (unsigned long long)p->move_cut);
+}
+
+/*
+ * A framed stream's upstream failed: a reset or an error (one that closed
+ * shows as a reset at the next write; a FIN alone may be a half-close
+ * and waits, see pair_run). Instead of ending the client, close that
+ * upstream (counting what it never acknowledged), keep what the client
+ * sent from the next frame boundary on, and connect to another upstream
+ * (--balance, never the one that failed); the client's bytes wait in
+ * its socket meanwhile, and what the old upstream sent towards the
+ * client is delivered once the next one answers. Always returns 1: the
+ * pair was freed or handed to the connect.
+ */
+static int
+pair_move(struct zp_pair *p)
+{
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
+	struct zp_dframe	*fr = p->up.fr;
+	struct zp_half		*h = &p->upstream;
+	struct timeval		 now;
+	uint64_t		 cut = fr->cut;
+	int			 old = p->up_idx;
+
+	p->move_from = p->up_addr;
+	p->move_err = h->err;
+	p->move_unacked = upstream_unacked(p);
+	p->move_frames = fr->frames - p->frames_base;
+	u->bytes_up += p->up.bytes - p->up_base;
+	u->bytes_down += p->down.bytes - p->down_base;
+	u->frames += p->move_frames;
+	u->active--;
+	if (h->err != 0) {
+		gettimeofday(&now, NULL);
+		zp_upstream_report(&ctx->ups, (size_t)old, 0, h->err, &now);
+	}
+	if (!h->dead && h->fd != -1)
+		p->down.discarded += sock_discard(h->fd);
+	half_close(h, 0);
+	memset(h, 0, sizeof(*h));
+	h->fd = -1;
+	p->moves++;
+	ctx->stats.moves_failed++;
+	p->state = ZP_PAIR_MOVING;
+	if (zp_dir_move(ctx, &p->up) == -1) {
+		p->client.err = errno;
+		p->move_cut = fr->cut - cut;
+		pair_move_log(p, NULL);
+		zp_pair_close(p, errno == EPROTO ? ZP_END_CLIENT_ERROR :
+		    ZP_END_NOMEM);
+		return 1;
+	}
+	p->move_cut = fr->cut - cut;
+	/* Bytes still on the way to the client go after the move. */
+	p->down.eof = p->down.done = p->down.shut = p->down.drained = 0;
+	zp_half_want_read(&p->client, 0);
+	zp_half_want_write(&p->client, 0);
+	p->up_base = p->up.bytes;
+	p->down_base = p->down.bytes;
+	p->frames_base = fr->frames;
+	p->up_sent = 0;
+	p->up_addr.len = 0;
+	p->connect_err = 0;
+	memset(p->tried, 0, sizeof(p->tried));
+	p->tried[old] = 1;
+	p->attempts = 1;
+	timerclear(&p->retry_until);
+	pair_connect_upstream(p);
+	return 1;
+}
+
 /* The upstream answered: set up events and move what is waiting. */
 static void
 pair_connected(struct zp_pair *p)
@@ -710,6 +899,7 @@ pair_connected(struct zp_pair *p)
 	struct zp_ctx		*ctx = p->ctx;
 	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
 	struct timeval		 now;
+	int			 moved = p->state == ZP_PAIR_MOVING;
 
 	p->up_addr = *pair_addr(p, u->spec, p->addr_idx < pair_naddrs(p,
 	    u->spec) ? p->addr_idx : 0);
@@ -722,12 +912,15 @@ pair_connected(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_PROXY_HEADER);
 		return;
 	}
+	if (moved)
+		pair_move_log(p, &p->up_addr);
 	event_base_gettimeofday_cached(ctx->base, &p->last_active);
 	if (pair_timer_update(p) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
 		return;
 	}
-	if (half_events(p, &p->client, client_read_cb, client_write_cb) == -1 ||
+	if ((!moved && half_events(p, &p->client, client_read_cb,
+	    client_write_cb) == -1) ||
 	    half_events(p, &p->upstream, upstream_read_cb,
 	    upstream_write_cb) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
@@ -1033,6 +1226,16 @@ pair_connect_upstream(struct zp_pair *p)
 		pair_connect_next(p);
 		return;
 	}
+	if (p->state == ZP_PAIR_MOVING) {
+		pair_move_log(p, NULL);
+		/* None to try (all down and tried): the failure that began it. */
+		if (p->connect_err == 0) {
+			p->upstream.err = p->move_err;
+			zp_pair_close(p, p->move_err == 0 ? ZP_END_CLOSED :
+			    half_end(&p->upstream, 0));
+			return;
+		}
+	}
 	/* --source skipped every address: nothing was tried. */
 	if (p->connect_err == EAFNOSUPPORT && ctx->cfg->source !=
 	    ZP_SOURCE_NONE) {
@@ -1334,6 +1537,14 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 
 	dir_init(&p->up, &p->client, &p->upstream, &zp_relay_copy, bufsize);
 	dir_init(&p->down, &p->upstream, &p->client, &zp_relay_copy, bufsize);
+	p->up.splice_min = p->down.splice_min = ctx->cfg->splice_min;
+	if (ctx->cfg->framing != ZP_FRAMING_NONE &&
+	    ((p->up.fr = calloc(1, sizeof(*p->up.fr))) == NULL ||
+	    zp_framer_init(&p->up.fr->f, (enum zp_framing)ctx->cfg->framing,
+	    ctx->cfg->max_frame) == -1)) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return -1;
+	}
 	if (ctx->have_pool && ctx->cfg->splice_min > 0)
 		p->up.lazy = p->down.lazy = 1;
 	if (ctx->cfg->accept_proxy)

@@ -24,6 +24,7 @@ enum zp_pair_state {
 	ZP_PAIR_CONNECTING,
 	ZP_PAIR_RELAYING,
 	ZP_PAIR_LINGERING,	/* one side reset; the survivor acknowledges */
+	ZP_PAIR_MOVING,		/* --framing: connecting to the next upstream */
 };
 
 /* How a pair ended, for the log line. */
@@ -85,6 +86,17 @@ struct zp_pair {
 	int			 linger_ms;	/* wait before the next look */
 	uint64_t		 linger_heard;	/* discarded when it began */
 	int			 linger_abort;	/* gave up on a sending survivor */
+	/* --framing: the current upstream's share, and moves. */
+	uint64_t		 up_base;	/* up.bytes when it began */
+	uint64_t		 down_base;
+	uint64_t		 frames_base;	/* up.fr->frames when it began */
+	uint64_t		 up_sent;	/* bytes written to it (header too) */
+	uint64_t		 moves;
+	struct zp_addr		 move_from;	/* the upstream left */
+	int			 move_err;	/* why: errno, 0 for its FIN */
+	uint64_t		 move_frames;	/* delivered to it */
+	uint64_t		 move_unacked;	/* sent, not acknowledged */
+	uint64_t		 move_cut;	/* dropped to reach a boundary */
 	TAILQ_ENTRY(zp_pair)	 entry;
 };
 

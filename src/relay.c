@@ -5,6 +5,8 @@
 
 #include <sys/socket.h>
 #include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <event2/event.h>
 
 #include "ctx.h"
@@ -40,6 +42,18 @@ zp_half_want_write(struct zp_half *h, int on)
 	else
 		event_del(h->wev);
 	h->won = on;
+}
+
+/*
+ * Does the direction keep its store for another destination when this one
+ * fails? Only while its framing holds: after a framing error it is a
+ * byte relay like any other.
+ */
+static int
+dir_holds(const struct zp_dir *d)
+{
+	return d->fr != NULL && d->fr->hold &&
+	    zp_framer_error(&d->fr->f, NULL) == NULL;
 }
 
 /* A socket failed: no more I/O on it, and remember why. */
@@ -95,14 +109,21 @@ dir_discard(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 	return rc;
 }
 
-/* Splice was refused on this direction's sockets: carry on with copy. */
+/* Give back the store and copy from now on. */
 static void
-dir_fall_back(struct zp_ctx *ctx, struct zp_dir *d)
+dir_to_copy(struct zp_ctx *ctx, struct zp_dir *d)
 {
 	d->ops->release(ctx, d);
 	d->ops = &zp_relay_copy;
 	d->bufsize = ctx->cfg->buffer_size;
 	d->full = 0;
+}
+
+/* Splice was refused on this direction's sockets: carry on with copy. */
+static void
+dir_fall_back(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	dir_to_copy(ctx, d);
 	d->fellback = 1;
 }
 
@@ -124,6 +145,50 @@ dir_promote(struct zp_ctx *ctx, struct zp_dir *d)
 	d->ops->release(ctx, d);
 	d->ops = &zp_relay_splice;
 	d->full = 0;
+	/* The framer passes from delivery to the pipe: here they meet. */
+	if (d->fr != NULL && zp_framer_at_boundary(&d->fr->f))
+		d->fr->last_mark = d->fr->sent;
+	return 0;
+}
+
+/*
+ * A framed splice direction at an empty pipe before a small frame: back
+ * to its buffer, which moves many small frames per call where splice
+ * would take two calls for each; lazy again, so that the next bulk read
+ * brings a pipe back.
+ */
+static void
+dir_demote(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	dir_to_copy(ctx, d);
+	d->lazy = 1;
+	d->bulk = 0;
+}
+
+/*
+ * Not the moment for a framed direction to take a pipe: while it drops
+ * the rest of a frame after a move, or, octet framed, inside a header or
+ * a body with less than --splice-min left (at a boundary the splice
+ * backend looks at the next header and may give the pipe back). The
+ * next bulk read asks again.
+ */
+static int
+dir_frame_small(struct zp_dir *d)
+{
+	const struct zp_framer	*f;
+	enum zp_framing		 k;
+
+	if (d->fr == NULL)
+		return 0;
+	f = &d->fr->f;
+	k = zp_framer_kind(f);
+	if (d->fr->cutting || (zp_framer_error(f, NULL) == NULL &&
+	    (k == ZP_FRAMING_OCTET || k == ZP_FRAMING_AUTO) &&
+	    !zp_framer_at_boundary(f) &&
+	    zp_framer_body_left(f) < d->splice_min)) {
+		d->bulk = 0;
+		return 1;
+	}
 	return 0;
 }
 
@@ -156,8 +221,13 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 	ssize_t	n;
 	int	rc = 0, progress;
 
-	if (d->dst->dead)
+	if (d->dst->dead) {
+		if (dir_holds(d)) {
+			zp_half_want_read(d->src, 0);
+			return ZP_PUMP_MOVE;	/* the next one gets it */
+		}
 		return dir_discard(ctx, d, budget);	/* nobody to deliver to */
+	}
 	if (d->done)
 		return 0;
 
@@ -195,6 +265,9 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 				dir_fall_back(ctx, d);
 				rc |= ZP_PUMP_FELLBACK;
 				continue;
+			} else if (n == ZP_FILL_LAZY) {
+				dir_demote(ctx, d);
+				continue;
 			} else if (errno != EAGAIN) {
 				if (!d->src->dead)
 					rc |= ZP_PUMP_DEAD;
@@ -218,15 +291,22 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 				d->dst->wblocked = 1;
 			else {
 				half_kill(d->dst, errno);
+				if (dir_holds(d)) {
+					zp_half_want_read(d->src, 0);
+					return rc | ZP_PUMP_DEAD | ZP_PUMP_MOVE;
+				}
 				rc |= ZP_PUMP_DEAD | dir_discard(ctx, d,
 				    budget > moved ? budget - moved : 0);
 				return rc;
 			}
 		}
-		if (d->bulk && !d->eof && d->ops->pending(d) == 0) {
+		if (d->bulk && !d->eof && d->ops->pending(d) == 0 &&
+		    !dir_frame_small(d)) {
 			rc |= dir_promote(ctx, d);
 			progress = 1;
 		}
+		if (d->eof && d->ops->pending(d) == 0 && d->hold_fin)
+			break;	/* the FIN waits: the stream may move */
 		if (d->eof && d->ops->pending(d) == 0) {
 			/*
 			 * Everything is out: carry the FIN over. When the other
@@ -250,9 +330,175 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 		if (!progress || moved >= budget)
 			break;
 	}
-	if (d->ops->trim != NULL && d->ops->pending(d) == 0)
+	if (d->ops->trim != NULL && d->ops->pending(d) == 0) {
 		d->ops->trim(d);
+		d->bufsize = ctx->cfg->buffer_size;	/* after a move's */
+	}
 	zp_half_want_read(d->src, !d->done && dir_can_fill(d));
 	zp_half_want_write(d->dst, !d->done && d->ops->pending(d) > 0);
 	return rc;
+}
+
+/* ---- framed streams (--framing) -------------------------------------- */
+
+void
+zp_dframe_mark(struct zp_dframe *fr, uint64_t off)
+{
+	fr->marks[(fr->mhead + fr->mcount) % ZP_MARKS] = off;
+	fr->mcount++;
+}
+
+void
+zp_dframe_sent(struct zp_dframe *fr, size_t n)
+{
+	fr->sent += n;
+	while (fr->mcount > 0 && fr->marks[fr->mhead] <= fr->sent) {
+		fr->last_mark = fr->marks[fr->mhead];
+		fr->mhead = (fr->mhead + 1) % ZP_MARKS;
+		fr->mcount--;
+		fr->frames++;
+	}
+}
+
+void
+zp_dframe_seen(struct zp_dframe *fr, const void *buf, size_t n)
+{
+	uint64_t	before = zp_framer_frames(&fr->f);
+
+	zp_framer_feed(&fr->f, buf, n);
+	fr->frames += zp_framer_frames(&fr->f) - before;
+	fr->sent += n;
+	if (zp_framer_at_boundary(&fr->f))
+		fr->last_mark = fr->sent;
+}
+
+/* Drop n bytes from the front of a copy store; see relay.h. */
+void
+zp_dir_cut(struct zp_dir *d, size_t n)
+{
+	struct zp_dframe	*fr = d->fr;
+
+	zp_framer_feed(&fr->f, d->buf + d->off, n);
+	fr->sent += n;
+	fr->cut += n;
+	d->off += n;
+	d->len -= n;
+	if (d->len == 0)
+		d->off = 0;
+}
+
+/*
+ * Splice store to copy store: read the pipe into a buffer that holds it
+ * all. Returns 0, or -1 with errno.
+ */
+static int
+dir_unpipe(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	size_t	size = ctx->cfg->buffer_size, got = 0;
+	ssize_t	n;
+	char	*buf = NULL;
+
+	if (d->inpipe > size)
+		size = d->inpipe;
+	if (d->inpipe > 0 && (buf = malloc(size)) == NULL)
+		return -1;
+	while (got < d->inpipe) {
+		n = read(d->pipe.rfd, buf + got, d->inpipe - got);
+		if (n > 0)
+			got += n;
+		else if (n == -1 && errno == EINTR)
+			continue;
+		else {
+			free(buf);
+			errno = EIO;
+			return -1;
+		}
+	}
+	zp_pipepool_put(&ctx->pool, &d->pipe, 0);
+	d->inpipe = 0;
+	d->ops = &zp_relay_copy;
+	d->buf = buf;
+	d->off = 0;
+	d->len = got;
+	d->bufsize = size;
+	return 0;
+}
+
+/* Move a framed direction to another destination; see relay.h. */
+int
+zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	struct zp_dframe	*fr = d->fr;
+	struct zp_framer	*f = &fr->f;
+	enum zp_framing		 kind = zp_framer_kind(f);
+	uint64_t		 at = fr->sent, end = zp_framer_offset(f);
+	uint64_t		 max = f->max_asked;
+	size_t			 k;
+	int			 known;
+
+	if (d->ops == &zp_relay_splice) {
+		if (dir_unpipe(ctx, d) == -1)
+			return -1;
+		d->lazy = !d->fellback && ctx->have_pool;
+		d->bulk = 0;
+		/*
+		 * The framer stood where the pipe was filled; the copy
+		 * store needs it where delivery stopped.
+		 */
+		if (kind == ZP_FRAMING_OCTET) {
+			if (at == 0 || at == fr->last_mark)
+				(void)zp_framer_resume(f, kind, max, at, 1);
+			else if (fr->mcount > 0) {
+				k = (size_t)(fr->marks[fr->mhead] - at);
+				fr->sent += k;
+				fr->cut += k;
+				d->off += k;
+				d->len -= k;
+				(void)zp_framer_resume(f, kind, max, fr->sent, 1);
+			} else {
+				/* The frame goes on past the pipe. */
+				fr->sent = end;
+				fr->cut += d->len;
+				d->len = 0;
+			}
+		} else if (kind == ZP_FRAMING_LF || kind == ZP_FRAMING_NUL) {
+			/*
+			 * Spliced blind: whether delivery stopped at a
+			 * boundary is known only if nothing was stored past
+			 * a delimiter seen.
+			 */
+			known = at == 0 || (at == end &&
+			    zp_framer_at_boundary(f));
+			(void)zp_framer_resume(f, kind, max, at, known);
+		}
+		fr->mcount = 0;
+	}
+	if (!zp_framer_at_boundary(f) && zp_framer_error(f, NULL) == NULL) {
+		k = d->len > 0 ? zp_framer_next(f, d->buf + d->off, d->len) : 0;
+		if (k > 0)
+			zp_dir_cut(d, k);
+		else {
+			if (d->len > 0)
+				zp_dir_cut(d, d->len);
+			fr->cutting = zp_framer_error(f, NULL) == NULL;
+		}
+	}
+	if (zp_framer_error(f, NULL) != NULL) {
+		/* No boundary to cut at: the stream cannot go on whole. */
+		errno = EPROTO;
+		return -1;
+	}
+	if (zp_framer_at_boundary(f))
+		fr->last_mark = fr->sent;
+	if (d->len == 0 && d->buf != NULL) {
+		free(d->buf);
+		d->buf = NULL;
+		d->off = 0;
+		d->bufsize = ctx->cfg->buffer_size;
+	}
+	d->full = 0;
+	d->done = 0;
+	d->shut = 0;
+	d->drained = 0;
+	return 0;
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "framing.h"
 #include "pipepool.h"
 
 struct zp_dir;
@@ -20,6 +21,11 @@ struct zp_ctx;
 
 /* fill() result that asks the relay loop to switch this direction to copy. */
 #define ZP_FILL_FALLBACK	(-2)
+/*
+ * fill() result of a framed splice direction at an empty pipe whose next
+ * frame is small: copy again, and splice at the next bulk read.
+ */
+#define ZP_FILL_LAZY		(-3)
 
 struct zp_relay_ops {
 	const char	*name;
@@ -58,6 +64,32 @@ struct zp_relay_ops {
 extern const struct zp_relay_ops zp_relay_splice;
 extern const struct zp_relay_ops zp_relay_copy;
 
+/* How many octet frame ends a framed pipe holds at most. */
+#define ZP_MARKS	64
+
+/*
+ * The framing of a direction (--framing: client -> upstream only). In
+ * copy mode the framer follows the bytes delivered (fed as they are
+ * sent); in splice mode it follows the bytes stored (fed or skipped as
+ * they enter the pipe), and for octet framing marks[] holds the stream
+ * offsets of the frame ends still in the pipe, so that the boundaries of
+ * what was delivered are known without reading the pipe. The two meet
+ * where the store is empty, which is where a direction changes backend.
+ */
+struct zp_dframe {
+	struct zp_framer f;
+	uint64_t	 sent;		/* stream offset of the next byte out */
+	uint64_t	 last_mark;	/* the last boundary delivered */
+	uint64_t	 marks[ZP_MARKS]; /* a ring: frame ends in the pipe */
+	unsigned	 mhead;
+	unsigned	 mcount;
+	uint64_t	 frames;	/* frames delivered, to every upstream */
+	uint64_t	 cut;		/* bytes dropped to reach a boundary */
+	unsigned	 cutting:1;	/* dropping the rest of a frame */
+	unsigned	 hold:1;	/* dst dies: keep the store, the pair moves */
+	unsigned	 told:1;	/* its framing error was logged */
+};
+
 /* One socket of a pair, and its two events. */
 struct zp_half {
 	int		 fd;
@@ -86,6 +118,7 @@ struct zp_dir {
 	/* copy store */
 	char				*buf;
 	size_t				 bufsize;
+	size_t				 splice_min; /* --splice-min */
 	size_t				 off;	/* first unsent byte */
 	size_t				 len;	/* unsent bytes */
 
@@ -101,12 +134,17 @@ struct zp_dir {
 	unsigned			 drained:1; /* src looked empty; a hint */
 	unsigned			 lazy:1; /* copies until bulk, then splices */
 	unsigned			 bulk:1; /* a lazy read showed bulk */
+	unsigned			 hold_fin:1; /* src's EOF is not carried:
+						    the pair moves (down) */
+	struct zp_dframe		*fr;	/* NULL: a plain byte relay */
 };
 
 /* What a pump left behind, for the pair to act on (bits). */
 #define ZP_PUMP_DEAD		0x1	/* a half died: the other direction must run */
 #define ZP_PUMP_FELLBACK	0x2	/* splice was refused: now copy */
 #define ZP_PUMP_NOPIPE		0x4	/* bulk, but the pool had no pipe */
+#define ZP_PUMP_MOVE		0x8	/* the upstream is gone and the stream
+					   is framed: the pair moves it */
 
 /*
  * Move bytes for one direction until the source is empty, the store is
@@ -128,12 +166,47 @@ struct zp_dir {
  * bytes away until EOF: the survivor can go on sending and reading what
  * is still on its way to it, and its receive queue stays empty, so that
  * closing its socket later does not reset the bytes queued for it.
+ * A direction that holds (the pair may move a framed stream instead)
+ * keeps its store when its destination fails and says ZP_PUMP_MOVE
+ * (d->fr->hold), or carries no FIN from a source that ended until the
+ * hold is lifted (d->hold_fin).
  * d->done is set when the direction has nothing more to deliver. A FIN
  * is carried with shutdown(2), except when the source was shut for
  * writing already: the other direction is over, so the caller closes
  * both sockets now and close(2) sends the FIN. Returns ZP_PUMP_* bits.
  */
 int	zp_dir_pump(struct zp_ctx *, struct zp_dir *, size_t budget);
+
+/*
+ * A framed direction (d->fr) whose destination is gone or done, for
+ * another destination: keep what the store holds from the first frame
+ * boundary at or after the last byte delivered, as a copy-mode buffer,
+ * and drop what comes before it; a frame that goes on past the store is
+ * dropped as the rest of it arrives (fr->cutting), so the next
+ * destination gets whole frames only. The direction copies on, and
+ * splices again at the next bulk read when it was splicing. Returns 0, or
+ * -1 with errno: ENOMEM, EIO when the pipe could not be read, EPROTO when
+ * the framing failed before a boundary came (the stream cannot go on).
+ */
+int	zp_dir_move(struct zp_ctx *, struct zp_dir *);
+
+/*
+ * Framed stream bookkeeping of the backends: n bytes went out, from the
+ * pipe (sent: marks delivered are counted) or from buf (seen: fed to the
+ * framer, which follows delivery in copy mode).
+ */
+void	zp_dframe_sent(struct zp_dframe *, size_t n);
+void	zp_dframe_seen(struct zp_dframe *, const void *buf, size_t n);
+
+/*
+ * Drop n bytes from the front of a copy store, fed to the framer and
+ * counted as cut: they belong to a frame whose start went to the old
+ * destination.
+ */
+void	zp_dir_cut(struct zp_dir *, size_t n);
+
+/* An octet frame ended at stream offset off, in the pipe. */
+void	zp_dframe_mark(struct zp_dframe *, uint64_t off);
 
 /* Give back the store and clear the direction's events. */
 void	zp_dir_release(struct zp_ctx *, struct zp_dir *);

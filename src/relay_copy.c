@@ -12,6 +12,35 @@
 #include "relay.h"
 
 /*
+ * After a move, drop what the store holds of the frame whose start went
+ * to the old destination (cutting happens only with a store that was
+ * empty before this read). Returns 0, or -1 with EPROTO when the framing
+ * failed before the frame ended.
+ */
+static int
+copy_cut(struct zp_dir *d)
+{
+	struct zp_dframe	*fr = d->fr;
+	size_t			 k;
+
+	k = zp_framer_next(&fr->f, d->buf + d->off, d->len);
+	if (k == 0)
+		k = d->len;
+	else
+		fr->cutting = 0;
+	/* The frame that ends here was not delivered: fed, not counted. */
+	zp_dir_cut(d, k);
+	if (zp_framer_error(&fr->f, NULL) != NULL) {
+		fr->cutting = 0;
+		errno = EPROTO;
+		return -1;
+	}
+	if (!fr->cutting)
+		fr->last_mark = fr->sent;
+	return 0;
+}
+
+/*
  * Socket -> buffer. The buffer is allocated on the first read, so an idle
  * connection costs no buffer memory. Returns bytes read, 0 on EOF, -1 with
  * errno (EAGAIN with d->full set when the buffer is what stopped it).
@@ -49,6 +78,8 @@ copy_fill(struct zp_dir *d, size_t max)
 	} while (n == -1 && errno == EINTR);
 	if (n > 0) {
 		d->len += n;
+		if (d->fr != NULL && d->fr->cutting && copy_cut(d) == -1)
+			return -1;
 		if ((size_t)n < space)
 			d->drained = 1;	/* TCP hands over all it has */
 		else if (d->off == 0 && d->len == d->bufsize)
@@ -68,6 +99,8 @@ copy_flush(struct zp_dir *d)
 		n = send(d->dst->fd, d->buf + d->off, d->len, MSG_NOSIGNAL);
 	} while (n == -1 && errno == EINTR);
 	if (n > 0) {
+		if (d->fr != NULL)
+			zp_dframe_seen(d->fr, d->buf + d->off, (size_t)n);
 		d->off += n;
 		d->len -= n;
 		if (d->len == 0)

@@ -6,6 +6,7 @@
  * into the destination socket.
  */
 
+#include <sys/socket.h>
 #include <errno.h>
 #include <fcntl.h>
 
@@ -29,7 +30,7 @@
  * shows once the pipe is drained.
  */
 static ssize_t
-splice_fill(struct zp_dir *d, size_t max)
+splice_in(struct zp_dir *d, size_t max)
 {
 	ssize_t	n;
 
@@ -72,6 +73,93 @@ splice_fill(struct zp_dir *d, size_t max)
 	}
 }
 
+/*
+ * An octet-framed direction (or auto before its first byte): splice one
+ * body at a time, exactly as long as its header says, and read only the
+ * headers: peek at the next ZP_OCTET_HDR_MAX bytes, splice as many of
+ * them as the header takes, and feed those to the framer. The end of
+ * every body is marked, so a move knows the boundaries of what was
+ * delivered without reading the pipe. With ZP_MARKS frames in the pipe
+ * the store counts as full.
+ */
+static ssize_t
+splice_fill_octet(struct zp_dir *d, size_t max)
+{
+	struct zp_dframe	*fr = d->fr;
+	struct zp_framer	*f = &fr->f, probe;
+	unsigned char		 pk[ZP_OCTET_HDR_MAX];
+	uint64_t		 left = zp_framer_body_left(f), want;
+	ssize_t			 n, m;
+	size_t			 h;
+
+	if (fr->mcount == ZP_MARKS) {
+		d->full = 1;
+		errno = EAGAIN;
+		return -1;
+	}
+	if (left > 0) {
+		n = splice_in(d, left < max ? (size_t)left : max);
+		if (n > 0) {
+			(void)zp_framer_skip(f, (uint64_t)n);
+			if (zp_framer_body_left(f) == 0)
+				zp_dframe_mark(fr, zp_framer_offset(f));
+		}
+		return n;
+	}
+	do {
+		m = recv(d->src->fd, pk, sizeof(pk), MSG_PEEK | MSG_DONTWAIT);
+	} while (m == -1 && errno == EINTR);
+	if (m <= 0) {
+		if (m == -1 && errno == EAGAIN)
+			d->drained = 1;
+		return m;
+	}
+	probe = *f;
+	h = zp_framer_feed_header(&probe, pk, (size_t)m);
+	if (h == 0)
+		h = (size_t)m;
+	/*
+	 * A whole header: splice it with its body in one call. A small
+	 * frame at an empty pipe goes back to copy mode, which moves many
+	 * at once; the next large one brings the pipe back (relay.c).
+	 */
+	want = h + zp_framer_body_left(&probe);
+	if (zp_framer_body_left(&probe) > 0 && d->inpipe == 0 &&
+	    d->splice_min > 0 && zp_framer_body_left(&probe) < d->splice_min)
+		return ZP_FILL_LAZY;
+	n = splice_in(d, want < max ? (size_t)want : max);
+	if (n <= 0)
+		return n;
+	(void)zp_framer_feed_header(f, pk, (size_t)n < h ? (size_t)n : h);
+	if ((size_t)n > h) {
+		(void)zp_framer_skip(f, (uint64_t)n - h);
+		if (zp_framer_body_left(f) == 0)
+			zp_dframe_mark(fr, zp_framer_offset(f));
+	}
+	return n;
+}
+
+/*
+ * Socket -> pipe, for a plain or a framed direction. Delimited frames are
+ * spliced blind: the framer only learns that it lost the position.
+ */
+static ssize_t
+splice_fill(struct zp_dir *d, size_t max)
+{
+	ssize_t			 n;
+	enum zp_framing		 k;
+
+	if (d->fr != NULL && zp_framer_error(&d->fr->f, NULL) == NULL) {
+		k = zp_framer_kind(&d->fr->f);
+		if (k == ZP_FRAMING_OCTET || k == ZP_FRAMING_AUTO)
+			return splice_fill_octet(d, max);
+	}
+	n = splice_in(d, max);
+	if (n > 0 && d->fr != NULL)
+		(void)zp_framer_skip(&d->fr->f, (uint64_t)n);
+	return n;
+}
+
 /* Pipe -> socket. Returns bytes moved or -1 with errno. */
 static ssize_t
 splice_flush(struct zp_dir *d)
@@ -85,6 +173,8 @@ splice_flush(struct zp_dir *d)
 	if (n > 0) {
 		d->inpipe -= n;
 		d->spliced += n;
+		if (d->fr != NULL)
+			zp_dframe_sent(d->fr, (size_t)n);
 	} else if (n == 0) {
 		/* An empty pipe: cannot happen while inpipe counts right. */
 		errno = EIO;

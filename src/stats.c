@@ -32,6 +32,7 @@
 #include <event2/listener.h>
 
 #include "ctx.h"
+#include "framing.h"
 #include "log.h"
 #include "pair.h"
 #include "relay.h"
@@ -263,6 +264,7 @@ struct open_totals {
 	uint64_t	spliced_up, spliced_down;
 	uint64_t	ups_up[ZP_MAX_UPSTREAMS];
 	uint64_t	ups_down[ZP_MAX_UPSTREAMS];
+	uint64_t	ups_frames[ZP_MAX_UPSTREAMS];
 	uint64_t	splice, copy, mixed;
 };
 
@@ -281,8 +283,12 @@ open_totals(struct zp_ctx *ctx, struct open_totals *t)
 		t->spliced_down += p->down.spliced;
 		if (p->up_idx >= 0 && (size_t)p->up_idx < ctx->ups.n &&
 		    p->up_idx < ZP_MAX_UPSTREAMS) {
-			t->ups_up[p->up_idx] += p->up.bytes;
-			t->ups_down[p->up_idx] += p->down.bytes;
+			/* Its current upstream's share: earlier ones have theirs. */
+			t->ups_up[p->up_idx] += p->up.bytes - p->up_base;
+			t->ups_down[p->up_idx] += p->down.bytes - p->down_base;
+			if (p->up.fr != NULL)
+				t->ups_frames[p->up_idx] += p->up.fr->frames -
+				    p->frames_base;
 		}
 		mode = zp_pair_mode(p);
 		if (strcmp(mode, "splice") == 0)
@@ -398,6 +404,17 @@ render_upstreams(struct render *r, struct zp_ctx *ctx,
 		sample_u64(r, "zproxy_upstream_bytes_total", l, 2,
 		    u->bytes_down + t->ups_down[i]);
 	}
+	if (ctx->cfg->framing != ZP_FRAMING_NONE) {
+		family(r, "zproxy_frames_total", "counter",
+		    "Messages (--framing) delivered whole to the upstream; in "
+		    "splice mode lf and nul messages are counted only where "
+		    "zproxy reads them, so this is a lower bound there.");
+		for (i = 0; i < n; i++) {
+			l[0].value = names[i];
+			sample_u64(r, "zproxy_frames_total", l, 1,
+			    ctx->ups.v[i].frames + t->ups_frames[i]);
+		}
+	}
 	free(names);
 }
 
@@ -507,6 +524,20 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	    "Clients refused (end=bad-destination) because -u original would "
 	    "have connected back to zproxy or outside --allow-dst.",
 	    ctx->stats.bad_destinations);
+
+	if (ctx->cfg->framing != ZP_FRAMING_NONE) {
+		family(&r, "zproxy_stream_moves_total", "counter",
+		    "Framed streams moved to another upstream at a message "
+		    "boundary, by reason.");
+		l.name = "reason";
+		l.value = "upstream-failed";
+		sample_u64(&r, "zproxy_stream_moves_total", &l, 1,
+		    ctx->stats.moves_failed);
+		single_u64(&r, "zproxy_framing_errors_total", "counter",
+		    "Framed connections whose framing failed (a message over "
+		    "--max-frame, a bad octet header): relayed as plain bytes "
+		    "from there on.", ctx->stats.framing_errors);
+	}
 
 	family(&r, "zproxy_timeouts_total", "counter",
 	    "Connections closed by a timeout: idle (--idle-timeout) or fin "

@@ -31,6 +31,7 @@ struct zp_upstream {
 	uint64_t		 conns_failed;
 	uint64_t		 bytes_up;
 	uint64_t		 bytes_down;
+	uint64_t		 frames;	/* --framing: messages delivered */
 };
 
 struct zp_upstreams {

@@ -14,6 +14,7 @@
 #include <event2/event.h>
 
 #include "ctx.h"
+#include "framing.h"
 #include "health.h"
 #include "listener.h"
 #include "log.h"
@@ -140,7 +141,7 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    "no-pipe=%llu splice-refused=%llu; pipes alive=%zu pooled=%zu; "
 	    "accept-pauses=%llu; local-errors=%llu local-failed=%llu; "
 	    "clients denied=%llu source-limited=%llu bad-proxy-header=%llu "
-	    "bad-destination=%llu; "
+	    "bad-destination=%llu; moves=%llu framing-errors=%llu; "
 	    "cpu=%.3fs cpu-per-GiB=%s", what,
 	    (unsigned long long)ctx->stats.conns_open,
 	    (unsigned long long)ctx->stats.conns_total,
@@ -156,7 +157,9 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    (unsigned long long)ctx->stats.clients_denied,
 	    (unsigned long long)ctx->stats.clients_source_limited,
 	    (unsigned long long)ctx->stats.bad_proxy_headers,
-	    (unsigned long long)ctx->stats.bad_destinations, cpu, per);
+	    (unsigned long long)ctx->stats.bad_destinations,
+	    (unsigned long long)ctx->stats.moves_failed,
+	    (unsigned long long)ctx->stats.framing_errors, cpu, per);
 }
 
 /*
@@ -374,6 +377,16 @@ log_access(struct zp_ctx *ctx)
 		    buf + 1 : "any peer: without --proxy-from, any client may "
 		    "claim any address");
 	}
+	if (cfg->framing != ZP_FRAMING_NONE)
+		zp_log(&ctx->log, ZP_LOG_NOTICE, "framing %s, messages up to "
+		    "%zu bytes%s; streams move off an upstream that fails%s",
+		    zp_framing_name((enum zp_framing)cfg->framing),
+		    cfg->max_frame > 0 ? cfg->max_frame : cfg->framing ==
+		    ZP_FRAMING_OCTET ? (size_t)ZP_FRAME_MAX :
+		    (size_t)ZP_FRAME_DEFAULT_LF, cfg->framing == ZP_FRAMING_AUTO &&
+		    cfg->max_frame == 0 ? " (16M when octet)" : "",
+		    cfg->nupstreams < 2 ? " (but there is only one upstream)" :
+		    "");
 	if (cfg->deny.n == 0 && cfg->allow.n == 0 &&
 	    cfg->max_conns_per_source == 0)
 		return;

@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "framing.h"
 #include "upstream.h"
 
 #define MAXARGS	64
@@ -1578,6 +1579,46 @@ test_parse_source(void **state)
 	}
 }
 
+/* ---- --framing, --max-frame ---------------------------------------- */
+
+/* The framings by name; none by default; --max-frame bounded and tied. */
+static void
+test_framing(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(s->cfg.framing, ZP_FRAMING_NONE);
+	assert_int_equal(s->cfg.max_frame, 0);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "octet",
+	    "--max-frame", "1M", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.framing, ZP_FRAMING_OCTET);
+	assert_int_equal(s->cfg.max_frame, 1024 * 1024);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "nul",
+	    NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.framing, ZP_FRAMING_NUL);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "json",
+	    NULL), ZP_PARSE_ERROR);
+	assert_errmsg_quoted(s->err, "json");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--max-frame", "17M", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "16M");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--max-frame", "0", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "max-frame");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--max-frame", "4K",
+	    NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--max-frame needs --framing");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--framing", "octet", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "given twice");
+}
+
 int
 main(void)
 {
@@ -1651,6 +1692,8 @@ main(void)
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test(test_addr_str),
 		cmocka_unit_test(test_parse_source),
+		cmocka_unit_test_setup_teardown(test_framing, cfg_setup,
+		    cfg_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -715,6 +715,77 @@ test_lf_many(void **state)
 	assert_int_equal(zp_framer_boundary(&f), last);
 }
 
+/*
+ * zp_framer_resume: a move re-reads what a pipe held from where delivery
+ * stopped. At a boundary the framer takes the next frames as a fresh one
+ * would, at the offsets given; blind (LF) it waits for a delimiter; the
+ * kind, the limit and the refusals hold.
+ */
+static void
+test_resume(void **state)
+{
+	struct zp_framer	f, g;
+
+	init(&f, ZP_FRAMING_OCTET, 100);
+	assert_int_equal(zp_framer_resume(&f, ZP_FRAMING_OCTET, 100, 1000, 1),
+	    0);
+	assert_true(zp_framer_at_boundary(&f));
+	assert_int_equal(zp_framer_offset(&f), 1000);
+	assert_int_equal(zp_framer_boundary(&f), 1000);
+	assert_int_equal(zp_framer_frames(&f), 0);
+	assert_int_equal(feeds(&f, "3 abc2 x"), 5);
+	assert_int_equal(zp_framer_frames(&f), 1);
+	assert_int_equal(zp_framer_boundary(&f), 1005);
+	assert_int_equal(zp_framer_body_left(&f), 1);
+	/* The limit is kept: 101 is over it. */
+	assert_int_equal(zp_framer_resume(&f, ZP_FRAMING_OCTET, 100, 7, 1), 0);
+	(void)feeds(&f, "101 ");
+	assert_non_null(zp_framer_error(&f, NULL));
+
+	/* LF, blind: nothing before the first '\n' is a boundary. */
+	assert_int_equal(zp_framer_resume(&f, ZP_FRAMING_LF, 0, 50, 0), 0);
+	assert_false(zp_framer_at_boundary(&f));
+	assert_int_equal(zp_framer_next(&f, "tail\nnext\n", 10), 5);
+	assert_int_equal(feeds(&f, "tail\nnext\n"), 10);
+	assert_int_equal(zp_framer_frames(&f), 2);
+	assert_int_equal(zp_framer_boundary(&f), 60);
+	assert_int_equal(zp_framer_max(&f), ZP_FRAME_DEFAULT_LF);
+
+	/* LF and NUL at a boundary. */
+	assert_int_equal(zp_framer_resume(&f, ZP_FRAMING_NUL, 8, 3, 1), 0);
+	assert_true(zp_framer_at_boundary(&f));
+	assert_int_equal(zp_framer_kind(&f), ZP_FRAMING_NUL);
+	assert_int_equal(zp_framer_feed(&f, "ab\0", 3), 3);
+	assert_int_equal(zp_framer_boundary(&f), 6);
+
+	/* Refused, f untouched: octet not at a boundary, AUTO, NONE, a limit
+	 * over the cap. */
+	init(&f, ZP_FRAMING_LF, 0);
+	(void)feeds(&f, "ab");
+	g = f;
+	assert_int_equal(zp_framer_resume(&f, ZP_FRAMING_OCTET, 0, 9, 0), -1);
+	assert_int_equal(zp_framer_resume(&f, ZP_FRAMING_AUTO, 0, 9, 1), -1);
+	assert_int_equal(zp_framer_resume(&f, ZP_FRAMING_NONE, 0, 9, 1), -1);
+	assert_int_equal(zp_framer_resume(&f, ZP_FRAMING_LF,
+	    (uint64_t)ZP_FRAME_MAX + 1, 9, 1), -1);
+	assert_memory_equal(&f, &g, sizeof(f));
+}
+
+/* The names --framing takes, and nothing else. */
+static void
+test_parse(void **state)
+{
+	assert_int_equal(zp_framing_parse("none"), ZP_FRAMING_NONE);
+	assert_int_equal(zp_framing_parse("lf"), ZP_FRAMING_LF);
+	assert_int_equal(zp_framing_parse("octet"), ZP_FRAMING_OCTET);
+	assert_int_equal(zp_framing_parse("auto"), ZP_FRAMING_AUTO);
+	assert_int_equal(zp_framing_parse("nul"), ZP_FRAMING_NUL);
+	assert_int_equal(zp_framing_parse("LF"), -1);
+	assert_int_equal(zp_framing_parse(""), -1);
+	assert_int_equal(zp_framing_parse("octets"), -1);
+	assert_int_equal(zp_framing_parse("?"), -1);
+}
+
 int
 main(void)
 {
@@ -734,6 +805,8 @@ main(void)
 		cmocka_unit_test(test_next),
 		cmocka_unit_test(test_octet_many),
 		cmocka_unit_test(test_lf_many),
+		cmocka_unit_test(test_resume),
+		cmocka_unit_test(test_parse),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

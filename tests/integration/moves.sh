@@ -1,0 +1,175 @@
+#!/bin/bash
+# moves.sh - --framing: a framed stream whose upstream fails moves to
+# another upstream at a message boundary, the client still connected
+# (issue 12). The stream is a file of numbered messages (1 B to 16 KiB,
+# with spaces; octet bodies also hold newlines), made here with the offset
+# of every boundary; upstream A (zp-peer) resets after taking 2 MiB,
+# upstream B takes the rest. Byte-exact checks, every mode and framing:
+#   a. the client's one connection sends everything and reads to EOF
+#      without an error (it was never dropped);
+#   b. A's bytes are the stream's first bytes; B's are its last bytes and
+#      begin at a message boundary (no half message, nothing merged);
+#   c. one "moved" line from A to B, its frames= is the number of whole
+#      messages A took; what is missing between the two is cut= (the rest
+#      of the message A had begun) plus what A's kernel took but A did not
+#      read; the conn= line's up= is the stream less cut=;
+#   d. a framing error (a bad octet header) makes the stream a plain byte
+#      relay: it reaches A whole, counted in the counters line, nothing
+#      moved; a reset of A then ends the client as without framing;
+#   e. with one upstream nothing moves: end=upstream-reset, as without
+#      framing.
+# auto runs on the octet stream (its first byte picks octet). In splice
+# mode lf messages are spliced unread: frames= is then a lower bound.
+. "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
+
+MSGS=${ZP_MOVES_MSGS:-3000}
+CUT_AT=$((2 * 1024 * 1024))
+
+# mkstream NAME FRAMING NMSG [BAD]: the stream $T/NAME and the stream
+# offset of every boundary, one per line, in $T/NAME.b (0 first). With
+# BAD, the octet header of message BAD is malformed ("x12 ...").
+mkstream() {
+	awk -v fr="$2" -v n="$3" -v bad="${4:-0}" -v out="$T/$1" \
+	    -v bo="$T/$1.b" 'BEGIN {
+		srand(12);
+		base = "";
+		for (i = 0; i < 4096; i++) {
+			c = substr("abcdefghij klmnopqrstuvwxyz ABCDEFGH", int(rand() * 36) + 1, 1);
+			base = base c;
+		}
+		base = base base base base base;
+		off = 0;
+		print 0 > bo;
+		for (i = 1; i <= n; i++) {
+			len = int(rand() * 16384) + 1;
+			start = int(rand() * 4096) + 1;
+			body = "s=" i " " substr(base, start, len);
+			if (fr == "octet" && i % 7 == 0)
+				body = body "\nsecond line";
+			if (fr == "octet")
+				msg = (i == bad ? "x" : "") length(body) " " body;
+			else
+				msg = body "\n";
+			printf "%s", msg > out;
+			off += length(msg);
+			print off > bo;
+		}
+	}' || fail "mkstream $1 failed"
+}
+
+# check_move MODE FRAMING KIND: KIND (lf, octet) is the stream's.
+check_move() {
+	local mode=$1 framing=$2 kind=$3 sent a b start gap line frames
+	local want_frames unacked cut up
+	set_mode "$mode"
+	mkstream "s-$framing" "$kind" "$MSGS"
+	sent=$(size "$T/s-$framing")
+	peer_listen "A-$mode-$framing" --recv "$T/A-$mode-$framing" \
+	    --reset-after-recv "$CUT_AT" -t 60
+	local pa=$PEER_PORT
+	peer_listen "B-$mode-$framing" --recv "$T/B-$mode-$framing" -t 60
+	local pb=$PEER_PORT pbpid=$PEER_PID
+	start_zproxy -v "${MODE_ARGS[@]}" --framing "$framing" \
+	    --balance first -u "127.0.0.1:$pa" -u "127.0.0.1:$pb"
+	peer "c-$mode-$framing" connect 127.0.0.1 "$ZPORT" \
+	    --send "$T/s-$framing" -t 60 ||
+		fail "$mode/$framing: the client failed (status $?): $(tail -n 2 "$T/c-$mode-$framing.err")"
+	peer_wait "$pbpid" B 20 || fail "$mode/$framing: B did not end cleanly"
+	expect_conn_log ' end=closed' "$mode/$framing: the client's connection"
+	line=$(grep 'connection [0-9]* moved:' "$ZLOG")
+	[ "$(echo "$line" | grep -c .)" = 1 ] ||
+		fail "$mode/$framing: want one 'moved' line, got: $line"
+	echo "$line" | grep -q "from=127.0.0.1:$pa to=127.0.0.1:$pb reason=upstream-failed" ||
+		fail "$mode/$framing: the move line names the wrong upstreams: $line"
+	a=$(size "$T/A-$mode-$framing")
+	b=$(size "$T/B-$mode-$framing")
+	[ "$a" -ge "$CUT_AT" ] || fail "$mode/$framing: A took $a bytes, want $CUT_AT or more"
+	head -c "$a" "$T/s-$framing" | cmp -s - "$T/A-$mode-$framing" ||
+		fail "$mode/$framing: A's bytes are not the stream's first $a"
+	tail -c "$b" "$T/s-$framing" | cmp -s - "$T/B-$mode-$framing" ||
+		fail "$mode/$framing: B's $b bytes are not the stream's last"
+	start=$((sent - b))
+	grep -qx "$start" "$T/s-$framing.b" ||
+		fail "$mode/$framing: B's bytes begin at $start, not at a message boundary"
+	frames=$(field frames "$line")
+	cut=$(field cut "$line")
+	unacked=$(field unacked "$line")
+	gap=$((start - a))
+	# A's whole messages: the boundaries at or below what it took, less
+	# the stream's start. It may have taken more than it read.
+	want_frames=$(awk -v s="$start" -v c="$cut" '$1 > 0 && $1 <= s - c' "$T/s-$framing.b" | wc -l)
+	# Exact where zproxy sees the ends: copy mode, octet frames.
+	if [ "$mode" = copy ] || [ "$kind" = octet ]; then
+		[ "$frames" = "$want_frames" ] ||
+			fail "$mode/$framing: frames=$frames, but $want_frames whole messages went to A"
+	else
+		[ "$frames" -le "$want_frames" ] ||
+			fail "$mode/$framing: frames=$frames, more than the $want_frames whole messages A got"
+	fi
+	# What went missing is cut= and what A's kernel got but A never
+	# read; unacked= is what A's kernel did not acknowledge, at most
+	# what went to A (an ACK delayed when A reset never comes: the
+	# RST's own is not taken, so it may also exceed what A missed).
+	[ "$cut" -le "$gap" ] && [ "$unacked" -le $((start - cut)) ] ||
+		fail "$mode/$framing: $gap bytes between A and B, but cut=$cut unacked=$unacked"
+	up=$(field up "$LAST_CONN_LOG")
+	[ "$up" = $((sent - cut)) ] ||
+		fail "$mode/$framing: up=$up, want the stream ($sent) less cut=$cut"
+	ok "$mode/$framing: moved at a boundary; A read $a bytes of $((start - cut)) sent to it, B $b from $start; frames=$frames cut=$cut unacked=$unacked"
+	stop_zproxy
+}
+
+# A framing error: plain bytes from there on; no move, so A's reset ends
+# the client.
+check_error() {
+	local mode=$1 sent a
+	set_mode "$mode"
+	mkstream s-bad octet 400 50
+	sent=$(size "$T/s-bad")
+	peer_listen "Abad-$mode" --recv "$T/Abad-$mode" -t 60
+	local pa=$PEER_PORT papid=$PEER_PID
+	peer_listen "Bbad-$mode" --recv "$T/Bbad-$mode" -t 60
+	local pb=$PEER_PORT
+	start_zproxy -v "${MODE_ARGS[@]}" --framing octet --balance first \
+	    -u "127.0.0.1:$pa" -u "127.0.0.1:$pb"
+	peer "cbad-$mode" connect 127.0.0.1 "$ZPORT" --send "$T/s-bad" -t 60 ||
+		fail "$mode: the client with a bad header failed: $(tail -n 2 "$T/cbad-$mode.err")"
+	peer_wait "$papid" A 20 || fail "$mode: A did not end cleanly"
+	expect_conn_log ' end=closed' "$mode: the bad stream's connection"
+	cmp -s "$T/s-bad" "$T/Abad-$mode" ||
+		fail "$mode: the stream with a bad header did not reach A whole ($(size "$T/Abad-$mode") of $sent bytes)"
+	wait_line "$ZLOG" 'framing error at byte [0-9]* \(octet frame does not start with a length\)' 5 "$ZPID" >/dev/null ||
+		fail "$mode: no framing error logged"
+	kill -USR1 "$ZPID"
+	wait_line "$ZLOG" 'moves=0 framing-errors=1;' 5 "$ZPID" >/dev/null ||
+		fail "$mode: the counters line does not say moves=0 framing-errors=1"
+	ok "$mode: a bad octet header: $sent bytes relayed whole as plain bytes, counted"
+	stop_zproxy
+}
+
+# One upstream: nowhere to move, the old behaviour.
+check_single() {
+	local mode=$1
+	set_mode "$mode"
+	mkstream s-one lf 600
+	peer_listen "A1-$mode" --recv "$T/A1-$mode" --reset-after-recv 1048576 -t 60
+	local pa=$PEER_PORT
+	start_zproxy -v "${MODE_ARGS[@]}" --framing lf -u "127.0.0.1:$pa"
+	wait_line "$ZLOG" 'but there is only one upstream' 5 "$ZPID" >/dev/null ||
+		fail "$mode: no warning that one upstream cannot take a move"
+	PEER_TIMEOUT=30 peer "c1-$mode" connect 127.0.0.1 "$ZPORT" \
+	    --send "$T/s-one" --allow-reset -t 20
+	expect_conn_log ' end=upstream-reset' "$mode: one upstream"
+	! grep -q 'moved:' "$ZLOG" || fail "$mode: moved with one upstream"
+	ok "$mode: one upstream: end=upstream-reset, nothing moved"
+	stop_zproxy
+}
+
+for mode in $MODES_ALL; do
+	subcase check_move "$mode" octet octet
+	subcase check_move "$mode" lf lf
+	subcase check_move "$mode" auto octet
+	subcase check_error "$mode"
+	subcase check_single "$mode"
+done
+zp_done
