@@ -23,116 +23,15 @@
 # The collector killed is syslog-ng in splice mode and rsyslog in copy
 # mode (and it is the "first" one in d/e). Both modes.
 #
-# rsyslog and syslog-ng-core conflict as Debian packages: RSYSLOGD names
-# rsyslogd, else rsyslogd in PATH, else /opt/zp-rsyslog/usr/sbin/rsyslogd
-# (the rsyslog .deb unpacked there with dpkg-deb -x, as .ci/run does);
-# RSYSLOG_MODDIR its module directory (found beside it when unpacked).
+# The collectors, how they are found (RSYSLOGD, RSYSLOG_MODDIR, SYSLOG_NG)
+# and started: collectorlib.sh.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
+. "${ZP_TESTLIB%/*}/collectorlib.sh" || exit 1
 
-# ---- the programs ------------------------------------------------------
-
-RSYSLOGD=${RSYSLOGD:-$(command -v rsyslogd 2>/dev/null || true)}
-if [ -z "$RSYSLOGD" ] && [ -x /opt/zp-rsyslog/usr/sbin/rsyslogd ]; then
-	RSYSLOGD=/opt/zp-rsyslog/usr/sbin/rsyslogd
-fi
-[ -n "$RSYSLOGD" ] && [ -x "$RSYSLOGD" ] ||
-	fail "rsyslogd not found: install rsyslog, or unpack its .deb into /opt/zp-rsyslog (see .ci/run), or set RSYSLOGD"
-RS_MOD=()
-if [ -z "${RSYSLOG_MODDIR:-}" ] && [ "$RSYSLOGD" != /usr/sbin/rsyslogd ]; then
-	for d in "${RSYSLOGD%/sbin/rsyslogd}"/lib/*/rsyslog; do
-		[ -f "$d/imtcp.so" ] && RSYSLOG_MODDIR=$d
-	done
-fi
-[ -n "${RSYSLOG_MODDIR:-}" ] && RS_MOD=(-M "$RSYSLOG_MODDIR")
-SYSLOG_NG=${SYSLOG_NG:-$(command -v syslog-ng 2>/dev/null || true)}
-[ -n "$SYSLOG_NG" ] || fail "syslog-ng not found: install syslog-ng-core"
 command -v logger >/dev/null || fail "logger not found: install bsdutils"
-note "rsyslog: $("$RSYSLOGD" -v 2>/dev/null | head -n 1 | awk '{ print $2 }');" \
-    "syslog-ng: $("$SYSLOG_NG" --version 2>/dev/null | sed -n 's/^syslog-ng [0-9]* (\(.*\))/\1/p');" \
-    "logger: $(logger -V 2>/dev/null | awk '{ print $NF }')"
+note "$(collector_versions);" "logger: $(logger -V 2>/dev/null | awk '{ print $NF }')"
 
 RUN=$(date +%s)x$$
-
-# ---- collectors --------------------------------------------------------
-
-# start_collector KIND NAME [PORT]: start rsyslog or syslog-ng in the
-# foreground on 127.0.0.1:PORT (a free one if none), writing each message
-# it gets as one line to $T/NAME.log (appended: a restart keeps it).
-# Waits for its listening socket. Sets C_PID, C_PORT, C_LOG.
-start_collector() {
-	local kind=$1 name=$2 want=${3:-} port d conf deadline
-	d=$T/$name.d
-	mkdir -p "$d"
-	C_LOG=$T/$name.log
-	for _ in 1 2 3 4 5; do
-		port=$want
-		[ -n "$port" ] || port=$(free_port -b 127.0.0.1) ||
-			fail "zp-peer port failed"
-		conf=$d/$kind.conf
-		case $kind in
-		rsyslog)
-			cat >"$conf" <<-EOF
-			global(workDirectory="$d" net.enableDNS="off")
-			module(load="imtcp" maxSessions="1000")
-			template(name="msgline" type="string" string="%msg%\n")
-			ruleset(name="collect") {
-			  action(type="omfile" file="$C_LOG" template="msgline"
-			         flushOnTXEnd="on" asyncWriting="off")
-			}
-			input(type="imtcp" address="127.0.0.1" port="$port" ruleset="collect")
-			EOF
-			zp_bg "$name" "$RSYSLOGD" -n -f "$conf" -i "$d/pid" "${RS_MOD[@]}"
-			;;
-		syslog-ng)
-			cat >"$conf" <<-EOF
-			@version: 3.38
-			options { use_dns(no); use_fqdn(no); dns_cache(no);
-			          stats_freq(0); flush_lines(1); keep_hostname(yes); };
-			source s_net { network(ip("127.0.0.1") port($port)
-			    transport("tcp") max_connections(1000) log_iw_size(100000)); };
-			destination d_file { file("$C_LOG" template("\${MSG}\n")
-			    flush_lines(1) fsync(no)); };
-			log { source(s_net); destination(d_file); };
-			EOF
-			zp_bg "$name" "$SYSLOG_NG" -F --no-caps -f "$conf" \
-			    -R "$d/persist" -p "$d/pid" -c "$d/ctl"
-			;;
-		*) fail "start_collector: unknown kind $kind" ;;
-		esac
-		C_PID=$BG_PID
-		deadline=$(( $(now_ms) + 10000 ))
-		while alive "$C_PID" && ! listening "$port"; do
-			[ "$(now_ms)" -ge "$deadline" ] &&
-				fail "$kind ($name) does not listen on $port within 10s"
-			sleep 0.02
-		done
-		if alive "$C_PID"; then
-			C_PORT=$port
-			return 0
-		fi
-		wait "$C_PID" 2>/dev/null
-		# a fixed port must be ours; a picked one may have been taken
-		[ -z "$want" ] && grep -qiE 'in use|could not bind|bind' "$T/$name.err" &&
-			continue
-		fail "$kind ($name) exited at start-up: $(head -c 400 "$T/$name.err")"
-	done
-	fail "$kind ($name): no free port after 5 tries"
-}
-
-# kill_collector PID PORT WHAT: stop a collector; its port must be closed
-# (new connects refused) before this returns.
-kill_collector() {
-	local deadline
-	ours "$1" || fail "$3: not our process"
-	kill -TERM "$1"
-	zp_wait_exit "$1" 5 >/dev/null 2>&1
-	[ $? = 124 ] && { kill -KILL "$1"; zp_wait_exit "$1" 5; }
-	deadline=$(( $(now_ms) + 5000 ))
-	while listening "$2"; do
-		[ "$(now_ms)" -ge "$deadline" ] && fail "$3: port $2 still listening"
-		sleep 0.02
-	done
-}
 
 # ---- messages ----------------------------------------------------------
 
