@@ -64,6 +64,9 @@ enum {
 	/* log streams */
 	OPT_FRAMING,
 	OPT_MAX_FRAME,
+	OPT_MAX_LIFETIME,
+	OPT_REBALANCE,
+	OPT_REBALANCE_RATE,
 };
 
 static const struct option zp_longopts[] = {
@@ -75,6 +78,9 @@ static const struct option zp_longopts[] = {
 	{ "splice-min",		required_argument,	NULL, OPT_SPLICE_MIN },
 	{ "framing",		required_argument,	NULL, OPT_FRAMING },
 	{ "max-frame",		required_argument,	NULL, OPT_MAX_FRAME },
+	{ "max-lifetime",	required_argument,	NULL, OPT_MAX_LIFETIME },
+	{ "rebalance",		no_argument,		NULL, OPT_REBALANCE },
+	{ "rebalance-rate",	required_argument,	NULL, OPT_REBALANCE_RATE },
 	{ "max-conns",		required_argument,	NULL, OPT_MAX_CONNS },
 	{ "connect-timeout",	required_argument,	NULL, OPT_CONNECT_TIMEOUT },
 	{ "balance",		required_argument,	NULL, OPT_BALANCE },
@@ -146,6 +152,7 @@ zp_config_init(struct zp_config *cfg)
 	cfg->stats_max_conns = ZP_DEFAULT_STATS_MAX_CONNS;
 	cfg->stats_timeout = ZP_DEFAULT_STATS_TIMEOUT;
 	cfg->proxy_timeout = ZP_DEFAULT_PROXY_TIMEOUT;
+	cfg->rebalance_rate = ZP_DEFAULT_REBALANCE_RATE;
 }
 
 /* Free what cfg owns. */
@@ -232,6 +239,13 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --max-frame BYTES      longest message (default 64K for lf, 16M for\n"
 "                             octet); a longer one ends the framing of that\n"
 "                             connection: it is relayed as plain bytes\n"
+"      --max-lifetime SEC     a stream this long on one upstream moves to\n"
+"                             the balancer's choice at a message boundary,\n"
+"                             if that is another (default: never)\n"
+"      --rebalance            move streams off the busiest upstream while\n"
+"                             it has 2 more than the idlest (an upstream\n"
+"                             back up fills again)\n"
+"      --rebalance-rate N     at most N such moves a second (default 10)\n"
 "\n"
 "Who may connect:\n"
 "      --allow CIDR           relay only clients in these networks (repeat it;\n"
@@ -601,6 +615,7 @@ seconds_field(struct zp_config *cfg, int opt)
 	case OPT_LINGER_TIMEOUT:	return &cfg->linger_timeout;
 	case OPT_STATS_TIMEOUT:		return &cfg->stats_timeout;
 	case OPT_PROXY_TIMEOUT:		return &cfg->proxy_timeout;
+	case OPT_MAX_LIFETIME:		return &cfg->max_lifetime;
 	default:			return &cfg->drain_timeout;
 	}
 }
@@ -891,12 +906,22 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		case OPT_DRAIN_TIMEOUT:
 		case OPT_STATS_TIMEOUT:
 		case OPT_PROXY_TIMEOUT:
+		case OPT_MAX_LIFETIME:
 			if (parse_seconds(opt_name(c), optarg,
 			    seconds_field(cfg, c), err, errlen) == -1)
 				return ZP_PARSE_ERROR;
 			break;
 		case OPT_KEEPALIVE:
 			cfg->keepalive = 1;
+			break;
+		case OPT_REBALANCE:
+			cfg->rebalance = 1;
+			break;
+		case OPT_REBALANCE_RATE:
+			if (parse_count("rebalance-rate", optarg, 1000, &v, err,
+			    errlen) == -1)
+				return ZP_PARSE_ERROR;
+			cfg->rebalance_rate = (int)v;
 			break;
 		case OPT_LOG_FILE:
 			if (*optarg == '\0') {
@@ -1133,9 +1158,25 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		    cfg->proxy_from.n > 0 ? "proxy-from" : "proxy-timeout");
 		return ZP_PARSE_ERROR;
 	}
-	if (given_opt(given, OPT_MAX_FRAME) &&
-	    cfg->framing == ZP_FRAMING_NONE) {
-		zp_seterr(err, errlen, "--max-frame needs --framing");
+	/* Only a framed stream has boundaries to move at. */
+	if (cfg->framing == ZP_FRAMING_NONE && (given_opt(given,
+	    OPT_MAX_FRAME) || given_opt(given, OPT_MAX_LIFETIME) ||
+	    cfg->rebalance || given_opt(given, OPT_REBALANCE_RATE))) {
+		zp_seterr(err, errlen, "--%s needs --framing",
+		    given_opt(given, OPT_MAX_FRAME) ? "max-frame" :
+		    given_opt(given, OPT_MAX_LIFETIME) ? "max-lifetime" :
+		    cfg->rebalance ? "rebalance" : "rebalance-rate");
+		return ZP_PARSE_ERROR;
+	}
+	if (given_opt(given, OPT_REBALANCE_RATE) && !cfg->rebalance) {
+		zp_seterr(err, errlen, "--rebalance-rate needs --rebalance");
+		return ZP_PARSE_ERROR;
+	}
+	/* An even spread is what leastconn and roundrobin aim at. */
+	if (cfg->rebalance && cfg->balance != ZP_BALANCE_LEASTCONN &&
+	    cfg->balance != ZP_BALANCE_ROUNDROBIN) {
+		zp_seterr(err, errlen, "--rebalance needs --balance leastconn "
+		    "or roundrobin");
 		return ZP_PARSE_ERROR;
 	}
 	/* Which one was meant is a guess: say so rather than take the last. */

@@ -119,6 +119,9 @@ struct zp_config {
 	/* Log streams: --framing, --max-frame. */
 	int			framing;	/* enum zp_framing */
 	size_t			max_frame;	/* 0: the framing's default */
+	double			max_lifetime;	/* 0: streams stay */
+	int			rebalance;
+	int			rebalance_rate;	/* moves a second */
 };
 
 #define ZP_DEFAULT_PIPE_SIZE	(1024 * 1024)
@@ -132,7 +135,8 @@ struct zp_config {
 #define ZP_DEFAULT_LINGER_TIMEOUT 30.0	/* nginx's lingering_time */
 #define ZP_DEFAULT_STATS_MAX_CONNS 16
 #define ZP_DEFAULT_STATS_TIMEOUT 5.0
-#define ZP_DEFAULT_PROXY_TIMEOUT 3.0	/* HAProxy's timeout client-ish bound */
+#define ZP_DEFAULT_PROXY_TIMEOUT 3.0
+#define ZP_DEFAULT_REBALANCE_RATE 10	/* HAProxy's timeout client-ish bound */
 #define ZP_MAX_SIZE		(1024UL * 1024 * 1024)
 
 /* What zp_config_parse() asks the caller to do. */

@@ -61,8 +61,8 @@ struct zp_stats {
 	uint64_t	clients_source_limited;	/* --max-conns-per-source */
 	uint64_t	bad_proxy_headers;	/* --accept-proxy refusals */
 	uint64_t	bad_destinations;	/* -u original refused one */
-	uint64_t	moves_failed;	/* --framing: streams moved off a
-					   failed upstream */
+	uint64_t	moves[3];	/* --framing: streams moved, by
+					   enum zp_move_reason */
 	uint64_t	framing_errors;	/* streams whose framing failed */
 	uint64_t	stats_open;	/* --stats connections */
 	uint64_t	stats_refused[ZP_STATS_REFUSED_MAX];
@@ -85,6 +85,7 @@ struct zp_ctx {
 	struct zp_resolver	*resolver;	/* --resolve-interval */
 	struct zp_sandbox	*sandbox;	/* NULL: --no-sandbox */
 	struct event		*drain_timer;
+	struct event		*rebalance_timer;	/* --rebalance */
 	struct zp_pair_list	 pairs;
 	struct zp_srctab	 sources;	/* open pairs per client source */
 	struct zp_stats		 stats;

@@ -36,6 +36,7 @@ static void	pair_connect_cb(evutil_socket_t, short, void *);
 static void	pair_timer_cb(evutil_socket_t, short, void *);
 static int	pair_timer_update(struct zp_pair *);
 static void	pair_connect_release(struct zp_pair *);
+static void	pair_next_drop(struct zp_pair *);
 
 /* Name of an end reason; these words are what users grep logs for. */
 const char *
@@ -61,6 +62,18 @@ zp_end_str(enum zp_end e)
 	case ZP_END_SOURCE_LIMIT:	return "source-limit";
 	case ZP_END_BAD_DST:		return "bad-destination";
 	case ZP_END_SOURCE_FAMILY:	return "source-family";
+	}
+	return "unknown";
+}
+
+/* Why a stream moved; the reason label of zproxy_stream_moves_total. */
+const char *
+zp_move_reason_str(int r)
+{
+	switch (r) {
+	case ZP_MOVE_FAILED:	return "upstream-failed";
+	case ZP_MOVE_LIFETIME:	return "max-lifetime";
+	case ZP_MOVE_REBALANCE:	return "rebalance";
 	}
 	return "unknown";
 }
@@ -342,6 +355,12 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 		dir_uncount(&p->down, p->linger_abort && !p->client.dead);
 	}
 	pair_log(p, end);
+	/* Until the old upstream of a planned move closes, down is its. */
+	if (p->retiring.fd != -1) {
+		ctx->ups.v[p->retiring_idx].bytes_down += p->down.bytes -
+		    p->down_base;
+		p->down_base = p->down.bytes;
+	}
 	ctx->stats.bytes_up += p->up.bytes;
 	ctx->stats.bytes_down += p->down.bytes;
 	ctx->stats.spliced_up += p->up.spliced;
@@ -392,6 +411,10 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	half_close(&p->client, p->linger_abort || end == ZP_END_DENIED ||
 	    end == ZP_END_SOURCE_LIMIT || end == ZP_END_BAD_DST);
 	half_close(&p->upstream, p->linger_abort);
+	half_close(&p->retiring, 0);
+	if (p->retire_timer != NULL)
+		event_free(p->retire_timer);
+	pair_next_drop(p);
 	TAILQ_REMOVE(&ctx->pairs, p, entry);
 	ctx->stats.conns_open--;
 	if (p->source_counted)
@@ -557,6 +580,26 @@ pair_framing_error(struct zp_pair *p)
 }
 
 static int	pair_move(struct zp_pair *);
+static int	pair_switch(struct zp_pair *);
+static void	pair_retire_done(struct zp_pair *, int);
+
+/*
+ * Before each pump: may the stream move (the up direction keeps its
+ * store when the upstream fails), and does the down direction carry a
+ * FIN (not while the stream may move, nor the FIN of an old upstream a
+ * planned move left: the client's stream goes on)?
+ */
+static void
+pair_hold(struct zp_pair *p)
+{
+	int	m;
+
+	if (p->up.fr == NULL)
+		return;
+	m = pair_movable(p);
+	p->up.fr->hold = m;
+	p->down.hold_fin = m || p->down.src == &p->retiring;
+}
 
 /*
  * Pump one direction and whatever its failures wake; close the pair when
@@ -574,13 +617,13 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 	event_base_gettimeofday_cached(ctx->base, &p->last_active);
 	/* A death can wake the other direction, whose failure wakes back. */
 	for (i = 0; i < 3; i++) {
-		if (p->up.fr != NULL) {
-			p->up.fr->hold = p->down.hold_fin = pair_movable(p);
-		}
+		pair_hold(p);
 		rc = zp_dir_pump(ctx, d, ctx->budget);
 		pair_framing_error(p);
 		if (rc & ZP_PUMP_MOVE)
 			return pair_move(p);
+		if (rc & ZP_PUMP_BOUNDARY)
+			return pair_switch(p);
 		if (rc & ZP_PUMP_NOPIPE)
 			pair_no_pipe(p);
 		if (rc & ZP_PUMP_FELLBACK) {
@@ -599,8 +642,15 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 	 * half-close is no failure: it may go on reading); once it cannot
 	 * (the client is done, the framing failed), carry it over.
 	 */
+	if (p->down.src == &p->retiring && p->down.eof &&
+	    p->down.ops->pending(&p->down) == 0) {
+		/* The old upstream said all it had: read the new one. */
+		pair_retire_done(p, 0);
+		pair_hold(p);
+		(void)zp_dir_pump(ctx, &p->down, ctx->budget);
+	}
 	if (p->down.hold_fin && p->down.eof && !p->down.done &&
-	    !pair_movable(p)) {
+	    p->down.src != &p->retiring && !pair_movable(p)) {
 		p->up.fr->hold = p->down.hold_fin = 0;
 		if (zp_dir_pump(ctx, &p->down, ctx->budget) & ZP_PUMP_DEAD)
 			(void)zp_dir_pump(ctx, &p->up, ctx->budget);
@@ -733,6 +783,14 @@ pair_timer_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	event_base_gettimeofday_cached(p->ctx->base, &now);
+	if (cfg->max_lifetime > 0 && p->state == ZP_PAIR_RELAYING) {
+		timersub(&now, &p->up_since, &dt);
+		if (dt.tv_sec + dt.tv_usec / 1e6 >= cfg->max_lifetime) {
+			/* Moved or not, the next look is a lifetime away. */
+			p->up_since = now;
+			(void)zp_pair_plan_move(p, -1, ZP_MOVE_LIFETIME);
+		}
+	}
 	timersub(&now, &p->last_active, &dt);
 	idle = dt.tv_sec + dt.tv_usec / 1e6;
 	if (cfg->fin_timeout > 0 && timerisset(&p->half_closed) &&
@@ -751,7 +809,8 @@ pair_timer_cb(evutil_socket_t fd, short what, void *arg)
 /*
  * Arm the timer for the earliest of the idle and fin deadlines, both
  * counted from the last byte moved (the fin one only once half-closed,
- * like HAProxy's client-fin/server-fin). Traffic only moves last_active:
+ * like HAProxy's client-fin/server-fin), and --max-lifetime's, counted
+ * from the connect to the current upstream. Traffic only moves last_active:
  * the timer is re-armed when it fires early, not on every byte, so the
  * hot path pays nothing for it. The timer is made the first time a pair
  * needs one. Returns 0, or -1 when it could not be made.
@@ -768,14 +827,21 @@ pair_timer_update(struct zp_pair *p)
 	if (cfg->fin_timeout > 0 && timerisset(&p->half_closed) &&
 	    (limit == 0 || cfg->fin_timeout < limit))
 		limit = cfg->fin_timeout;
-	if (limit == 0)
+	if (limit == 0 && cfg->max_lifetime == 0)
 		return 0;
 	if (p->timer == NULL && (p->timer = evtimer_new(p->ctx->base,
 	    pair_timer_cb, p)) == NULL)
 		return -1;
 	event_base_gettimeofday_cached(p->ctx->base, &now);
 	timersub(&now, &p->last_active, &dt);
-	wait = limit - (dt.tv_sec + dt.tv_usec / 1e6);
+	wait = limit > 0 ? limit - (dt.tv_sec + dt.tv_usec / 1e6) : 86400;
+	/* --max-lifetime counts from the connect to the current upstream. */
+	if (cfg->max_lifetime > 0 && p->up.fr != NULL) {
+		timersub(&now, &p->up_since, &dt);
+		if (cfg->max_lifetime - (dt.tv_sec + dt.tv_usec / 1e6) < wait)
+			wait = cfg->max_lifetime - (dt.tv_sec +
+			    dt.tv_usec / 1e6);
+	}
 	dt = zp_seconds_tv(wait < 0.001 ? 0.001 : wait);
 	evtimer_add(p->timer, &dt);
 	return 0;
@@ -811,13 +877,17 @@ pair_move_log(struct zp_pair *p, const struct zp_addr *to)
 	char		 cbuf[ZP_ADDRSTRLEN];
 
 	zp_log(&ctx->log, to != NULL ? ZP_LOG_CONN : ZP_LOG_WARN,
-	    "connection %llu %s: client=%s from=%s to=%s reason=upstream-failed "
-	    "error=\"%s\" frames=%llu unacked=%llu cut=%llu",
+	    "connection %llu %s: client=%s from=%s to=%s reason=%s%s%s%s "
+	    "frames=%llu unacked=%llu cut=%llu",
 	    (unsigned long long)p->id, to != NULL ? "moved" :
 	    "could not move", zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)),
 	    zp_addr_str(&p->move_from, fbuf, sizeof(fbuf)),
 	    to != NULL ? zp_addr_str(to, tbuf, sizeof(tbuf)) : "none",
-	    p->move_err != 0 ? strerror(p->move_err) : "closed by the upstream",
+	    zp_move_reason_str(p->move_reason),
+	    p->move_reason == ZP_MOVE_FAILED ? " error=\"" : "",
+	    p->move_reason != ZP_MOVE_FAILED ? "" : p->move_err != 0 ?
+	    strerror(p->move_err) : "closed by the upstream",
+	    p->move_reason == ZP_MOVE_FAILED ? "\"" : "",
 	    (unsigned long long)p->move_frames,
 	    (unsigned long long)p->move_unacked,
 	    (unsigned long long)p->move_cut);
@@ -845,6 +915,9 @@ pair_move(struct zp_pair *p)
 	uint64_t		 cut = fr->cut;
 	int			 old = p->up_idx;
 
+	pair_next_drop(p);
+	fr->seek = 0;
+	p->move_reason = ZP_MOVE_FAILED;
 	p->move_from = p->up_addr;
 	p->move_err = h->err;
 	p->move_unacked = upstream_unacked(p);
@@ -863,7 +936,7 @@ pair_move(struct zp_pair *p)
 	memset(h, 0, sizeof(*h));
 	h->fd = -1;
 	p->moves++;
-	ctx->stats.moves_failed++;
+	ctx->stats.moves[ZP_MOVE_FAILED]++;
 	p->state = ZP_PAIR_MOVING;
 	if (zp_dir_move(ctx, &p->up) == -1) {
 		p->client.err = errno;
@@ -908,6 +981,7 @@ pair_connected(struct zp_pair *p)
 	u->active++;
 	u->conns_total++;
 	p->state = ZP_PAIR_RELAYING;
+	event_base_gettimeofday_cached(ctx->base, &p->up_since);
 	if (ctx->cfg->send_proxy && pair_send_proxy(p) == -1) {
 		zp_pair_close(p, ZP_END_PROXY_HEADER);
 		return;
@@ -1506,6 +1580,288 @@ header_start(struct zp_pair *p)
 	return 0;
 }
 
+/* ---- planned moves: --max-lifetime, --rebalance ---------------------- */
+
+/* Forget a planned move's next upstream (not connected to yet, or idle). */
+static void
+pair_next_drop(struct zp_pair *p)
+{
+	if (p->next_ev != NULL)
+		event_free(p->next_ev);
+	p->next_ev = NULL;
+	if (p->next_fd != -1)
+		close(p->next_fd);
+	p->next_fd = -1;
+	if (p->up.fr != NULL)
+		p->up.fr->seek = 0;
+}
+
+int
+zp_pair_can_move(const struct zp_pair *p)
+{
+	return pair_movable(p) && p->next_fd == -1 &&
+	    p->retiring.fd == -1 && !p->up.fr->seek && !p->up.fr->cutting &&
+	    !p->ctx->stopping;
+}
+
+/* The next upstream answered, or not: seek a boundary, or give up. */
+static void
+pair_next_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair	*p = arg;
+	struct zp_ctx	*ctx = p->ctx;
+	struct timeval	 now;
+	char		 buf[ZP_ADDRSTRLEN];
+	int		 err = zp_connect_result(fd, what);
+
+	event_free(p->next_ev);
+	p->next_ev = NULL;
+	if (err != 0 || !pair_movable(p)) {
+		if (err != 0) {
+			if (!zp_connect_local_error(err)) {
+				gettimeofday(&now, NULL);
+				zp_upstream_report(&ctx->ups,
+				    (size_t)p->next_idx, 0, err, &now);
+			}
+			zp_log(&ctx->log, ZP_LOG_CONN, "connection %llu stays: "
+			    "%s move to %s failed: %s",
+			    (unsigned long long)p->id,
+			    zp_move_reason_str(p->move_reason),
+			    zp_addr_str(&p->next_addr, buf, sizeof(buf)),
+			    strerror(err));
+		}
+		pair_next_drop(p);
+		return;
+	}
+	/* Until the boundary, the current upstream gets the frame in hand. */
+	p->up.fr->seek = 1;
+	(void)pair_run(p, &p->up);
+}
+
+int
+zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
+{
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_upstream_spec	*us;
+	const struct zp_addr	*a, *src;
+	struct zp_addr		 srcbuf;
+	unsigned char		 tried[ZP_MAX_UPSTREAMS];
+	struct timeval		 tv, now;
+	int			 fd, rc;
+
+	if (!zp_pair_can_move(p))
+		return -1;
+	if (idx < 0) {
+		/* Where this client would go now, itself not counted. */
+		memset(tried, 0, sizeof(tried));
+		event_base_gettimeofday_cached(ctx->base, &now);
+		ctx->ups.v[p->up_idx].active--;
+		idx = zp_upstream_pick(&ctx->ups, &p->client_addr, tried, &now);
+		ctx->ups.v[p->up_idx].active++;
+	}
+	if (idx < 0 || idx == p->up_idx || (size_t)idx >= ctx->ups.n)
+		return -1;
+	us = ctx->ups.v[idx].spec;
+	if (us->naddrs == 0)
+		return -1;
+	a = &us->addrs[0];
+	if (pair_source(p, a, &srcbuf, &src) == -1)
+		return -1;
+	rc = zp_connect_start_from(a, src, ctx->cfg->source ==
+	    ZP_SOURCE_CLIENT, &fd);
+	if (rc == -1)
+		return -1;
+	sock_tune(ctx, fd);
+	p->next_fd = fd;
+	p->next_idx = idx;
+	p->next_addr = *a;
+	p->move_reason = reason;
+	/* Even a connect done at once is taken up from the loop. */
+	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
+	if ((p->next_ev = event_new(ctx->base, fd, EV_WRITE, pair_next_cb,
+	    p)) == NULL || event_add(p->next_ev, &tv) == -1) {
+		pair_next_drop(p);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+retiring_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair	*p = arg;
+
+	if (what & EV_CLOSED)
+		p->retiring.rdhup = 1;
+	(void)pair_run(p, &p->down);
+}
+
+/* The old upstream did not close within --drain-timeout: close it. */
+static void
+retire_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair	*p = arg;
+
+	pair_retire_done(p, 1);
+	(void)pair_run(p, &p->down);
+}
+
+/*
+ * The upstream a planned move left said all it had (its FIN, or a reset),
+ * or did not within --drain-timeout: close it, count what it did not
+ * acknowledge, and let the down direction read the new one.
+ */
+static void
+pair_retire_done(struct zp_pair *p, int timed_out)
+{
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_half		*r = &p->retiring;
+	struct zp_upstream	*u = &ctx->ups.v[p->retiring_idx];
+	char			 buf[ZP_ADDRSTRLEN];
+	int			 left = r->dead ? 0 : sock_unacked(r, 0);
+
+	if (r->fd == -1)
+		return;
+	u->bytes_down += p->down.bytes - p->down_base;
+	p->down_base = p->down.bytes;
+	if (timed_out || left > 0 || r->dead)
+		zp_log(&ctx->log, ZP_LOG_WARN, "connection %llu: the old "
+		    "upstream %s %s; %d bytes sent to it not acknowledged",
+		    (unsigned long long)p->id, zp_addr_str(&p->retiring_addr,
+		    buf, sizeof(buf)), timed_out ? "did not close within "
+		    "--drain-timeout" : r->dead ? strerror(r->err) :
+		    "closed", left);
+	if (p->retire_timer != NULL)
+		event_free(p->retire_timer);
+	p->retire_timer = NULL;
+	if (!r->dead)
+		p->down.discarded += sock_discard(r->fd);
+	half_close(r, 0);
+	memset(r, 0, sizeof(*r));
+	r->fd = -1;
+	p->down.src = &p->upstream;
+	p->down.eof = p->down.drained = 0;
+}
+
+/*
+ * A planned move reached a frame boundary: everything before it went to
+ * the current upstream, nothing after. That one gets its FIN and becomes
+ * the retiring upstream (read until it closes, so that what it still
+ * sends reaches the client before anything of the new one); the next
+ * upstream takes the stream from here. Always returns 1 (pair_run's
+ * contract: the pair was handed on).
+ */
+static int
+pair_switch(struct zp_pair *p)
+{
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
+	struct zp_upstream	*n = &ctx->ups.v[p->next_idx];
+	struct zp_dframe	*fr = p->up.fr;
+	struct zp_half		*h = &p->upstream, *r = &p->retiring;
+	struct event_base	*base = ctx->base;
+	struct timeval		 tv, now;
+	short			 rflags = EV_READ | EV_PERSIST;
+
+	fr->seek = 0;
+	p->move_from = p->up_addr;
+	p->move_err = 0;
+	p->move_unacked = (uint64_t)sock_unacked(h, 0);
+	p->move_frames = fr->frames - p->frames_base;
+	p->move_cut = 0;
+	u->bytes_up += p->up.bytes - p->up_base;
+	u->frames += p->move_frames;
+	u->active--;
+	p->up_base = p->up.bytes;
+	p->frames_base = fr->frames;
+	/* A FIN after its last whole frame; it stays open until it closes. */
+	if (!h->wshut && shutdown(h->fd, SHUT_WR) == 0)
+		h->fin = 1;
+	h->wshut = 1;
+	if (h->rev != NULL)
+		event_free(h->rev);
+	if (h->wev != NULL)
+		event_free(h->wev);
+	h->rev = h->wev = NULL;
+	h->ron = h->won = 0;
+	*r = *h;
+	p->retiring_idx = p->up_idx;
+	p->retiring_addr = p->up_addr;
+	if (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE)
+		rflags |= EV_CLOSED;
+	tv = zp_seconds_tv(ctx->cfg->drain_timeout);
+	if ((r->rev = event_new(base, r->fd, rflags, retiring_read_cb,
+	    p)) == NULL || (p->retire_timer = evtimer_new(base,
+	    retire_timer_cb, p)) == NULL ||
+	    evtimer_add(p->retire_timer, &tv) == -1) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return 1;
+	}
+	p->down.src = r;
+	/* The next one. */
+	memset(h, 0, sizeof(*h));
+	h->fd = p->next_fd;
+	p->next_fd = -1;
+	p->up_idx = p->next_idx;
+	p->up_addr = p->next_addr;
+	p->up_sent = 0;
+	gettimeofday(&now, NULL);
+	zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 1, 0, &now);
+	n->active++;
+	n->conns_total++;
+	event_base_gettimeofday_cached(base, &p->up_since);
+	p->moves++;
+	ctx->stats.moves[p->move_reason]++;
+	if (ctx->cfg->send_proxy && pair_send_proxy(p) == -1) {
+		zp_pair_close(p, ZP_END_PROXY_HEADER);
+		return 1;
+	}
+	if (half_events(p, h, upstream_read_cb, upstream_write_cb) == -1) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return 1;
+	}
+	pair_move_log(p, &p->up_addr);
+	if (pair_run(p, &p->up) == 0)
+		(void)pair_run(p, &p->down);
+	return 1;
+}
+
+/* One step of --rebalance; see pair.h. */
+int
+zp_pairs_rebalance(struct zp_ctx *ctx)
+{
+	struct zp_pair	*p;
+	long		 eff[ZP_MAX_UPSTREAMS];
+	size_t		 i, n = ctx->ups.n;
+	int		 hi = -1, lo = -1;
+
+	if (n < 2 || ctx->stopping)
+		return 0;
+	for (i = 0; i < n; i++)
+		eff[i] = (long)ctx->ups.v[i].active;
+	/* Moves under way count where they go. */
+	TAILQ_FOREACH(p, &ctx->pairs, entry)
+		if (p->next_fd != -1 && p->up_idx >= 0) {
+			eff[p->up_idx]--;
+			eff[p->next_idx]++;
+		}
+	for (i = 0; i < n; i++) {
+		if (!ctx->ups.v[i].up)
+			continue;
+		if (hi == -1 || eff[i] > eff[hi])
+			hi = (int)i;
+		if (lo == -1 || eff[i] < eff[lo])
+			lo = (int)i;
+	}
+	if (hi == -1 || eff[hi] - eff[lo] < 2)
+		return 0;
+	TAILQ_FOREACH(p, &ctx->pairs, entry)
+		if (p->up_idx == hi && zp_pair_can_move(p) &&
+		    zp_pair_plan_move(p, lo, ZP_MOVE_REBALANCE) == 0)
+			return 1;
+	return 0;
+}
+
 /* Start a pair for an accepted client socket. */
 int
 zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
@@ -1524,6 +1880,8 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	p->id = ++ctx->next_id;
 	p->client.fd = fd;
 	p->upstream.fd = -1;
+	p->retiring.fd = -1;
+	p->next_fd = -1;
 	p->up_idx = -1;
 	if (salen > sizeof(p->client_addr.ss))
 		salen = sizeof(p->client_addr.ss);

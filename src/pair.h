@@ -50,6 +50,14 @@ enum zp_end {
 	ZP_END_SOURCE_FAMILY,	/* --source: no upstream address of its family */
 };
 
+/* Why a framed stream moved to another upstream. */
+enum zp_move_reason {
+	ZP_MOVE_FAILED = 0,	/* its upstream reset or failed */
+	ZP_MOVE_LIFETIME,	/* --max-lifetime */
+	ZP_MOVE_REBALANCE,	/* --rebalance */
+	ZP_MOVE_MAX
+};
+
 struct zp_pair {
 	struct zp_ctx		*ctx;
 	uint64_t		 id;
@@ -97,6 +105,18 @@ struct zp_pair {
 	uint64_t		 move_frames;	/* delivered to it */
 	uint64_t		 move_unacked;	/* sent, not acknowledged */
 	uint64_t		 move_cut;	/* dropped to reach a boundary */
+	int			 move_reason;	/* enum zp_move_reason */
+	struct timeval		 up_since;	/* on the current upstream since */
+	/* A planned move: the next upstream, connecting or connected. */
+	int			 next_fd;	/* -1: none */
+	struct event		*next_ev;
+	int			 next_idx;
+	struct zp_addr		 next_addr;
+	/* The upstream a planned move left, read until it closes. */
+	struct zp_half		 retiring;	/* fd -1: none */
+	int			 retiring_idx;
+	struct zp_addr		 retiring_addr;
+	struct event		*retire_timer;	/* --drain-timeout */
 	TAILQ_ENTRY(zp_pair)	 entry;
 };
 
@@ -114,6 +134,33 @@ void	zp_pair_close(struct zp_pair *, enum zp_end);
 
 /* Name of an end reason. */
 const char *zp_end_str(enum zp_end);
+
+/* "upstream-failed", "max-lifetime", "rebalance". */
+const char *zp_move_reason_str(int);
+
+/*
+ * May a planned move begin: a framed, relaying stream with another
+ * upstream, no move under way and none still closing its old upstream?
+ */
+int	zp_pair_can_move(const struct zp_pair *);
+
+/*
+ * Begin a planned move (--max-lifetime, --rebalance) to upstream idx, or
+ * (idx -1) to where the balancer would send this client now, if that is
+ * another upstream: connect to it beside the current one; once it
+ * answers, the stream goes on to it from its next frame boundary, and
+ * the old upstream gets a FIN after its last whole frame. Returns 0 when
+ * the connect began, -1 when there is nothing to do (the pair is
+ * untouched).
+ */
+int	zp_pair_plan_move(struct zp_pair *, int idx, int reason);
+
+/*
+ * One step of --rebalance: while the busiest upstream that is up holds
+ * at least 2 more streams than the idlest one, move one of its framed
+ * streams there (the oldest that can move). Returns 1 when a move began.
+ */
+int	zp_pairs_rebalance(struct zp_ctx *);
 
 /* "splice", "copy" or "mixed", from the pair's directions. */
 const char *zp_pair_mode(const struct zp_pair *);

@@ -182,7 +182,7 @@ dir_frame_small(struct zp_dir *d)
 		return 0;
 	f = &d->fr->f;
 	k = zp_framer_kind(f);
-	if (d->fr->cutting || (zp_framer_error(f, NULL) == NULL &&
+	if (d->fr->cutting || d->fr->seek || (zp_framer_error(f, NULL) == NULL &&
 	    (k == ZP_FRAMING_OCTET || k == ZP_FRAMING_AUTO) &&
 	    !zp_framer_at_boundary(f) &&
 	    zp_framer_body_left(f) < d->splice_min)) {
@@ -190,6 +190,50 @@ dir_frame_small(struct zp_dir *d)
 		return 1;
 	}
 	return 0;
+}
+
+/*
+ * A planned move waits for a boundary: may the direction read more? Copy
+ * mode may (its flush stops at the boundary); splice mode ends the octet
+ * frame it is in but starts no other, and a blind lf pipe takes nothing
+ * more: it empties, and the direction copies on to find a newline.
+ */
+static int
+dir_seek_fill(const struct zp_dir *d)
+{
+	enum zp_framing	k;
+
+	if (d->fr == NULL || !d->fr->seek || d->ops != &zp_relay_splice)
+		return 1;
+	k = zp_framer_kind(&d->fr->f);
+	if (k == ZP_FRAMING_OCTET || k == ZP_FRAMING_AUTO)
+		return !zp_framer_at_boundary(&d->fr->f);
+	return 0;
+}
+
+/*
+ * How much a copy-mode flush may send while seeking: up to the boundary
+ * ahead when the buffer holds it (all of it otherwise: the frame goes
+ * on). 0: no limit.
+ */
+static size_t
+dir_seek_cap(const struct zp_dir *d)
+{
+	if (d->fr == NULL || !d->fr->seek || d->ops != &zp_relay_copy ||
+	    d->len == 0)
+		return 0;
+	return zp_framer_next(&d->fr->f, d->buf + d->off, d->len);
+}
+
+/*
+ * Everything up to a boundary delivered, nothing after it: the copy
+ * framer follows delivery, the splice one the pipe, which is then empty.
+ */
+static int
+dir_seek_done(const struct zp_dir *d)
+{
+	return zp_framer_at_boundary(&d->fr->f) &&
+	    (d->ops == &zp_relay_copy || d->inpipe == 0);
 }
 
 /*
@@ -201,7 +245,8 @@ dir_frame_small(struct zp_dir *d)
 static int
 dir_can_fill(const struct zp_dir *d)
 {
-	return !d->eof && !d->full && !(d->bulk && d->ops->pending(d) > 0);
+	return !d->eof && !d->full && !(d->bulk && d->ops->pending(d) > 0) &&
+	    dir_seek_fill(d);
 }
 
 /* Give back the store and clear the direction's events. */
@@ -242,6 +287,16 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 	d->drained = 0;
 	for (;;) {
 		progress = 0;
+		if (d->fr != NULL && d->fr->seek) {
+			if (dir_seek_done(d)) {
+				rc |= ZP_PUMP_BOUNDARY;
+				break;
+			}
+			/* A blind pipe, empty: copy on to the newline. */
+			if (d->ops == &zp_relay_splice && d->inpipe == 0 &&
+			    !dir_seek_fill(d))
+				dir_demote(ctx, d);
+		}
 		if (dir_can_fill(d) && !d->drained && moved < budget) {
 			ask = budget - moved;
 			n = d->ops->fill(d, ask);
@@ -280,7 +335,11 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 			}
 		}
 		if ((before = d->ops->pending(d)) > 0 && !d->dst->wblocked) {
+			d->flush_max = dir_seek_cap(d);
+			if (d->flush_max > 0 && d->flush_max < before)
+				before = d->flush_max;
 			n = d->ops->flush(d);
+			d->flush_max = 0;
 			if (n > 0) {
 				d->bytes += n;
 				d->full = 0;

@@ -86,6 +86,7 @@ struct zp_dframe {
 	uint64_t	 frames;	/* frames delivered, to every upstream */
 	uint64_t	 cut;		/* bytes dropped to reach a boundary */
 	unsigned	 cutting:1;	/* dropping the rest of a frame */
+	unsigned	 seek:1;	/* a planned move: stop at a boundary */
 	unsigned	 hold:1;	/* dst dies: keep the store, the pair moves */
 	unsigned	 told:1;	/* its framing error was logged */
 };
@@ -119,6 +120,7 @@ struct zp_dir {
 	char				*buf;
 	size_t				 bufsize;
 	size_t				 splice_min; /* --splice-min */
+	size_t				 flush_max; /* 0, or flush at most this */
 	size_t				 off;	/* first unsent byte */
 	size_t				 len;	/* unsent bytes */
 
@@ -145,6 +147,8 @@ struct zp_dir {
 #define ZP_PUMP_NOPIPE		0x4	/* bulk, but the pool had no pipe */
 #define ZP_PUMP_MOVE		0x8	/* the upstream is gone and the stream
 					   is framed: the pair moves it */
+#define ZP_PUMP_BOUNDARY	0x10	/* fr->seek: delivered up to a frame
+					   boundary, nothing after it */
 
 /*
  * Move bytes for one direction until the source is empty, the store is
@@ -169,7 +173,11 @@ struct zp_dir {
  * A direction that holds (the pair may move a framed stream instead)
  * keeps its store when its destination fails and says ZP_PUMP_MOVE
  * (d->fr->hold), or carries no FIN from a source that ended until the
- * hold is lifted (d->hold_fin).
+ * hold is lifted (d->hold_fin). One that seeks (d->fr->seek: a planned
+ * move) delivers up to the next frame boundary and nothing after it, and
+ * says ZP_PUMP_BOUNDARY: copy mode reads on, splice mode ends the octet
+ * frame it is in, and a blind lf pipe takes no more, empties, and copies
+ * on to find the newline.
  * d->done is set when the direction has nothing more to deliver. A FIN
  * is carried with shutdown(2), except when the source was shut for
  * writing already: the other direction is over, so the caller closes

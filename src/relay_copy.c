@@ -93,10 +93,13 @@ copy_fill(struct zp_dir *d, size_t max)
 static ssize_t
 copy_flush(struct zp_dir *d)
 {
+	size_t	len = d->len;
 	ssize_t	n;
 
+	if (d->flush_max > 0 && d->flush_max < len)
+		len = d->flush_max;
 	do {
-		n = send(d->dst->fd, d->buf + d->off, d->len, MSG_NOSIGNAL);
+		n = send(d->dst->fd, d->buf + d->off, len, MSG_NOSIGNAL);
 	} while (n == -1 && errno == EINTR);
 	if (n > 0) {
 		if (d->fr != NULL)

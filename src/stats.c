@@ -431,6 +431,7 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	struct timeval		 cpu;
 	size_t			 nalive = 0, nfree = 0;
 	unsigned long		 killed = 0, created = 0;
+	int			 i;
 
 	open_totals(ctx, &t);
 
@@ -530,9 +531,11 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 		    "Framed streams moved to another upstream at a message "
 		    "boundary, by reason.");
 		l.name = "reason";
-		l.value = "upstream-failed";
-		sample_u64(&r, "zproxy_stream_moves_total", &l, 1,
-		    ctx->stats.moves_failed);
+		for (i = 0; i < ZP_MOVE_MAX; i++) {
+			l.value = zp_move_reason_str(i);
+			sample_u64(&r, "zproxy_stream_moves_total", &l, 1,
+			    ctx->stats.moves[i]);
+		}
 		single_u64(&r, "zproxy_framing_errors_total", "counter",
 		    "Framed connections whose framing failed (a message over "
 		    "--max-frame, a bad octet header): relayed as plain bytes "

@@ -158,7 +158,8 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    (unsigned long long)ctx->stats.clients_source_limited,
 	    (unsigned long long)ctx->stats.bad_proxy_headers,
 	    (unsigned long long)ctx->stats.bad_destinations,
-	    (unsigned long long)ctx->stats.moves_failed,
+	    (unsigned long long)(ctx->stats.moves[0] + ctx->stats.moves[1] +
+	    ctx->stats.moves[2]),
 	    (unsigned long long)ctx->stats.framing_errors, cpu, per);
 }
 
@@ -175,6 +176,16 @@ ctx_stop_accepting(struct zp_ctx *ctx)
 	ctx->health = NULL;
 	zp_resolver_free(ctx->resolver);
 	ctx->resolver = NULL;
+	if (ctx->rebalance_timer != NULL)
+		event_free(ctx->rebalance_timer);
+	ctx->rebalance_timer = NULL;
+}
+
+/* --rebalance: one step, --rebalance-rate times a second. */
+static void
+rebalance_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)zp_pairs_rebalance(arg);
 }
 
 /* The drain ran out of time: close what is left. */
@@ -387,6 +398,14 @@ log_access(struct zp_ctx *ctx)
 		    cfg->max_frame == 0 ? " (16M when octet)" : "",
 		    cfg->nupstreams < 2 ? " (but there is only one upstream)" :
 		    "");
+	if (cfg->max_lifetime > 0)
+		zp_log(&ctx->log, ZP_LOG_NOTICE, "a stream moves to the "
+		    "balancer's choice after %.3gs on one upstream",
+		    cfg->max_lifetime);
+	if (cfg->rebalance)
+		zp_log(&ctx->log, ZP_LOG_NOTICE, "rebalancing: at most %d "
+		    "moves a second while an upstream has 2 streams more than "
+		    "another", cfg->rebalance_rate);
 	if (cfg->deny.n == 0 && cfg->allow.n == 0 &&
 	    cfg->max_conns_per_source == 0)
 		return;
@@ -694,6 +713,17 @@ zp_run(struct zp_config *cfg)
 		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
 		rc = ZP_EX_OSERR;
 		goto out;
+	}
+	if (cfg->rebalance) {
+		struct timeval	tv = zp_seconds_tv(1.0 / cfg->rebalance_rate);
+
+		if ((ctx.rebalance_timer = event_new(ctx.base, -1, EV_PERSIST,
+		    rebalance_cb, &ctx)) == NULL ||
+		    event_add(ctx.rebalance_timer, &tv) == -1) {
+			zp_log(&ctx.log, ZP_LOG_ERROR, "cannot start --rebalance");
+			rc = ZP_EX_OSERR;
+			goto out;
+		}
 	}
 
 	if ((rc = confine(&ctx, &pv, privs, sizeof(privs))) != 0)
