@@ -37,6 +37,7 @@ static void	pair_timer_cb(evutil_socket_t, short, void *);
 static int	pair_timer_update(struct zp_pair *);
 static void	pair_connect_release(struct zp_pair *);
 static void	pair_next_drop(struct zp_pair *);
+static void	pair_move_log(struct zp_pair *, const struct zp_addr *);
 
 /* Name of an end reason; these words are what users grep logs for. */
 const char *
@@ -354,6 +355,8 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 		dir_uncount(&p->up, p->linger_abort && !p->upstream.dead);
 		dir_uncount(&p->down, p->linger_abort && !p->client.dead);
 	}
+	if (p->move_log_due)
+		pair_move_log(p, &p->up_addr);
 	pair_log(p, end);
 	/* Until the old upstream of a planned move closes, down is its. */
 	if (p->retiring.fd != -1) {
@@ -624,6 +627,14 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 			return pair_move(p);
 		if (rc & ZP_PUMP_BOUNDARY)
 			return pair_switch(p);
+		/*
+		 * The upstream closed while the client still sends: a
+		 * collector that closed reads nothing more, and what would be
+		 * written to it now is lost at its reset. Move at once.
+		 */
+		if ((rc & ZP_PUMP_SRC_FIN) && p->down.src == &p->upstream &&
+		    pair_movable(p))
+			return pair_move(p);
 		if (rc & ZP_PUMP_NOPIPE)
 			pair_no_pipe(p);
 		if (rc & ZP_PUMP_FELLBACK) {
@@ -638,10 +649,13 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 		other = d == &p->up ? &p->down : &p->up;
 	}
 	/*
-	 * The upstream's FIN waited while the stream could still move (a
-	 * half-close is no failure: it may go on reading); once it cannot
-	 * (the client is done, the framing failed), carry it over.
+	 * The upstream's FIN waited while the stream could still move; once
+	 * it cannot (the client is done, the framing failed), carry it over.
 	 */
+	if (p->move_log_due && !p->up.fr->cutting) {
+		p->move_log_due = 0;
+		pair_move_log(p, &p->up_addr);
+	}
 	if (p->down.src == &p->retiring && p->down.eof &&
 	    p->down.ops->pending(&p->down) == 0) {
 		/* The old upstream said all it had: read the new one. */
@@ -890,13 +904,13 @@ pair_move_log(struct zp_pair *p, const struct zp_addr *to)
 	    p->move_reason == ZP_MOVE_FAILED ? "\"" : "",
 	    (unsigned long long)p->move_frames,
 	    (unsigned long long)p->move_unacked,
-	    (unsigned long long)p->move_cut);
+	    (unsigned long long)(p->up.fr->cut - p->move_cut));
 }
 
 /*
- * A framed stream's upstream failed: a reset or an error (one that closed
- * shows as a reset at the next write; a FIN alone may be a half-close
- * and waits, see pair_run). Instead of ending the client, close that
+ * A framed stream's upstream failed: a reset, an error, or its FIN while
+ * the client still sends (framing is for one-way streams: a collector
+ * that closed reads no more). Instead of ending the client, close that
  * upstream (counting what it never acknowledged), keep what the client
  * sent from the next frame boundary on, and connect to another upstream
  * (--balance, never the one that failed); the client's bytes wait in
@@ -912,7 +926,6 @@ pair_move(struct zp_pair *p)
 	struct zp_dframe	*fr = p->up.fr;
 	struct zp_half		*h = &p->upstream;
 	struct timeval		 now;
-	uint64_t		 cut = fr->cut;
 	int			 old = p->up_idx;
 
 	pair_next_drop(p);
@@ -938,15 +951,14 @@ pair_move(struct zp_pair *p)
 	p->moves++;
 	ctx->stats.moves[ZP_MOVE_FAILED]++;
 	p->state = ZP_PAIR_MOVING;
+	p->move_cut = fr->cut;
 	if (zp_dir_move(ctx, &p->up) == -1) {
 		p->client.err = errno;
-		p->move_cut = fr->cut - cut;
 		pair_move_log(p, NULL);
 		zp_pair_close(p, errno == EPROTO ? ZP_END_CLIENT_ERROR :
 		    ZP_END_NOMEM);
 		return 1;
 	}
-	p->move_cut = fr->cut - cut;
 	/* Bytes still on the way to the client go after the move. */
 	p->down.eof = p->down.done = p->down.shut = p->down.drained = 0;
 	zp_half_want_read(&p->client, 0);
@@ -986,8 +998,8 @@ pair_connected(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_PROXY_HEADER);
 		return;
 	}
-	if (moved)
-		pair_move_log(p, &p->up_addr);
+	/* Said once the cut is done: it may need the rest of a frame. */
+	p->move_log_due = moved;
 	event_base_gettimeofday_cached(ctx->base, &p->last_active);
 	if (pair_timer_update(p) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
@@ -1659,7 +1671,13 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 		idx = zp_upstream_pick(&ctx->ups, &p->client_addr, tried, &now);
 		ctx->ups.v[p->up_idx].active++;
 	}
-	if (idx < 0 || idx == p->up_idx || (size_t)idx >= ctx->ups.n)
+	/*
+	 * A lifetime is a session's: it ends even when the balancer picks
+	 * the same upstream again (a fresh connection there), as the
+	 * client's own reconnect would.
+	 */
+	if (idx < 0 || (idx == p->up_idx && reason != ZP_MOVE_LIFETIME) ||
+	    (size_t)idx >= ctx->ups.n)
 		return -1;
 	us = ctx->ups.v[idx].spec;
 	if (us->naddrs == 0)
@@ -1768,7 +1786,7 @@ pair_switch(struct zp_pair *p)
 	p->move_err = 0;
 	p->move_unacked = (uint64_t)sock_unacked(h, 0);
 	p->move_frames = fr->frames - p->frames_base;
-	p->move_cut = 0;
+	p->move_cut = fr->cut;
 	u->bytes_up += p->up.bytes - p->up_base;
 	u->frames += p->move_frames;
 	u->active--;

@@ -104,7 +104,8 @@ struct zp_pair {
 	int			 move_err;	/* why: errno, 0 for its FIN */
 	uint64_t		 move_frames;	/* delivered to it */
 	uint64_t		 move_unacked;	/* sent, not acknowledged */
-	uint64_t		 move_cut;	/* dropped to reach a boundary */
+	uint64_t		 move_cut;	/* up.fr->cut when it began */
+	int			 move_log_due;	/* said once its cut is done */
 	int			 move_reason;	/* enum zp_move_reason */
 	struct timeval		 up_since;	/* on the current upstream since */
 	/* A planned move: the next upstream, connecting or connected. */
@@ -146,12 +147,13 @@ int	zp_pair_can_move(const struct zp_pair *);
 
 /*
  * Begin a planned move (--max-lifetime, --rebalance) to upstream idx, or
- * (idx -1) to where the balancer would send this client now, if that is
- * another upstream: connect to it beside the current one; once it
- * answers, the stream goes on to it from its next frame boundary, and
- * the old upstream gets a FIN after its last whole frame. Returns 0 when
- * the connect began, -1 when there is nothing to do (the pair is
- * untouched).
+ * (idx -1) to where the balancer would send this client now; only
+ * another upstream, but for --max-lifetime, which ends a session as the
+ * client's own reconnect would, even to the same one. The next upstream
+ * is connected beside the current one; once it answers, the stream goes
+ * on to it from its next frame boundary, and the old one gets a FIN
+ * after its last whole frame. Returns 0 when the connect began, -1 when
+ * there is nothing to do (the pair is untouched).
  */
 int	zp_pair_plan_move(struct zp_pair *, int idx, int reason);
 

@@ -364,8 +364,10 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 			rc |= dir_promote(ctx, d);
 			progress = 1;
 		}
-		if (d->eof && d->ops->pending(d) == 0 && d->hold_fin)
-			break;	/* the FIN waits: the stream may move */
+		if (d->eof && d->ops->pending(d) == 0 && d->hold_fin) {
+			rc |= ZP_PUMP_SRC_FIN;	/* not carried: the pair acts */
+			break;
+		}
 		if (d->eof && d->ops->pending(d) == 0) {
 			/*
 			 * Everything is out: carry the FIN over. When the other

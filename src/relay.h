@@ -149,6 +149,8 @@ struct zp_dir {
 					   is framed: the pair moves it */
 #define ZP_PUMP_BOUNDARY	0x10	/* fr->seek: delivered up to a frame
 					   boundary, nothing after it */
+#define ZP_PUMP_SRC_FIN		0x20	/* hold_fin: the source ended and
+					   everything it sent is delivered */
 
 /*
  * Move bytes for one direction until the source is empty, the store is
@@ -172,8 +174,8 @@ struct zp_dir {
  * closing its socket later does not reset the bytes queued for it.
  * A direction that holds (the pair may move a framed stream instead)
  * keeps its store when its destination fails and says ZP_PUMP_MOVE
- * (d->fr->hold), or carries no FIN from a source that ended until the
- * hold is lifted (d->hold_fin). One that seeks (d->fr->seek: a planned
+ * (d->fr->hold), or carries no FIN from a source that ended, saying
+ * ZP_PUMP_SRC_FIN once everything it sent is delivered (d->hold_fin). One that seeks (d->fr->seek: a planned
  * move) delivers up to the next frame boundary and nothing after it, and
  * says ZP_PUMP_BOUNDARY: copy mode reads on, splice mode ends the octet
  * frame it is in, and a blind lf pipe takes no more, empties, and copies

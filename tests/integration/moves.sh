@@ -17,10 +17,23 @@
 #      relay: it reaches A whole, counted in the counters line, nothing
 #      moved; a reset of A then ends the client as without framing;
 #   e. with one upstream nothing moves: end=upstream-reset, as without
-#      framing.
+#      framing;
+#   f. --max-lifetime 0.3: 4 connections (zp-logsend) pause mid-stream
+#      until each moved 3 times between two mini collectors, then send on
+#      at full speed (moving on while busy); every message arrives exactly
+#      once, whole, in order per upstream connection (verify --raw --runs
+#      --exactly-once); no client reconnects, all end=closed. lf in splice
+#      mode moves only where it reads a newline: there the lifetimes run
+#      out during the pause and each stream must move once it goes on;
+#   g. --rebalance: 10 connections all on B while A is down; A comes up
+#      (--check-interval 0.2): exactly 5 move to it (reason=rebalance),
+#      none more; then exactly once as in f.
 # auto runs on the octet stream (its first byte picks octet). In splice
 # mode lf messages are spliced unread: frames= is then a lower bound.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
+
+: "${ZP_LOGSEND:?ZP_LOGSEND must name tests/tools/zp-logsend}"
+[ -x "$ZP_LOGSEND" ] || fail "ZP_LOGSEND=$ZP_LOGSEND is not executable"
 
 MSGS=${ZP_MOVES_MSGS:-3000}
 CUT_AT=$((2 * 1024 * 1024))
@@ -65,9 +78,10 @@ check_move() {
 	mkstream "s-$framing" "$kind" "$MSGS"
 	sent=$(size "$T/s-$framing")
 	peer_listen "A-$mode-$framing" --recv "$T/A-$mode-$framing" \
-	    --reset-after-recv "$CUT_AT" -t 60
+	    --reset-after-recv "$CUT_AT" --no-shut -t 60
 	local pa=$PEER_PORT
-	peer_listen "B-$mode-$framing" --recv "$T/B-$mode-$framing" -t 60
+	peer_listen "B-$mode-$framing" --recv "$T/B-$mode-$framing" --no-shut \
+	    -t 60
 	local pb=$PEER_PORT pbpid=$PEER_PID
 	start_zproxy -v "${MODE_ARGS[@]}" --framing "$framing" \
 	    --balance first -u "127.0.0.1:$pa" -u "127.0.0.1:$pb"
@@ -126,9 +140,9 @@ check_error() {
 	set_mode "$mode"
 	mkstream s-bad octet 400 50
 	sent=$(size "$T/s-bad")
-	peer_listen "Abad-$mode" --recv "$T/Abad-$mode" -t 60
+	peer_listen "Abad-$mode" --recv "$T/Abad-$mode" --no-shut -t 60
 	local pa=$PEER_PORT papid=$PEER_PID
-	peer_listen "Bbad-$mode" --recv "$T/Bbad-$mode" -t 60
+	peer_listen "Bbad-$mode" --recv "$T/Bbad-$mode" --no-shut -t 60
 	local pb=$PEER_PORT
 	start_zproxy -v "${MODE_ARGS[@]}" --framing octet --balance first \
 	    -u "127.0.0.1:$pa" -u "127.0.0.1:$pb"
@@ -152,7 +166,8 @@ check_single() {
 	local mode=$1
 	set_mode "$mode"
 	mkstream s-one lf 600
-	peer_listen "A1-$mode" --recv "$T/A1-$mode" --reset-after-recv 1048576 -t 60
+	peer_listen "A1-$mode" --recv "$T/A1-$mode" --reset-after-recv 1048576 \
+	    --no-shut -t 60
 	local pa=$PEER_PORT
 	start_zproxy -v "${MODE_ARGS[@]}" --framing lf -u "127.0.0.1:$pa"
 	wait_line "$ZLOG" 'but there is only one upstream' 5 "$ZPID" >/dev/null ||
@@ -165,11 +180,128 @@ check_single() {
 	stop_zproxy
 }
 
+# collect NAME [PORT]: a mini collector writing $T/NAME/conn-N.raw; sets
+# COL_PID, COL_PORT.
+collect() {
+	mkdir -p "$T/$1"
+	zp_bg "$1.collect" "$ZP_LOGSEND" collect --dir "$T/$1" ${2:+--port "$2"}
+	COL_PID=$BG_PID
+	COL_PORT=$(wait_line "$T/$1.collect.out" '^[0-9]+$' 10 "$COL_PID") ||
+		fail "zp-logsend collect $1 did not start: $(head -c 300 "$T/$1.collect.err")"
+}
+
+# send_paused NAME CONNS MSGS FRAMING K: zp-logsend send in the background
+# through zproxy, pausing after K messages on each connection until
+# $T/NAME.go exists; waits for the pause. Sets SEND_PID.
+send_paused() {
+	zp_bg "$1" timeout -k 5 90 "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" \
+	    --conns "$2" --msgs "$3" --framing "$4" --min 1 --max 2000 \
+	    --pause-at "$5" --go "$T/$1.go" --timeout 80
+	SEND_PID=$BG_PID
+	wait_line "$T/$1.out" '^paused$' 20 "$SEND_PID" >/dev/null ||
+		fail "$1: the sender did not pause: $(tail -n 1 "$T/$1.err")"
+}
+
+# moves_at_least N REASON SECS: wait for N "moved" lines of REASON.
+moves_at_least() {
+	local deadline=$(( $(now_ms) + $3 * 1000 ))
+	while [ "$(grep -c "moved: .* reason=$2 " "$ZLOG")" -lt "$1" ]; do
+		[ "$(now_ms)" -ge "$deadline" ] &&
+			fail "$(grep -c "moved: .* reason=$2 " "$ZLOG") moves ($2) within ${3}s, want $1"
+		sleep 0.02
+	done
+}
+
+# finish_send NAME CONNS MSGS FRAMING WHAT DIRS...: let the sender go on,
+# it must end well, then every message once, whole, in order per file.
+finish_send() {
+	local name=$1 conns=$2 msgs=$3 framing=$4 what=$5 rc i files=() d
+	shift 5
+	: >"$T/$name.go"
+	peer_wait "$SEND_PID" "$name" 60
+	rc=$?
+	[ "$rc" = 0 ] || fail "$what: the sender failed (status $rc): $(tail -n 1 "$T/$name.err")"
+	grep -q "^connects=$conns " "$T/$name.out" ||
+		fail "$what: the sender did not make exactly $conns connects: $(cat "$T/$name.out")"
+	for ((i = 0; i < conns; i++)); do
+		expect_conn_log ' end=closed' "$what: connection $((i + 1)) of $conns" 20
+	done
+	stop_zproxy
+	for d in "$@"; do
+		for f in "$T/$d"/conn-*.raw; do [ -s "$f" ] && files+=("$f"); done
+	done
+	"$ZP_LOGSEND" verify -v --raw --runs --exactly-once --conns "$conns" \
+	    --msgs "$msgs" --framing "$framing" "${files[@]}" \
+	    >"$T/$name.verify" 2>&1 ||
+		fail "$what: $(tail -n 3 "$T/$name.verify" | tr '\n' ' ')"
+	VERIFIED=$(tail -n 1 "$T/$name.verify")
+}
+
+check_lifetime() {
+	local mode=$1 framing=$2 name="lt-$1-$2" n
+	set_mode "$mode"
+	collect "$name-A"
+	local pa=$COL_PORT
+	collect "$name-B"
+	local pb=$COL_PORT
+	start_zproxy -v "${MODE_ARGS[@]}" --framing "$framing" \
+	    --max-lifetime 0.3 --balance roundrobin \
+	    -u "127.0.0.1:$pa" -u "127.0.0.1:$pb"
+	send_paused "$name" 4 20000 "$framing" 300
+	if [ "$framing" = lf ] && [ "$MODE_LOGGED" = splice ]; then
+		# Spliced unread, an idle lf stream's position is unknown: a
+		# move waits for the next newline zproxy reads. Let every
+		# lifetime run out during the pause; each stream moves as soon
+		# as it goes on.
+		sleep 0.5
+		: >"$T/$name.go"
+		moves_at_least 4 max-lifetime 20
+	else
+		moves_at_least 12 max-lifetime 20
+	fi
+	finish_send "$name" 4 20000 "$framing" "$mode/$framing lifetime" \
+	    "$name-A" "$name-B"
+	n=$(grep -c 'moved: .* reason=max-lifetime ' "$ZLOG")
+	! grep -q 'could not move\|stays:' "$ZLOG" ||
+		fail "$mode/$framing lifetime: a move failed: $(grep -m1 'could not move\|stays:' "$ZLOG")"
+	ok "$mode/$framing: --max-lifetime 0.3: $n moves, 4 connections kept; $VERIFIED"
+}
+
+check_rebalance() {
+	local mode=$1 framing=$2 name="rb-$1-$2" pa n
+	set_mode "$mode"
+	pa=$(free_port) || fail "zp-peer port failed"
+	collect "$name-B"
+	local pb=$COL_PORT
+	start_zproxy -v "${MODE_ARGS[@]}" --framing "$framing" \
+	    --balance leastconn --rebalance --check-interval 0.2 \
+	    -u "127.0.0.1:$pa" -u "127.0.0.1:$pb"
+	send_paused "$name" 10 2000 "$framing" 500
+	# (health checks show as empty files)
+	[ "$(find "$T/$name-B" -name 'conn-*.raw' -size +0 | wc -l)" = 10 ] ||
+		fail "$mode/$framing rebalance: B has $(find "$T/$name-B" -name 'conn-*.raw' -size +0 | wc -l) connections with data, want all 10"
+	collect "$name-A" "$pa"
+	moves_at_least 5 rebalance 20
+	# Balanced at 5 and 5: give a sixth move its chance to (wrongly) come.
+	wait_line "$ZLOG" 'moved: .* reason=rebalance ' 1 "$ZPID" >/dev/null
+	sleep 0.5
+	n=$(grep -c 'moved: .* reason=rebalance ' "$ZLOG")
+	[ "$n" = 5 ] || fail "$mode/$framing rebalance: $n moves, want 5"
+	grep 'moved: .* reason=rebalance ' "$ZLOG" | grep -vq "from=127.0.0.1:$pb to=127.0.0.1:$pa " &&
+		fail "$mode/$framing rebalance: a move not from B to A"
+	finish_send "$name" 10 2000 "$framing" "$mode/$framing rebalance" \
+	    "$name-A" "$name-B"
+	ok "$mode/$framing: --rebalance: 5 of 10 streams moved to the upstream that came back; $VERIFIED"
+}
+
 for mode in $MODES_ALL; do
 	subcase check_move "$mode" octet octet
 	subcase check_move "$mode" lf lf
 	subcase check_move "$mode" auto octet
 	subcase check_error "$mode"
 	subcase check_single "$mode"
+	subcase check_lifetime "$mode" octet
+	subcase check_lifetime "$mode" lf
+	subcase check_rebalance "$mode" octet
 done
 zp_done

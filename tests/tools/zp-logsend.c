@@ -96,6 +96,7 @@ struct opts {
 	long		 max_missing;	/* -1: no limit */
 	int		 tail_ok;
 	int		 streams;
+	int		 runs;		/* --runs: streams cut by moves */
 	int		 verbose;
 };
 
@@ -140,7 +141,7 @@ static void usage(FILE *fp)
 "       zp-logsend collect [-b ADDR] [--port P] --dir DIR [--conns N]\n"
 "       zp-logsend verify --conns N --msgs M [--framing lf|octet] [--raw]\n"
 "                  [--exactly-once|--at-least-once] [--max-missing K]\n"
-"                  [--tail-ok] [--streams] [-v] FILE...\n"
+"                  [--tail-ok] [--streams|--runs] [-v] FILE...\n"
 "\n"
 "A message: \"<13>zptest: c=CONN s=SEQ n=LEN k=CRC PAYLOAD\", CONN 0..N-1,\n"
 "SEQ 0..M-1, PAYLOAD LEN printable bytes (seeded by seed+CONN), CRC its\n"
@@ -174,6 +175,10 @@ static void usage(FILE *fp)
 "  --streams         --raw: each file is one connection's messages, all of\n"
 "                    them, in order (with the strict header and framing:\n"
 "                    byte for byte what that connection sent)\n"
+"  --runs            --raw: each file is a run of one connection's messages,\n"
+"                    in order, without a gap, from any one to any later\n"
+"                    (what moves between upstreams leave; with\n"
+"                    --exactly-once: each message whole, once, in order)\n"
 "\n"
 "Exit status: 0 as asked, 1 otherwise (one line on stderr), 2 usage error.\n",
 	    fp);
@@ -790,8 +795,11 @@ static void stream_step(const char *file, uint64_t c, uint64_t s)
 {
 	if (tl.f_next < 0)
 		return;		/* this file is known not to be one already */
-	if (tl.f_conn == -1)
+	if (tl.f_conn == -1) {
 		tl.f_conn = (int64_t)c;
+		if (o.runs)
+			tl.f_next = (int64_t)s;	/* a run starts anywhere */
+	}
 	if ((int64_t)c != tl.f_conn || (int64_t)s != tl.f_next) {
 		fprintf(stderr, "zp-logsend: %s is not one connection's "
 		    "stream: c=%" PRIu64 " s=%" PRIu64 " where c=%" PRId64
@@ -858,7 +866,7 @@ static void check_msg(const char *file, uint64_t where, const char *p,
 		bad(file, where, "id out of range");
 		return;
 	}
-	if (o.streams)
+	if (o.streams || o.runs)
 		stream_step(file, c, s);
 	tl.received++;
 	if (tl.seen[c * (uint64_t)o.msgs + s] < 255)
@@ -1067,6 +1075,7 @@ enum {
 	OPT_MAX_MISSING,
 	OPT_TAIL_OK,
 	OPT_STREAMS,
+	OPT_RUNS,
 };
 
 static const struct option longopts[] = {
@@ -1089,6 +1098,7 @@ static const struct option longopts[] = {
 	{ "max-missing",	required_argument, NULL, OPT_MAX_MISSING },
 	{ "tail-ok",		no_argument,	   NULL, OPT_TAIL_OK },
 	{ "streams",		no_argument,	   NULL, OPT_STREAMS },
+	{ "runs",		no_argument,	   NULL, OPT_RUNS },
 	{ "verbose",		no_argument,	   NULL, 'v' },
 	{ "help",		no_argument,	   NULL, 'h' },
 	{ NULL,			0,		   NULL, 0 },
@@ -1181,6 +1191,7 @@ static int parse_args(int argc, char **argv, char ***posp)
 			break;
 		case OPT_TAIL_OK: o.tail_ok = 1; break;
 		case OPT_STREAMS: o.streams = 1; break;
+		case OPT_RUNS: o.runs = 1; break;
 		case 'v': o.verbose = 1; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage_error("bad option");
@@ -1217,6 +1228,8 @@ static int parse_args(int argc, char **argv, char ***posp)
 			usage_error("verify needs FILE...");
 		if (!o.conns_set || !o.msgs_set)
 			usage_error("verify needs --conns and --msgs");
+		if (o.runs && !o.raw)
+			usage_error("--runs needs --raw");
 		if (o.streams && !o.raw)
 			usage_error("--streams needs --raw");
 		if (o.conns > 0 && (uint64_t)o.msgs > (1ULL << 34) /
