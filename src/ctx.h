@@ -77,6 +77,8 @@ struct zp_ctx {
 	struct zp_log		 log;
 	struct zp_pipepool	 pool;
 	int			 have_pool;
+	struct zp_pipe		 tee_pipe;	/* --framing lf/nul: a pipe's
+						   last byte is looked at here */
 	struct zp_listener	*listener;
 	struct zp_addr		 listen_addr;	/* kept after it closes */
 	struct zp_upstreams	 ups;

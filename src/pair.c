@@ -1921,6 +1921,10 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 		zp_pair_close(p, ZP_END_NOMEM);
 		return -1;
 	}
+	if (p->up.fr != NULL) {
+		p->up.fr->tee_rfd = ctx->tee_pipe.rfd;
+		p->up.fr->tee_wfd = ctx->tee_pipe.wfd;
+	}
 	if (ctx->have_pool && ctx->cfg->splice_min > 0)
 		p->up.lazy = p->down.lazy = 1;
 	if (ctx->cfg->accept_proxy)

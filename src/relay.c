@@ -212,6 +212,19 @@ dir_seek_fill(const struct zp_dir *d)
 }
 
 /*
+ * Spliced lf or nul, pipe empty: did the last byte (splice_flush_tail
+ * looked at it) end a frame? Then the stream stands at a boundary.
+ */
+static int
+dir_tail_delim(const struct zp_dir *d)
+{
+	const struct zp_dframe	*fr = d->fr;
+
+	return fr->tail_delim && fr->tail_at == zp_framer_offset(&fr->f) &&
+	    fr->tail_at > 0;
+}
+
+/*
  * How much a copy-mode flush may send while seeking: up to the boundary
  * ahead when the buffer holds it (all of it otherwise: the frame goes
  * on). 0: no limit.
@@ -232,8 +245,10 @@ dir_seek_cap(const struct zp_dir *d)
 static int
 dir_seek_done(const struct zp_dir *d)
 {
-	return zp_framer_at_boundary(&d->fr->f) &&
-	    (d->ops == &zp_relay_copy || d->inpipe == 0);
+	if (d->ops == &zp_relay_copy)
+		return zp_framer_at_boundary(&d->fr->f);
+	return d->inpipe == 0 && (zp_framer_at_boundary(&d->fr->f) ||
+	    dir_tail_delim(d));
 }
 
 /*
@@ -529,7 +544,7 @@ zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)
 			 * a delimiter seen.
 			 */
 			known = at == 0 || (at == end &&
-			    zp_framer_at_boundary(f));
+			    (zp_framer_at_boundary(f) || dir_tail_delim(d)));
 			(void)zp_framer_resume(f, kind, max, at, known);
 		}
 		fr->mcount = 0;

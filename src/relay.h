@@ -89,6 +89,11 @@ struct zp_dframe {
 	unsigned	 seek:1;	/* a planned move: stop at a boundary */
 	unsigned	 hold:1;	/* dst dies: keep the store, the pair moves */
 	unsigned	 told:1;	/* its framing error was logged */
+	unsigned	 tail_delim:1;	/* the byte before tail_at ends a frame */
+	uint64_t	 tail_at;	/* lf, nul spliced: where the last byte
+					   of a pipe that emptied was looked at */
+	int		 tee_rfd;	/* the context's tee_pipe, or -1 */
+	int		 tee_wfd;
 };
 
 /* One socket of a pair, and its two events. */

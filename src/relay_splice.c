@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <unistd.h>
 
 #include "ctx.h"
 #include "relay.h"
@@ -160,11 +161,66 @@ splice_fill(struct zp_dir *d, size_t max)
 	return n;
 }
 
+/*
+ * A framed lf or nul direction whose source ran dry: its pipe's last byte
+ * is the stream's last so far, and whether it is a delimiter tells if the
+ * stream stopped at a boundary, which a move needs to know. Splice all
+ * but that byte (held back with SPLICE_F_MORE), look at it through the
+ * context's tee pipe (tee(2) copies the page reference, read(2) takes one
+ * byte), then splice it, which pushes both out together. Returns bytes
+ * moved, or -1 with errno when none did.
+ */
+static ssize_t
+splice_flush_tail(struct zp_dir *d)
+{
+	struct zp_dframe	*fr = d->fr;
+	ssize_t			 n = 0, m;
+	unsigned char		 c;
+
+	if (d->inpipe > 1) {
+		do {
+			n = splice(d->pipe.rfd, NULL, d->dst->fd, NULL,
+			    d->inpipe - 1, ZP_SPLICE_FLAGS | SPLICE_F_MORE);
+		} while (n == -1 && errno == EINTR);
+		if (n <= 0)
+			return n == 0 ? (errno = EIO, -1) : -1;
+		d->inpipe -= n;
+		d->spliced += n;
+		zp_dframe_sent(fr, (size_t)n);
+		if (d->inpipe > 1)
+			return n;	/* short: the rest when it can take it */
+	}
+	if (tee(d->pipe.rfd, fr->tee_wfd, 1, SPLICE_F_NONBLOCK) == 1 &&
+	    read(fr->tee_rfd, &c, 1) == 1) {
+		fr->tail_at = zp_framer_offset(&fr->f);
+		fr->tail_delim = c == (zp_framer_kind(&fr->f) ==
+		    ZP_FRAMING_NUL ? '\0' : '\n');
+	}
+	do {
+		m = splice(d->pipe.rfd, NULL, d->dst->fd, NULL, 1,
+		    ZP_SPLICE_FLAGS);
+	} while (m == -1 && errno == EINTR);
+	if (m <= 0)
+		return n > 0 ? n : m == 0 ? (errno = EIO, -1) : -1;
+	d->inpipe -= m;
+	d->spliced += m;
+	zp_dframe_sent(fr, (size_t)m);
+	return n + m;
+}
+
 /* Pipe -> socket. Returns bytes moved or -1 with errno. */
 static ssize_t
 splice_flush(struct zp_dir *d)
 {
-	ssize_t	n;
+	ssize_t		n;
+	enum zp_framing	k;
+
+	if (d->fr != NULL && d->fr->tee_wfd != -1 && d->drained &&
+	    zp_framer_error(&d->fr->f, NULL) == NULL) {
+		k = zp_framer_kind(&d->fr->f);
+		if (k == ZP_FRAMING_LF || k == ZP_FRAMING_NUL)
+			return splice_flush_tail(d);
+	}
 
 	do {
 		n = splice(d->pipe.rfd, NULL, d->dst->fd, NULL, d->inpipe,

@@ -117,8 +117,8 @@ static const char *const sb_calls[] = {
 	"bind",
 	"getsockopt", "setsockopt", "getsockname", "getpeername",
 	"recvfrom", "recvmsg", "sendto", "sendmsg",
-	/* the splice path */
-	"splice", "pipe2", "fcntl",
+	/* the splice path (tee: a framed lf pipe's last byte) */
+	"splice", "tee", "pipe2", "fcntl",
 	/* time, counters */
 	"clock_gettime", "gettimeofday", "time", "nanosleep",
 	"clock_nanosleep", "getrusage", "getpid", "gettid", "getrandom",

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -514,6 +515,23 @@ pool_setup(struct zp_ctx *ctx)
 		    "copy mode", ctx->pool.nfree, prepare, cfg->pipe_size,
 		    zp_pipe_shortage_str(ctx->pool.shortage));
 	ctx->have_pool = 1;
+	/*
+	 * Framed lf or nul streams are spliced unread; the last byte of a
+	 * pipe, looked at through this one with tee(2), says whether the
+	 * stream stopped at a boundary.
+	 */
+	if (cfg->framing == ZP_FRAMING_LF || cfg->framing == ZP_FRAMING_NUL ||
+	    cfg->framing == ZP_FRAMING_AUTO) {
+		int	fds[2];
+
+		if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) == -1) {
+			zp_log(&ctx->log, ZP_LOG_ERROR, "pipe2: %s",
+			    strerror(errno));
+			return ZP_EX_OSERR;
+		}
+		ctx->tee_pipe.rfd = fds[0];
+		ctx->tee_pipe.wfd = fds[1];
+	}
 	return 0;
 }
 
@@ -584,6 +602,11 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	if (ctx->have_pool)
 		zp_pipepool_free(&ctx->pool);
 	ctx->have_pool = 0;
+	if (ctx->tee_pipe.rfd != -1) {
+		close(ctx->tee_pipe.rfd);
+		close(ctx->tee_pipe.wfd);
+	}
+	ctx->tee_pipe.rfd = ctx->tee_pipe.wfd = -1;
 	zp_sandbox_free(ctx->sandbox);
 	ctx->sandbox = NULL;
 	/*
@@ -627,6 +650,7 @@ zp_run(struct zp_config *cfg)
 	int		 rc = 0, level, i;
 
 	memset(&ctx, 0, sizeof(ctx));
+	ctx.tee_pipe.rfd = ctx.tee_pipe.wfd = -1;
 	TAILQ_INIT(&ctx.pairs);
 	ctx.cfg = cfg;
 	if (cfg->quiet)

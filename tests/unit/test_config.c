@@ -1619,6 +1619,48 @@ test_framing(void **state)
 	assert_errmsg(s->err, "given twice");
 }
 
+/* --max-lifetime, --rebalance, --rebalance-rate: framed streams only. */
+static void
+test_planned_moves(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_true(s->cfg.max_lifetime == 0);
+	assert_int_equal(s->cfg.rebalance, 0);
+	assert_int_equal(s->cfg.rebalance_rate, 10);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "-u", "i:1",
+	    "--framing", "lf", "--max-lifetime", "2.5", "--balance",
+	    "leastconn", "--rebalance", "--rebalance-rate", "3", NULL),
+	    ZP_PARSE_OK);
+	assert_true(s->cfg.max_lifetime == 2.5);
+	assert_int_equal(s->cfg.rebalance, 1);
+	assert_int_equal(s->cfg.rebalance_rate, 3);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--max-lifetime",
+	    "60", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--max-lifetime needs --framing");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--rebalance",
+	    NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--rebalance needs --framing");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--rebalance", "--balance", "first", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "leastconn or roundrobin");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--rebalance-rate", "5", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--rebalance-rate needs --rebalance");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--rebalance", "--rebalance-rate", "0", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "rebalance-rate");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--max-lifetime", "0", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "max-lifetime");
+}
+
 int
 main(void)
 {
@@ -1693,6 +1735,8 @@ main(void)
 		cmocka_unit_test(test_addr_str),
 		cmocka_unit_test(test_parse_source),
 		cmocka_unit_test_setup_teardown(test_framing, cfg_setup,
+		    cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_planned_moves, cfg_setup,
 		    cfg_teardown),
 	};
 
