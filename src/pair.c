@@ -344,7 +344,11 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	 * After a one-sided failure or a timeout, keep the survivor's queue
 	 * from an RST; a clean close saw EOF on both, nothing is left to read.
 	 */
-	discard = live && end != ZP_END_SHUTDOWN && end != ZP_END_CLOSED;
+	discard = live && ((end != ZP_END_SHUTDOWN && end != ZP_END_CLOSED) ||
+	    p->winding);
+	/* A wind-down that ended when the client closed: what it was for. */
+	if (p->winding == ZP_END_IDLE && end == ZP_END_CLOSED)
+		end = ZP_END_IDLE;
 	if (discard) {
 		if (!p->client.dead && p->client.fd != -1)
 			p->up.discarded += sock_discard(p->client.fd);
@@ -599,9 +603,9 @@ pair_hold(struct zp_pair *p)
 
 	if (p->up.fr == NULL)
 		return;
-	m = pair_movable(p);
+	m = pair_movable(p) && !p->winding;
 	p->up.fr->hold = m;
-	p->down.hold_fin = m || p->down.src == &p->retiring;
+	p->down.hold_fin = !p->winding && (m || p->down.src == &p->retiring);
 }
 
 /*
@@ -812,9 +816,16 @@ pair_timer_cb(evutil_socket_t fd, short what, void *arg)
 		zp_pair_close(p, ZP_END_FIN_TIMEOUT);
 		return;
 	}
-	if (cfg->idle_timeout > 0 && idle >= cfg->idle_timeout) {
-		zp_pair_close(p, ZP_END_IDLE);
-		return;
+	if (cfg->idle_timeout > 0 && idle >= cfg->idle_timeout &&
+	    !p->winding) {
+		/* A framed stream is closed from the client's side. */
+		switch (zp_pair_wind_down(p, ZP_END_IDLE)) {
+		case -1:
+			zp_pair_close(p, ZP_END_IDLE);
+			return;
+		case 1:
+			return;	/* it ended */
+		}
 	}
 	if (pair_timer_update(p) == -1)
 		zp_pair_close(p, ZP_END_NOMEM);
@@ -1014,8 +1025,11 @@ pair_connected(struct zp_pair *p)
 	}
 	/*
 	 * Try both directions before arming any event: the client has
-	 * usually sent its first bytes while we were connecting.
+	 * usually sent its first bytes while we were connecting. A framed
+	 * stream that comes to an upstream during the drain winds down.
 	 */
+	if (ctx->stopping)
+		(void)zp_pair_wind_down(p, ZP_END_SHUTDOWN);
 	if (pair_run(p, &p->up) == 0)
 		pair_run(p, &p->down);
 }
@@ -1590,6 +1604,38 @@ header_start(struct zp_pair *p)
 		return -1;
 	}
 	return 0;
+}
+
+/* A framed stream's lossless close; see pair.h. */
+int
+zp_pair_wind_down(struct zp_pair *p, enum zp_end end)
+{
+	struct zp_ctx	*ctx = p->ctx;
+
+	/* A client that said all it had needs no telling. */
+	if (p->up.fr == NULL || p->state != ZP_PAIR_RELAYING || p->up.done)
+		return -1;
+	if (p->winding)
+		return 0;
+	p->winding = end;
+	pair_next_drop(p);
+	/* Not "conn=": scripts count those as connection lines. */
+	zp_log(&ctx->log, ZP_LOG_CONN, "connection %llu winds down (%s): a "
+	    "FIN to the client, what it still sends is forwarded",
+	    (unsigned long long)p->id, end == ZP_END_IDLE ? "idle-timeout" :
+	    "shutdown");
+	/*
+	 * The fin timer counts from here: the idle time that led here is
+	 * not the client's time to finish.
+	 */
+	event_base_gettimeofday_cached(ctx->base, &p->last_active);
+	if (p->down.done)
+		return 0;
+	/* Nothing more from the upstream: deliver what is here, then FIN. */
+	if (p->down.src == &p->retiring)
+		pair_retire_done(p, 0);
+	p->down.eof = 1;
+	return pair_run(p, &p->down);
 }
 
 /* ---- planned moves: --max-lifetime, --rebalance ---------------------- */

@@ -118,6 +118,8 @@ struct zp_pair {
 	int			 retiring_idx;
 	struct zp_addr		 retiring_addr;
 	struct event		*retire_timer;	/* --drain-timeout */
+	int			 winding;	/* 0, or the end its wind-down
+						   stands for (idle, shutdown) */
 	TAILQ_ENTRY(zp_pair)	 entry;
 };
 
@@ -156,6 +158,17 @@ int	zp_pair_can_move(const struct zp_pair *);
  * there is nothing to do (the pair is untouched).
  */
 int	zp_pair_plan_move(struct zp_pair *, int idx, int reason);
+
+/*
+ * A framed stream's lossless close (--idle-timeout, the drain): FIN to
+ * the client after what the upstream sent, then read and forward what
+ * the client still sends until it closes (or --fin-timeout, the drain's
+ * end). end (ZP_END_IDLE, ZP_END_SHUTDOWN) is what it stands for.
+ * Returns 0 (winding down), 1 (the pair ended and was freed), or -1 when
+ * there is nothing to do (not framed, not relaying, or the client is done
+ * already).
+ */
+int	zp_pair_wind_down(struct zp_pair *, enum zp_end end);
 
 /*
  * One step of --rebalance: while the busiest upstream that is up holds

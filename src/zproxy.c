@@ -182,6 +182,13 @@ ctx_stop_accepting(struct zp_ctx *ctx)
 	ctx->rebalance_timer = NULL;
 }
 
+/* Are streams framed (--framing)? */
+static int
+cfg_framed(const struct zp_ctx *ctx)
+{
+	return ctx->cfg->framing != ZP_FRAMING_NONE;
+}
+
 /* --rebalance: one step, --rebalance-rate times a second. */
 static void
 rebalance_cb(evutil_socket_t fd, short what, void *arg)
@@ -229,6 +236,18 @@ signal_stop_cb(evutil_socket_t sig, short what, void *arg)
 	zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: not accepting; draining "
 	    "%llu connections for up to %.3gs", (int)sig,
 	    (unsigned long long)ctx->stats.conns_open, t);
+	/*
+	 * Framed streams are told (a FIN) rather than cut at the end: what
+	 * a client sends until it closes is still forwarded.
+	 */
+	if (cfg_framed(ctx)) {
+		struct zp_pair	*p, *next;
+
+		for (p = TAILQ_FIRST(&ctx->pairs); p != NULL; p = next) {
+			next = TAILQ_NEXT(p, entry);
+			(void)zp_pair_wind_down(p, ZP_END_SHUTDOWN);
+		}
+	}
 	tv = zp_seconds_tv(t);
 	if ((ctx->drain_timer = evtimer_new(ctx->base, drain_timeout_cb,
 	    ctx)) == NULL || evtimer_add(ctx->drain_timer, &tv) == -1)

@@ -27,7 +27,14 @@
 #      its pipe);
 #   g. --rebalance: 10 connections all on B while A is down; A comes up
 #      (--check-interval 0.2): exactly 5 move to it (reason=rebalance),
-#      none more; then exactly once as in f.
+#      none more; then exactly once as in f;
+#   h. lossless idle close: 4 connections pause beyond --idle-timeout 0.5;
+#      zproxy winds each down (a FIN to the client) instead of closing;
+#      the clients, which do not read, send the rest of their messages
+#      into what they think is an open connection, and every message
+#      arrives, once, in order (end=idle-timeout);
+#   i. the drain (SIGTERM) does the same for every framed stream, and
+#      zproxy exits 0 once the clients closed, before --drain-timeout.
 # auto runs on the octet stream (its first byte picks octet). In splice
 # mode lf messages are spliced unread: frames= is then a lower bound.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
@@ -284,6 +291,57 @@ check_rebalance() {
 	ok "$mode/$framing: --rebalance: 5 of 10 streams moved to the upstream that came back; $VERIFIED"
 }
 
+# winddown_case MODE FRAMING idle|drain
+winddown_case() {
+	local mode=$1 framing=$2 how=$3 name="wd-$1-$2-$3" rc end
+	set_mode "$mode"
+	collect "$name-A"
+	local pa=$COL_PORT
+	if [ "$how" = idle ]; then
+		start_zproxy -v "${MODE_ARGS[@]}" --framing "$framing" \
+		    --idle-timeout 0.5 --fin-timeout 20 -u "127.0.0.1:$pa"
+		end=idle-timeout
+	else
+		start_zproxy -v "${MODE_ARGS[@]}" --framing "$framing" \
+		    --drain-timeout 20 -u "127.0.0.1:$pa"
+		end=closed
+	fi
+	zp_bg "$name" timeout -k 5 90 "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" \
+	    --conns 4 --msgs 4000 --framing "$framing" --min 1 --max 2000 \
+	    --pause-at 2000 --go "$T/$name.go" --early-fin-ok --timeout 80
+	SEND_PID=$BG_PID
+	wait_line "$T/$name.out" '^paused$' 20 "$SEND_PID" >/dev/null ||
+		fail "$name: the sender did not pause: $(tail -n 1 "$T/$name.err")"
+	[ "$how" = drain ] && kill -TERM "$ZPID"
+	deadline=$(( $(now_ms) + 10000 ))
+	while [ "$(grep -c "winds down ($( [ "$how" = idle ] && echo idle-timeout || echo shutdown))" "$ZLOG")" -lt 4 ]; do
+		[ "$(now_ms)" -ge "$deadline" ] &&
+			fail "$mode/$framing $how: $(grep -c 'winds down' "$ZLOG") of 4 connections wound down within 10s"
+		sleep 0.02
+	done
+	: >"$T/$name.go"
+	peer_wait "$SEND_PID" "$name" 60
+	rc=$?
+	[ "$rc" = 0 ] || fail "$mode/$framing $how: the sender failed (status $rc): $(tail -n 1 "$T/$name.err")"
+	grep -q ' early-fins=4$' "$T/$name.out" ||
+		fail "$mode/$framing $how: not every client saw the FIN before its own: $(cat "$T/$name.out")"
+	for i in 1 2 3 4; do
+		expect_conn_log " end=$end" "$mode/$framing $how: connection $i" 20
+	done
+	if [ "$how" = drain ]; then
+		zp_wait_exit "$ZPID" 10
+		rc=$?
+		[ "$rc" = 0 ] || fail "$mode/$framing drain: zproxy exited with $rc"
+	else
+		stop_zproxy
+	fi
+	"$ZP_LOGSEND" verify -v --raw --streams --exactly-once --conns 4 \
+	    --msgs 4000 --framing "$framing" "$T/$name-A"/conn-*.raw \
+	    >"$T/$name.verify" 2>&1 ||
+		fail "$mode/$framing $how: $(tail -n 3 "$T/$name.verify" | tr '\n' ' ')"
+	ok "$mode/$framing: $how: 4 clients told with a FIN, then sent their 2000 more messages each: $(tail -n 1 "$T/$name.verify")"
+}
+
 for mode in $MODES_ALL; do
 	subcase check_move "$mode" octet octet
 	subcase check_move "$mode" lf lf
@@ -293,5 +351,7 @@ for mode in $MODES_ALL; do
 	subcase check_lifetime "$mode" octet
 	subcase check_lifetime "$mode" lf
 	subcase check_rebalance "$mode" octet
+	subcase winddown_case "$mode" lf idle
+	subcase winddown_case "$mode" octet drain
 done
 zp_done

@@ -97,6 +97,7 @@ struct opts {
 	int		 tail_ok;
 	int		 streams;
 	int		 runs;		/* --runs: streams cut by moves */
+	int		 early_fin_ok;	/* a FIN before ours: send on */
 	int		 verbose;
 };
 
@@ -115,6 +116,7 @@ struct conn {
 	size_t		 ooff, olen;
 	int		 shut;		/* FIN sent */
 	int		 eof;		/* FIN received after ours */
+	int		 early_fin;	/* --early-fin-ok: the peer's came first */
 	int		 done;
 	uint64_t	 sent;
 };
@@ -138,6 +140,7 @@ static void usage(FILE *fp)
 "usage: zp-logsend send HOST PORT --conns N --msgs M --framing lf|octet\n"
 "                  [--seed S] [--min BYTES] [--max BYTES] [--newlines]\n"
 "                  [--pause-at K --go FILE] [--timeout SECS]\n"
+"                  [--early-fin-ok]\n"
 "       zp-logsend collect [-b ADDR] [--port P] --dir DIR [--conns N]\n"
 "       zp-logsend verify --conns N --msgs M [--framing lf|octet] [--raw]\n"
 "                  [--exactly-once|--at-least-once] [--max-missing K]\n"
@@ -154,6 +157,8 @@ static void usage(FILE *fp)
 "  --seed S          payload seed (1)\n"
 "  --min/--max BYTES payload length, uniform in [min,max] (1..16384)\n"
 "  --newlines        octet framing: payloads may hold '\\n'\n"
+"  --early-fin-ok    the peer's FIN before ours is no error: send on (a\n"
+"                    proxy winding down); adds \"early-fins=K\" to the line\n"
 "  --pause-at K      once K messages went out on every connection, print\n"
 "                    \"paused\" and wait until --go FILE exists\n"
 "  --timeout SECS    fail if not done by then (120; 0 = never)\n"
@@ -405,6 +410,12 @@ static void conn_write(struct conn *c, long limit)
 		if (shutdown(c->fd, SHUT_WR) == -1)
 			die("conn %ld: shutdown: %s", c->idx, strerror(errno));
 		c->shut = 1;
+		if (c->early_fin) {
+			/* Its FIN came already: nothing more to wait for. */
+			close(c->fd);
+			c->fd = -1;
+			c->done = 1;
+		}
 	}
 }
 
@@ -424,6 +435,11 @@ static void conn_read(struct conn *c)
 	}
 	if (r > 0)
 		return;		/* a collector says nothing; ignore it */
+	if (!c->shut && o.early_fin_ok) {
+		/* A proxy winding down: what we send is still taken. */
+		c->early_fin = 1;
+		return;
+	}
 	if (!c->shut)
 		die("conn %ld: EOF from the peer after %" PRIu64 " bytes sent,"
 		    " %ld of %ld messages made, before our FIN", c->idx,
@@ -454,7 +470,7 @@ static int run_send(void)
 	struct addrinfo hints, *ai;
 	struct conn *conns;
 	struct pollfd *pfds;
-	long i, ndone, nconnecting, limit, nmsgs = 0;
+	long i, ndone, nconnecting, limit, nmsgs = 0, early = 0;
 	int rc, paused = 0, go = o.pause_at < 0 || o.pause_at >= o.msgs;
 	uint64_t bytes = 0;
 
@@ -537,7 +553,7 @@ static int run_send(void)
 			struct conn *c = &conns[i];
 
 			pfds[i].fd = c->done ? -1 : c->fd;
-			pfds[i].events = POLLIN;
+			pfds[i].events = c->early_fin ? 0 : POLLIN;
 			pfds[i].revents = 0;
 			if (c->connecting || (!c->shut && (c->olen > 0 ||
 			    c->seq < limit || c->seq == o.msgs)))
@@ -569,10 +585,13 @@ static int run_send(void)
 	for (i = 0; i < o.conns; i++) {
 		nmsgs += conns[i].seq;
 		bytes += conns[i].sent;
+		early += conns[i].early_fin;
 		free(conns[i].obuf);
 	}
-	printf("connects=%ld messages=%ld bytes=%" PRIu64 "\n", o.conns,
-	    nmsgs, bytes);
+	printf("connects=%ld messages=%ld bytes=%" PRIu64 "%s", o.conns,
+	    nmsgs, bytes, o.early_fin_ok ? "" : "\n");
+	if (o.early_fin_ok)
+		printf(" early-fins=%ld\n", early);
 	free(conns);
 	free(pfds);
 	return 0;
@@ -1076,6 +1095,7 @@ enum {
 	OPT_TAIL_OK,
 	OPT_STREAMS,
 	OPT_RUNS,
+	OPT_EARLY_FIN_OK,
 };
 
 static const struct option longopts[] = {
@@ -1099,6 +1119,7 @@ static const struct option longopts[] = {
 	{ "tail-ok",		no_argument,	   NULL, OPT_TAIL_OK },
 	{ "streams",		no_argument,	   NULL, OPT_STREAMS },
 	{ "runs",		no_argument,	   NULL, OPT_RUNS },
+	{ "early-fin-ok",	no_argument,	   NULL, OPT_EARLY_FIN_OK },
 	{ "verbose",		no_argument,	   NULL, 'v' },
 	{ "help",		no_argument,	   NULL, 'h' },
 	{ NULL,			0,		   NULL, 0 },
@@ -1192,6 +1213,7 @@ static int parse_args(int argc, char **argv, char ***posp)
 		case OPT_TAIL_OK: o.tail_ok = 1; break;
 		case OPT_STREAMS: o.streams = 1; break;
 		case OPT_RUNS: o.runs = 1; break;
+		case OPT_EARLY_FIN_OK: o.early_fin_ok = 1; break;
 		case 'v': o.verbose = 1; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage_error("bad option");
