@@ -14,6 +14,7 @@
 #include "ctx.h"
 #include "health.h"
 #include "log.h"
+#include "pair.h"
 #include "upstream.h"
 
 struct zp_hcheck {
@@ -52,12 +53,17 @@ check_reset(struct zp_hcheck *c)
 static void
 check_done(struct zp_hcheck *c, int ok)
 {
-	struct timeval	now;
+	struct zp_ctx	*ctx = c->h->ctx;
+	struct timeval	 now;
+	int		 was_up = ctx->ups.v[c->idx].up;
 
 	check_reset(c);
 	c->skipping = 0;
 	gettimeofday(&now, NULL);
-	zp_upstream_report(&c->h->ctx->ups, c->idx, ok, c->err, &now);
+	zp_upstream_report(&ctx->ups, c->idx, ok, c->err, &now);
+	/* Framed streams leave an upstream the checks marked down. */
+	if (was_up && !ctx->ups.v[c->idx].up)
+		(void)zp_pairs_upstream_down(ctx, (int)c->idx);
 }
 
 /*

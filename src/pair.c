@@ -911,7 +911,8 @@ pair_move_log(struct zp_pair *p, const struct zp_addr *to)
 	    zp_move_reason_str(p->move_reason),
 	    p->move_reason == ZP_MOVE_FAILED ? " error=\"" : "",
 	    p->move_reason != ZP_MOVE_FAILED ? "" : p->move_err != 0 ?
-	    strerror(p->move_err) : "closed by the upstream",
+	    strerror(p->move_err) : p->move_checked ? "marked down by the "
+	    "health checks" : "closed by the upstream",
 	    p->move_reason == ZP_MOVE_FAILED ? "\"" : "",
 	    (unsigned long long)p->move_frames,
 	    (unsigned long long)p->move_unacked,
@@ -942,6 +943,7 @@ pair_move(struct zp_pair *p)
 	pair_next_drop(p);
 	fr->seek = 0;
 	p->move_reason = ZP_MOVE_FAILED;
+	p->move_checked = 0;
 	p->move_from = p->up_addr;
 	p->move_err = h->err;
 	p->move_unacked = upstream_unacked(p);
@@ -1740,6 +1742,7 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 	p->next_idx = idx;
 	p->next_addr = *a;
 	p->move_reason = reason;
+	p->move_checked = reason == ZP_MOVE_FAILED;
 	/* Even a connect done at once is taken up from the loop. */
 	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
 	if ((p->next_ev = event_new(ctx->base, fd, EV_WRITE, pair_next_cb,
@@ -1888,6 +1891,22 @@ pair_switch(struct zp_pair *p)
 	if (pair_run(p, &p->up) == 0)
 		(void)pair_run(p, &p->down);
 	return 1;
+}
+
+/* The health checks marked an upstream down; see pair.h. */
+int
+zp_pairs_upstream_down(struct zp_ctx *ctx, int idx)
+{
+	struct zp_pair	*p;
+	int		 n = 0;
+
+	if (ctx->cfg->framing == ZP_FRAMING_NONE)
+		return 0;
+	TAILQ_FOREACH(p, &ctx->pairs, entry)
+		if (p->up_idx == idx && zp_pair_can_move(p) &&
+		    zp_pair_plan_move(p, -1, ZP_MOVE_FAILED) == 0)
+			n++;
+	return n;
 }
 
 /* One step of --rebalance; see pair.h. */

@@ -107,6 +107,7 @@ struct zp_pair {
 	uint64_t		 move_cut;	/* up.fr->cut when it began */
 	int			 move_log_due;	/* said once its cut is done */
 	int			 move_reason;	/* enum zp_move_reason */
+	int			 move_checked;	/* the health checks began it */
 	struct timeval		 up_since;	/* on the current upstream since */
 	/* A planned move: the next upstream, connecting or connected. */
 	int			 next_fd;	/* -1: none */
@@ -169,6 +170,14 @@ int	zp_pair_plan_move(struct zp_pair *, int idx, int reason);
  * already).
  */
 int	zp_pair_wind_down(struct zp_pair *, enum zp_end end);
+
+/*
+ * The health checks marked upstream idx down: move every framed stream on
+ * it that can move to where the balancer sends clients now (a planned
+ * move: the next upstream connected first, the switch at a boundary, as
+ * the old one may still take bytes). Returns how many moves began.
+ */
+int	zp_pairs_upstream_down(struct zp_ctx *, int idx);
 
 /*
  * One step of --rebalance: while the busiest upstream that is up holds

@@ -34,7 +34,10 @@
 #      into what they think is an open connection, and every message
 #      arrives, once, in order (end=idle-timeout);
 #   i. the drain (SIGTERM) does the same for every framed stream, and
-#      zproxy exits 0 once the clients closed, before --drain-timeout.
+#      zproxy exits 0 once the clients closed, before --drain-timeout;
+#   j. health checks: A stops listening (its streams still served); once
+#      the checks mark it down, its 4 streams move to B (a planned move:
+#      "marked down by the health checks"), exactly once, in order.
 # auto runs on the octet stream (its first byte picks octet). In splice
 # mode lf messages are spliced unread: frames= is then a lower bound.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
@@ -342,6 +345,30 @@ winddown_case() {
 	ok "$mode/$framing: $how: 4 clients told with a FIN, then sent their 2000 more messages each: $(tail -n 1 "$T/$name.verify")"
 }
 
+check_down() {
+	local mode=$1 framing=$2 name="dn-$1-$2" n
+	set_mode "$mode"
+	collect "$name-A"
+	local pa=$COL_PORT apid=$COL_PID
+	collect "$name-B"
+	local pb=$COL_PORT
+	start_zproxy -v "${MODE_ARGS[@]}" --framing "$framing" \
+	    --balance first --check-interval 0.2 \
+	    -u "127.0.0.1:$pa" -u "127.0.0.1:$pb"
+	send_paused "$name" 4 2000 "$framing" 1000
+	ours "$apid" || fail "$name: collector A is not ours"
+	kill -USR1 "$apid"
+	moves_at_least 4 upstream-failed 20
+	grep 'moved: .* reason=upstream-failed ' "$ZLOG" |
+	    grep -v "from=127.0.0.1:$pa to=127.0.0.1:$pb .*error=\"marked down by the health checks\"" |
+	    grep -q . && fail "$mode/$framing down: a move not from A to B by the checks: $(grep -m1 'moved:' "$ZLOG")"
+	finish_send "$name" 4 2000 "$framing" "$mode/$framing down" \
+	    "$name-A" "$name-B"
+	n=$(grep -c 'moved: .* reason=upstream-failed ' "$ZLOG")
+	[ "$n" = 4 ] || fail "$mode/$framing down: $n moves, want 4"
+	ok "$mode/$framing: the checks marked A down: its 4 streams moved to B; $VERIFIED"
+}
+
 for mode in $MODES_ALL; do
 	subcase check_move "$mode" octet octet
 	subcase check_move "$mode" lf lf
@@ -353,5 +380,6 @@ for mode in $MODES_ALL; do
 	subcase check_rebalance "$mode" octet
 	subcase winddown_case "$mode" lf idle
 	subcase winddown_case "$mode" octet drain
+	subcase check_down "$mode" lf
 done
 zp_done

@@ -165,7 +165,8 @@ static void usage(FILE *fp)
 "collect  listen on ADDR (127.0.0.1) port P (0: any), print the port as the\n"
 "         first stdout line; append each connection's bytes as they arrive\n"
 "         to DIR/conn-<index>.raw (accept order), read it to EOF, close;\n"
-"         serve --conns N connections (0: forever, the default)\n"
+"         serve --conns N connections (0: forever, the default); on\n"
+"         SIGUSR1 stop listening (connects are refused) and serve the rest\n"
 "verify   read FILEs: with --raw each one is a byte stream framed as\n"
 "         --framing (lf); else each line is one message as a collector\n"
 "         wrote it (a prefix before \"c=\" is tolerated; --raw: none but\n"
@@ -643,6 +644,15 @@ static int sink_read(struct sink *s)
 	return 0;
 }
 
+/* SIGUSR1: stop listening (new connects are refused), serve the rest. */
+static volatile sig_atomic_t	 stop_listening;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	stop_listening = 1;
+}
+
 static int run_collect(void)
 {
 	const char *addr = o.bind_addr ? o.bind_addr : "127.0.0.1";
@@ -682,10 +692,17 @@ static int run_collect(void)
 	printf("%d\n", port);
 	if (fflush(stdout) == EOF)
 		die("stdout: %s", strerror(errno));
+	signal(SIGUSR1, on_usr1);
 
 	for (;;) {
 		long np = 0;
-		int want_accept = o.conns == 0 || accepted < o.conns;
+		int want_accept;
+
+		if (stop_listening && lfd != -1) {
+			close(lfd);
+			lfd = -1;
+		}
+		want_accept = lfd != -1 && (o.conns == 0 || accepted < o.conns);
 
 		if (!want_accept && open_n == 0)
 			break;
@@ -749,7 +766,8 @@ static int run_collect(void)
 			open_n++;
 		}
 	}
-	close(lfd);
+	if (lfd != -1)
+		close(lfd);
 	free(sinks);
 	free(pfds);
 	return 0;
