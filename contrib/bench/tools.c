@@ -36,6 +36,29 @@
  *       SIGINT or MAXHOLD seconds (default 300), closes them all and prints
  *       "closed N".
  *
+ *   tools frames none|octet|lf SIZE BYTES
+ *       Writes framed messages to stdout until at least BYTES are out,
+ *       whole messages only: each message is SIZE printable bytes (no
+ *       newline in them); octet puts "SIZE " in front of each (RFC 6587
+ *       octet counting), lf puts a newline after each, none writes the
+ *       bare messages back to back.
+ *
+ *   tools blast PORT SECONDS CONC FILE
+ *       CONC connections to 127.0.0.1:PORT, each sending the content of
+ *       FILE over and over for SECONDS (whole passes: a connection stops
+ *       only at the end of the file, so a framed file ends on a message
+ *       boundary), then shutdown(SHUT_WR) and waits for the server's EOF,
+ *       so that the time covers delivery. Prints "bytes=N seconds=S
+ *       conns=C errors=E gbps=G" (bytes sent, all of them delivered when
+ *       errors=0; seconds from the first connect to the last EOF).
+ *
+ *   tools sink [MAXSEC]
+ *       Discard server on 127.0.0.1, port chosen by the kernel: prints
+ *       "port N", then reads and drops what every connection sends; at a
+ *       connection's EOF it closes it and prints "closed BYTES" (what it
+ *       read on it). Exits after MAXSEC seconds (default 7200) or on
+ *       SIGTERM/SIGINT.
+ *
  *   tools reap COMMAND [ARGS...]
  *       Runs COMMAND as a child subreaper (PR_SET_CHILD_SUBREAPER) in a
  *       process group of its own, so that processes it double-forks (redir
@@ -54,6 +77,7 @@
 #include <sys/wait.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <netinet/in.h>
@@ -667,6 +691,258 @@ failed:
 	return ready == count ? 0 : 1;
 }
 
+/* ---- framed bulk: frames, blast, sink ------------------------------- */
+
+static int
+mode_frames(int argc, char **argv)
+{
+	static const char	 abc[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+	long			 size, bytes, out = 0, n, i;
+	char			 hdr[32], *msg;
+	int			 kind;
+
+	if (argc < 3)
+		return 2;
+	if (strcmp(argv[0], "none") == 0)
+		kind = 0;
+	else if (strcmp(argv[0], "octet") == 0)
+		kind = 1;
+	else if (strcmp(argv[0], "lf") == 0)
+		kind = 2;
+	else
+		return 2;
+	size = num(argv[1], 1, 16 << 20);
+	bytes = num(argv[2], 1, 1L << 32);
+	if ((msg = malloc((size_t)size + 1)) == NULL)
+		die("malloc");
+	for (i = 0; i < size; i++)
+		msg[i] = abc[i % (long)(sizeof abc - 1)];
+	msg[size] = '\n';
+	snprintf(hdr, sizeof hdr, "%ld ", size);
+	for (n = 0; out < bytes; n++) {
+		/* One character of each message numbers it, for a reader. */
+		msg[0] = abc[n % (long)(sizeof abc - 1)];
+		if (kind == 1 && fputs(hdr, stdout) == EOF)
+			die("write");
+		if (fwrite(msg, 1, (size_t)size + (kind == 2), stdout) !=
+		    (size_t)size + (kind == 2))
+			die("write");
+		out += size + (kind == 2) + (kind == 1 ? (long)strlen(hdr) : 0);
+	}
+	if (fflush(stdout) == EOF)
+		die("write");
+	free(msg);
+	return 0;
+}
+
+enum { B_CONNECTING, B_SENDING, B_DRAINING, B_DONE };
+
+struct bconn {
+	int	fd;
+	int	state;
+	size_t	off;		/* into the file */
+	long	sent;
+};
+
+static int
+mode_blast(int argc, char **argv)
+{
+	static char		 junk[4096];
+	struct sockaddr_in	 sin;
+	struct epoll_event	 ev, evs[64];
+	struct bconn		*bc;
+	struct stat		 st;
+	long			 secs, conc, total = 0, errs = 0, left;
+	double			 t0, tend, t1;
+	char			*file;
+	size_t			 flen, got;
+	ssize_t			 r;
+	int			 ep, i, n, ffd;
+
+	if (argc < 4)
+		return 2;
+	sin = loopback((int)num(argv[0], 1, 65535));
+	secs = num(argv[1], 1, 3600);
+	conc = num(argv[2], 1, 1024);
+	catch_signals();
+	alarm((unsigned)(secs + 60));
+	if ((ffd = open(argv[3], O_RDONLY | O_CLOEXEC)) == -1 ||
+	    fstat(ffd, &st) == -1)
+		die(argv[3]);
+	if (st.st_size <= 0 || (file = malloc((size_t)st.st_size)) == NULL)
+		die("empty file or malloc");
+	flen = (size_t)st.st_size;
+	for (got = 0; got < flen; got += (size_t)r)
+		if ((r = read(ffd, file + got, flen - got)) <= 0)
+			die("read");
+	close(ffd);
+	if ((bc = calloc((size_t)conc, sizeof *bc)) == NULL)
+		die("calloc");
+	if ((ep = epoll_create1(EPOLL_CLOEXEC)) == -1)
+		die("epoll_create1");
+	t0 = now();
+	tend = t0 + (double)secs;
+	for (i = 0; i < conc; i++) {
+		bc[i].fd = socket(AF_INET,
+		    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (bc[i].fd == -1)
+			die("socket");
+		if (connect(bc[i].fd, (struct sockaddr *)&sin, sizeof sin) ==
+		    -1 && errno != EINPROGRESS)
+			die("connect");
+		ev.events = EPOLLOUT;
+		ev.data.u32 = (uint32_t)i;
+		epoll_ctl(ep, EPOLL_CTL_ADD, bc[i].fd, &ev);
+	}
+	left = conc;
+	while (left > 0 && !stop_flag) {
+		n = epoll_wait(ep, evs, 64, 1000);
+		if (n == -1 && errno != EINTR)
+			die("epoll_wait");
+		for (i = 0; i < n; i++) {
+			struct bconn	*c = &bc[evs[i].data.u32];
+			int		 err = 0;
+			socklen_t	 el = sizeof err;
+
+			if (c->state == B_CONNECTING) {
+				getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+				if (err)
+					goto failed;
+				c->state = B_SENDING;
+			}
+			if (c->state == B_SENDING) {
+				r = send(c->fd, file + c->off, flen - c->off,
+				    MSG_NOSIGNAL);
+				if (r == -1 && errno == EAGAIN)
+					continue;
+				if (r <= 0)
+					goto failed;
+				c->sent += r;
+				c->off += (size_t)r;
+				if (c->off < flen)
+					continue;
+				c->off = 0;
+				if (now() < tend)
+					continue;
+				/* A whole pass is out, and time is up. */
+				shutdown(c->fd, SHUT_WR);
+				c->state = B_DRAINING;
+				ev.events = EPOLLIN;
+				ev.data.u32 = evs[i].data.u32;
+				epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+				continue;
+			}
+			if (c->state != B_DRAINING)
+				continue;
+			r = recv(c->fd, junk, sizeof junk, 0);
+			if (r == -1 && errno == EAGAIN)
+				continue;
+			if (r != 0)
+				goto failed;	/* a sink sends nothing */
+			total += c->sent;
+			close(c->fd);
+			c->state = B_DONE;
+			left--;
+			continue;
+failed:
+			fprintf(stderr, "tools: blast: connection %u: %s\n",
+			    evs[i].data.u32, err ? strerror(err) :
+			    r == 0 ? "eof" : strerror(errno));
+			close(c->fd);
+			c->state = B_DONE;
+			errs++;
+			left--;
+		}
+	}
+	t1 = now();
+	if (stop_flag)
+		fprintf(stderr, "tools: blast: stopped, %ld left\n", left);
+	printf("bytes=%ld seconds=%.3f conns=%ld errors=%ld gbps=%.3f\n",
+	    total, t1 - t0, conc, errs + left, total * 8 / (t1 - t0) / 1e9);
+	return errs + left ? 1 : 0;
+}
+
+static int
+mode_sink(int argc, char **argv)
+{
+	static char		 buf[262144];
+	struct sockaddr_in	 sin = loopback(0);
+	struct epoll_event	 ev, evs[256];
+	socklen_t		 len = sizeof sin;
+	long			 maxsec = argc > 0 ? num(argv[0], 1, 86400) : 7200;
+	long			*got = NULL;
+	size_t			 ngot = 0;
+	int			 lfd, ep, one = 1, i, n;
+
+	catch_signals();
+	alarm((unsigned)maxsec);
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (lfd == -1)
+		die("socket");
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (bind(lfd, (struct sockaddr *)&sin, sizeof sin) == -1)
+		die("bind");
+	if (listen(lfd, 1024) == -1)
+		die("listen");
+	if (getsockname(lfd, (struct sockaddr *)&sin, &len) == -1)
+		die("getsockname");
+	printf("port %d\n", ntohs(sin.sin_port));
+	fflush(stdout);
+	if ((ep = epoll_create1(EPOLL_CLOEXEC)) == -1)
+		die("epoll_create1");
+	ev.events = EPOLLIN;
+	ev.data.fd = lfd;
+	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+	while (!stop_flag) {
+		n = epoll_wait(ep, evs, 256, 1000);
+		if (n == -1) {
+			if (errno == EINTR)
+				continue;
+			die("epoll_wait");
+		}
+		for (i = 0; i < n; i++) {
+			int	fd = evs[i].data.fd, cfd;
+			ssize_t	r;
+
+			if (fd == lfd) {
+				while ((cfd = accept4(lfd, NULL, NULL,
+				    SOCK_NONBLOCK | SOCK_CLOEXEC)) != -1) {
+					if ((size_t)cfd >= ngot) {
+						size_t	m = (size_t)cfd * 2 + 64;
+
+						if ((got = realloc(got,
+						    m * sizeof *got)) == NULL)
+							die("realloc");
+						memset(got + ngot, 0,
+						    (m - ngot) * sizeof *got);
+						ngot = m;
+					}
+					got[cfd] = 0;
+					ev.events = EPOLLIN;
+					ev.data.fd = cfd;
+					epoll_ctl(ep, EPOLL_CTL_ADD, cfd, &ev);
+				}
+				continue;
+			}
+			r = recv(fd, buf, sizeof buf, 0);
+			if (r == -1 && errno == EAGAIN)
+				continue;
+			if (r > 0) {
+				got[fd] += r;
+				continue;
+			}
+			if (r == 0)
+				printf("closed %ld\n", got[fd]);
+			else
+				printf("error %ld %s\n", got[fd],
+				    strerror(errno));
+			fflush(stdout);
+			close(fd);
+		}
+	}
+	return 0;
+}
+
 /* ---- subreaper ------------------------------------------------------------ */
 
 static int
@@ -739,10 +1015,16 @@ main(int argc, char **argv)
 		rc = mode_shortconn(argc - 2, argv + 2);
 	else if (strcmp(argv[1], "idle") == 0)
 		rc = mode_idle(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "frames") == 0)
+		rc = mode_frames(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "blast") == 0)
+		rc = mode_blast(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "sink") == 0)
+		rc = mode_sink(argc - 2, argv + 2);
 	else if (strcmp(argv[1], "reap") == 0)
 		rc = mode_reap(argc - 2, argv + 2);
 	if (rc == 2)
-		fprintf(stderr, "usage: tools echo|pingpong|shortconn|idle|reap ...\n"
+		fprintf(stderr, "usage: tools echo|pingpong|shortconn|idle|frames|blast|sink|reap ...\n"
 		    "(see the comment at the top of contrib/bench/tools.c)\n");
 	return rc;
 }
