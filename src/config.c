@@ -67,6 +67,7 @@ enum {
 	OPT_MAX_LIFETIME,
 	OPT_REBALANCE,
 	OPT_REBALANCE_RATE,
+	OPT_REPLAY_WINDOW,
 };
 
 static const struct option zp_longopts[] = {
@@ -81,6 +82,7 @@ static const struct option zp_longopts[] = {
 	{ "max-lifetime",	required_argument,	NULL, OPT_MAX_LIFETIME },
 	{ "rebalance",		no_argument,		NULL, OPT_REBALANCE },
 	{ "rebalance-rate",	required_argument,	NULL, OPT_REBALANCE_RATE },
+	{ "replay-window",	required_argument,	NULL, OPT_REPLAY_WINDOW },
 	{ "max-conns",		required_argument,	NULL, OPT_MAX_CONNS },
 	{ "connect-timeout",	required_argument,	NULL, OPT_CONNECT_TIMEOUT },
 	{ "balance",		required_argument,	NULL, OPT_BALANCE },
@@ -246,6 +248,10 @@ zp_config_usage(FILE *fp, const char *prog)
 "                             it has 2 more than the idlest (an upstream\n"
 "                             back up fills again)\n"
 "      --rebalance-rate N     at most N such moves a second (default 10)\n"
+"      --replay-window BYTES  keep the last BYTES sent to the upstream of\n"
+"                             each stream, and send them again to the next\n"
+"                             one from their first whole message when it\n"
+"                             fails: at least once (default 0: off)\n"
 "\n"
 "Who may connect:\n"
 "      --allow CIDR           relay only clients in these networks (repeat it;\n"
@@ -1082,6 +1088,19 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 				return ZP_PARSE_ERROR;
 			}
 			break;
+		case OPT_REPLAY_WINDOW:
+			if (strcmp(optarg, "0") == 0)
+				cfg->replay_window = 0;
+			else if (parse_size_opt("replay-window", optarg,
+			    &cfg->replay_window, err, errlen) == -1)
+				return ZP_PARSE_ERROR;
+			if (cfg->replay_window > ZP_REPLAY_WINDOW_MAX) {
+				zp_seterr(err, errlen, "--replay-window %s is "
+				    "over the most, 64M", zp_escape(optarg, q,
+				    sizeof(q)));
+				return ZP_PARSE_ERROR;
+			}
+			break;
 		case OPT_MAX_FRAME:
 			if (parse_size_opt("max-frame", optarg, &cfg->max_frame,
 			    err, errlen) == -1)
@@ -1161,11 +1180,14 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 	/* Only a framed stream has boundaries to move at. */
 	if (cfg->framing == ZP_FRAMING_NONE && (given_opt(given,
 	    OPT_MAX_FRAME) || given_opt(given, OPT_MAX_LIFETIME) ||
-	    cfg->rebalance || given_opt(given, OPT_REBALANCE_RATE))) {
+	    cfg->rebalance || given_opt(given, OPT_REBALANCE_RATE) ||
+	    cfg->replay_window > 0)) {
 		zp_seterr(err, errlen, "--%s needs --framing",
 		    given_opt(given, OPT_MAX_FRAME) ? "max-frame" :
 		    given_opt(given, OPT_MAX_LIFETIME) ? "max-lifetime" :
-		    cfg->rebalance ? "rebalance" : "rebalance-rate");
+		    cfg->rebalance ? "rebalance" :
+		    cfg->replay_window > 0 ? "replay-window" :
+		    "rebalance-rate");
 		return ZP_PARSE_ERROR;
 	}
 	if (given_opt(given, OPT_REBALANCE_RATE) && !cfg->rebalance) {

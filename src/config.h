@@ -122,9 +122,11 @@ struct zp_config {
 	double			max_lifetime;	/* 0: streams stay */
 	int			rebalance;
 	int			rebalance_rate;	/* moves a second */
+	size_t			replay_window;	/* 0: no replay */
 };
 
 #define ZP_DEFAULT_PIPE_SIZE	(1024 * 1024)
+#define ZP_REPLAY_WINDOW_MAX	(64 * 1024 * 1024)
 #define ZP_DEFAULT_BUFFER_SIZE	(48 * 1024)
 #define ZP_DEFAULT_SPLICE_MIN	(4 * 1024)
 #define ZP_DEFAULT_CONNECT_TIMEOUT 5.0

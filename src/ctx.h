@@ -64,6 +64,7 @@ struct zp_stats {
 	uint64_t	moves[3];	/* --framing: streams moved, by
 					   enum zp_move_reason */
 	uint64_t	framing_errors;	/* streams whose framing failed */
+	uint64_t	replayed;	/* --replay-window: bytes sent again */
 	uint64_t	stats_open;	/* --stats connections */
 	uint64_t	stats_refused[ZP_STATS_REFUSED_MAX];
 	uint64_t	stats_timeouts;	/* closed by --stats-timeout */
@@ -79,6 +80,7 @@ struct zp_ctx {
 	int			 have_pool;
 	struct zp_pipe		 tee_pipe;	/* --framing lf/nul: a pipe's
 						   last byte is looked at here */
+	int			 devnull;	/* --replay-window drops here */
 	struct zp_listener	*listener;
 	struct zp_addr		 listen_addr;	/* kept after it closes */
 	struct zp_upstreams	 ups;

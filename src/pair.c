@@ -173,6 +173,18 @@ sock_unacked(const struct zp_half *h, int with_fin)
 	return n;
 }
 
+/* A stream's replay is over (its pair ends, or its framing failed). */
+static void
+dframe_replay_free(struct zp_dframe *fr)
+{
+	if (fr->rp == NULL)
+		return;
+	zp_replay_free(fr->rp);
+	free(fr->rp);
+	fr->rp = NULL;
+	fr->teed = 0;
+}
+
 /* The error pending on a socket (a reset, a timeout), or 0. */
 static int
 sock_error(int fd)
@@ -383,6 +395,8 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 		if (live)
 			u->active--;
 	}
+	if (p->up.fr != NULL)
+		dframe_replay_free(p->up.fr);
 	free(p->up.fr);
 	p->up.fr = NULL;
 	if (end == ZP_END_IDLE)
@@ -580,6 +594,7 @@ pair_framing_error(struct zp_pair *p)
 		return;
 	fr->told = 1;
 	ctx->stats.framing_errors++;
+	dframe_replay_free(fr);		/* plain bytes move nowhere */
 	/* Not "conn=": scripts count those as connection lines. */
 	zp_log(&ctx->log, ZP_LOG_WARN, "connection %llu: framing error at "
 	    "byte %llu (%s); relaying the rest as plain bytes",
@@ -903,7 +918,7 @@ pair_move_log(struct zp_pair *p, const struct zp_addr *to)
 
 	zp_log(&ctx->log, to != NULL ? ZP_LOG_CONN : ZP_LOG_WARN,
 	    "connection %llu %s: client=%s from=%s to=%s reason=%s%s%s%s "
-	    "frames=%llu unacked=%llu cut=%llu",
+	    "frames=%llu unacked=%llu cut=%llu replayed=%llu",
 	    (unsigned long long)p->id, to != NULL ? "moved" :
 	    "could not move", zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)),
 	    zp_addr_str(&p->move_from, fbuf, sizeof(fbuf)),
@@ -916,7 +931,8 @@ pair_move_log(struct zp_pair *p, const struct zp_addr *to)
 	    p->move_reason == ZP_MOVE_FAILED ? "\"" : "",
 	    (unsigned long long)p->move_frames,
 	    (unsigned long long)p->move_unacked,
-	    (unsigned long long)(p->up.fr->cut - p->move_cut));
+	    (unsigned long long)(p->up.fr->cut - p->move_cut),
+	    (unsigned long long)p->move_replayed);
 }
 
 /*
@@ -965,6 +981,7 @@ pair_move(struct zp_pair *p)
 	ctx->stats.moves[ZP_MOVE_FAILED]++;
 	p->state = ZP_PAIR_MOVING;
 	p->move_cut = fr->cut;
+	p->move_replayed = fr->replayed;
 	if (zp_dir_move(ctx, &p->up) == -1) {
 		p->client.err = errno;
 		pair_move_log(p, NULL);
@@ -972,6 +989,8 @@ pair_move(struct zp_pair *p)
 		    ZP_END_NOMEM);
 		return 1;
 	}
+	p->move_replayed = fr->replayed - p->move_replayed;
+	ctx->stats.replayed += p->move_replayed;
 	/* Bytes still on the way to the client go after the move. */
 	p->down.eof = p->down.done = p->down.shut = p->down.drained = 0;
 	zp_half_want_read(&p->client, 0);
@@ -1836,6 +1855,7 @@ pair_switch(struct zp_pair *p)
 	p->move_unacked = (uint64_t)sock_unacked(h, 0);
 	p->move_frames = fr->frames - p->frames_base;
 	p->move_cut = fr->cut;
+	p->move_replayed = 0;
 	u->bytes_up += p->up.bytes - p->up_base;
 	u->frames += p->move_frames;
 	u->active--;
@@ -1989,6 +2009,15 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	if (p->up.fr != NULL) {
 		p->up.fr->tee_rfd = ctx->tee_pipe.rfd;
 		p->up.fr->tee_wfd = ctx->tee_pipe.wfd;
+		if (ctx->cfg->replay_window > 0) {
+			if ((p->up.fr->rp = malloc(sizeof(*p->up.fr->rp))) ==
+			    NULL) {
+				zp_pair_close(p, ZP_END_NOMEM);
+				return -1;
+			}
+			zp_replay_init(p->up.fr->rp, ctx->cfg->replay_window,
+			    ctx->devnull);
+		}
 	}
 	if (ctx->have_pool && ctx->cfg->splice_min > 0)
 		p->up.lazy = p->down.lazy = 1;

@@ -105,6 +105,7 @@ struct zp_pair {
 	uint64_t		 move_frames;	/* delivered to it */
 	uint64_t		 move_unacked;	/* sent, not acknowledged */
 	uint64_t		 move_cut;	/* up.fr->cut when it began */
+	uint64_t		 move_replayed;	/* sent again to the next */
 	int			 move_log_due;	/* said once its cut is done */
 	int			 move_reason;	/* enum zp_move_reason */
 	int			 move_checked;	/* the health checks began it */

@@ -4,8 +4,10 @@
  */
 
 #include <sys/socket.h>
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include <event2/event.h>
 
@@ -422,12 +424,23 @@ zp_dframe_mark(struct zp_dframe *fr, uint64_t off)
 {
 	fr->marks[(fr->mhead + fr->mcount) % ZP_MARKS] = off;
 	fr->mcount++;
+	if (fr->rp != NULL)
+		zp_replay_mark(fr->rp, off);
 }
 
 void
 zp_dframe_sent(struct zp_dframe *fr, size_t n)
 {
 	fr->sent += n;
+	if (fr->rp != NULL) {
+		/* What went out unkept breaks the replay's continuity. */
+		if (n > fr->teed) {
+			fr->teed = 0;
+			zp_replay_reset(fr->rp, fr->sent, 0);
+		} else
+			fr->teed -= n;
+		assert(fr->rp->end == fr->sent + fr->teed);
+	}
 	while (fr->mcount > 0 && fr->marks[fr->mhead] <= fr->sent) {
 		fr->last_mark = fr->marks[fr->mhead];
 		fr->mhead = (fr->mhead + 1) % ZP_MARKS;
@@ -441,8 +454,15 @@ zp_dframe_seen(struct zp_dframe *fr, const void *buf, size_t n)
 {
 	uint64_t	before = zp_framer_frames(&fr->f);
 
-	zp_framer_feed(&fr->f, buf, n);
+	size_t		k;
+
+	k = zp_framer_feed(&fr->f, buf, n);
 	fr->frames += zp_framer_frames(&fr->f) - before;
+	if (fr->rp != NULL) {
+		zp_replay_copy(fr->rp, buf, n);
+		if (k > 0)
+			zp_replay_mark(fr->rp, fr->sent + k);
+	}
 	fr->sent += n;
 	if (zp_framer_at_boundary(&fr->f))
 		fr->last_mark = fr->sent;
@@ -461,6 +481,8 @@ zp_dir_cut(struct zp_dir *d, size_t n)
 	d->len -= n;
 	if (d->len == 0)
 		d->off = 0;
+	if (fr->rp != NULL)
+		zp_replay_reset(fr->rp, fr->sent, zp_framer_at_boundary(&fr->f));
 }
 
 /*
@@ -500,6 +522,63 @@ dir_unpipe(struct zp_ctx *ctx, struct zp_dir *d)
 	return 0;
 }
 
+/*
+ * --replay-window: make the store what the replay holds from its first
+ * whole frame, then what the store held (the two meet where delivery
+ * stopped), and follow the stream from that frame on. Returns 1 when
+ * there was nothing to replay (the caller cuts as without a replay), 0,
+ * or -1 with errno.
+ */
+static int
+dir_replay(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	struct zp_dframe	*fr = d->fr;
+	struct zp_framer	*f = &fr->f;
+	enum zp_framing		 kind = zp_framer_kind(f);
+	uint64_t		 from;
+	size_t			 rlen, size;
+	char			*rb, *nb;
+
+	if (zp_framer_error(f, NULL) != NULL || (kind != ZP_FRAMING_LF &&
+	    kind != ZP_FRAMING_OCTET && kind != ZP_FRAMING_NUL) ||
+	    zp_replay_take(fr->rp, kind, fr->sent, &rb, &rlen, &from) == -1)
+		return 1;
+	if (d->ops == &zp_relay_splice) {
+		if (dir_unpipe(ctx, d) == -1) {
+			free(rb);
+			return -1;
+		}
+		d->lazy = !d->fellback && ctx->have_pool;
+		d->bulk = 0;
+	}
+	fr->teed = 0;
+	if (rlen > 0) {
+		size = rlen + d->len;
+		if (size < ctx->cfg->buffer_size)
+			size = ctx->cfg->buffer_size;
+		if ((nb = malloc(size)) == NULL) {
+			free(rb);
+			errno = ENOMEM;
+			return -1;
+		}
+		memcpy(nb, rb, rlen);
+		if (d->len > 0)
+			memcpy(nb + rlen, d->buf + d->off, d->len);
+		free(d->buf);
+		free(rb);
+		d->buf = nb;
+		d->off = 0;
+		d->len += rlen;
+		d->bufsize = size;
+	}
+	(void)zp_framer_resume(f, kind, f->max_asked, from, 1);
+	fr->sent = from;
+	fr->mcount = 0;
+	fr->cutting = 0;
+	fr->replayed += rlen;
+	return 0;
+}
+
 /* Move a framed direction to another destination; see relay.h. */
 int
 zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)
@@ -512,6 +591,14 @@ zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)
 	size_t			 k;
 	int			 known;
 
+	if (fr->rp != NULL) {
+		switch (dir_replay(ctx, d)) {
+		case 0:
+			goto moved;
+		case -1:
+			return -1;
+		}
+	}
 	if (d->ops == &zp_relay_splice) {
 		if (dir_unpipe(ctx, d) == -1)
 			return -1;
@@ -564,6 +651,11 @@ zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)
 		errno = EPROTO;
 		return -1;
 	}
+	if (fr->rp != NULL) {
+		fr->teed = 0;
+		zp_replay_reset(fr->rp, fr->sent, zp_framer_at_boundary(f));
+	}
+moved:
 	if (zp_framer_at_boundary(f))
 		fr->last_mark = fr->sent;
 	if (d->len == 0 && d->buf != NULL) {

@@ -15,6 +15,7 @@
 
 #include "framing.h"
 #include "pipepool.h"
+#include "replay.h"
 
 struct zp_dir;
 struct zp_ctx;
@@ -94,6 +95,10 @@ struct zp_dframe {
 					   of a pipe that emptied was looked at */
 	int		 tee_rfd;	/* the context's tee_pipe, or -1 */
 	int		 tee_wfd;
+	struct zp_replay *rp;		/* --replay-window, or NULL */
+	size_t		 teed;		/* splice: bytes at the head of the
+					   pipe the replay holds already */
+	uint64_t	 replayed;	/* bytes sent again after moves */
 };
 
 /* One socket of a pair, and its two events. */

@@ -7,6 +7,7 @@
  */
 
 #include <sys/socket.h>
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -232,22 +233,42 @@ splice_flush_tail(struct zp_dir *d)
 	return n + m;
 }
 
+/*
+ * --replay-window: the pipe's head is kept (tee'd into the replay)
+ * before it goes out. Returns how many bytes the flush may send: all of
+ * them, or only those the replay took (the rest is tee'd once they are
+ * out, since tee always starts at the head).
+ */
+static size_t
+splice_keep(struct zp_dir *d)
+{
+	struct zp_dframe	*fr = d->fr;
+
+	if (fr == NULL || fr->rp == NULL)
+		return d->inpipe;
+	assert(fr->teed <= d->inpipe);
+	if (fr->teed == 0)
+		fr->teed = zp_replay_tee(fr->rp, d->pipe.rfd, d->inpipe);
+	return fr->teed > 0 ? fr->teed : d->inpipe;
+}
+
 /* Pipe -> socket. Returns bytes moved or -1 with errno. */
 static ssize_t
 splice_flush(struct zp_dir *d)
 {
 	ssize_t		n;
+	size_t		len = splice_keep(d);
 	enum zp_framing	k;
 
 	if (d->fr != NULL && d->fr->tee_wfd != -1 && d->drained &&
-	    zp_framer_error(&d->fr->f, NULL) == NULL) {
+	    len == d->inpipe && zp_framer_error(&d->fr->f, NULL) == NULL) {
 		k = zp_framer_kind(&d->fr->f);
 		if (k == ZP_FRAMING_LF || k == ZP_FRAMING_NUL)
 			return splice_flush_tail(d);
 	}
 
 	do {
-		n = splice(d->pipe.rfd, NULL, d->dst->fd, NULL, d->inpipe,
+		n = splice(d->pipe.rfd, NULL, d->dst->fd, NULL, len,
 		    ZP_SPLICE_FLAGS);
 	} while (n == -1 && errno == EINTR);
 	if (n > 0) {

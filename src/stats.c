@@ -540,6 +540,9 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 		    "Framed connections whose framing failed (a message over "
 		    "--max-frame, a bad octet header): relayed as plain bytes "
 		    "from there on.", ctx->stats.framing_errors);
+		single_u64(&r, "zproxy_replayed_bytes_total", "counter",
+		    "Bytes sent again to the next upstream after a move "
+		    "(--replay-window).", ctx->stats.replayed);
 	}
 
 	family(&r, "zproxy_timeouts_total", "counter",

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "pair.h"
 #include "privs.h"
+#include "replay.h"
 #include "resolver.h"
 #include "sandbox.h"
 #include "stats.h"
@@ -142,8 +143,8 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    "no-pipe=%llu splice-refused=%llu; pipes alive=%zu pooled=%zu; "
 	    "accept-pauses=%llu; local-errors=%llu local-failed=%llu; "
 	    "clients denied=%llu source-limited=%llu bad-proxy-header=%llu "
-	    "bad-destination=%llu; moves=%llu framing-errors=%llu; "
-	    "cpu=%.3fs cpu-per-GiB=%s", what,
+	    "bad-destination=%llu; moves=%llu framing-errors=%llu "
+	    "replayed=%llu; cpu=%.3fs cpu-per-GiB=%s", what,
 	    (unsigned long long)ctx->stats.conns_open,
 	    (unsigned long long)ctx->stats.conns_total,
 	    (unsigned long long)ctx->stats.conns_failed,
@@ -161,7 +162,8 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    (unsigned long long)ctx->stats.bad_destinations,
 	    (unsigned long long)(ctx->stats.moves[0] + ctx->stats.moves[1] +
 	    ctx->stats.moves[2]),
-	    (unsigned long long)ctx->stats.framing_errors, cpu, per);
+	    (unsigned long long)ctx->stats.framing_errors,
+	    (unsigned long long)ctx->stats.replayed, cpu, per);
 }
 
 /*
@@ -276,8 +278,9 @@ static void
 size_limits(struct zp_ctx *ctx, long nofile)
 {
 	struct zp_config	*cfg = ctx->cfg;
-	long			 per = cfg->mode == ZP_MODE_SPLICE ?
-				    ZP_FDS_SPLICE : ZP_FDS_COPY;
+	long			 per = (cfg->mode == ZP_MODE_SPLICE ?
+				    ZP_FDS_SPLICE : ZP_FDS_COPY) +
+				    (cfg->replay_window > 0 ? 2 : 0);
 	/* Listener, stdio, epoll, signal pipe and some slack for libevent. */
 	long			 spare = 16 + nofile / 32;
 	/* --stats gets its own share, so that its clients never take ours. */
@@ -555,6 +558,37 @@ pool_setup(struct zp_ctx *ctx)
 }
 
 /*
+ * --replay-window: /dev/null to drop the oldest bytes into, and proof
+ * that the kernel gives a pipe of the window's size (fs.pipe-max-size
+ * caps it without CAP_SYS_RESOURCE), before the first client comes.
+ */
+static int
+replay_setup(struct zp_ctx *ctx)
+{
+	struct zp_config	*cfg = ctx->cfg;
+	struct zp_pipe		 p;
+	long			 maxpipe;
+
+	if (cfg->replay_window == 0)
+		return 0;
+	if ((ctx->devnull = open("/dev/null", O_WRONLY | O_CLOEXEC)) == -1) {
+		zp_log(&ctx->log, ZP_LOG_ERROR, "/dev/null: %s",
+		    strerror(errno));
+		return ZP_EX_OSERR;
+	}
+	if (zp_replay_pipe(cfg->replay_window, &p) == -1) {
+		maxpipe = read_sysctl("/proc/sys/fs/pipe-max-size");
+		zp_log(&ctx->log, ZP_LOG_ERROR, "--replay-window %zu: the "
+		    "kernel gives no pipe that large (%s; fs.pipe-max-size "
+		    "is %ld)", cfg->replay_window, strerror(errno), maxpipe);
+		return ZP_EX_OSERR;
+	}
+	close(p.rfd);
+	close(p.wfd);
+	return 0;
+}
+
+/*
  * Start-up is over: become --user, then confine the process to the
  * relay's system calls. Everything that needs root or a call the loop
  * never makes (binding the listener, the stats socket, opening the log,
@@ -626,6 +660,9 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 		close(ctx->tee_pipe.wfd);
 	}
 	ctx->tee_pipe.rfd = ctx->tee_pipe.wfd = -1;
+	if (ctx->devnull != -1)
+		close(ctx->devnull);
+	ctx->devnull = -1;
 	zp_sandbox_free(ctx->sandbox);
 	ctx->sandbox = NULL;
 	/*
@@ -670,6 +707,7 @@ zp_run(struct zp_config *cfg)
 
 	memset(&ctx, 0, sizeof(ctx));
 	ctx.tee_pipe.rfd = ctx.tee_pipe.wfd = -1;
+	ctx.devnull = -1;
 	TAILQ_INIT(&ctx.pairs);
 	ctx.cfg = cfg;
 	if (cfg->quiet)
@@ -726,7 +764,8 @@ zp_run(struct zp_config *cfg)
 		goto out;
 	}
 	ctx.listen_addr = *zp_listener_addr(ctx.listener);
-	if (cfg->mode == ZP_MODE_SPLICE && (rc = pool_setup(&ctx)) != 0)
+	if ((cfg->mode == ZP_MODE_SPLICE && (rc = pool_setup(&ctx)) != 0) ||
+	    (rc = replay_setup(&ctx)) != 0)
 		goto out;
 	sigs[0] = evsignal_new(ctx.base, SIGTERM, signal_stop_cb, &ctx);
 	sigs[1] = evsignal_new(ctx.base, SIGINT, signal_stop_cb, &ctx);

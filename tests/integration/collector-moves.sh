@@ -21,6 +21,9 @@
 #      only where zproxy reads them: > 0 there);
 #   e. every message made after the kill (seq >= KILL_AT, every
 #      connection) reached the survivor: the moved streams go on whole.
+# With --replay-window 1M (one case a mode), c. becomes: every message is
+# in one file or both (resent), none missing, each intact; and no move
+# cuts (cut=0) or replays nothing.
 # What is missing overall is noted with the moves' unacked= and cut=: the
 # messages a collector had read but not yet written at SIGKILL are lost
 # with it, which no proxy sees, so missing is not bounded by them.
@@ -130,14 +133,17 @@ to_port() {
 # series NAME: its value in $T/metrics ("" when it is not there).
 series() { awk -v k="$1" '$1 == k { print $2 }' "$T/metrics"; }
 
-# case_kill MODE FRAMING KILLED SURVIVOR: collectors of kind KILLED and
-# SURVIVOR (rsyslog, syslog-ng), the first killed.
+# case_kill MODE FRAMING KILLED SURVIVOR [WINDOW]: collectors of kind
+# KILLED and SURVIVOR (rsyslog, syslog-ng), the first killed. With
+# WINDOW, zproxy runs with --replay-window WINDOW: a message may then be
+# in both files (resent), none may be missing from the two together, and
+# each move says replayed= more than 0.
 case_kill() {
-	local mode=$1 fr=$2 kkind=$3 skind=$4 what name seed go spid rc out
-	local kpid kport klog sport slog nk ns moves n want ids bad
-	local unacked cut lines v sent_bytes after deadline
-	what="$mode, $fr: kill -9 $kkind, $skind survives"
-	name=$mode-$fr-$kkind
+	local mode=$1 fr=$2 kkind=$3 skind=$4 window=${5:-} what name seed go
+	local kpid kport klog sport slog nk ns moves n want ids bad spid rc out
+	local unacked cut lines v sent_bytes after deadline replayed
+	what="$mode, $fr: kill -9 $kkind, $skind survives${window:+, --replay-window $window}"
+	name=$mode-$fr-$kkind${window:+-replay}
 	seed=$RANDOM
 	go=$T/$name.go
 	set_mode "$mode"
@@ -148,6 +154,7 @@ case_kill() {
 	sport=$C_PORT slog=$C_LOG
 	SPORT=$(free_port) || fail "zp-peer port failed"
 	start_zproxy -v "${MODE_ARGS[@]}" --framing "$fr" --balance leastconn \
+	    ${window:+--replay-window "$window"} \
 	    --stats "127.0.0.1:$SPORT" -u "127.0.0.1:$kport" -u "127.0.0.1:$sport"
 	local K="127.0.0.1:$kport" S="127.0.0.1:$sport"
 
@@ -209,8 +216,14 @@ case_kill() {
 	ids=$(sed 's/.*connection \([0-9]*\) moved:.*/\1/' "$T/$name.moves" | sort -u | grep -c .)
 	[ "$ids" = "$moves" ] || fail "$what: a connection moved twice: $(cat "$T/$name.moves")"
 	unacked=$(sed 's/.* unacked=\([0-9]*\) .*/\1/' "$T/$name.moves" | awk '{ s += $1 } END { print s + 0 }')
-	cut=$(sed 's/.* cut=\([0-9]*\)$/\1/' "$T/$name.moves" | awk '{ s += $1 } END { print s + 0 }')
-	ok "$what: $moves moves from $K to $S, one for each connection that was there, none failed (unacked=$unacked cut=$cut in all)"
+	cut=$(sed 's/.* cut=\([0-9]*\) .*/\1/' "$T/$name.moves" | awk '{ s += $1 } END { print s + 0 }')
+	replayed=$(sed 's/.* replayed=\([0-9]*\)$/\1/' "$T/$name.moves" | awk '{ s += $1 } END { print s + 0 }')
+	if [ -n "$window" ]; then
+		! grep -q ' replayed=0$' "$T/$name.moves" ||
+			fail "$what: a move replayed nothing: $(grep -m 1 ' replayed=0$' "$T/$name.moves")"
+		[ "$cut" = 0 ] || fail "$what: cut=$cut with a replay window"
+	fi
+	ok "$what: $moves moves from $K to $S, one for each connection that was there, none failed (unacked=$unacked cut=$cut replayed=$replayed in all)"
 
 	# c. whole messages in both files, none twice
 	settle "$slog" 30 || note "$what: the survivor's file still grows after 30s"
@@ -225,10 +238,16 @@ case_kill() {
 	[ "$V_DUPS" = 0 ] || fail "$what: the killed collector wrote a message twice: $VERIFY"
 	local klines=$V_RECEIVED
 	verify_file "$name-both" "$slog" "$klog"
-	[ "$V_BAD" = 0 ] && [ "$V_DUPS" = 0 ] ||
-		fail "$what: $V_DUPS messages in both files: $(grep -m 3 '^zp-logsend: duplicate' "$T/$name-both.verify.err" | tr '\n' ' ')"
-	ok "$what: the killed $kkind wrote $klines messages, each intact; none is in both files"
-	note "$what: sent $((CONNS * MSGS)) received $V_RECEIVED duplicated $V_DUPS missing $V_MISSING; moves $moves, unacked=$unacked cut=$cut bytes in all"
+	if [ -n "$window" ]; then
+		[ "$V_BAD" = 0 ] && [ "$V_MISSING" = 0 ] ||
+			fail "$what: the two files together: $VERIFY"
+		ok "$what: the killed $kkind wrote $klines messages, each intact; every message is in one file or both ($V_DUPS in both: resent)"
+	else
+		[ "$V_BAD" = 0 ] && [ "$V_DUPS" = 0 ] ||
+			fail "$what: $V_DUPS messages in both files: $(grep -m 3 '^zp-logsend: duplicate' "$T/$name-both.verify.err" | tr '\n' ' ')"
+		ok "$what: the killed $kkind wrote $klines messages, each intact; none is in both files"
+	fi
+	note "$what: sent $((CONNS * MSGS)) received $V_RECEIVED duplicated $V_DUPS missing $V_MISSING; moves $moves, unacked=$unacked cut=$cut replayed=$replayed bytes in all"
 
 	# d. the metrics
 	stats_scrape
@@ -261,6 +280,14 @@ for mode in $MODES; do
 	else
 		subcase case_kill "$mode" lf rsyslog syslog-ng
 		subcase case_kill "$mode" octet syslog-ng rsyslog
+	fi
+done
+# --replay-window: one case a mode, the killed collector of each kind.
+for mode in $MODES; do
+	if [ "$mode" = copy ]; then
+		subcase case_kill "$mode" octet rsyslog syslog-ng 1M
+	else
+		subcase case_kill "$mode" lf syslog-ng rsyslog 1M
 	fi
 done
 

@@ -7,8 +7,13 @@
  *        reads to EOF; any connect failure, error, reset or early EOF is
  *        exit 1. Prints "connects=N messages=N bytes=N".
  *   zp-logsend collect [-b ADDR] [--port P] --dir DIR [--conns N]
+ *                      [--lag BYTES]
  *        prints its port, appends each connection's bytes as they arrive
- *        to DIR/conn-<index>.raw (a kill -9 loses nothing it read).
+ *        to DIR/conn-<index>.raw (a kill -9 loses nothing it read). With
+ *        --lag, a collector with an in-memory queue: per connection the
+ *        last BYTES bytes received are held in memory, a byte is written
+ *        only once BYTES more came after it, the held ones at EOF, error
+ *        or reset; a kill -9 loses exactly the held min(BYTES, received).
  *   zp-logsend verify --conns N --msgs M [options] FILE...
  *        every message exactly once (or at least once, or at most K
  *        missing), each intact: its length and CRC match.
@@ -54,6 +59,8 @@
 #define OBUF_FILL	(256 * 1024)	/* refill up to this */
 #define RBUF_SIZE	(256 * 1024)
 #define PER_WAKEUP	(1024 * 1024)	/* bytes per connection per poll round */
+#define LAG_MAX		(1024ULL * 1024 * 1024)	/* --lag at most this */
+#define LAG_MIN_CAP	(64 * 1024)	/* a --lag ring's first size */
 
 enum mode {
 	MODE_SEND,
@@ -91,6 +98,7 @@ struct opts {
 	const char	*go_file;
 	double		 timeout;	/* seconds, 0 = none */
 	const char	*dir;
+	size_t		 lag;		/* --lag: bytes held back, 0 = none */
 	int		 raw;
 	enum expect	 expect;
 	long		 max_missing;	/* -1: no limit */
@@ -127,6 +135,11 @@ struct sink {
 	int		 file;
 	long		 idx;
 	uint64_t	 bytes;
+	/* --lag: the last bytes received, not yet written, in a ring */
+	char		*ring;
+	size_t		 rcap;		/* its size, grown up to --lag */
+	size_t		 rhead;		/* where the oldest held byte is */
+	size_t		 rlen;		/* how many are held */
 };
 
 static struct opts	 o;
@@ -142,6 +155,7 @@ static void usage(FILE *fp)
 "                  [--pause-at K --go FILE] [--timeout SECS]\n"
 "                  [--early-fin-ok]\n"
 "       zp-logsend collect [-b ADDR] [--port P] --dir DIR [--conns N]\n"
+"                  [--lag BYTES]\n"
 "       zp-logsend verify --conns N --msgs M [--framing lf|octet] [--raw]\n"
 "                  [--exactly-once|--at-least-once] [--max-missing K]\n"
 "                  [--tail-ok] [--streams|--runs] [-v] FILE...\n"
@@ -167,6 +181,13 @@ static void usage(FILE *fp)
 "         to DIR/conn-<index>.raw (accept order), read it to EOF, close;\n"
 "         serve --conns N connections (0: forever, the default); on\n"
 "         SIGUSR1 stop listening (connects are refused) and serve the rest\n"
+"  --lag BYTES       like a collector with an in-memory queue: hold each\n"
+"                    connection's last BYTES bytes received in memory and\n"
+"                    write a byte only once BYTES more came after it; at\n"
+"                    EOF, error or reset write the held ones too. A signal\n"
+"                    that kills it (kill -9) loses the held bytes, the\n"
+"                    last min(BYTES, received) of each connection (0: none\n"
+"                    held, every byte written as it arrives, the default)\n"
 "verify   read FILEs: with --raw each one is a byte stream framed as\n"
 "         --framing (lf); else each line is one message as a collector\n"
 "         wrote it (a prefix before \"c=\" is tolerated; --raw: none but\n"
@@ -247,7 +268,7 @@ static uint64_t parse_size(const char *opt, const char *s)
 	case 'm': case 'M': mul = 1024ULL * 1024; end++; break;
 	default: break;
 	}
-	if (*end != '\0')
+	if (*end != '\0' || (uint64_t)v > UINT64_MAX / mul)
 		usage_error("%s: bad number '%s'", opt, s);
 	return (uint64_t)v * mul;
 }
@@ -616,6 +637,106 @@ static void write_all(int fd, const char *p, size_t n, long idx)
 	}
 }
 
+/* --lag: write the k oldest held bytes of sink s, and drop them. */
+static void ring_write(struct sink *s, size_t k)
+{
+	size_t first = s->rcap - s->rhead;
+
+	if (k == 0)
+		return;
+	if (first > k)
+		first = k;
+	write_all(s->file, s->ring + s->rhead, first, s->idx);
+	write_all(s->file, s->ring, k - first, s->idx);
+	s->rhead = (s->rhead + k) % s->rcap;
+	s->rlen -= k;
+	if (s->rlen == 0)
+		s->rhead = 0;
+}
+
+/* --lag: hold n more bytes in sink s's ring; rlen + n <= o.lag. */
+static void ring_push(struct sink *s, const char *p, size_t n)
+{
+	size_t tail, first;
+
+	if (n == 0)
+		return;
+	if (s->rlen + n > s->rcap) {
+		/* grow (doubling, up to --lag) into a new, straight ring */
+		size_t cap = s->rcap ? s->rcap * 2 : LAG_MIN_CAP;
+		char *ring;
+
+		if (cap < s->rlen + n)
+			cap = s->rlen + n;
+		if (cap > o.lag)
+			cap = o.lag;
+		if ((ring = malloc(cap)) == NULL)
+			die("conn %ld: out of memory (--lag %zu)", s->idx,
+			    o.lag);
+		if (s->rlen > 0) {
+			first = s->rcap - s->rhead;
+			if (first > s->rlen)
+				first = s->rlen;
+			memcpy(ring, s->ring + s->rhead, first);
+			memcpy(ring + first, s->ring, s->rlen - first);
+		}
+		free(s->ring);
+		s->ring = ring;
+		s->rcap = cap;
+		s->rhead = 0;
+	}
+	tail = (s->rhead + s->rlen) % s->rcap;
+	first = s->rcap - tail;
+	if (first > n)
+		first = n;
+	memcpy(s->ring + tail, p, first);
+	memcpy(s->ring, p + first, n - first);
+	s->rlen += n;
+}
+
+/*
+ * n bytes received on sink s: to its file, or with --lag whatever is now
+ * more than --lag bytes behind the newest, oldest first; the rest held.
+ */
+static void sink_take(struct sink *s, const char *p, size_t n)
+{
+	size_t out, k;
+
+	s->bytes += (uint64_t)n;
+	if (o.lag == 0) {
+		/* straight to the file: a kill -9 loses nothing */
+		write_all(s->file, p, n, s->idx);
+		return;
+	}
+	if (s->rlen + n > o.lag) {
+		out = s->rlen + n - o.lag;
+		k = out < s->rlen ? out : s->rlen;
+		ring_write(s, k);
+		/* more still: from p, the ring empty now */
+		write_all(s->file, p, out - k, s->idx);
+		p += out - k;
+		n -= out - k;
+	}
+	ring_push(s, p, n);
+}
+
+/* Sink s is over: write what it holds (--lag), close it. */
+static void sink_close(struct sink *s)
+{
+	if (s->rlen > 0) {
+		if (o.verbose)
+			fprintf(stderr, "zp-logsend: conn %ld: %zu held bytes "
+			    "written\n", s->idx, s->rlen);
+		ring_write(s, s->rlen);
+	}
+	free(s->ring);
+	s->ring = NULL;
+	s->rcap = s->rhead = s->rlen = 0;
+	close(s->fd);
+	close(s->file);
+	s->fd = s->file = -1;
+}
+
 /* Read what sink s has; 1 when it is over (EOF or error). */
 static int sink_read(struct sink *s)
 {
@@ -638,9 +759,7 @@ static int sink_read(struct sink *s)
 			    PRIu64 " bytes\n", s->idx, s->bytes);
 		return 1;
 	}
-	/* straight to the file, no buffer of ours: a kill -9 loses nothing */
-	write_all(s->file, rbuf, (size_t)r, s->idx);
-	s->bytes += (uint64_t)r;
+	sink_take(s, rbuf, (size_t)r);
 	return 0;
 }
 
@@ -734,9 +853,7 @@ static int run_collect(void)
 			if (s->fd == -1 || pfds[i].revents == 0)
 				continue;
 			if (sink_read(s)) {
-				close(s->fd);
-				close(s->file);
-				s->fd = s->file = -1;
+				sink_close(s);
 				open_n--;
 			}
 		}
@@ -756,6 +873,8 @@ static int run_collect(void)
 			s->fd = fd;
 			s->idx = accepted++;
 			s->bytes = 0;
+			s->ring = NULL;
+			s->rcap = s->rhead = s->rlen = 0;
 			snprintf(name, sizeof(name), "%s/conn-%ld.raw", o.dir,
 			    s->idx);
 			s->file = open(name, O_WRONLY | O_CREAT | O_APPEND |
@@ -1106,6 +1225,7 @@ enum {
 	OPT_GO,
 	OPT_PORT,
 	OPT_DIR,
+	OPT_LAG,
 	OPT_RAW,
 	OPT_EXACTLY_ONCE,
 	OPT_AT_LEAST_ONCE,
@@ -1130,6 +1250,7 @@ static const struct option longopts[] = {
 	{ "timeout",		required_argument, NULL, 't' },
 	{ "port",		required_argument, NULL, OPT_PORT },
 	{ "dir",		required_argument, NULL, OPT_DIR },
+	{ "lag",		required_argument, NULL, OPT_LAG },
 	{ "raw",		no_argument,	   NULL, OPT_RAW },
 	{ "exactly-once",	no_argument,	   NULL, OPT_EXACTLY_ONCE },
 	{ "at-least-once",	no_argument,	   NULL, OPT_AT_LEAST_ONCE },
@@ -1213,6 +1334,15 @@ static int parse_args(int argc, char **argv, char ***posp)
 			break;
 		}
 		case OPT_DIR: o.dir = optarg; break;
+		case OPT_LAG: {
+			uint64_t v = parse_size("--lag", optarg);
+
+			if (v > LAG_MAX)
+				usage_error("--lag: at most %lluM, not '%s'",
+				    LAG_MAX / (1024 * 1024), optarg);
+			o.lag = (size_t)v;
+			break;
+		}
 		case OPT_RAW: o.raw = 1; break;
 		case OPT_EXACTLY_ONCE:
 			if (o.expect == EXPECT_AT_LEAST_ONCE)

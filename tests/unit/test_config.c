@@ -1661,6 +1661,38 @@ test_planned_moves(void **state)
 	assert_errmsg(s->err, "max-lifetime");
 }
 
+/* --replay-window: a size, 0 for off, framed streams only, 64M at most. */
+static void
+test_replay_window(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_int_equal(s->cfg.replay_window, 0);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--replay-window", "1M", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.replay_window, 1024 * 1024);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--replay-window", "0", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.replay_window, 0);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing",
+	    "octet", "--replay-window", "64M", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.replay_window, 64 * 1024 * 1024);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--replay-window", "65M", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--replay-window 65M is over the most, 64M");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1",
+	    "--replay-window", "1M", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--replay-window needs --framing");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--replay-window", "lots", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--replay-window");
+}
+
 int
 main(void)
 {
@@ -1737,6 +1769,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_framing, cfg_setup,
 		    cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_planned_moves, cfg_setup,
+		    cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_replay_window, cfg_setup,
 		    cfg_teardown),
 	};
 

@@ -1,0 +1,307 @@
+/*
+ * test_replay.c - unit tests for replay.c (--replay-window) over real
+ * pipes: what is kept is the last `window` bytes delivered, in order,
+ * whether written (copy mode) or tee'd from a data pipe (splice mode,
+ * which leaves the data pipe as it was); a move gets them from the first
+ * frame boundary held (the first after a delimiter for lf and nul, a
+ * marked one for octet, the start when it is known to be one); an unkept
+ * stretch starts it again; a window within one message gives nothing.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE	/* pipe2, F_GETPIPE_SZ */
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "replay.h"
+
+static int
+devnull(void)
+{
+	int	fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+
+	assert_true(fd != -1);
+	return fd;
+}
+
+/* Take what a move would get, as a C string (the test frees it). */
+static char *
+take(struct zp_replay *rp, enum zp_framing kind, uint64_t upto,
+    uint64_t *from, int *rc)
+{
+	char	*buf, *s;
+	size_t	 len;
+
+	*rc = zp_replay_take(rp, kind, upto, &buf, &len, from);
+	s = calloc(1, len + 1);
+	assert_non_null(s);
+	if (*rc == 0 && len > 0)
+		memcpy(s, buf, len);
+	free(buf);
+	return s;
+}
+
+/* Copy mode, lf: everything held while under the window; from 0. */
+static void
+test_copy_all(void **state)
+{
+	struct zp_replay	 rp;
+	uint64_t		 from = 99;
+	int			 fd = devnull(), rc;
+	char			*s;
+
+	(void)state;
+	zp_replay_init(&rp, 1024, fd);
+	zp_replay_copy(&rp, "one\ntw", 6);
+	zp_replay_copy(&rp, "o\nthree\n", 8);
+	s = take(&rp, ZP_FRAMING_LF, 14, &from, &rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(from, 0);
+	assert_string_equal(s, "one\ntwo\nthree\n");
+	free(s);
+	/* Empty now, standing at the boundary it gave. */
+	assert_int_equal(rp.start, 0);
+	assert_int_equal(rp.end, 0);
+	zp_replay_free(&rp);
+	close(fd);
+}
+
+/*
+ * Past the window the oldest bytes go; lf then starts after the first
+ * newline held, and stops at `upto` even when more is held.
+ */
+static void
+test_copy_window(void **state)
+{
+	struct zp_replay	 rp;
+	uint64_t		 from;
+	int			 fd = devnull(), rc;
+	char			*s;
+
+	(void)state;
+	zp_replay_init(&rp, 10, fd);
+	zp_replay_copy(&rp, "aaaa\nbbbb\ncc\ndd", 15);	/* keeps "bbbb\ncc\ndd" */
+	assert_int_equal(rp.start, 5);
+	assert_int_equal(rp.end, 15);
+	s = take(&rp, ZP_FRAMING_LF, 13, &from, &rc);
+	assert_int_equal(rc, 0);
+	/*
+	 * The newline before "bbbb" was not kept: nothing says that 5 is a
+	 * boundary, so the first known is after the next newline.
+	 */
+	assert_int_equal(from, 10);
+	assert_string_equal(s, "cc\n");
+	free(s);
+	zp_replay_free(&rp);
+	close(fd);
+}
+
+/* nul framing: the boundary is after a NUL byte. */
+static void
+test_nul(void **state)
+{
+	struct zp_replay	 rp;
+	uint64_t		 from;
+	int			 fd = devnull(), rc;
+	char			*s;
+
+	(void)state;
+	zp_replay_init(&rp, 8, fd);
+	zp_replay_copy(&rp, "xx\0yyy\0zz\0", 10);	/* keeps "\0yyy\0zz\0" */
+	s = take(&rp, ZP_FRAMING_NUL, 10, &from, &rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(from, 3);
+	assert_memory_equal(s, "yyy\0zz\0", 7);
+	free(s);
+	zp_replay_free(&rp);
+	close(fd);
+}
+
+/* Octet: only marked boundaries count; none held gives nothing. */
+static void
+test_octet_marks(void **state)
+{
+	struct zp_replay	 rp;
+	uint64_t		 from;
+	int			 fd = devnull(), rc;
+	char			*s;
+
+	(void)state;
+	/* window/16 == 1: every mark is kept */
+	zp_replay_init(&rp, 16, fd);
+	zp_replay_copy(&rp, "3 abc", 5);
+	zp_replay_mark(&rp, 5);
+	zp_replay_copy(&rp, "4 d\nef", 6);
+	zp_replay_mark(&rp, 11);
+	zp_replay_copy(&rp, "2 gh1 i", 7);	/* 18 bytes: keeps 2..18 */
+	zp_replay_mark(&rp, 15);
+	zp_replay_mark(&rp, 18);
+	assert_int_equal(rp.start, 2);
+	s = take(&rp, ZP_FRAMING_OCTET, 18, &from, &rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(from, 5);
+	assert_string_equal(s, "4 d\nef2 gh1 i");
+	free(s);
+
+	/* One long message: no boundary within the window. */
+	zp_replay_free(&rp);
+	zp_replay_init(&rp, 16, fd);
+	zp_replay_copy(&rp, "40 ", 3);
+	zp_replay_copy(&rp, "0123456789012345678901234567890123456789", 40);
+	s = take(&rp, ZP_FRAMING_OCTET, 43, &from, &rc);
+	assert_int_equal(rc, -1);
+	free(s);
+	zp_replay_free(&rp);
+	close(fd);
+}
+
+/* After an unkept stretch the replay starts again, not at a boundary. */
+static void
+test_reset(void **state)
+{
+	struct zp_replay	 rp;
+	uint64_t		 from;
+	int			 fd = devnull(), rc;
+	char			*s;
+
+	(void)state;
+	zp_replay_init(&rp, 100, fd);
+	zp_replay_copy(&rp, "a\nb\n", 4);
+	zp_replay_reset(&rp, 10, 0);
+	zp_replay_copy(&rp, "xy\nz\n", 5);
+	s = take(&rp, ZP_FRAMING_LF, 15, &from, &rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(from, 13);
+	assert_string_equal(s, "z\n");
+	free(s);
+	/* ... or at one, when the caller knows it is. */
+	zp_replay_reset(&rp, 20, 1);
+	zp_replay_copy(&rp, "xy\nz\n", 5);
+	s = take(&rp, ZP_FRAMING_LF, 25, &from, &rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(from, 20);
+	assert_string_equal(s, "xy\nz\n");
+	free(s);
+	zp_replay_free(&rp);
+	close(fd);
+}
+
+/*
+ * Splice mode: tee keeps what a data pipe holds without taking it from
+ * the pipe; after the flush sent it, the next tee keeps the next bytes.
+ */
+static void
+test_tee(void **state)
+{
+	struct zp_replay	 rp;
+	uint64_t		 from;
+	int			 fd = devnull(), rc, p[2];
+	char			*s, out[64];
+	size_t			 t;
+
+	(void)state;
+	assert_int_equal(pipe2(p, O_NONBLOCK), 0);
+	zp_replay_init(&rp, 1024, fd);
+	assert_int_equal(write(p[1], "m1\nm2\n", 6), 6);
+	t = zp_replay_tee(&rp, p[0], 6);
+	assert_int_equal(t, 6);
+	/* the data pipe still holds its bytes: the flush sends them */
+	assert_int_equal(read(p[0], out, sizeof(out)), 6);
+	assert_memory_equal(out, "m1\nm2\n", 6);
+	assert_int_equal(write(p[1], "m3\n", 3), 3);
+	assert_int_equal(zp_replay_tee(&rp, p[0], 3), 3);
+	assert_int_equal(rp.end, 9);
+	/* The move comes after 6 bytes went out: m3 is still in the pipe. */
+	s = take(&rp, ZP_FRAMING_LF, 6, &from, &rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(from, 0);
+	assert_string_equal(s, "m1\nm2\n");
+	free(s);
+	zp_replay_free(&rp);
+	close(p[0]);
+	close(p[1]);
+	close(fd);
+}
+
+/* Over many writes the window holds exactly the last bytes. */
+static void
+test_slide(void **state)
+{
+	struct zp_replay	 rp;
+	uint64_t		 from, off = 0;
+	int			 fd = devnull(), rc, i;
+	char			 line[32], *s, want[64 * 1024];
+	size_t			 n, wl;
+
+	(void)state;
+	zp_replay_init(&rp, 4096, fd);
+	for (i = 0; i < 5000; i++) {
+		n = (size_t)snprintf(line, sizeof(line), "line %d\n", i);
+		zp_replay_copy(&rp, line, n);
+		off += n;
+		assert_true(rp.end - rp.start <= 4096);
+	}
+	assert_int_equal(rp.end, off);
+	assert_int_equal(rp.end - rp.start, 4096);
+	s = take(&rp, ZP_FRAMING_LF, off, &from, &rc);
+	assert_int_equal(rc, 0);
+	/* the lines whose start is held, up to the last */
+	wl = 0;
+	want[0] = '\0';
+	for (i = 4999; i >= 0; i--) {
+		n = (size_t)snprintf(line, sizeof(line), "line %d\n", i);
+		if (wl + n > off - from)
+			break;
+		memmove(want + n, want, wl + 1);
+		memcpy(want, line, n);
+		wl += n;
+	}
+	assert_int_equal(strlen(s), off - from);
+	assert_string_equal(s, want);
+	assert_true(off - from > 4096 - 16);
+	free(s);
+	zp_replay_free(&rp);
+	close(fd);
+}
+
+/* The start-up check: a pipe of the window's size, or EPERM-like. */
+static void
+test_pipe(void **state)
+{
+	struct zp_pipe	p;
+
+	(void)state;
+	assert_int_equal(zp_replay_pipe(65536, &p), 0);
+	assert_true(fcntl(p.wfd, F_GETPIPE_SZ) >= 65536);
+	close(p.rfd);
+	close(p.wfd);
+	assert_int_equal(zp_replay_pipe((size_t)1 << 40, &p), -1);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_copy_all),
+		cmocka_unit_test(test_copy_window),
+		cmocka_unit_test(test_nul),
+		cmocka_unit_test(test_octet_marks),
+		cmocka_unit_test(test_reset),
+		cmocka_unit_test(test_tee),
+		cmocka_unit_test(test_slide),
+		cmocka_unit_test(test_pipe),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
