@@ -226,9 +226,9 @@ dir_uncount(struct zp_dir *d, int aborted)
 		d->spliced = d->bytes;
 }
 
-/* The end reason that a dead half stands for. */
-static enum zp_end
-half_end(const struct zp_half *h, int client)
+/* The end reason that a dead half stands for; see pair.h. */
+enum zp_end
+zp_half_end(const struct zp_half *h, int client)
 {
 	int	reset = h->err == ECONNRESET || h->err == EPIPE ||
 		    h->err == ECONNABORTED;
@@ -475,7 +475,7 @@ pair_finish(struct zp_pair *p)
 	}
 	dead = p->client.dead ? &p->client : &p->upstream;
 	surv = dead == &p->client ? &p->upstream : &p->client;
-	end = half_end(dead, dead == &p->client);
+	end = zp_half_end(dead, dead == &p->client);
 	/*
 	 * A survivor that read to its EOF has its read event off: a reset of
 	 * its own after that shows only as a pending socket error, and
@@ -1353,7 +1353,7 @@ pair_connect_upstream(struct zp_pair *p)
 		if (p->connect_err == 0) {
 			p->upstream.err = p->move_err;
 			zp_pair_close(p, p->move_err == 0 ? ZP_END_CLOSED :
-			    half_end(&p->upstream, 0));
+			    zp_half_end(&p->upstream, 0));
 			return;
 		}
 	}
@@ -1565,7 +1565,7 @@ header_read_cb(evutil_socket_t fd, short what, void *arg)
 	} while (n == -1 && errno == EINTR);
 	if (n == -1 && errno != EAGAIN) {
 		p->client.err = errno;
-		zp_pair_close(p, half_end(&p->client, 1));
+		zp_pair_close(p, zp_half_end(&p->client, 1));
 		return;
 	}
 	if (n == 0) {
@@ -1587,7 +1587,7 @@ header_read_cb(evutil_socket_t fd, short what, void *arg)
 		if (got != (ssize_t)want) {
 			/* What was peeked is there: only a reset takes it. */
 			p->client.err = got == -1 ? errno : EIO;
-			zp_pair_close(p, half_end(&p->client, 1));
+			zp_pair_close(p, zp_half_end(&p->client, 1));
 			return;
 		}
 		p->hdr_len += want;

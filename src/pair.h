@@ -140,6 +140,13 @@ void	zp_pair_close(struct zp_pair *, enum zp_end);
 /* Name of an end reason. */
 const char *zp_end_str(enum zp_end);
 
+/*
+ * The end reason that a dead half stands for, from its errno (h->err): a
+ * reset (ECONNRESET, EPIPE, ECONNABORTED) or any other error, of the
+ * client (client != 0) or of the upstream.
+ */
+enum zp_end	zp_half_end(const struct zp_half *, int client);
+
 /* "upstream-failed", "max-lifetime", "rebalance". */
 const char *zp_move_reason_str(int);
 

@@ -115,6 +115,8 @@ dir_discard(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 static void
 dir_to_copy(struct zp_ctx *ctx, struct zp_dir *d)
 {
+	/* Never bytes in both stores: the pipe given up is empty. */
+	assert(d->inpipe == 0 && d->len == 0);
 	d->ops->release(ctx, d);
 	d->ops = &zp_relay_copy;
 	d->bufsize = ctx->cfg->buffer_size;
@@ -139,6 +141,8 @@ dir_fall_back(struct zp_ctx *ctx, struct zp_dir *d)
 static int
 dir_promote(struct zp_ctx *ctx, struct zp_dir *d)
 {
+	/* Never bytes in both stores: the buffer given up is empty. */
+	assert(d->inpipe == 0 && d->len == 0);
 	d->lazy = d->bulk = 0;
 	if (zp_pipepool_get(&ctx->pool, &d->pipe) == -1) {
 		d->fellback = 1;
@@ -414,6 +418,8 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 	}
 	zp_half_want_read(d->src, !d->done && dir_can_fill(d));
 	zp_half_want_write(d->dst, !d->done && d->ops->pending(d) > 0);
+	/* A done direction waits for nothing. */
+	assert(!d->done || (!d->src->ron && !d->dst->won));
 	return rc;
 }
 

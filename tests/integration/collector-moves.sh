@@ -21,6 +21,8 @@
 #      only where zproxy reads them: > 0 there);
 #   e. every message made after the kill (seq >= KILL_AT, every
 #      connection) reached the survivor: the moved streams go on whole.
+# A collector restarted under --rebalance (one case a mode, case_restart
+# below): its streams leave it, come back, exactly once.
 # With --replay-window 1M (one case a mode), c. becomes: every message is
 # in one file or both (resent), none missing, each intact; and no move
 # cuts (cut=0) or replays nothing.
@@ -273,6 +275,78 @@ case_kill() {
 	ok "$what: all $after messages made after the kill reached the survivor"
 }
 
+# case_restart MODE FRAMING KIND: two collectors of KIND, A and B, under
+# 20 streams (10 on each, --balance leastconn). A is stopped (SIGTERM) with
+# the senders paused: its streams move to B. A starts again on its port:
+# --rebalance (--check-interval 0.2) moves streams back, exactly 10, until
+# each holds 10. The senders go on: none was dropped (one connect each),
+# and every message is in A's or B's file exactly once, intact.
+case_restart() {
+	local mode=$1 fr=$2 kind=$3 conns=20 msgs=600 at=200 what name go
+	local apid aport alog bpid bport blog spid na nb n rc deadline
+	what="$mode, $fr: $kind restarted under --rebalance"
+	name=$mode-$fr-$kind-restart
+	go=$T/$name.go
+	set_mode "$mode"
+	start_collector "$kind" "$name-A" "" "$fr"
+	apid=$C_PID aport=$C_PORT alog=$C_LOG
+	start_collector "$kind" "$name-B" "" "$fr"
+	bpid=$C_PID bport=$C_PORT blog=$C_LOG
+	start_zproxy -v "${MODE_ARGS[@]}" --framing "$fr" --balance leastconn \
+	    --rebalance --check-interval 0.2 \
+	    -u "127.0.0.1:$aport" -u "127.0.0.1:$bport"
+	zp_bg "$name.send" "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" \
+	    --conns "$conns" --msgs "$msgs" --framing "$fr" --seed "$RANDOM" \
+	    --pause-at "$at" --go "$go" --timeout 80
+	spid=$BG_PID
+	wait_line "$T/$name.send.out" '^paused$' 60 "$spid" >/dev/null ||
+		fail "$what: the sender did not pause: $(tail -n 1 "$T/$name.send.err")"
+	na=$(estab "$aport")
+	nb=$(estab "$bport")
+	[ "$na" = $((conns / 2)) ] && [ "$nb" = $((conns / 2)) ] ||
+		fail "$what: $na streams on A and $nb on B at the pause, want $((conns / 2)) each"
+	kill_collector "$apid" "$aport" "$what: A"
+	deadline=$(( $(now_ms) + 15000 ))
+	while [ "$(grep -c 'moved: .* reason=upstream-failed ' "$ZLOG")" -lt "$na" ] ||
+	    [ "$(estab "$bport")" != "$conns" ]; do
+		[ "$(now_ms)" -ge "$deadline" ] &&
+			fail "$what: $(grep -c 'moved: .* reason=upstream-failed ' "$ZLOG") moves and $(estab "$bport") streams on B within 15s of A's stop, want $na and $conns"
+		sleep 0.05
+	done
+	ok "$what: A stopped, its $na streams moved to B"
+	start_collector "$kind" "$name-A" "$aport" "$fr"
+	apid=$C_PID
+	deadline=$(( $(now_ms) + 20000 ))
+	while [ "$(grep -c 'moved: .* reason=rebalance ' "$ZLOG")" -lt $((conns / 2)) ] ||
+	    [ "$(estab "$aport")" != $((conns / 2)) ]; do
+		[ "$(now_ms)" -ge "$deadline" ] &&
+			fail "$what: $(grep -c 'moved: .* reason=rebalance ' "$ZLOG") rebalance moves and $(estab "$aport") streams on A within 20s of its restart, want $((conns / 2))"
+		sleep 0.05
+	done
+	# Balanced: give an eleventh move its chance to (wrongly) come.
+	sleep 1
+	n=$(grep -c 'moved: .* reason=rebalance ' "$ZLOG")
+	[ "$n" = $((conns / 2)) ] || fail "$what: $n rebalance moves, want $((conns / 2))"
+	! grep 'moved: .* reason=rebalance ' "$ZLOG" |
+	    grep -vq "from=127.0.0.1:$bport to=127.0.0.1:$aport " ||
+		fail "$what: a rebalance move not from B to A"
+	ok "$what: A back, $n streams moved to it: $(estab "$aport") on A, $(estab "$bport") on B"
+	: >"$go"
+	peer_wait "$spid" "$name.send" 90
+	rc=$?
+	[ "$rc" = 0 ] ||
+		fail "$what: the sender failed (status $rc): a client was dropped? $(tail -n 1 "$T/$name.send.err")"
+	grep -q "^connects=$conns " "$T/$name.send.out" ||
+		fail "$what: the sender did not make exactly $conns connects: $(cat "$T/$name.send.out")"
+	stop_zproxy
+	kill_collector "$apid" "$aport" "$what: A"
+	kill_collector "$bpid" "$bport" "$what: B"
+	"$ZP_LOGSEND" verify -v --conns "$conns" --msgs "$msgs" --exactly-once \
+	    "$alog" "$blog" >"$T/$name.verify.out" 2>"$T/$name.verify.err" ||
+		fail "$what: $(cat "$T/$name.verify.out") $(grep -v '^zp-logsend: missing' "$T/$name.verify.err" | head -n 3 | tr '\n' ' ')"
+	ok "$what: every message exactly once across A and B: $(cat "$T/$name.verify.out")"
+}
+
 for mode in $MODES; do
 	if [ "$mode" = copy ]; then
 		subcase case_kill "$mode" lf syslog-ng rsyslog
@@ -282,12 +356,22 @@ for mode in $MODES; do
 		subcase case_kill "$mode" octet syslog-ng rsyslog
 	fi
 done
-# --replay-window: one case a mode, the killed collector of each kind.
 for mode in $MODES; do
 	if [ "$mode" = copy ]; then
-		subcase case_kill "$mode" octet rsyslog syslog-ng 1M
+		subcase case_restart "$mode" octet syslog-ng
 	else
-		subcase case_kill "$mode" lf syslog-ng rsyslog 1M
+		subcase case_restart "$mode" lf rsyslog
+	fi
+done
+# --replay-window: one case a mode, the killed collector of each kind,
+# with half the messages (the window matters at the kill, not after).
+for mode in $MODES; do
+	if [ "$mode" = copy ]; then
+		MSGS=$((MSGS / 2)) KILL_AT=$((KILL_AT / 2)) \
+		    subcase case_kill "$mode" octet rsyslog syslog-ng 1M
+	else
+		MSGS=$((MSGS / 2)) KILL_AT=$((KILL_AT / 2)) \
+		    subcase case_kill "$mode" lf syslog-ng rsyslog 1M
 	fi
 done
 

@@ -13,9 +13,11 @@
 #      messages A took; what is missing between the two is cut= (the rest
 #      of the message A had begun) plus what A's kernel took but A did not
 #      read; the conn= line's up= is the stream less cut=;
-#   d. a framing error (a bad octet header) makes the stream a plain byte
-#      relay: it reaches A whole, counted in the counters line, nothing
-#      moved; a reset of A then ends the client as without framing;
+#   d. a framing error (a bad octet header, a line over --max-frame,
+#      binary garbage where an octet header should be) makes the stream a
+#      plain byte relay: it reaches A whole, counted in the counters line,
+#      nothing moved (a long lf line only in copy mode: splice mode
+#      does not read lf lines, and the bytes must still arrive whole);
 #   e. with one upstream nothing moves: end=upstream-reset, as without
 #      framing;
 #   f. --max-lifetime 0.3: 4 connections (zp-logsend) pause mid-stream
@@ -143,31 +145,65 @@ check_move() {
 	stop_zproxy
 }
 
-# A framing error: plain bytes from there on; no move, so A's reset ends
-# the client.
+# check_error MODE KIND: a framing error, plain bytes from there on; no
+# move, so A's reset ends the client. KIND: header (message 50's octet
+# header is "x12 ..."), oversize (lf, --max-frame 32K, message 50 is a
+# line of 40000 bytes), garbage (octet, 64 KiB of random bytes after
+# message 50).
 check_error() {
-	local mode=$1 sent a
+	local mode=$1 kind=$2 sent framing why extra=()
 	set_mode "$mode"
-	mkstream s-bad octet 400 50
-	sent=$(size "$T/s-bad")
+	case $kind in
+	header)
+		framing=octet
+		why='octet frame does not start with a length'
+		mkstream "s-bad-$kind" octet 400 50
+		;;
+	oversize)
+		framing=lf
+		why='frame over max-frame'
+		extra=(--max-frame 32K)
+		mkstream "s-bad-a" lf 49
+		mkstream "s-bad-b" lf 350
+		{ cat "$T/s-bad-a"; head -c 40000 /dev/zero | tr '\0' 'x'
+		  echo; cat "$T/s-bad-b"; } >"$T/s-bad-$kind"
+		;;
+	garbage)
+		framing=octet
+		why='octet (frame does not start with a length|length starts with 0|length not followed by a space|length over max-frame)'
+		mkstream "s-bad-a" octet 50
+		mkstream "s-bad-b" octet 350
+		# a first byte of 0 or a letter: never a valid length
+		{ cat "$T/s-bad-a"; printf 'Z'; head -c 65536 /dev/urandom
+		  cat "$T/s-bad-b"; } >"$T/s-bad-$kind"
+		;;
+	esac
+	sent=$(size "$T/s-bad-$kind")
 	peer_listen "Abad-$mode" --recv "$T/Abad-$mode" --no-shut -t 60
 	local pa=$PEER_PORT papid=$PEER_PID
 	peer_listen "Bbad-$mode" --recv "$T/Bbad-$mode" --no-shut -t 60
 	local pb=$PEER_PORT
-	start_zproxy -v "${MODE_ARGS[@]}" --framing octet --balance first \
-	    -u "127.0.0.1:$pa" -u "127.0.0.1:$pb"
-	peer "cbad-$mode" connect 127.0.0.1 "$ZPORT" --send "$T/s-bad" -t 60 ||
-		fail "$mode: the client with a bad header failed: $(tail -n 2 "$T/cbad-$mode.err")"
+	start_zproxy -v "${MODE_ARGS[@]}" --framing "$framing" "${extra[@]}" \
+	    --balance first -u "127.0.0.1:$pa" -u "127.0.0.1:$pb"
+	peer "cbad-$mode" connect 127.0.0.1 "$ZPORT" --send "$T/s-bad-$kind" \
+	    -t 60 ||
+		fail "$mode: the client with a bad stream ($kind) failed: $(tail -n 2 "$T/cbad-$mode.err")"
 	peer_wait "$papid" A 20 || fail "$mode: A did not end cleanly"
-	expect_conn_log ' end=closed' "$mode: the bad stream's connection"
-	cmp -s "$T/s-bad" "$T/Abad-$mode" ||
-		fail "$mode: the stream with a bad header did not reach A whole ($(size "$T/Abad-$mode") of $sent bytes)"
-	wait_line "$ZLOG" 'framing error at byte [0-9]* \(octet frame does not start with a length\)' 5 "$ZPID" >/dev/null ||
-		fail "$mode: no framing error logged"
+	expect_conn_log ' end=closed' "$mode: the bad stream's connection ($kind)"
+	cmp -s "$T/s-bad-$kind" "$T/Abad-$mode" ||
+		fail "$mode: the stream with $kind did not reach A whole ($(size "$T/Abad-$mode") of $sent bytes)"
+	if [ "$kind" = oversize ] && [ "$mode" != copy ]; then
+		# Spliced lf lines are not read: a long one goes unseen.
+		ok "$mode: $kind: $sent bytes relayed whole (lf spliced unread: $(grep -c 'framing error' "$ZLOG") framing errors seen)"
+		stop_zproxy
+		return
+	fi
+	wait_line "$ZLOG" "framing error at byte [0-9]* \\(($why)\\)" 5 "$ZPID" >/dev/null ||
+		fail "$mode: no framing error logged for $kind: $(grep -m 1 'framing error' "$ZLOG")"
 	kill -USR1 "$ZPID"
 	wait_line "$ZLOG" 'moves=0 framing-errors=1 replayed=0;' 5 "$ZPID" >/dev/null ||
 		fail "$mode: the counters line does not say moves=0 framing-errors=1"
-	ok "$mode: a bad octet header: $sent bytes relayed whole as plain bytes, counted"
+	ok "$mode: $kind: $sent bytes relayed whole as plain bytes, counted ($(grep -m 1 -o 'framing error at byte [0-9]* ([^)]*)' "$ZLOG"))"
 	stop_zproxy
 }
 
@@ -373,7 +409,9 @@ for mode in $MODES_ALL; do
 	subcase check_move "$mode" octet octet
 	subcase check_move "$mode" lf lf
 	subcase check_move "$mode" auto octet
-	subcase check_error "$mode"
+	subcase check_error "$mode" header
+	subcase check_error "$mode" oversize
+	subcase check_error "$mode" garbage
 	subcase check_single "$mode"
 	subcase check_lifetime "$mode" octet
 	subcase check_lifetime "$mode" lf

@@ -370,6 +370,40 @@ test_keep_after_burst(void **state)
 	assert_int_equal(count_fds(), s->fds_before);
 }
 
+/*
+ * The bound is exactly twice the pipes in use, put by put: with one pipe
+ * kept (prepare 1) and 6 taken, giving them back one at a time leaves
+ * 1, 2, 3, 4 on the stack (4 free for 2 in use is twice, not more), then
+ * the fifth put (1 in use) closes down to 2, and the last to the 1 kept.
+ * Only empty pipes are closed this way: killed stays 0.
+ */
+static void
+test_keep_twice_in_use(void **state)
+{
+	static const size_t	 nfree[] = { 1, 2, 3, 4, 2, 1 };
+	static const size_t	 nalive[] = { 6, 6, 6, 6, 3, 1 };
+	struct pool_state	*s = *state;
+	size_t			 i;
+
+	/* In s->taken: a failed test's pipes are closed by the teardown. */
+	pool_init(s, 64 * KIB, 8, 1);
+	assert_int_equal(s->pool.keep, 1);
+	for (i = 0; i < 6; i++)
+		assert_int_equal(zp_pipepool_get(&s->pool, &s->taken[i]), 0);
+	assert_int_equal(s->pool.nalive, 6);
+	for (i = 0; i < 6; i++) {
+		zp_pipepool_put(&s->pool, &s->taken[i], 0);
+		if (s->pool.nfree != nfree[i] || s->pool.nalive != nalive[i])
+			fail_msg("put %zu: %zu free of %zu alive, expected %zu "
+			    "of %zu", i + 1, s->pool.nfree, s->pool.nalive,
+			    nfree[i], nalive[i]);
+		assert_int_equal(count_fds(), s->fds_before +
+		    2 * (int)nalive[i]);
+	}
+	assert_int_equal(s->pool.killed, 0);
+	assert_int_equal(s->pool.created, 6);
+}
+
 /* A cap of 0 or a size beyond what fcntl takes is refused with a message. */
 static void
 test_init_bad_args(void **state)
@@ -792,6 +826,7 @@ main(void)
 		T(test_init_prepare_bounds),
 		T(test_init_bad_args),
 		T(test_keep_after_burst),
+		T(test_keep_twice_in_use),
 		T(test_get_put_lifo),
 		T(test_put_with_bytes_kills),
 		T(test_put_empty_pipe_noop),

@@ -1615,6 +1615,52 @@ test_partial_flush(void **state)
 }
 
 /*
+ * One short write is enough to mark dst blocked (no EAGAIN needed): the
+ * pump that fell short writes no more in that pass, and a pump woken by
+ * the source while dst is blocked only reads into the store, with no
+ * write at all, until dst's write event clears wblocked. Then every
+ * byte arrives in order.
+ */
+static void
+test_short_write_blocks(void **state)
+{
+	struct fx	*fx = *state;
+	int		 splicing = fx->d.ops == &zp_relay_splice;
+	struct fault	*in = splicing ? &inj.fill : &inj.recv;
+	struct fault	*out = splicing ? &inj.flush : &inj.send;
+	int		 ins, outs;
+
+	out->clamp = 333;
+	fx_data(fx, 4000, 0);
+	feed_n(fx, 2000);
+	pump(fx);
+	assert_int_equal(out->calls, 1);
+	assert_int_equal(out->shorts, 1);
+	assert_int_equal(fx->d.bytes, 333);
+	assert_int_equal(fx->d.ops->pending(&fx->d), 2000 - 333);
+	assert_true(fx->dst.wblocked);
+	assert_true(fx->dst.won);
+
+	/* The source's read event, not dst's write event, runs the pump. */
+	ins = in->calls;
+	outs = out->calls;
+	feed_n(fx, 2000);
+	zp_dir_pump(&fx->ctx, &fx->d, fx->ctx.budget);
+	assert_true(in->calls > ins);
+	assert_int_equal(out->calls, outs);
+	assert_int_equal(fx->d.bytes, 333);
+	assert_int_equal(fx->d.ops->pending(&fx->d), 4000 - 333);
+	assert_true(fx->dst.wblocked);
+	assert_true(fx->dst.won);
+
+	out->clamp = 0;
+	run(fx, 0);
+	assert_all_delivered(fx);
+	assert_false(fx->dst.wblocked);
+	assert_int_equal(fx->pump_rc, 0);
+}
+
+/*
  * Short reads from src (the wrapper asks the kernel for at most 100
  * bytes) are no EOF and no error: everything arrives.
  */
@@ -1851,6 +1897,51 @@ test_splice_einval_after_bytes(void **state)
 	drain_to_eof(fx, 2000);
 	assert_int_equal(fx->rcvd, 0);
 	assert_int_equal(fx->d.bytes, 1000);
+}
+
+/*
+ * The same errno while the pipe holds bytes dst has not taken yet, with
+ * nothing spliced out so far: no fallback either. Falling back would
+ * drop the pipe with its bytes (or, kept, let copied bytes pass them).
+ * The source dies (ZP_PUMP_DEAD, its errno kept), the pipe's bytes reach
+ * dst in order, then the FIN; the pipe goes back to the pool empty, and
+ * what src held behind the error is never read.
+ */
+static void
+test_splice_einval_pipe_holds(void **state)
+{
+	struct fx	*fx = *state;
+	size_t		 nfree = fx->ctx.pool.nfree;
+	int		 rc;
+
+	fx_data(fx, 8000, 0);
+	feed_n(fx, 5000);
+	fault_set(&inj.flush, 0, -1, EAGAIN);
+	pump(fx);
+	assert_int_equal(fx->d.inpipe, 5000);
+	assert_int_equal(fx->d.spliced, 0);
+	assert_true(fx->dst.won);
+
+	feed_n(fx, 3000);
+	fault_clear(&inj.flush);
+	fault_set(&inj.fill, 0, 1, EINVAL);
+	rc = pump(fx);
+	assert_false(rc & ZP_PUMP_FELLBACK);
+	assert_true(rc & ZP_PUMP_DEAD);
+	assert_int_equal(inj.fill.failed, 1);
+	assert_ptr_equal(fx->d.ops, &zp_relay_splice);
+	assert_false(fx->d.fellback);
+	assert_true(fx->src.dead);
+	assert_int_equal(fx->src.err, EINVAL);
+	assert_true(fx->d.done);
+	assert_true(fx->d.shut);
+	assert_int_equal(fx->d.spliced, 5000);
+	assert_int_equal(fx->ctx.pool.killed, 0);
+	assert_int_equal(fx->ctx.pool.nfree, nfree + 1);
+	assert_int_equal(inq(fx->src_fd), 3000);
+	fx->txlen = 5000;
+	drain_to_eof(fx, 2000);
+	assert_all_delivered(fx);
 }
 
 /* ---- copy only ---------------------------------------------------- */
@@ -2180,6 +2271,76 @@ test_no_rdhup_two_passes(void **state)
 	assert_all_delivered(fx);
 }
 
+/*
+ * --splice-min is inclusive: one read of exactly splice_min bytes (less
+ * than the buffer, so not a full read) is bulk, and the direction takes
+ * a pipe once they are flushed. (splice_min - 1 is not: see
+ * test_lazy_threshold.)
+ */
+static void
+test_lazy_at_splice_min(void **state)
+{
+	struct fx	*fx = *state;
+	size_t		 nfree = fx->ctx.pool.nfree, min = fx->cfg.splice_min;
+
+	assert_true(min > 0 && min < fx->d.bufsize);
+	fx_data(fx, min, 0);
+	feed(fx);
+	wait_inq(fx, (int)min);
+	pump(fx);
+	drain_wait(fx, 2000);
+	assert_all_delivered(fx);
+	assert_int_equal(inj.recv.calls, 1);
+	assert_int_equal(inj.recv.moved, min);
+	if (fx->d.ops != &zp_relay_splice)
+		fail_msg("a read of --splice-min (%zu) bytes: still %s", min,
+		    fx->d.ops->name);
+	assert_false(fx->d.lazy);
+	assert_false(fx->d.fellback);
+	assert_true(fx->d.pipe.rfd >= 0);
+	assert_int_equal(fx->ctx.pool.nfree, nfree - 1);
+	assert_int_equal(fx->pump_rc, 0);
+}
+
+/*
+ * The other direction is over already (it shut src for writing): at this
+ * direction's EOF every byte is delivered and the direction is done, but
+ * dst gets no shutdown(2). The pair closes both sockets now, and close(2)
+ * sends the FIN after the queued bytes: until then dst_peer has the bytes
+ * and no EOF.
+ */
+static void
+test_eof_other_way_over(void **state)
+{
+	struct fx	*fx = *state;
+
+	if (shutdown(fx->src_fd, SHUT_WR) == -1)
+		fail_msg("shutdown src_fd: %s", strerror(errno));
+	fx->src.wshut = 1;
+	fx->src.fin = 1;
+	fx_data(fx, 3000, 1);
+	feed(fx);
+	wait_rdhup(fx);
+	pump_until_done(fx, 20);
+	assert_true(fx->d.eof);
+	assert_true(fx->d.shut);
+	assert_true(fx->dst.wshut);
+	assert_false(fx->dst.fin);
+	assert_false(fx->dst.dead);
+	assert_int_equal(fx->pump_rc, 0);
+	while (fx->rcvd < fx->txlen && drain_wait(fx, 1000) > 0)
+		;
+	assert_int_equal(fx->rcvd, fx->txlen);
+	/* No FIN on the wire: nothing more to read, not even an EOF. */
+	assert_int_equal(wait_fd(fx->dst_peer, POLLIN, 100), 0);
+	assert_false(fx->peer_eof);
+
+	close(fx->dst_fd);
+	fx->dst_fd = -1;
+	drain_to_eof(fx, 2000);
+	assert_all_delivered(fx);
+}
+
 /* ---- events ------------------------------------------------------- */
 
 /*
@@ -2292,12 +2453,15 @@ main(void)
 		SPLICE(test_splice_fallback),
 		SPLICE(test_splice_fallback_errnos),
 		SPLICE(test_splice_einval_after_bytes),
+		SPLICE(test_splice_einval_pipe_holds),
 		cmocka_unit_test_setup_teardown(test_copy_buffer_full,
 		    setup_copy_small, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_copy_idle_frees_buffer,
 		    setup_copy, fx_teardown),
 		BOTH(test_partial_flush, setup_splice, setup_copy_small),
 		BOTH(test_short_fill, setup_splice, setup_copy_small),
+		BOTH(test_short_write_blocks, setup_splice, setup_copy),
+		LAZY(test_short_write_blocks),
 		LAZY(test_lazy_threshold),
 		LAZY(test_lazy_transfer),
 		LAZY(test_lazy_waits_for_flush),
@@ -2322,6 +2486,9 @@ main(void)
 		BOTH(test_rdhup_one_pass, setup_splice, setup_copy),
 		LAZY(test_rdhup_one_pass),
 		BOTH(test_no_rdhup_two_passes, setup_splice, setup_copy),
+		LAZY(test_lazy_at_splice_min),
+		BOTH(test_eof_other_way_over, setup_splice, setup_copy),
+		LAZY(test_eof_other_way_over),
 		SPLICE(test_half_want),
 		BOTH(test_dir_release, setup_splice, setup_copy),
 	};
