@@ -24,6 +24,7 @@ struct zp_stats_server;
 struct zp_health;
 struct zp_resolver;
 struct zp_sandbox;
+struct zp_notify;
 
 /* Why a pair relays in copy mode although splice was asked for. */
 enum zp_fallback {
@@ -88,6 +89,7 @@ struct zp_ctx {
 	struct zp_health	*health;	/* --check-interval */
 	struct zp_resolver	*resolver;	/* --resolve-interval */
 	struct zp_sandbox	*sandbox;	/* NULL: --no-sandbox */
+	struct zp_notify	*notify;	/* NULL: no $NOTIFY_SOCKET */
 	struct event		*drain_timer;
 	struct event		*rebalance_timer;	/* --rebalance */
 	struct zp_pair_list	 pairs;

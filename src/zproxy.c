@@ -19,6 +19,7 @@
 #include "health.h"
 #include "listener.h"
 #include "log.h"
+#include "notify.h"
 #include "pair.h"
 #include "privs.h"
 #include "replay.h"
@@ -117,6 +118,32 @@ cpu_seconds(void)
 		return 0;
 	return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
 	    (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/*
+ * The service manager's status line (sd_notify STATUS=): what `systemctl
+ * status` shows, open pairs' bytes included.
+ */
+static void
+notify_status(void *arg, char *buf, size_t len)
+{
+	struct zp_ctx	*ctx = arg;
+	struct zp_pair	*p;
+	uint64_t	 up = ctx->stats.bytes_up, down = ctx->stats.bytes_down;
+	size_t		 i, nup = 0;
+
+	TAILQ_FOREACH(p, &ctx->pairs, entry) {
+		up += p->up.bytes;
+		down += p->down.bytes;
+	}
+	for (i = 0; i < ctx->ups.n; i++)
+		nup += ctx->ups.v[i].up != 0;
+	snprintf(buf, len, "%s; connections open=%llu total=%llu; bytes "
+	    "up=%llu down=%llu; upstreams up %zu of %zu",
+	    ctx->stopping ? "draining" : "relaying",
+	    (unsigned long long)ctx->stats.conns_open,
+	    (unsigned long long)ctx->stats.conns_total,
+	    (unsigned long long)up, (unsigned long long)down, nup, ctx->ups.n);
 }
 
 /* Log the counters, open pairs' bytes included. */
@@ -229,6 +256,7 @@ signal_stop_cb(evutil_socket_t sig, short what, void *arg)
 	}
 	ctx->stopping = 1;
 	ctx_stop_accepting(ctx);
+	zp_notify_stopping(ctx->notify);
 	if (ctx->stats.conns_open == 0) {
 		zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: stopping",
 		    (int)sig);
@@ -663,6 +691,8 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	if (ctx->devnull != -1)
 		close(ctx->devnull);
 	ctx->devnull = -1;
+	zp_notify_free(ctx->notify);
+	ctx->notify = NULL;
 	zp_sandbox_free(ctx->sandbox);
 	ctx->sandbox = NULL;
 	/*
@@ -808,6 +838,14 @@ zp_run(struct zp_config *cfg)
 		}
 	}
 
+	/* Opened as who we start as: the manager's socket may be root's. */
+	ctx.notify = zp_notify_new(ctx.base, &ctx.log, notify_status, &ctx,
+	    err, sizeof(err));
+	if (ctx.notify == NULL && err[0] != '\0') {
+		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
+		rc = ZP_EX_OSERR;
+		goto out;
+	}
 	if ((rc = confine(&ctx, &pv, privs, sizeof(privs))) != 0)
 		goto out;
 	/* What confine() kept must still do: a --user drop bug shows here. */
@@ -819,6 +857,8 @@ zp_run(struct zp_config *cfg)
 	log_access(&ctx);
 	log_start(&ctx, nofile, privs);
 	log_original(&ctx);
+	/* Every listener is up, --stats too: the manager may send clients. */
+	zp_notify_ready(ctx.notify);
 
 	if (event_base_dispatch(ctx.base) == -1) {
 		zp_log(&ctx.log, ZP_LOG_ERROR, "event loop failed");
