@@ -191,11 +191,20 @@ dir_frame_small(struct zp_dir *d)
 	if (d->fr->cutting || d->fr->seek || (zp_framer_error(f, NULL) == NULL &&
 	    (k == ZP_FRAMING_OCTET || k == ZP_FRAMING_AUTO) &&
 	    !zp_framer_at_boundary(f) &&
-	    zp_framer_body_left(f) < d->splice_min)) {
+	    zp_framer_body_left(f) < zp_octet_splice_min(d))) {
 		d->bulk = 0;
 		return 1;
 	}
 	return 0;
+}
+
+size_t
+zp_octet_splice_min(const struct zp_dir *d)
+{
+	if (d->splice_min == 0)
+		return 0;
+	return d->splice_min > ZP_OCTET_SPLICE_MIN ? d->splice_min :
+	    ZP_OCTET_SPLICE_MIN;
 }
 
 /*

@@ -69,6 +69,17 @@ extern const struct zp_relay_ops zp_relay_copy;
 #define ZP_MARKS	64
 
 /*
+ * An octet body shorter than this is copied, not spliced (unless
+ * --splice-min is 0): each spliced frame costs a peek and a splice of
+ * its own, and below about this size a copy of many frames at once is
+ * both faster and cheaper (docs/PERFORMANCE.md, "Framing").
+ */
+#define ZP_OCTET_SPLICE_MIN	(64 * 1024)
+
+/* The body size from which an octet direction splices; 0: always. */
+size_t	zp_octet_splice_min(const struct zp_dir *);
+
+/*
  * The framing of a direction (--framing: client -> upstream only). In
  * copy mode the framer follows the bytes delivered (fed as they are
  * sent); in splice mode it follows the bytes stored (fed or skipped as

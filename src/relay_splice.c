@@ -127,7 +127,7 @@ splice_octet_one(struct zp_dir *d, size_t max)
 	 */
 	want = h + zp_framer_body_left(&probe);
 	if (zp_framer_body_left(&probe) > 0 && d->inpipe == 0 &&
-	    d->splice_min > 0 && zp_framer_body_left(&probe) < d->splice_min)
+	    zp_framer_body_left(&probe) < zp_octet_splice_min(d))
 		return ZP_FILL_LAZY;
 	n = splice_in(d, want < max ? (size_t)want : max);
 	if (n <= 0)
