@@ -954,7 +954,7 @@ pair_move(struct zp_pair *p)
 	struct zp_dframe	*fr = p->up.fr;
 	struct zp_half		*h = &p->upstream;
 	struct timeval		 now;
-	int			 old = p->up_idx;
+	int			 old = p->up_idx, err;
 
 	pair_next_drop(p);
 	fr->seek = 0;
@@ -991,6 +991,10 @@ pair_move(struct zp_pair *p)
 	}
 	p->move_replayed = fr->replayed - p->move_replayed;
 	ctx->stats.replayed += p->move_replayed;
+	if (fr->rp != NULL && (err = zp_replay_retry(fr->rp)) != 0)
+		zp_log(&ctx->log, ZP_LOG_WARN, "connection %llu: no replay "
+		    "window could be kept (a pipe: %s); nothing is sent again",
+		    (unsigned long long)p->id, strerror(err));
 	/* Bytes still on the way to the client go after the move. */
 	p->down.eof = p->down.done = p->down.shut = p->down.drained = 0;
 	zp_half_want_read(&p->client, 0);

@@ -252,12 +252,11 @@ splice_keep(struct zp_dir *d)
 	return fr->teed > 0 ? fr->teed : d->inpipe;
 }
 
-/* Pipe -> socket. Returns bytes moved or -1 with errno. */
+/* Pipe -> socket, at most len bytes. Returns bytes moved or -1. */
 static ssize_t
-splice_flush(struct zp_dir *d)
+splice_flush_once(struct zp_dir *d, size_t len)
 {
 	ssize_t		n;
-	size_t		len = splice_keep(d);
 	enum zp_framing	k;
 
 	if (d->fr != NULL && d->fr->tee_wfd != -1 && d->drained &&
@@ -282,6 +281,31 @@ splice_flush(struct zp_dir *d)
 		return -1;
 	}
 	return n;
+}
+
+/*
+ * Pipe -> socket. With a replay window a send may only take what the
+ * replay kept (splice_keep); once all of that went, the rest is kept and
+ * sent in the same flush, so that the cap is never taken for a full
+ * destination (the pump waits for the write event after a short flush).
+ * Returns bytes moved, or -1 with errno when none were.
+ */
+static ssize_t
+splice_flush(struct zp_dir *d)
+{
+	ssize_t	n, total = 0;
+	size_t	len;
+
+	for (;;) {
+		len = splice_keep(d);
+		n = splice_flush_once(d, len);
+		if (n <= 0)
+			return total > 0 ? total : n;
+		total += n;
+		if (d->fr == NULL || d->fr->rp == NULL || (size_t)n < len ||
+		    d->inpipe == 0)
+			return total;
+	}
 }
 
 static size_t

@@ -65,9 +65,11 @@ zp_replay_pipe(size_t window, struct zp_pipe *p)
  * by pieces as well as bytes, and tee'd pieces are what splice read:
  * an octet frame, a burst of lf lines, often far less than a page. Four
  * times the pieces that the window's bytes need keeps `window` bytes of
- * pieces of 1 KiB; where the kernel refuses that (fs.pipe-max-size, the
- * per-user budget, which counts capacity), the window's own size. A
- * small window still gets the 16 pieces of a default pipe.
+ * pieces of 1 KiB; where the kernel refuses that (fs.pipe-max-size), the
+ * window's own size. Not as an ordinary user: the per-user pipe budget
+ * counts capacity, and four times as much would spend it on a quarter
+ * of the streams. A small window still gets the 16 pieces of a default
+ * pipe.
  */
 static int
 replay_open(struct zp_replay *rp)
@@ -76,7 +78,8 @@ replay_open(struct zp_replay *rp)
 		return 0;
 	if (rp->broken)
 		return -1;
-	if (rp->window <= SIZE_MAX / 4 && zp_replay_pipe(rp->window * 4 <
+	if (geteuid() == 0 && rp->window <= SIZE_MAX / 4 &&
+	    zp_replay_pipe(rp->window * 4 <
 	    ZP_REPLAY_PIPE_MIN ? ZP_REPLAY_PIPE_MIN : rp->window * 4,
 	    &rp->pipe) == 0)
 		return 0;
@@ -247,6 +250,16 @@ zp_replay_tee(struct zp_replay *rp, int rfd, size_t n)
 		}
 		return 0;
 	}
+}
+
+int
+zp_replay_retry(struct zp_replay *rp)
+{
+	int	err = rp->broken ? rp->err : 0;
+
+	rp->broken = 0;
+	rp->err = 0;
+	return err;
 }
 
 void

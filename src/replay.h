@@ -86,6 +86,13 @@ size_t	zp_replay_tee(struct zp_replay *, int rfd, size_t n);
  */
 void	zp_replay_reset(struct zp_replay *, uint64_t at, int at_boundary);
 
+/*
+ * Why no pipe could be had for the replay (an errno: EPERM for the pipe
+ * budget, EMFILE), or 0; and let it try again at its next byte. For a
+ * move, which must say that it had nothing to send again.
+ */
+int	zp_replay_retry(struct zp_replay *);
+
 /* The stream has a frame boundary at offset off (a sample is kept). */
 void	zp_replay_mark(struct zp_replay *, uint64_t off);
 

@@ -585,13 +585,28 @@ pool_setup(struct zp_ctx *ctx)
 	return 0;
 }
 
-/*
- * --replay-window: /dev/null to drop the oldest bytes into, and proof
- * that the kernel gives a pipe of the window's size (fs.pipe-max-size
- * caps it without CAP_SYS_RESOURCE), before the first client comes.
- */
+/* --replay-window: /dev/null, to drop the oldest bytes into. */
 static int
 replay_setup(struct zp_ctx *ctx)
+{
+	if (ctx->cfg->replay_window == 0)
+		return 0;
+	if ((ctx->devnull = open("/dev/null", O_WRONLY | O_CLOEXEC)) == -1) {
+		zp_log(&ctx->log, ZP_LOG_ERROR, "/dev/null: %s",
+		    strerror(errno));
+		return ZP_EX_OSERR;
+	}
+	return 0;
+}
+
+/*
+ * --replay-window: proof that the kernel gives a pipe of the window's
+ * size (fs.pipe-max-size caps it without CAP_SYS_RESOURCE) to the user
+ * zproxy now is (after --user: root's exemption is gone), before the
+ * first client comes.
+ */
+static int
+replay_probe(struct zp_ctx *ctx)
 {
 	struct zp_config	*cfg = ctx->cfg;
 	struct zp_pipe		 p;
@@ -599,11 +614,6 @@ replay_setup(struct zp_ctx *ctx)
 
 	if (cfg->replay_window == 0)
 		return 0;
-	if ((ctx->devnull = open("/dev/null", O_WRONLY | O_CLOEXEC)) == -1) {
-		zp_log(&ctx->log, ZP_LOG_ERROR, "/dev/null: %s",
-		    strerror(errno));
-		return ZP_EX_OSERR;
-	}
 	if (zp_replay_pipe(cfg->replay_window, &p) == -1) {
 		maxpipe = read_sysctl("/proc/sys/fs/pipe-max-size");
 		zp_log(&ctx->log, ZP_LOG_ERROR, "--replay-window %zu: the "
@@ -846,7 +856,8 @@ zp_run(struct zp_config *cfg)
 		rc = ZP_EX_OSERR;
 		goto out;
 	}
-	if ((rc = confine(&ctx, &pv, privs, sizeof(privs))) != 0)
+	if ((rc = confine(&ctx, &pv, privs, sizeof(privs))) != 0 ||
+	    (rc = replay_probe(&ctx)) != 0)
 		goto out;
 	/* What confine() kept must still do: a --user drop bug shows here. */
 	if ((rc = zp_source_check(cfg, 1, err, sizeof(err))) != 0) {

@@ -289,6 +289,33 @@ test_pipe(void **state)
 	assert_int_equal(zp_replay_pipe((size_t)1 << 40, &p), -1);
 }
 
+/*
+ * No pipe to be had (a window no kernel gives): nothing is kept, the
+ * stream goes on, and a move learns why once, then it may try again.
+ */
+static void
+test_no_pipe(void **state)
+{
+	struct zp_replay	 rp;
+	uint64_t		 from;
+	int			 fd = devnull(), rc, err;
+	char			*s;
+
+	(void)state;
+	zp_replay_init(&rp, (size_t)1 << 40, fd);
+	zp_replay_copy(&rp, "a\nb\n", 4);
+	assert_int_equal(rp.end, 4);
+	assert_int_equal(rp.start, 4);
+	s = take(&rp, ZP_FRAMING_LF, 4, &from, &rc);
+	assert_int_equal(rc, -1);
+	free(s);
+	err = zp_replay_retry(&rp);
+	assert_true(err != 0);
+	assert_int_equal(zp_replay_retry(&rp), 0);
+	zp_replay_free(&rp);
+	close(fd);
+}
+
 int
 main(void)
 {
@@ -301,6 +328,7 @@ main(void)
 		cmocka_unit_test(test_tee),
 		cmocka_unit_test(test_slide),
 		cmocka_unit_test(test_pipe),
+		cmocka_unit_test(test_no_pipe),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
