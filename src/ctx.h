@@ -82,6 +82,7 @@ struct zp_ctx {
 	struct zp_pipe		 tee_pipe;	/* --framing lf/nul: a pipe's
 						   last byte is looked at here */
 	int			 devnull;	/* --replay-window drops here */
+	int			 replay_roomy;	/* root, no --user: 4 x pieces */
 	struct zp_listener	*listener;
 	struct zp_addr		 listen_addr;	/* kept after it closes */
 	struct zp_upstreams	 ups;

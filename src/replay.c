@@ -19,12 +19,13 @@
 #define ZP_REPLAY_PIPE_MIN	(64 * 1024)
 
 void
-zp_replay_init(struct zp_replay *rp, size_t window, int devnull)
+zp_replay_init(struct zp_replay *rp, size_t window, int devnull, int roomy)
 {
 	memset(rp, 0, sizeof(*rp));
 	rp->pipe.rfd = rp->pipe.wfd = -1;
 	rp->window = window;
 	rp->devnull = devnull;
+	rp->roomy = roomy != 0;
 	rp->known = 1;
 }
 
@@ -78,12 +79,13 @@ replay_open(struct zp_replay *rp)
 		return 0;
 	if (rp->broken)
 		return -1;
-	if (geteuid() == 0 && rp->window <= SIZE_MAX / 4 &&
+	if (rp->roomy && rp->window <= SIZE_MAX / 4 &&
 	    zp_replay_pipe(rp->window * 4 <
 	    ZP_REPLAY_PIPE_MIN ? ZP_REPLAY_PIPE_MIN : rp->window * 4,
 	    &rp->pipe) == 0)
 		return 0;
-	if (zp_replay_pipe(rp->window, &rp->pipe) == -1) {
+	if (zp_replay_pipe(rp->window < ZP_REPLAY_PIPE_MIN ?
+	    ZP_REPLAY_PIPE_MIN : rp->window, &rp->pipe) == -1) {
 		rp->broken = 1;
 		rp->err = errno;
 		return -1;

@@ -44,6 +44,7 @@ struct zp_replay {
 	uint64_t	 end;		/* one past the last */
 	unsigned	 known:1;	/* start is a frame boundary */
 	unsigned	 broken:1;	/* no pipe could be had: keep nothing */
+	unsigned	 roomy:1;	/* may ask for 4 x window */
 	int		 err;		/* why, when broken */
 	uint64_t	 marks[ZP_REPLAY_MARKS]; /* boundaries seen, a ring */
 	unsigned	 mhead;
@@ -52,10 +53,13 @@ struct zp_replay {
 
 /*
  * A replay of `window` bytes for a stream at offset 0, at a boundary;
- * devnull is an open descriptor of /dev/null that it does not own. No
- * pipe is made until the first byte is kept.
+ * devnull is an open descriptor of /dev/null that it does not own;
+ * roomy: the process is exempt from the per-user pipe budget (root
+ * without --user), so its pipe may have four times the pieces the window
+ * needs. No pipe is made until the first byte is kept.
  */
-void	zp_replay_init(struct zp_replay *, size_t window, int devnull);
+void	zp_replay_init(struct zp_replay *, size_t window, int devnull,
+	    int roomy);
 
 /* Close its pipe. Safe on an initialised replay in any state. */
 void	zp_replay_free(struct zp_replay *);

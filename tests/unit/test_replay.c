@@ -62,7 +62,7 @@ test_copy_all(void **state)
 	char			*s;
 
 	(void)state;
-	zp_replay_init(&rp, 1024, fd);
+	zp_replay_init(&rp, 1024, fd, 1);
 	zp_replay_copy(&rp, "one\ntw", 6);
 	zp_replay_copy(&rp, "o\nthree\n", 8);
 	s = take(&rp, ZP_FRAMING_LF, 14, &from, &rc);
@@ -90,7 +90,7 @@ test_copy_window(void **state)
 	char			*s;
 
 	(void)state;
-	zp_replay_init(&rp, 10, fd);
+	zp_replay_init(&rp, 10, fd, 1);
 	zp_replay_copy(&rp, "aaaa\nbbbb\ncc\ndd", 15);	/* keeps "bbbb\ncc\ndd" */
 	assert_int_equal(rp.start, 5);
 	assert_int_equal(rp.end, 15);
@@ -117,7 +117,7 @@ test_nul(void **state)
 	char			*s;
 
 	(void)state;
-	zp_replay_init(&rp, 8, fd);
+	zp_replay_init(&rp, 8, fd, 1);
 	zp_replay_copy(&rp, "xx\0yyy\0zz\0", 10);	/* keeps "\0yyy\0zz\0" */
 	s = take(&rp, ZP_FRAMING_NUL, 10, &from, &rc);
 	assert_int_equal(rc, 0);
@@ -139,7 +139,7 @@ test_octet_marks(void **state)
 
 	(void)state;
 	/* window/16 == 1: every mark is kept */
-	zp_replay_init(&rp, 16, fd);
+	zp_replay_init(&rp, 16, fd, 1);
 	zp_replay_copy(&rp, "3 abc", 5);
 	zp_replay_mark(&rp, 5);
 	zp_replay_copy(&rp, "4 d\nef", 6);
@@ -156,7 +156,7 @@ test_octet_marks(void **state)
 
 	/* One long message: no boundary within the window. */
 	zp_replay_free(&rp);
-	zp_replay_init(&rp, 16, fd);
+	zp_replay_init(&rp, 16, fd, 1);
 	zp_replay_copy(&rp, "40 ", 3);
 	zp_replay_copy(&rp, "0123456789012345678901234567890123456789", 40);
 	s = take(&rp, ZP_FRAMING_OCTET, 43, &from, &rc);
@@ -176,7 +176,7 @@ test_reset(void **state)
 	char			*s;
 
 	(void)state;
-	zp_replay_init(&rp, 100, fd);
+	zp_replay_init(&rp, 100, fd, 1);
 	zp_replay_copy(&rp, "a\nb\n", 4);
 	zp_replay_reset(&rp, 10, 0);
 	zp_replay_copy(&rp, "xy\nz\n", 5);
@@ -212,7 +212,7 @@ test_tee(void **state)
 
 	(void)state;
 	assert_int_equal(pipe2(p, O_NONBLOCK), 0);
-	zp_replay_init(&rp, 1024, fd);
+	zp_replay_init(&rp, 1024, fd, 1);
 	assert_int_equal(write(p[1], "m1\nm2\n", 6), 6);
 	t = zp_replay_tee(&rp, p[0], 6);
 	assert_int_equal(t, 6);
@@ -245,7 +245,7 @@ test_slide(void **state)
 	size_t			 n, wl;
 
 	(void)state;
-	zp_replay_init(&rp, 4096, fd);
+	zp_replay_init(&rp, 4096, fd, 1);
 	for (i = 0; i < 5000; i++) {
 		n = (size_t)snprintf(line, sizeof(line), "line %d\n", i);
 		zp_replay_copy(&rp, line, n);
@@ -302,7 +302,7 @@ test_no_pipe(void **state)
 	char			*s;
 
 	(void)state;
-	zp_replay_init(&rp, (size_t)1 << 40, fd);
+	zp_replay_init(&rp, (size_t)1 << 40, fd, 1);
 	zp_replay_copy(&rp, "a\nb\n", 4);
 	assert_int_equal(rp.end, 4);
 	assert_int_equal(rp.start, 4);
