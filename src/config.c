@@ -68,6 +68,10 @@ enum {
 	OPT_REBALANCE,
 	OPT_REBALANCE_RATE,
 	OPT_REPLAY_WINDOW,
+	/* restarts */
+	OPT_CONTROL,
+	OPT_TAKEOVER,
+	OPT_DAEMON,
 };
 
 static const struct option zp_longopts[] = {
@@ -121,6 +125,10 @@ static const struct option zp_longopts[] = {
 	/* transparent modes */
 	{ "tproxy",		no_argument,		NULL, OPT_TPROXY },
 	{ "allow-dst",		required_argument,	NULL, OPT_ALLOW_DST },
+	/* restarts */
+	{ "control",		required_argument,	NULL, OPT_CONTROL },
+	{ "takeover",		required_argument,	NULL, OPT_TAKEOVER },
+	{ "daemon",		no_argument,		NULL, OPT_DAEMON },
 	{ "verbose",		no_argument,		NULL, 'v' },
 	{ "quiet",		no_argument,		NULL, 'q' },
 	{ "help",		no_argument,		NULL, 'h' },
@@ -177,6 +185,10 @@ zp_config_free(struct zp_config *cfg)
 	cfg->user = NULL;
 	free(cfg->group);
 	cfg->group = NULL;
+	free(cfg->control);
+	cfg->control = NULL;
+	free(cfg->takeover);
+	cfg->takeover = NULL;
 }
 
 /* Usage text. */
@@ -184,13 +196,16 @@ void
 zp_config_usage(FILE *fp, const char *prog)
 {
 	fprintf(fp,
-"usage: %s -l [ADDR]:PORT -u HOST:PORT [options]\n"
+"usage: %s -l [ADDR]:PORT|systemd[:NAME] -u HOST:PORT [options]\n"
 "\n"
 "Relay every TCP connection accepted on the listen address to a fresh\n"
 "connection to the upstream, both ways, with splice(2).\n"
 "\n"
 "  -l, --listen [ADDR]:PORT   where to accept: :PORT (every address),\n"
-"                             0.0.0.0:PORT, 127.0.0.1:PORT, [::1]:PORT\n"
+"                             0.0.0.0:PORT, 127.0.0.1:PORT, [::1]:PORT;\n"
+"                             systemd: the sockets systemd passed\n"
+"                             ($LISTEN_FDS), systemd:NAME: those named NAME\n"
+"                             (FileDescriptorName=); give it again for more\n"
 "  -u, --upstream HOST:PORT   where to connect: name:port, 1.2.3.4:port,\n"
 "                             [::1]:port; every address of a name is tried;\n"
 "                             give it again for more upstreams; original:\n"
@@ -300,6 +315,16 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --drain-timeout SEC    at SIGTERM, let open pairs finish for this long\n"
 "                             (default 30)\n"
 "\n"
+"Restarts that refuse no client:\n"
+"      --control PATH         hand the listening sockets over on this Unix\n"
+"                             socket (mode 0600) to a zproxy started with\n"
+"                             --takeover PATH\n"
+"      --takeover PATH        take the listening sockets from the zproxy\n"
+"                             behind PATH; it stops accepting, drains for\n"
+"                             its --drain-timeout and exits 0\n"
+"      --daemon               go to the background once serving (the\n"
+"                             command exits 0 then, or with the error)\n"
+"\n"
 "Seeing what it does:\n"
 "      --log-file PATH        log there instead of stderr (SIGHUP reopens it)\n"
 "      --syslog               log to syslog (facility daemon)\n"
@@ -317,7 +342,7 @@ zp_config_usage(FILE *fp, const char *prog)
 "  -V, --version              show the version and exit\n"
 "\n"
 "Sizes take K, M or G suffixes (powers of 1024). An option that takes a\n"
-"value is given once, except -u, --allow, --deny, --proxy-from and\n"
+"value is given once, except -l, -u, --allow, --deny, --proxy-from and\n"
 "--allow-dst.\n",
 	    prog);
 }
@@ -462,6 +487,55 @@ bad:
 	    "IPv4:PORT or [IPv6]:PORT with a numeric address",
 	    zp_escape(s, q, sizeof(q)));
 	return -1;
+}
+
+/*
+ * Parse -l: "systemd", "systemd:NAME", or an address. NAME is what
+ * systemd's FileDescriptorName= accepts (and puts in $LISTEN_FDNAMES,
+ * ':'-separated): printable ASCII without ':', at most 255 characters.
+ */
+int
+zp_parse_listen_arg(const char *s, struct zp_listen_spec *ls, char *err,
+    size_t errlen)
+{
+	const char	*name;
+	char		 q[ZP_ESCLEN];
+	size_t		 i, n;
+
+	if (strncmp(s, "systemd", 7) != 0 || (s[7] != '\0' && s[7] != ':'))
+		return zp_parse_listen(s, ls, err, errlen);
+	memset(ls, 0, sizeof(*ls));
+	ls->systemd = 1;
+	if (s[7] == '\0')
+		return 0;
+	name = s + 8;
+	n = strlen(name);
+	for (i = 0; i < n; i++)
+		if (name[i] < 0x21 || name[i] > 0x7e || name[i] == ':')
+			break;
+	if (n == 0 || n > ZP_FDNAME_MAX || i < n) {
+		zp_seterr(err, errlen, "invalid listen socket name '%s': "
+		    "expected systemd:NAME, NAME as in FileDescriptorName= "
+		    "(1 to %d printable characters, no ':')",
+		    zp_escape(s, q, sizeof(q)), ZP_FDNAME_MAX);
+		return -1;
+	}
+	memcpy(ls->name, name, n + 1);
+	return 0;
+}
+
+/* -l as given: "systemd[:NAME]", ":PORT" or the address. */
+const char *
+zp_listen_spec_str(const struct zp_listen_spec *ls, char *buf, size_t len)
+{
+	if (ls->systemd)
+		snprintf(buf, len, "systemd%s%s", ls->name[0] ? ":" : "",
+		    ls->name);
+	else if (ls->any)
+		snprintf(buf, len, ":%u", (unsigned)ls->port);
+	else
+		return zp_addr_str(&ls->addr, buf, len);
+	return buf;
 }
 
 /* Split "host:port" or "[v6]:port". */
@@ -686,7 +760,8 @@ check_once(int c, const char *arg, const char **given, char *err,
 			break;
 	o = &zp_longopts[i];
 	/* The options that add one more of a list may repeat. */
-	if (o->name == NULL || o->has_arg != required_argument || c == 'u' ||
+	if (o->name == NULL || o->has_arg != required_argument || c == 'l' ||
+	    c == 'u' ||
 	    c == OPT_ALLOW || c == OPT_DENY || c == OPT_PROXY_FROM ||
 	    c == OPT_ALLOW_DST)
 		return 0;
@@ -779,6 +854,60 @@ check_original(const struct zp_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * --control, --takeover: a Unix socket's path. The control socket is
+ * made at PATH.tmp.PID and renamed over PATH, so that name must fit
+ * sun_path too.
+ */
+static int
+parse_control_path(const char *opt, const char *s, char **out, char *err,
+    size_t errlen)
+{
+	char	q[ZP_ESCLEN];
+
+	if (*s == '\0' || strlen(s) > ZP_CONTROL_PATH_MAX) {
+		zp_seterr(err, errlen, "invalid --%s path '%s': 1 to %d "
+		    "characters", opt, zp_escape(s, q, sizeof(q)),
+		    ZP_CONTROL_PATH_MAX);
+		return -1;
+	}
+	free(*out);
+	if ((*out = strdup(s)) == NULL) {
+		zp_seterr(err, errlen, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Several -l: each once. The same address twice could never bind; the
+ * same systemd name twice would take its sockets twice.
+ */
+static int
+check_listens(const struct zp_config *cfg, char *err, size_t errlen)
+{
+	const struct zp_listen_spec	*a, *b;
+	char				 buf[ZP_ADDRSTRLEN + ZP_FDNAME_MAX];
+	size_t				 i, j;
+
+	for (i = 0; i < cfg->nlistens; i++)
+		for (j = 0; j < i; j++) {
+			a = &cfg->listens[i];
+			b = &cfg->listens[j];
+			if (a->systemd != b->systemd || a->any != b->any ||
+			    a->port != b->port)
+				continue;
+			if (a->systemd ? strcmp(a->name, b->name) != 0 :
+			    !a->any && (a->addr.len != b->addr.len ||
+			    memcmp(&a->addr.ss, &b->addr.ss, a->addr.len) != 0))
+				continue;
+			zp_seterr(err, errlen, "--listen %s given twice",
+			    zp_listen_spec_str(a, buf, sizeof(buf)));
+			return -1;
+		}
+	return 0;
+}
+
 /* Parse --source: "client" or an address literal without a port. */
 int
 zp_parse_source(const char *s, int *mode, struct zp_addr *a, char *err,
@@ -837,10 +966,15 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 			return ZP_PARSE_ERROR;
 		switch (c) {
 		case 'l':
-			if (zp_parse_listen(optarg, &cfg->listen, err,
-			    errlen) == -1)
+			if (cfg->nlistens == ZP_MAX_LISTENS) {
+				zp_seterr(err, errlen, "too many --listen: at "
+				    "most %d", ZP_MAX_LISTENS);
 				return ZP_PARSE_ERROR;
-			cfg->have_listen = 1;
+			}
+			if (zp_parse_listen_arg(optarg,
+			    &cfg->listens[cfg->nlistens], err, errlen) == -1)
+				return ZP_PARSE_ERROR;
+			cfg->nlistens++;
 			break;
 		case 'u':
 			if (cfg->nupstreams == ZP_MAX_UPSTREAMS) {
@@ -1010,6 +1144,16 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		case OPT_NO_SANDBOX:
 			cfg->no_sandbox = 1;
 			break;
+		case OPT_CONTROL:
+		case OPT_TAKEOVER:
+			if (parse_control_path(c == OPT_CONTROL ? "control" :
+			    "takeover", optarg, c == OPT_CONTROL ?
+			    &cfg->control : &cfg->takeover, err, errlen) == -1)
+				return ZP_PARSE_ERROR;
+			break;
+		case OPT_DAEMON:
+			cfg->daemon = 1;
+			break;
 		case OPT_TPROXY:
 			cfg->tproxy = 1;
 			break;
@@ -1147,10 +1291,12 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		    zp_escape(argv[optind], q, sizeof(q)));
 		return ZP_PARSE_ERROR;
 	}
-	if (!cfg->have_listen) {
+	if (cfg->nlistens == 0) {
 		zp_seterr(err, errlen, "missing --listen [ADDR]:PORT");
 		return ZP_PARSE_ERROR;
 	}
+	if (check_listens(cfg, err, errlen) == -1)
+		return ZP_PARSE_ERROR;
 	if (cfg->nupstreams == 0) {
 		zp_seterr(err, errlen, "missing --upstream HOST:PORT");
 		return ZP_PARSE_ERROR;

@@ -18,9 +18,11 @@
 #define ZP_EX_USAGE	64	/* sysexits.h EX_USAGE: bad command line */
 #define ZP_EX_NOUSER	67	/* sysexits.h EX_NOUSER: no such --user/--group */
 #define ZP_EX_NOHOST	68	/* sysexits.h EX_NOHOST: name did not resolve */
+#define ZP_EX_UNAVAILABLE 69	/* EX_UNAVAILABLE: no zproxy to take over from */
 #define ZP_EX_OSERR	71	/* sysexits.h EX_OSERR: a system call failed */
 #define ZP_EX_CANTCREAT	73	/* sysexits.h EX_CANTCREAT: cannot open the log */
 #define ZP_EX_NOPERM	77	/* sysexits.h EX_NOPERM: cannot become --user */
+#define ZP_EX_CONFIG	78	/* EX_CONFIG: -l and the sockets given differ */
 
 #define ZP_ERRLEN	256
 
@@ -34,12 +36,27 @@ struct zp_addr {
 	socklen_t		len;
 };
 
-/* Where to listen: a literal address, or every address (":PORT"). */
+/* systemd's FileDescriptorName= is at most 255 characters. */
+#define ZP_FDNAME_MAX	255
+
+/*
+ * Where to listen: a literal address, every address (":PORT"), or a
+ * socket the service manager passed ("systemd", "systemd:NAME": -l only).
+ */
 struct zp_listen_spec {
 	int		any;	/* ":PORT": IPv6 dual-stack, else IPv4 */
 	unsigned short	port;
-	struct zp_addr	addr;	/* valid when !any */
+	struct zp_addr	addr;	/* valid when !any && !systemd */
+	int		systemd;	/* from $LISTEN_FDS */
+	char		name[ZP_FDNAME_MAX + 1];	/* "": any not named */
 };
+
+/* The longest --control/--takeover path (sun_path holds 107, less ".tmp.PID"). */
+#define ZP_CONTROL_PATH_MAX	90
+
+/* -l may be given this many times; and the sockets they may take in all. */
+#define ZP_MAX_LISTENS	16
+#define ZP_MAX_LISTEN_SOCKETS	64
 
 /* One upstream as given, and the addresses it resolved to. */
 struct zp_upstream_spec {
@@ -65,8 +82,8 @@ enum zp_log_format {
 };
 
 struct zp_config {
-	struct zp_listen_spec	listen;
-	int			have_listen;
+	struct zp_listen_spec	listens[ZP_MAX_LISTENS];
+	size_t			nlistens;
 	struct zp_upstream_spec	upstreams[ZP_MAX_UPSTREAMS];
 	size_t			nupstreams;
 	int			balance;	/* enum zp_balance */
@@ -123,6 +140,10 @@ struct zp_config {
 	int			rebalance;
 	int			rebalance_rate;	/* moves a second */
 	size_t			replay_window;	/* 0: no replay */
+	/* Restarts that refuse no client: --control, --takeover, --daemon. */
+	char			*control;	/* hands the listeners over */
+	char			*takeover;	/* takes them from there */
+	int			daemon;		/* background once ready */
 };
 
 #define ZP_DEFAULT_PIPE_SIZE	(1024 * 1024)
@@ -204,6 +225,17 @@ int	zp_parse_source(const char *, int *mode, struct zp_addr *, char *,
  * Returns 0, or -1 with err filled.
  */
 int	zp_parse_listen(const char *, struct zp_listen_spec *, char *, size_t);
+
+/*
+ * Parse -l: a listen address, or "systemd" or "systemd:NAME" (NAME as
+ * systemd's FileDescriptorName= allows: 1 to 255 printable ASCII
+ * characters but ':'). Returns 0, or -1 with err filled.
+ */
+int	zp_parse_listen_arg(const char *, struct zp_listen_spec *, char *,
+	    size_t);
+
+/* -l as given, for logs and the takeover: "systemd:NAME" or the address. */
+const char *zp_listen_spec_str(const struct zp_listen_spec *, char *, size_t);
 
 /*
  * Split "host:port" or "[v6]:port" into host (malloc'd, brackets removed)

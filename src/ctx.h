@@ -19,6 +19,7 @@
 
 struct event_base;
 struct zp_listener;
+struct zp_control;
 struct zp_pair;
 struct zp_stats_server;
 struct zp_health;
@@ -83,8 +84,13 @@ struct zp_ctx {
 						   last byte is looked at here */
 	int			 devnull;	/* --replay-window drops here */
 	int			 replay_roomy;	/* root, no --user: 4 x pieces */
-	struct zp_listener	*listener;
-	struct zp_addr		 listen_addr;	/* kept after it closes */
+	struct zp_listener	*listener;	/* a list: several -l */
+	struct zp_addr		 listen_addrs[ZP_MAX_LISTEN_SOCKETS];	/* kept after
+						   they close */
+	size_t			 nlisten_addrs;
+	struct zp_control	*control;	/* --control */
+	int			 daemon_fd;	/* --daemon: the parent waits
+						   for a byte here; -1 */
 	struct zp_upstreams	 ups;
 	struct zp_stats_server	*stats_server;	/* --stats */
 	struct zp_health	*health;	/* --check-interval */

@@ -15,6 +15,7 @@
 #include "ctx.h"
 #include "listener.h"
 #include "log.h"
+#include "net.h"
 #include "pair.h"
 #include "stats.h"
 
@@ -24,9 +25,11 @@
 #define ZP_ACCEPT_PAUSE_MS	100
 
 struct zp_listener {
+	struct zp_listener *next;	/* ctx->listener's list */
 	struct zp_ctx	*ctx;
 	int		 fd;
 	struct zp_addr	 addr;
+	char		 label[ZP_ADDRSTRLEN + ZP_FDNAME_MAX + 8];
 	struct event	*ev;		/* EV_READ | EV_PERSIST on fd */
 	struct event	*timer;		/* ends an out-of-descriptors pause */
 	unsigned	 on:1;		/* ev is added */
@@ -208,37 +211,39 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 	}
 }
 
-/*
- * --tproxy: accept connections that an nft tproxy rule diverts to this
- * socket whatever their destination; the accepted sockets inherit it.
- * One flag in the kernel serves both families: IPV6_TRANSPARENT on a
- * dual-stack socket covers its IPv4 clients too. It needs CAP_NET_ADMIN
- * or CAP_NET_RAW, held only now, before the privileges drop. Returns 0,
- * or -1 with err filled and errno kept (EPERM: the capability).
- */
-static int
-listener_transparent(int fd, int family, char *err, size_t errlen)
+/* The part of making and taking over that is the same: events. */
+static struct zp_listener *
+listener_setup(struct zp_listener *l, char *err, size_t errlen)
 {
-	int	on = 1, rc, saved;
+	struct zp_ctx	*ctx = l->ctx;
+	int		 saved;
 
-	if (family == AF_INET6)
-		rc = setsockopt(fd, IPPROTO_IPV6, IPV6_TRANSPARENT, &on,
-		    sizeof(on));
-	else
-		rc = setsockopt(fd, IPPROTO_IP, IP_TRANSPARENT, &on,
-		    sizeof(on));
-	if (rc == 0)
-		return 0;
-	saved = errno;
-	if (saved == EPERM)
-		snprintf(err, errlen, "--tproxy needs CAP_NET_ADMIN or "
-		    "CAP_NET_RAW (%s: %s)", family == AF_INET6 ?
-		    "IPV6_TRANSPARENT" : "IP_TRANSPARENT", strerror(saved));
-	else
-		snprintf(err, errlen, "--tproxy: %s: %s", family == AF_INET6 ?
-		    "IPV6_TRANSPARENT" : "IP_TRANSPARENT", strerror(saved));
-	errno = saved;
-	return -1;
+	l->ev = event_new(ctx->base, l->fd, EV_READ | EV_PERSIST,
+	    listener_accept_cb, l);
+	l->timer = evtimer_new(ctx->base, listener_timer_cb, l);
+	if (l->ev == NULL || l->timer == NULL) {
+		snprintf(err, errlen, "listener: cannot create events");
+		saved = errno;
+		zp_listener_free(l);
+		errno = saved;
+		return NULL;
+	}
+	listener_update(l);
+	return l;
+}
+
+static struct zp_listener *
+listener_alloc(struct zp_ctx *ctx, char *err, size_t errlen)
+{
+	struct zp_listener	*l;
+
+	if ((l = calloc(1, sizeof(*l))) == NULL) {
+		snprintf(err, errlen, "listener: %s", strerror(errno));
+		return NULL;
+	}
+	l->ctx = ctx;
+	l->fd = -1;
+	return l;
 }
 
 /* Bind and listen. */
@@ -247,82 +252,57 @@ zp_listener_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec,
     char *err, size_t errlen)
 {
 	struct zp_listener	*l;
-	struct zp_addr		 a;
-	char			 abuf[ZP_ADDRSTRLEN];
-	int			 on = 1, off = 0, saved;
+	int			 saved;
 
-	if ((l = calloc(1, sizeof(*l))) == NULL) {
-		snprintf(err, errlen, "listener: %s", strerror(errno));
+	if ((l = listener_alloc(ctx, err, errlen)) == NULL)
+		return NULL;
+	l->fd = zp_net_listen(spec, 65535, ctx->cfg->tproxy, "listen",
+	    &l->addr, err, errlen);
+	if (l->fd == -1) {
+		saved = errno;
+		zp_listener_free(l);
+		errno = saved;
 		return NULL;
 	}
-	l->ctx = ctx;
-	l->fd = -1;
-	memset(&a, 0, sizeof(a));
-	if (spec->any) {
-		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&a.ss;
+	zp_listen_spec_str(spec, l->label, sizeof(l->label));
+	return listener_setup(l, err, errlen);
+}
 
-		sin6->sin6_family = AF_INET6;
-		sin6->sin6_addr = in6addr_any;
-		sin6->sin6_port = htons(spec->port);
-		a.len = sizeof(*sin6);
-		l->fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK |
-		    SOCK_CLOEXEC, IPPROTO_TCP);
-		if (l->fd != -1 && setsockopt(l->fd, IPPROTO_IPV6, IPV6_V6ONLY,
-		    &off, sizeof(off)) == -1) {
-			close(l->fd);
-			l->fd = -1;
-		}
-		if (l->fd == -1) {
-			/* No IPv6 here: every IPv4 address, then. */
-			struct sockaddr_in *sin = (struct sockaddr_in *)&a.ss;
+/* Serve on a listening socket that systemd or another zproxy made. */
+struct zp_listener *
+zp_listener_adopt(struct zp_ctx *ctx, int fd, const char *label, char *err,
+    size_t errlen)
+{
+	struct zp_listener	*l;
+	int			 on = 0, saved;
+	socklen_t		 len = sizeof(on);
 
-			memset(&a, 0, sizeof(a));
-			sin->sin_family = AF_INET;
-			sin->sin_addr.s_addr = htonl(INADDR_ANY);
-			sin->sin_port = htons(spec->port);
-			a.len = sizeof(*sin);
-		}
-	} else
-		a = spec->addr;
-	if (l->fd == -1)
-		l->fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
-		    SOCK_CLOEXEC, IPPROTO_TCP);
-	zp_addr_str(&a, abuf, sizeof(abuf));
-	if (l->fd == -1) {
-		snprintf(err, errlen, "cannot listen on %s: socket: %s", abuf,
-		    strerror(errno));
-		goto fail;
+	if ((l = listener_alloc(ctx, err, errlen)) == NULL) {
+		close(fd);
+		return NULL;
 	}
-	(void)setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-	if (ctx->cfg->tproxy && listener_transparent(l->fd, a.ss.ss_family,
-	    err, errlen) == -1)
+	l->fd = fd;
+	snprintf(l->label, sizeof(l->label), "%s", label);
+	if (zp_net_adopt(fd, &l->addr, err, errlen) == -1)
 		goto fail;
-	if (bind(l->fd, (struct sockaddr *)&a.ss, a.len) == -1) {
-		snprintf(err, errlen, "cannot listen on %s: %s", abuf,
-		    strerror(errno));
-		goto fail;
+	/*
+	 * --tproxy: the socket accepts what an nft tproxy rule diverts to it
+	 * only with IP_TRANSPARENT (systemd's Transparent=yes). Set it here
+	 * if it is missing: that needs CAP_NET_ADMIN or CAP_NET_RAW, which
+	 * only start-up has.
+	 */
+	if (ctx->cfg->tproxy) {
+		if (l->addr.ss.ss_family == AF_INET6)
+			(void)getsockopt(fd, IPPROTO_IPV6, IPV6_TRANSPARENT,
+			    &on, &len);
+		else
+			(void)getsockopt(fd, IPPROTO_IP, IP_TRANSPARENT, &on,
+			    &len);
+		if (!on && zp_net_transparent(fd, l->addr.ss.ss_family, err,
+		    errlen) == -1)
+			goto fail;
 	}
-	/* The kernel caps the backlog at net.core.somaxconn. */
-	if (listen(l->fd, 65535) == -1) {
-		snprintf(err, errlen, "cannot listen on %s: %s", abuf,
-		    strerror(errno));
-		goto fail;
-	}
-	a.len = sizeof(a.ss);
-	if (getsockname(l->fd, (struct sockaddr *)&a.ss, &a.len) == -1) {
-		snprintf(err, errlen, "getsockname: %s", strerror(errno));
-		goto fail;
-	}
-	l->addr = a;
-	l->ev = event_new(ctx->base, l->fd, EV_READ | EV_PERSIST,
-	    listener_accept_cb, l);
-	l->timer = evtimer_new(ctx->base, listener_timer_cb, l);
-	if (l->ev == NULL || l->timer == NULL) {
-		snprintf(err, errlen, "listener: cannot create events");
-		goto fail;
-	}
-	listener_update(l);
-	return l;
+	return listener_setup(l, err, errlen);
 fail:
 	saved = errno;
 	zp_listener_free(l);
@@ -330,29 +310,64 @@ fail:
 	return NULL;
 }
 
-/* Stop accepting while at the connection limit. */
+/* Put l at the end of *list. */
+void
+zp_listener_link(struct zp_listener **list, struct zp_listener *l)
+{
+	while (*list != NULL)
+		list = &(*list)->next;
+	*list = l;
+}
+
+struct zp_listener *
+zp_listener_next(const struct zp_listener *l)
+{
+	return l->next;
+}
+
+int
+zp_listener_fd(const struct zp_listener *l)
+{
+	return l->fd;
+}
+
+const char *
+zp_listener_label(const struct zp_listener *l)
+{
+	return l->label;
+}
+
+/*
+ * Stop accepting while at the connection limit: on every listener, since
+ * the limit is the context's.
+ */
 void
 zp_listener_pause(struct zp_listener *l)
 {
-	l->full = 1;
-	listener_update(l);
+	for (l = l->ctx->listener; l != NULL; l = l->next) {
+		l->full = 1;
+		listener_update(l);
+	}
 }
 
 /* Accept again if paused for the limit and there is room. */
 void
 zp_listener_resume(struct zp_listener *l)
 {
-	if (l->full && (long)l->ctx->stats.conns_open < l->ctx->max_conns) {
-		l->full = 0;
-		listener_update(l);
-	}
+	for (; l != NULL; l = l->next)
+		if (l->full &&
+		    (long)l->ctx->stats.conns_open < l->ctx->max_conns) {
+			l->full = 0;
+			listener_update(l);
+		}
 }
 
 /* A pair began or ended waiting for a local resource. */
 void
 zp_listener_update(struct zp_listener *l)
 {
-	listener_update(l);
+	for (; l != NULL; l = l->next)
+		listener_update(l);
 }
 
 /* The bound address. */
@@ -362,17 +377,20 @@ zp_listener_addr(const struct zp_listener *l)
 	return &l->addr;
 }
 
-/* Close the socket and free. */
+/* Close the sockets and free, the whole list. */
 void
 zp_listener_free(struct zp_listener *l)
 {
-	if (l == NULL)
-		return;
-	if (l->ev != NULL)
-		event_free(l->ev);
-	if (l->timer != NULL)
-		event_free(l->timer);
-	if (l->fd != -1)
-		close(l->fd);
-	free(l);
+	struct zp_listener	*next;
+
+	for (; l != NULL; l = next) {
+		next = l->next;
+		if (l->ev != NULL)
+			event_free(l->ev);
+		if (l->timer != NULL)
+			event_free(l->timer);
+		if (l->fd != -1)
+			close(l->fd);
+		free(l);
+	}
 }

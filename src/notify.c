@@ -26,6 +26,7 @@ struct zp_notify {
 	zp_notify_status_fn	 status;
 	void			*arg;
 	int			 warned;	/* a send failed: said once */
+	int			 mainpid;	/* READY=1 says MAINPID= too */
 };
 
 /* $WATCHDOG_USEC for this process, or 0. */
@@ -167,9 +168,16 @@ notify_timer(struct zp_notify *n, unsigned long long usec,
 void
 zp_notify_ready(struct zp_notify *n)
 {
+	char	what[64];
+
 	if (n == NULL)
 		return;
-	notify_with_status(n, "READY=1\n");
+	if (n->mainpid)
+		snprintf(what, sizeof(what), "MAINPID=%ld\nREADY=1\n",
+		    (long)getpid());
+	else
+		snprintf(what, sizeof(what), "READY=1\n");
+	notify_with_status(n, what);
 	zp_log(n->log, ZP_LOG_NOTICE, "ready, told NOTIFY_SOCKET %s%s%s",
 	    n->sun.sun_path[0] == '\0' ? "@" : "",
 	    n->sun.sun_path + (n->sun.sun_path[0] == '\0'),
@@ -185,6 +193,30 @@ zp_notify_ready(struct zp_notify *n)
 	if ((n->status_ev = notify_timer(n, ZP_NOTIFY_STATUS_SEC * 1000000ULL,
 	    notify_status_cb)) == NULL)
 		zp_log(n->log, ZP_LOG_WARN, "cannot start the status timer");
+}
+
+void
+zp_notify_takeover(struct zp_notify *n, unsigned long long watchdog_usec)
+{
+	if (n == NULL)
+		return;
+	n->mainpid = 1;
+	if (n->watchdog_usec == 0)
+		n->watchdog_usec = watchdog_usec;
+}
+
+void
+zp_notify_reloading(struct zp_notify *n)
+{
+	if (n != NULL)
+		notify_with_status(n, "RELOADING=1\n");
+}
+
+void
+zp_notify_resume(struct zp_notify *n)
+{
+	if (n != NULL)
+		notify_with_status(n, "READY=1\n");
 }
 
 void

@@ -10,6 +10,10 @@
  *   STATUS=    the live counters, with READY=1 and every
  *              ZP_NOTIFY_STATUS_SEC seconds
  *   STOPPING=1 when the drain begins
+ *   RELOADING=1 when a takeover begins (the old process), then
+ *   MAINPID=, READY=1 from the new one, which becomes the service's main
+ *              process (the unit needs NotifyAccess=all); READY=1 again
+ *              from the old one if the takeover failed
  *   WATCHDOG=1 every half of $WATCHDOG_USEC, from the event loop itself,
  *              so that a loop that stops turning stops the pings (and
  *              only when $WATCHDOG_PID, if set, is this process)
@@ -45,6 +49,20 @@ struct zp_notify *zp_notify_new(struct event_base *, struct zp_log *,
 
 /* READY=1 with a STATUS=, and start the status and watchdog timers. */
 void	zp_notify_ready(struct zp_notify *);
+
+/*
+ * This process takes over from another (--takeover) or went to the
+ * background (--daemon): READY=1 will say MAINPID= too; and when its own
+ * environment has no watchdog (a process that ExecReload= started has
+ * none), keep the one the old process had (watchdog_usec, 0: none).
+ */
+void	zp_notify_takeover(struct zp_notify *, unsigned long long);
+
+/* RELOADING=1: a new process takes over. */
+void	zp_notify_reloading(struct zp_notify *);
+
+/* READY=1 again: the takeover failed, this one serves on. */
+void	zp_notify_resume(struct zp_notify *);
 
 /* STOPPING=1 with a STATUS=; the watchdog goes on until the loop ends. */
 void	zp_notify_stopping(struct zp_notify *);

@@ -1407,6 +1407,18 @@ pair_take_pipes(struct zp_pair *p)
 	return 0;
 }
 
+/* Would connecting to dst reach one of our own listeners? */
+static int
+pair_loops(const struct zp_ctx *ctx, const struct zp_addr *dst)
+{
+	size_t	i;
+
+	for (i = 0; i < ctx->nlisten_addrs; i++)
+		if (zp_origdst_loops(dst, &ctx->listen_addrs[i]))
+			return 1;
+	return 0;
+}
+
 /*
  * Where the client meant to go: under --tproxy, with -u original, and for
  * --send-proxy's header (after a redirect). Only a destination of the
@@ -1431,8 +1443,8 @@ pair_dst(struct zp_pair *p)
 			p->dst.len = 0;
 		return 0;
 	}
-	/* The listener's address, also once it closed for the drain. */
-	if (rc == -1 || zp_origdst_loops(&p->dst, &ctx->listen_addr) ||
+	/* The listeners' addresses, also once they closed for the drain. */
+	if (rc == -1 || pair_loops(ctx, &p->dst) ||
 	    !zp_dstacl_permits(&cfg->allow_dst,
 	    (const struct sockaddr *)&p->dst.ss)) {
 		if (rc == -1)

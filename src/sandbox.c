@@ -124,6 +124,8 @@ static const char *const sb_calls[] = {
 	"clock_nanosleep", "getrusage", "getpid", "gettid", "getrandom",
 	/* the log file, reopened at SIGHUP (stdio stats it) */
 	"openat", "newfstatat", "fstat", "lseek",
+	/* --control: its socket's path, removed at exit while still ours */
+	"unlink", "unlinkat",
 	/* malloc */
 	"brk", "munmap", "mremap", "madvise",
 	/* signals: libevent's handlers, ours, abort() */

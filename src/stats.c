@@ -34,6 +34,7 @@
 #include "ctx.h"
 #include "framing.h"
 #include "log.h"
+#include "net.h"
 #include "pair.h"
 #include "relay.h"
 #include "stats.h"
@@ -1013,91 +1014,23 @@ zp_stats_shed(struct zp_stats_server *s)
 }
 
 /*
- * Make the listening socket: non-blocking, close-on-exec, SO_REUSEADDR,
- * bound and listening; spec->any means IPv6 dual-stack, else IPv4.
- * Returns the descriptor and fills *a, or -1 with err filled.
- */
-static int
-stats_socket(const struct zp_listen_spec *spec, struct zp_addr *a, char *err,
-    size_t errlen)
-{
-	char	abuf[ZP_ADDRSTRLEN];
-	int	fd = -1, on = 1, off = 0;
-
-	memset(a, 0, sizeof(*a));
-	if (spec->any) {
-		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&a->ss;
-
-		sin6->sin6_family = AF_INET6;
-		sin6->sin6_addr = in6addr_any;
-		sin6->sin6_port = htons(spec->port);
-		a->len = sizeof(*sin6);
-		fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK |
-		    SOCK_CLOEXEC, IPPROTO_TCP);
-		if (fd != -1 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off,
-		    sizeof(off)) == -1) {
-			close(fd);
-			fd = -1;
-		}
-		if (fd == -1) {
-			/* No IPv6 here: every IPv4 address, then. */
-			struct sockaddr_in *sin = (struct sockaddr_in *)&a->ss;
-
-			memset(a, 0, sizeof(*a));
-			sin->sin_family = AF_INET;
-			sin->sin_addr.s_addr = htonl(INADDR_ANY);
-			sin->sin_port = htons(spec->port);
-			a->len = sizeof(*sin);
-		}
-	} else
-		*a = spec->addr;
-	if (fd == -1)
-		fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
-		    SOCK_CLOEXEC, IPPROTO_TCP);
-	zp_addr_str(a, abuf, sizeof(abuf));
-	if (fd == -1) {
-		snprintf(err, errlen, "cannot serve stats on %s: socket: %s",
-		    abuf, strerror(errno));
-		goto fail;
-	}
-	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-	if (bind(fd, (struct sockaddr *)&a->ss, a->len) == -1 ||
-	    listen(fd, 128) == -1) {
-		snprintf(err, errlen, "cannot serve stats on %s: %s", abuf,
-		    strerror(errno));
-		goto fail;
-	}
-	a->len = sizeof(a->ss);
-	if (getsockname(fd, (struct sockaddr *)&a->ss, &a->len) == -1) {
-		snprintf(err, errlen, "cannot serve stats on %s: "
-		    "getsockname: %s", abuf, strerror(errno));
-		goto fail;
-	}
-	return fd;
-fail:
-	if (fd != -1)
-		close(fd);
-	return -1;
-}
-
-/*
  * Listen on spec and serve GET /metrics from ctx's counters, in
  * ctx->base, under ctx->cfg's --stats-max-conns and --stats-timeout.
  * Returns the server, which owns the socket, the evhttp and every client
  * connection; or NULL with err filled.
  */
 struct zp_stats_server *
-zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, char *err,
-    size_t errlen)
+zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, int fd,
+    char *err, size_t errlen)
 {
 	struct zp_stats_server	*s;
 	char			 abuf[ZP_ADDRSTRLEN];
 	double			 t = ZP_DEFAULT_STATS_TIMEOUT;
 	struct timeval		 idle;
-	int			 fd;
-
 	if ((s = calloc(1, sizeof(*s))) == NULL) {
 		snprintf(err, errlen, "stats: %s", strerror(errno));
+		if (fd != -1)
+			close(fd);
 		return NULL;
 	}
 	s->ctx = ctx;
@@ -1109,7 +1042,12 @@ zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, char *err,
 	if (ctx->cfg != NULL && ctx->cfg->stats_timeout > 0)
 		t = ctx->cfg->stats_timeout;
 	s->timeout = zp_seconds_tv(t);
-	if ((fd = stats_socket(spec, &s->addr, err, errlen)) == -1)
+	if (fd != -1 && zp_net_adopt(fd, &s->addr, err, errlen) == -1) {
+		close(fd);
+		goto fail;
+	}
+	if (fd == -1 && (fd = zp_net_listen(spec, 128, 0, "serve stats",
+	    &s->addr, err, errlen)) == -1)
 		goto fail;
 	if ((s->http = evhttp_new(ctx->base)) == NULL) {
 		close(fd);
@@ -1167,6 +1105,13 @@ zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, char *err,
 fail:
 	zp_stats_free(s);
 	return NULL;
+}
+
+/* The listening socket, for a takeover; -1 on NULL. */
+int
+zp_stats_fd(const struct zp_stats_server *s)
+{
+	return s == NULL || s->lev == NULL ? -1 : evconnlistener_get_fd(s->lev);
 }
 
 /* Stop serving: close the socket and every client connection, free. */

@@ -14,11 +14,16 @@ struct evbuffer;
 struct zp_stats_server;
 
 /*
- * Listen on spec and serve GET /metrics from ctx's counters. Returns the
- * server, or NULL with err filled (address in use...).
+ * Listen on spec and serve GET /metrics from ctx's counters; or serve on
+ * fd, a listening socket taken over from another zproxy (-1: bind spec).
+ * Returns the server, which owns fd from here on, or NULL with err
+ * filled (address in use...).
  */
 struct zp_stats_server *zp_stats_new(struct zp_ctx *,
-	    const struct zp_listen_spec *, char *, size_t);
+	    const struct zp_listen_spec *, int fd, char *, size_t);
+
+/* The listening socket, for a takeover; -1 on NULL. */
+int	zp_stats_fd(const struct zp_stats_server *);
 
 /*
  * The relay is out of descriptors: close every stats connection and stop

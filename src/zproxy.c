@@ -5,6 +5,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -14,9 +15,11 @@
 #include <unistd.h>
 #include <event2/event.h>
 
+#include "control.h"
 #include "ctx.h"
 #include "framing.h"
 #include "health.h"
+#include "inherit.h"
 #include "listener.h"
 #include "log.h"
 #include "notify.h"
@@ -202,6 +205,8 @@ ctx_stop_accepting(struct zp_ctx *ctx)
 {
 	zp_listener_free(ctx->listener);
 	ctx->listener = NULL;
+	zp_control_free(ctx->control);
+	ctx->control = NULL;
 	zp_health_free(ctx->health);
 	ctx->health = NULL;
 	zp_resolver_free(ctx->resolver);
@@ -237,34 +242,24 @@ drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * SIGTERM/SIGINT: stop accepting at once and let open pairs finish for
- * up to --drain-timeout; a second signal ends at once.
+ * Stop accepting at once and let open pairs finish for up to
+ * --drain-timeout (why: "signal 15", "taken over by pid N").
  */
 static void
-signal_stop_cb(evutil_socket_t sig, short what, void *arg)
+ctx_drain(struct zp_ctx *ctx, const char *why)
 {
-	struct zp_ctx	*ctx = arg;
 	struct timeval	 tv;
 	double		 t = ctx->cfg->drain_timeout;
 
-	if (ctx->stopping) {
-		zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d again: closing "
-		    "%llu connections now", (int)sig,
-		    (unsigned long long)ctx->stats.conns_open);
-		event_base_loopbreak(ctx->base);
-		return;
-	}
 	ctx->stopping = 1;
 	ctx_stop_accepting(ctx);
-	zp_notify_stopping(ctx->notify);
 	if (ctx->stats.conns_open == 0) {
-		zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: stopping",
-		    (int)sig);
+		zp_log(&ctx->log, ZP_LOG_NOTICE, "%s: stopping", why);
 		event_base_loopbreak(ctx->base);
 		return;
 	}
-	zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: not accepting; draining "
-	    "%llu connections for up to %.3gs", (int)sig,
+	zp_log(&ctx->log, ZP_LOG_NOTICE, "%s: not accepting; draining "
+	    "%llu connections for up to %.3gs", why,
 	    (unsigned long long)ctx->stats.conns_open, t);
 	/*
 	 * Framed streams are told (a FIN) rather than cut at the end: what
@@ -283,6 +278,97 @@ signal_stop_cb(evutil_socket_t sig, short what, void *arg)
 	    ctx)) == NULL || evtimer_add(ctx->drain_timer, &tv) == -1)
 		event_base_loopbreak(ctx->base);
 }
+
+/*
+ * SIGTERM/SIGINT: drain; a second signal ends at once.
+ */
+static void
+signal_stop_cb(evutil_socket_t sig, short what, void *arg)
+{
+	struct zp_ctx	*ctx = arg;
+	char		 why[32];
+
+	if (ctx->stopping) {
+		zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d again: closing "
+		    "%llu connections now", (int)sig,
+		    (unsigned long long)ctx->stats.conns_open);
+		event_base_loopbreak(ctx->base);
+		return;
+	}
+	zp_notify_stopping(ctx->notify);
+	snprintf(why, sizeof(why), "signal %d", (int)sig);
+	ctx_drain(ctx, why);
+}
+
+/* --control: a new zproxy asks for the listening sockets. */
+static void
+control_begin(void *arg, long pid)
+{
+	struct zp_ctx	*ctx = arg;
+
+	zp_log(&ctx->log, ZP_LOG_NOTICE, "takeover by pid %ld: handing the "
+	    "listening sockets over", pid);
+	zp_notify_reloading(ctx->notify);
+}
+
+/* What is handed over: every listener, and the --stats socket. */
+static void
+control_offer(void *arg, struct zp_inherit *set, unsigned long long *wd)
+{
+	struct zp_ctx		*ctx = arg;
+	struct zp_listener	*l;
+	struct zp_inherited	*s;
+
+	for (l = ctx->listener; l != NULL && set->n < ZP_INHERIT_MAX;
+	    l = zp_listener_next(l)) {
+		s = &set->socks[set->n++];
+		s->fd = zp_listener_fd(l);
+		snprintf(s->label, sizeof(s->label), "%s",
+		    zp_listener_label(l));
+	}
+	if (ctx->stats_server != NULL && set->n < ZP_INHERIT_MAX) {
+		s = &set->socks[set->n++];
+		s->fd = zp_stats_fd(ctx->stats_server);
+		s->stats = 1;
+		zp_listen_spec_str(&ctx->cfg->stats, s->label,
+		    sizeof(s->label));
+	}
+	*wd = zp_notify_watchdog_usec(ctx->notify);
+}
+
+static void
+control_abort(void *arg, long pid, const char *why)
+{
+	struct zp_ctx	*ctx = arg;
+
+	zp_log(&ctx->log, ZP_LOG_WARN, "takeover by pid %ld failed: %s; "
+	    "serving on", pid, why);
+	zp_notify_resume(ctx->notify);
+}
+
+/*
+ * The new process accepts on the sockets: stop accepting (closing our
+ * descriptors closes no socket: it holds them too), give up --stats (it
+ * serves it now, or binds its own) and the service manager (it is the
+ * main process now), and drain.
+ */
+static void
+control_done(void *arg, long pid)
+{
+	struct zp_ctx	*ctx = arg;
+	char		 why[48];
+
+	zp_stats_free(ctx->stats_server);
+	ctx->stats_server = NULL;
+	zp_notify_free(ctx->notify);
+	ctx->notify = NULL;
+	snprintf(why, sizeof(why), "taken over by pid %ld", pid);
+	ctx_drain(ctx, why);
+}
+
+static const struct zp_control_ops control_ops = {
+	control_begin, control_offer, control_abort, control_done,
+};
 
 /* SIGHUP: reopen the log file that logrotate moved away. */
 static void
@@ -359,12 +445,38 @@ read_sysctl(const char *path)
 	return v;
 }
 
+/*
+ * The listeners for the start-up line: "[::]:9000, 127.0.0.1:9001 (systemd:web)",
+ * the label where it says more than the address.
+ */
+static const char *
+listen_str(const struct zp_ctx *ctx, char *buf, size_t len)
+{
+	const struct zp_listener	*l;
+	char				 abuf[ZP_ADDRSTRLEN];
+	const char			*label;
+	size_t				 off = 0;
+
+	buf[0] = '\0';
+	for (l = ctx->listener; l != NULL && off < len;
+	    l = zp_listener_next(l)) {
+		label = zp_listener_label(l);
+		off += snprintf(buf + off, len - off, "%s%s%s%s%s",
+		    off > 0 ? ", " : "",
+		    zp_addr_str(zp_listener_addr(l), abuf, sizeof(abuf)),
+		    strncmp(label, "systemd", 7) == 0 ? " (" : "",
+		    strncmp(label, "systemd", 7) == 0 ? label : "",
+		    strncmp(label, "systemd", 7) == 0 ? ")" : "");
+	}
+	return buf;
+}
+
 /* One line that says what this process is about to do. */
 static void
 log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 {
 	struct zp_config	*cfg = ctx->cfg;
-	char			 lbuf[ZP_ADDRSTRLEN], ups[1024], name[300];
+	char			 lbuf[1024], ups[1024], name[300];
 	char			 sbuf[ZP_ADDRSTRLEN], src[ZP_ADDRSTRLEN + 16];
 	size_t			 i, off = 0;
 
@@ -391,7 +503,7 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 	zp_log(&ctx->log, ZP_LOG_NOTICE, "listening on %s, upstream%s %s, "
 	    "balance %s, mode %s, pipe-size %zu, buffer-size %zu, splice-min "
 	    "%zu, max-conns %ld, RLIMIT_NOFILE %ld%s, %s",
-	    zp_addr_str(zp_listener_addr(ctx->listener), lbuf, sizeof(lbuf)),
+	    listen_str(ctx, lbuf, sizeof(lbuf)),
 	    ctx->ups.n == 1 ? "" : "s", ups, zp_balance_str(ctx->ups.balance),
 	    cfg->mode == ZP_MODE_SPLICE ? "splice" : "copy", cfg->pipe_size,
 	    cfg->buffer_size, cfg->splice_min, ctx->max_conns, nofile, src,
@@ -718,6 +830,177 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	ctx->base = NULL;
 }
 
+/*
+ * --daemon: fork. The parent waits until the child serves (a byte on a
+ * pipe) and exits 0, or until it dies first and exits with its status:
+ * so that `zproxy --daemon ...` (ExecReload=) says whether it worked.
+ * Returns 0 in the child with *readyfd set; an exit status on failure.
+ */
+static int
+daemonize(int *readyfd)
+{
+	const char	*wp;
+	char		 c, pidbuf[24];
+	int		 p[2], status, fd;
+	pid_t		 pid, parent = getpid();
+	ssize_t		 r;
+
+	if (pipe2(p, O_CLOEXEC) == -1) {
+		fprintf(stderr, "zproxy: --daemon: pipe: %s\n", strerror(errno));
+		return ZP_EX_OSERR;
+	}
+	fflush(NULL);
+	if ((pid = fork()) == -1) {
+		fprintf(stderr, "zproxy: --daemon: fork: %s\n", strerror(errno));
+		return ZP_EX_OSERR;
+	}
+	if (pid > 0) {
+		close(p[1]);
+		do {
+			r = read(p[0], &c, 1);
+		} while (r == -1 && errno == EINTR);
+		if (r == 1)
+			_exit(0);
+		while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
+			;
+		_exit(WIFEXITED(status) ? WEXITSTATUS(status) : ZP_EX_OSERR);
+	}
+	close(p[0]);
+	(void)setsid();
+	/* The watchdog the manager set for the parent is the child's now. */
+	snprintf(pidbuf, sizeof(pidbuf), "%ld", (long)parent);
+	if ((wp = getenv("WATCHDOG_PID")) != NULL && strcmp(wp, pidbuf) == 0) {
+		snprintf(pidbuf, sizeof(pidbuf), "%ld", (long)getpid());
+		(void)setenv("WATCHDOG_PID", pidbuf, 1);
+	}
+	if ((fd = open("/dev/null", O_RDWR | O_CLOEXEC)) != -1) {
+		(void)dup2(fd, STDIN_FILENO);
+		if (fd != STDIN_FILENO)
+			close(fd);
+	}
+	*readyfd = p[1];
+	return 0;
+}
+
+/* --daemon: serving now; the parent may go. */
+static void
+daemon_ready(struct zp_ctx *ctx)
+{
+	ssize_t	r;
+
+	if (ctx->daemon_fd == -1)
+		return;
+	do {
+		r = write(ctx->daemon_fd, "", 1);
+	} while (r == -1 && errno == EINTR);
+	close(ctx->daemon_fd);
+	ctx->daemon_fd = -1;
+}
+
+/*
+ * Every -l: bound here, or taken from the sockets systemd passed, or
+ * from the zproxy taken over (offer: then every one, and exactly its
+ * set). Returns 0, or an exit status, logged.
+ */
+static int
+listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
+{
+	struct zp_config		*cfg = ctx->cfg;
+	const struct zp_listen_spec	*spec;
+	const struct zp_inherited	*left;
+	struct zp_inherit		 sd, *set = NULL;
+	struct zp_listener		*l;
+	char				 err[ZP_ERRLEN];
+	char				 label[ZP_INHERIT_LABELLEN];
+	int				 fds[ZP_INHERIT_MAX];
+	size_t				 i, j, n;
+
+	for (i = 0; offer == NULL && i < cfg->nlistens; i++)
+		if (cfg->listens[i].systemd) {
+			if (zp_inherit_parse_env(&sd, getenv("LISTEN_PID"),
+			    getenv("LISTEN_FDS"), getenv("LISTEN_FDNAMES"),
+			    getpid(), err, sizeof(err)) == -1) {
+				zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
+				return ZP_EX_CONFIG;
+			}
+			/* As sd_listen_fds(3) does: they are not for children. */
+			(void)unsetenv("LISTEN_PID");
+			(void)unsetenv("LISTEN_FDS");
+			(void)unsetenv("LISTEN_FDNAMES");
+			set = &sd;
+			break;
+		}
+	if (offer != NULL)
+		set = &offer->set;
+	for (i = 0; i < cfg->nlistens; i++) {
+		spec = &cfg->listens[i];
+		zp_listen_spec_str(spec, label, sizeof(label));
+		if (offer == NULL && !spec->systemd) {
+			if ((l = zp_listener_new(ctx, spec, err,
+			    sizeof(err))) == NULL) {
+				/* EPERM: --tproxy without its capability. */
+				zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
+				return errno == EPERM ? ZP_EX_NOPERM :
+				    ZP_EX_OSERR;
+			}
+			zp_listener_link(&ctx->listener, l);
+			continue;
+		}
+		n = zp_inherit_take(set, cfg, spec, offer != NULL, fds,
+		    ZP_INHERIT_MAX);
+		if (n == 0) {
+			if (offer != NULL)
+				zp_log(&ctx->log, ZP_LOG_ERROR, "--takeover: "
+				    "the zproxy there (pid %ld) does not listen "
+				    "on %s: the listen addresses cannot change "
+				    "across a takeover", offer->pid, label);
+			else
+				zp_log(&ctx->log, ZP_LOG_ERROR, "-l %s: "
+				    "systemd passed no socket %s", label,
+				    spec->name[0] ? "of that name "
+				    "(FileDescriptorName=)" : "that no "
+				    "-l systemd:NAME takes");
+			zp_inherit_close_rest(set);
+			return ZP_EX_CONFIG;
+		}
+		for (j = 0; j < n; j++) {
+			if ((l = zp_listener_adopt(ctx, fds[j], label, err,
+			    sizeof(err))) == NULL) {
+				zp_log(&ctx->log, ZP_LOG_ERROR, "-l %s: %s",
+				    label, err);
+				while (++j < n)
+					close(fds[j]);
+				zp_inherit_close_rest(set);
+				return errno == EPERM ? ZP_EX_NOPERM :
+				    ZP_EX_CONFIG;
+			}
+			zp_listener_link(&ctx->listener, l);
+		}
+	}
+	if (set != NULL && (left = zp_inherit_left(set)) != NULL) {
+		if (offer != NULL) {
+			zp_log(&ctx->log, ZP_LOG_ERROR, "--takeover: the "
+			    "zproxy there (pid %ld) listens on %s too: give "
+			    "every -l it has (the listen addresses cannot "
+			    "change across a takeover)", offer->pid,
+			    left->label);
+			return ZP_EX_CONFIG;
+		}
+		for (i = 0; i < set->n; i++)
+			if (!set->socks[i].taken)
+				zp_log(&ctx->log, ZP_LOG_WARN, "-l systemd: "
+				    "closing descriptor %d (%s): no -l takes "
+				    "it", set->socks[i].fd,
+				    set->socks[i].label);
+	}
+	if (set == &sd)
+		zp_inherit_close_rest(&sd);
+	for (l = ctx->listener; l != NULL && ctx->nlisten_addrs <
+	    ZP_MAX_LISTEN_SOCKETS; l = zp_listener_next(l))
+		ctx->listen_addrs[ctx->nlisten_addrs++] = *zp_listener_addr(l);
+	return 0;
+}
+
 /* Run until SIGTERM/SIGINT. */
 /*
  * Secret bits for the per-source table's hash. Without getrandom(2) (a
@@ -743,13 +1026,19 @@ zp_run(struct zp_config *cfg)
 	struct zp_ctx	 ctx;
 	struct event	*sigs[4] = { NULL, NULL, NULL, NULL };
 	struct zp_privs	 pv;
+	struct zp_offer	 offer;
 	char		 err[ZP_ERRLEN], privs[200];
 	long		 nofile;
-	int		 rc = 0, level, i;
+	int		 rc = 0, level, i, stats_fd = -1;
 
 	memset(&ctx, 0, sizeof(ctx));
+	memset(&offer, 0, sizeof(offer));
+	offer.conn = -1;
 	ctx.tee_pipe.rfd = ctx.tee_pipe.wfd = -1;
 	ctx.devnull = -1;
+	ctx.daemon_fd = -1;
+	if (cfg->daemon && (rc = daemonize(&ctx.daemon_fd)) != 0)
+		return rc;
 	TAILQ_INIT(&ctx.pairs);
 	ctx.cfg = cfg;
 	if (cfg->quiet)
@@ -798,14 +1087,15 @@ zp_run(struct zp_config *cfg)
 		zp_log(&ctx.log, ZP_LOG_ERROR, "cannot create the event loop");
 		return ZP_EX_OSERR;
 	}
-	if ((ctx.listener = zp_listener_new(&ctx, &cfg->listen, err,
-	    sizeof(err))) == NULL) {
-		/* EPERM: --tproxy without CAP_NET_ADMIN or CAP_NET_RAW. */
-		rc = errno == EPERM ? ZP_EX_NOPERM : ZP_EX_OSERR;
+	/* The old zproxy keeps serving until this one says it does. */
+	if (cfg->takeover != NULL && (rc = zp_takeover_fetch(cfg->takeover,
+	    &offer, err, sizeof(err))) != 0) {
 		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
 		goto out;
 	}
-	ctx.listen_addr = *zp_listener_addr(ctx.listener);
+	if ((rc = listeners_setup(&ctx, cfg->takeover != NULL ? &offer :
+	    NULL)) != 0)
+		goto out;
 	if ((cfg->mode == ZP_MODE_SPLICE && (rc = pool_setup(&ctx)) != 0) ||
 	    (rc = replay_setup(&ctx)) != 0)
 		goto out;
@@ -820,8 +1110,14 @@ zp_run(struct zp_config *cfg)
 			rc = ZP_EX_OSERR;
 			goto out;
 		}
+	if (cfg->have_stats && cfg->takeover != NULL) {
+		char	label[ZP_INHERIT_LABELLEN];
+
+		stats_fd = zp_inherit_take_stats(&offer.set,
+		    zp_listen_spec_str(&cfg->stats, label, sizeof(label)));
+	}
 	if (cfg->have_stats && (ctx.stats_server = zp_stats_new(&ctx,
-	    &cfg->stats, err, sizeof(err))) == NULL) {
+	    &cfg->stats, stats_fd, err, sizeof(err))) == NULL) {
 		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
 		rc = ZP_EX_OSERR;
 		goto out;
@@ -858,6 +1154,16 @@ zp_run(struct zp_config *cfg)
 		rc = ZP_EX_OSERR;
 		goto out;
 	}
+	if (cfg->takeover != NULL || cfg->daemon)
+		zp_notify_takeover(ctx.notify, offer.watchdog_usec);
+	/* Made as root, then given to --user: the next zproxy is that user. */
+	if (cfg->control != NULL && (ctx.control = zp_control_new(ctx.base,
+	    &ctx.log, cfg->control, pv.change ? pv.uid : (uid_t)-1, pv.gid,
+	    &control_ops, &ctx, err, sizeof(err))) == NULL) {
+		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
+		rc = ZP_EX_OSERR;
+		goto out;
+	}
 	if ((rc = confine(&ctx, &pv, privs, sizeof(privs))) != 0 ||
 	    (rc = replay_probe(&ctx)) != 0)
 		goto out;
@@ -872,6 +1178,15 @@ zp_run(struct zp_config *cfg)
 	log_original(&ctx);
 	/* Every listener is up, --stats too: the manager may send clients. */
 	zp_notify_ready(ctx.notify);
+	if (cfg->takeover != NULL) {
+		if (zp_takeover_done(&offer, err, sizeof(err)) == -1)
+			zp_log(&ctx.log, ZP_LOG_WARN, "%s", err);
+		else
+			zp_log(&ctx.log, ZP_LOG_NOTICE, "took over from pid "
+			    "%ld: it stops accepting and drains", offer.pid);
+	}
+	zp_offer_free(&offer);
+	daemon_ready(&ctx);
 
 	if (event_base_dispatch(ctx.base) == -1) {
 		zp_log(&ctx.log, ZP_LOG_ERROR, "event loop failed");
@@ -883,6 +1198,9 @@ zp_run(struct zp_config *cfg)
 		zp_pair_close(TAILQ_FIRST(&ctx.pairs), ZP_END_SHUTDOWN);
 	log_stats(&ctx, "stopping");
 out:
+	zp_offer_free(&offer);
+	if (ctx.daemon_fd != -1)
+		close(ctx.daemon_fd);
 	ctx_free(&ctx, sigs, 4);
 	event_set_log_callback(NULL);
 	libevent_log = NULL;

@@ -5,7 +5,8 @@
  * argv[0] of "zproxy". The parser must not crash, leak (zp_config_free
  * releases all it kept, whatever the outcome), print or exit: it reports
  * through its result and the error buffer only. An accepted command line
- * holds what zp_config_parse promises main: a listen address, 1 to
+ * holds what zp_config_parse promises main: 1 to ZP_MAX_LISTENS listen
+ * specs (systemd names without ':'), control paths that fit, 1 to
  * ZP_MAX_UPSTREAMS upstreams, sizes within their limits, not both
  * --log-file and --syslog.
  */
@@ -20,7 +21,19 @@ check_config(const struct zp_config *cfg)
 {
 	size_t	i;
 
-	FUZZ_CHECK(cfg->have_listen);
+	FUZZ_CHECK(cfg->nlistens > 0 && cfg->nlistens <= ZP_MAX_LISTENS);
+	for (i = 0; i < cfg->nlistens; i++) {
+		const struct zp_listen_spec *l = &cfg->listens[i];
+
+		FUZZ_CHECK(l->systemd || l->any || l->addr.len > 0);
+		FUZZ_CHECK(strlen(l->name) <= ZP_FDNAME_MAX);
+		FUZZ_CHECK(l->name[0] == '\0' || (l->systemd &&
+		    strchr(l->name, ':') == NULL));
+	}
+	FUZZ_CHECK(cfg->control == NULL || (cfg->control[0] != '\0' &&
+	    strlen(cfg->control) <= ZP_CONTROL_PATH_MAX));
+	FUZZ_CHECK(cfg->takeover == NULL || (cfg->takeover[0] != '\0' &&
+	    strlen(cfg->takeover) <= ZP_CONTROL_PATH_MAX));
 	FUZZ_CHECK(cfg->nupstreams >= 1 &&
 	    cfg->nupstreams <= ZP_MAX_UPSTREAMS);
 	for (i = 0; i < cfg->nupstreams; i++) {

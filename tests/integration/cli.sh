@@ -108,8 +108,13 @@ bad 64 "unexpected argument 'ex\\\\ntra'" -l "$L" -u "$UP" $'ex\ntra'
 bad 73 "cannot open log file '$T/none/a\\\\nb'" -l "$L" -u "$UP" --log-file "$T/none/a"$'\nb'
 
 # ---- an option that takes one value, given twice; -v with -q -------------
-bad 64 "option --listen given twice" -l "$L" -l "$L" -u "$UP"
-bad 64 "option --listen given twice \\('$L', then '127\\.0\\.0\\.1:1'\\)" --listen "$L" -u "$UP" -l 127.0.0.1:1
+bad 64 "--listen ${L//./\\.} given twice" -l "$L" -l "$L" -u "$UP"
+bad 64 "--listen systemd:web given twice" -l systemd:web --listen systemd:web -u "$UP"
+bad 64 "invalid listen socket name 'systemd:a:b'" -l systemd:a:b -u "$UP"
+bad 64 "option --control given twice \\('$T/a', then '$T/b'\\)" -l "$L" -u "$UP" --control "$T/a" --control "$T/b"
+bad 64 "option --takeover given twice" -l "$L" -u "$UP" --takeover "$T/a" --takeover "$T/a"
+bad 69 "--takeover $T/none: no zproxy answers there" -l "$L" -u "$UP" --takeover "$T/none"
+bad 78 "-l systemd: no sockets were passed" -l systemd -u "$UP"
 bad 64 "option --mode given twice" -l "$L" -u "$UP" -m copy --mode=splice
 bad 64 "option --stats given twice" -l "$L" -u "$UP" --stats 127.0.0.1:1 --stats 127.0.0.1:2
 bad 64 "option --log-file given twice" -l "$L" -u "$UP" --log-file "$T/a.log" --log-file "$T/b.log"

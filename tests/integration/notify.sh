@@ -18,35 +18,6 @@
 
 command -v socat >/dev/null || fail "socat not found: install socat"
 
-# notify_listen NAME [ADDR]: datagrams to $T/NAME.sock (or to the abstract
-# ADDR) land in $T/NAME.msgs; sets NSOCK (what NOTIFY_SOCKET names) and
-# NMSGS.
-notify_listen() {
-	local name=$1 deadline
-	NMSGS=$T/$name.msgs
-	: >"$NMSGS"
-	if [ -n "${2:-}" ]; then
-		NSOCK=@$2
-		zp_bg "$name.recv" socat -u "ABSTRACT-RECV:$2" "OPEN:$NMSGS,append"
-		deadline=$(( $(now_ms) + 5000 ))
-		until grep -q "@$2" /proc/net/unix; do
-			[ "$(now_ms)" -ge "$deadline" ] && fail "socat: no @$2"
-			sleep 0.02
-		done
-		return
-	fi
-	NSOCK=$T/$name.sock
-	zp_bg "$name.recv" socat -u "UNIX-RECV:$NSOCK" "OPEN:$NMSGS,append"
-	deadline=$(( $(now_ms) + 5000 ))
-	until [ -S "$NSOCK" ]; do
-		[ "$(now_ms)" -ge "$deadline" ] && fail "socat: no $NSOCK"
-		sleep 0.02
-	done
-	# zproxy may send as --user: the socket must let it (systemd's does).
-	chmod 0777 "$NSOCK"
-	zp_user_dir "$NSOCK"
-}
-
 # count WHAT: lines of $NMSGS that are WHAT.
 count() { grep -c -x -- "$1" "$NMSGS"; }
 

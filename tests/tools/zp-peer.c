@@ -18,6 +18,10 @@
  *                                        --conns connections open, each
  *                                        sending one header byte a tick, and
  *                                        report how long each one lived
+ *   zp-peer churn HOST PORT [options]    short connections to an echo server
+ *                                        at --rate a second, each sending a
+ *                                        message and checking its echo; every
+ *                                        one counted ok or by how it failed
  *
  * Every connection ("session") does the same thing, chosen by options:
  * send a file or a deterministic pseudo-random stream (--send-gen, seeded by
@@ -29,7 +33,9 @@
  *
  * Output: listen and blackhole print the port as their first stdout line
  * and flush; connect --hold prints "connected N" once every connection is
- * up; connect --expect-close prints "closed after S.SSSs (eof|reset|refused)".
+ * up; connect --expect-close prints "closed after S.SSSs (eof|reset|refused)";
+ * trickle and churn print one "trickle ..." or "churn ..." line of counts
+ * (churn counts every connection to the end and fails only then).
  * A summary goes to stderr (unless -q). Exit status: 0 when every session
  * ended as asked, 1 with one line on stderr on the first unexpected event
  * (error, short or wrong data, timeout), 2 for a bad command line.
@@ -72,6 +78,7 @@ enum mode {
 	MODE_BLACKHOLE,
 	MODE_PORT,
 	MODE_TRICKLE,
+	MODE_CHURN,
 };
 
 struct opts {
@@ -112,6 +119,8 @@ struct opts {
 	double		 interval;	/* trickle: seconds between bytes */
 	double		 deadline;	/* trickle: the server's, expected */
 	long		 garbage_every;	/* trickle: every Nth sends junk */
+	double		 rate;		/* churn: connects per second */
+	long		 max_open;	/* churn: connections open at once */
 	int		 verbose;
 	int		 quiet;
 };
@@ -175,6 +184,8 @@ static void usage(FILE *fp)
 "       zp-peer port [-b ADDR]\n"
 "       zp-peer trickle HOST PORT [-n N] [--duration SEC] [--interval SEC]\n"
 "                       [--deadline SEC] [--garbage-every K]\n"
+"       zp-peer churn HOST PORT [--rate N] [--duration SEC] [--msg-size BYTES]\n"
+"                     [--max-open N] [--seed N] [-t SEC] [-b ADDR] [-v]\n"
 "\n"
 "listen     bind ADDR:PORT (127.0.0.1:0), print the port as the first line of\n"
 "           stdout, accept --conns connections (1; 0 = forever) and run a\n"
@@ -196,10 +207,27 @@ static void usage(FILE *fp)
 "           up to --deadline + 1.5, beyond (one still open at the end counts\n"
 "           only when that old); answered: got any byte back; failed:\n"
 "           connects refused or reset before they completed\n"
+"churn      for --duration SEC (10), open --rate N (1000) connections a second\n"
+"           to HOST PORT, evenly paced, to an echo server, maybe behind a proxy\n"
+"           (listen --echo -n 0 -t 0 --allow-reset: else it stops after 120 s\n"
+"           or at the first reset). Each sends --msg-size BYTES (100) of the\n"
+"           --send-gen stream of its index and a FIN, must get exactly those\n"
+"           bytes back, then EOF, and is closed. At most --max-open N (2000)\n"
+"           are open at once: a connect due when none may open waits for room\n"
+"           and counts as late. -t SEC (10) is per connection. Every one is\n"
+"           counted once: ok; refused (ECONNREFUSED); reset (ECONNRESET or\n"
+"           EPIPE once connected); bad (wrong, short or extra bytes); timeout;\n"
+"           error (any other errno). Prints \"churn attempted=N ok=N refused=N\n"
+"           reset=N bad=N timeout=N error=N late=N rate=R\" on stdout, R the\n"
+"           connects a second achieved; exit 0 only when all were ok, else 1\n"
+"           with the first failure on stderr; -v: a line for each that failed\n"
+"           SIGUSR1 ends the period at once: nothing more opens, those open\n"
+"           finish and are counted\n"
 "\n"
 "addresses\n"
-"  -b, --bind ADDR          listen address (127.0.0.1; ::1 for IPv6); connect:\n"
-"                           the source address of every connection (127.0.0.2)\n"
+"  -b, --bind ADDR          listen address (127.0.0.1; ::1 for IPv6); connect,\n"
+"                           churn: the source address of every connection\n"
+"                           (e.g. 127.0.0.2; default: the kernel's choice)\n"
 "  -p, --port N             listen port (0 = any)\n"
 "  -n, --conns N            number of connections (see above)\n"
 "what a session sends (default nothing)\n"
@@ -237,6 +265,7 @@ static void usage(FILE *fp)
 "                           (EOF, reset, or refused) within SEC seconds; prints\n"
 "                           \"closed after S.SSSs (how)\"\n"
 "  -t, --timeout SEC        fail if not done within SEC seconds (120; 0 = never)\n"
+"                           churn: each connection's own limit (10)\n"
 "  -v, --verbose            one line per session on stderr\n"
 "  -q, --quiet              no summary line\n"
 "  -h, --help               this text\n"
@@ -321,9 +350,11 @@ static double parse_secs(const char *opt, const char *s)
 	return v;
 }
 
+#define SPLITMIX_GAMMA	0x9e3779b97f4a7c15ULL
+
 static uint64_t splitmix64(uint64_t *x)
 {
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+	uint64_t z = (*x += SPLITMIX_GAMMA);
 
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
@@ -351,6 +382,20 @@ static void rng_fill(struct rng *r, char *buf, size_t n)
 		}
 		buf[i] = (char)r->cache[8 - r->avail--];
 	}
+}
+
+/*
+ * Put r at byte off of the (seed, idx) stream without making the bytes
+ * before it: word w of the stream is made from state0 + (w + 1) * gamma.
+ * churn sends from here, so that a partial send needs no buffer.
+ */
+static void rng_seek(struct rng *r, uint64_t seed, long idx, uint64_t off)
+{
+	char skip[8];
+
+	rng_init(r, seed, idx);
+	r->state += (off / 8) * SPLITMIX_GAMMA;
+	rng_fill(r, skip, (size_t)(off % 8));
 }
 
 static void set_nonblock(int fd)
@@ -1347,12 +1392,364 @@ static int run_trickle(void)
 	return 0;
 }
 
+/*
+ * Mode churn: short connections opened at a steady rate, each one sending
+ * a message to an echo server and checking that the very same bytes come
+ * back before the EOF. What is measured is what happens to connections
+ * that come and go, not to bytes: every connection is counted once, as ok
+ * or by the way it failed, and none is given up for being late.
+ */
+enum churn_class {
+	CH_OK, CH_REFUSED, CH_RESET, CH_BAD, CH_TIMEOUT, CH_ERROR, CH_NCLASS,
+};
+
+static const char *const ch_names[CH_NCLASS] = {
+	"ok", "refused", "reset", "bad", "timeout", "error",
+};
+
+struct churn {
+	int		 fd;		/* -1: a free slot */
+	long		 idx;
+	int		 connecting;
+	int		 shut;		/* all sent and the FIN given */
+	double		 t0;		/* when the connect was tried */
+	size_t		 sent, recvd;
+	struct rng	 rxr;		/* what must come back next */
+};
+
+static struct churn	*ch_slots;
+static long		*ch_free;	/* a stack of free slot numbers */
+static long		 ch_nfree;
+static long		 ch_count[CH_NCLASS];
+static long		 ch_late;
+static char		 ch_first[512];	/* the first failure, for exit 1 */
+
+static void churn_end(struct churn *, enum churn_class, int, const char *,
+    ...) __attribute__((format(printf, 4, 5)));
+
+/*
+ * Connection c is over: count it as cl, say why (with errno err's text
+ * when err is not 0) and give its slot back.
+ */
+static void churn_end(struct churn *c, enum churn_class cl, int err,
+    const char *fmt, ...)
+{
+	char why[256], line[sizeof(ch_first)];
+	va_list ap;
+
+	if (c->fd != -1)
+		close(c->fd);
+	c->fd = -1;
+	ch_free[ch_nfree++] = c - ch_slots;
+	ch_count[cl]++;
+	if (cl == CH_OK)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (err != 0)
+		snprintf(line, sizeof(line), "conn %ld: %s: %s: %s (errno %d)",
+		    c->idx, ch_names[cl], why, strerror(err), err);
+	else
+		snprintf(line, sizeof(line), "conn %ld: %s: %s", c->idx,
+		    ch_names[cl], why);
+	if (ch_first[0] == '\0')
+		memcpy(ch_first, line, sizeof(line));
+	if (o.verbose)
+		fprintf(stderr, "zp-peer: %s, after %.3fs (%zu sent, %zu "
+		    "received)\n", line, now() - c->t0, c->sent, c->recvd);
+}
+
+/* A failed call on a connection that was up: a reset, or something else. */
+static void churn_fail(struct churn *c, const char *what, int err)
+{
+	/* ENOTCONN: shutdown on a socket that the peer's RST already closed */
+	if (is_reset(err) || (err == ENOTCONN && strcmp(what, "shutdown") == 0))
+		churn_end(c, CH_RESET, err, "%s", what);
+	else
+		churn_end(c, CH_ERROR, err, "%s", what);
+}
+
+/* Send what the socket takes of the message; the FIN after its last byte. */
+static void churn_send(struct churn *c)
+{
+	struct rng r;
+
+	while (c->sent < o.msg_size) {
+		size_t n = o.msg_size - c->sent;
+		ssize_t w;
+
+		if (n > sizeof(vbuf))
+			n = sizeof(vbuf);
+		/* made again from the stream: no buffer per connection */
+		rng_seek(&r, o.seed, c->idx, c->sent);
+		rng_fill(&r, vbuf, n);
+		do
+			w = send(c->fd, vbuf, n, MSG_NOSIGNAL);
+		while (w == -1 && errno == EINTR);
+		if (w == -1) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				churn_fail(c, "send", errno);
+			return;
+		}
+		c->sent += (size_t)w;
+	}
+	if (shutdown(c->fd, SHUT_WR) == -1) {
+		churn_fail(c, "shutdown", errno);
+		return;
+	}
+	c->shut = 1;
+}
+
+/* Read and check the echo; at EOF the connection is over. */
+static void churn_recv(struct churn *c)
+{
+	for (;;) {
+		ssize_t r;
+		size_t i;
+
+		do
+			r = recv(c->fd, rbuf, sizeof(rbuf), 0);
+		while (r == -1 && errno == EINTR);
+		if (r == -1) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				churn_fail(c, "recv", errno);
+			return;
+		}
+		if (r == 0) {
+			if (c->recvd < o.msg_size)
+				churn_end(c, CH_BAD, 0, "EOF after %zu of %zu "
+				    "bytes", c->recvd, o.msg_size);
+			else
+				churn_end(c, CH_OK, 0, "eof");
+			return;
+		}
+		if (c->recvd + (size_t)r > o.msg_size) {
+			churn_end(c, CH_BAD, 0, "at least %zu bytes back, %zu "
+			    "sent", c->recvd + (size_t)r, o.msg_size);
+			return;
+		}
+		rng_fill(&c->rxr, vbuf, (size_t)r);
+		if (memcmp(rbuf, vbuf, (size_t)r) != 0) {
+			for (i = 0; rbuf[i] == vbuf[i]; i++)
+				;
+			churn_end(c, CH_BAD, 0, "wrong byte at offset %zu",
+			    c->recvd + i);
+			return;
+		}
+		c->recvd += (size_t)r;
+	}
+}
+
+/* The non-blocking connect finished: send at once if it worked. */
+static void churn_connected(struct churn *c)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
+		err = errno;
+	if (err == ECONNREFUSED)
+		churn_end(c, CH_REFUSED, err, "connect");
+	else if (err != 0)
+		churn_fail(c, "connect", err);
+	else {
+		c->connecting = 0;
+		churn_send(c);
+	}
+}
+
+/* Try connection idx in slot c. */
+static void churn_open(struct churn *c, long idx, const struct addrinfo *ai,
+    const struct addrinfo *src, double t)
+{
+	int one = 1;
+
+	memset(c, 0, sizeof(*c));
+	c->idx = idx;
+	c->t0 = t;
+	rng_init(&c->rxr, o.seed, idx);
+	c->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK |
+	    SOCK_CLOEXEC, 0);
+	if (c->fd == -1) {
+		churn_end(c, CH_ERROR, errno, "socket");
+		return;
+	}
+	if (src != NULL) {
+#ifdef IP_BIND_ADDRESS_NO_PORT
+		/* the port is chosen at connect, per destination */
+		(void)setsockopt(c->fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT,
+		    &one, sizeof(one));
+#endif
+		if (bind(c->fd, src->ai_addr, src->ai_addrlen) == -1) {
+			churn_end(c, CH_ERROR, errno, "bind to %s",
+			    o.bind_addr);
+			return;
+		}
+	}
+	(void)one;
+	if (connect(c->fd, ai->ai_addr, ai->ai_addrlen) == 0)
+		churn_send(c);
+	else if (errno == EINPROGRESS)
+		c->connecting = 1;
+	else if (errno == ECONNREFUSED)
+		churn_end(c, CH_REFUSED, errno, "connect");
+	else
+		churn_fail(c, "connect", errno);
+}
+
+/* SIGUSR1: the churn's period ends now (a test ends it on an event). */
+static volatile sig_atomic_t churn_stop;
+
+static void churn_stop_handler(int sig)
+{
+	(void)sig;
+	churn_stop = 1;
+}
+
+static int run_churn(void)
+{
+	struct addrinfo *ai = resolve(o.host, o.port, 0), *src = NULL;
+	long total = (long)(o.duration * o.rate + 0.5);
+	long max = o.max_open, opened = 0, late_below = 0, due, i, np;
+	struct pollfd *pf;
+	long *who;
+	struct rlimit rl;
+	double t0, t, t_last, secs;
+
+	if (o.bind_addr != NULL)
+		src = resolve(o.bind_addr, "0", 1);
+	/* a connect short of descriptors would count as an error, not late */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (rlim_t)max + 16 > rl.rlim_cur) {
+		max = rl.rlim_cur > 32 ? (long)rl.rlim_cur - 16 : 16;
+		fprintf(stderr, "zp-peer: churn: --max-open lowered to %ld "
+		    "(RLIMIT_NOFILE %llu)\n", max,
+		    (unsigned long long)rl.rlim_cur);
+	}
+	ch_slots = calloc((size_t)max, sizeof(*ch_slots));
+	ch_free = calloc((size_t)max, sizeof(*ch_free));
+	pf = calloc((size_t)max, sizeof(*pf));
+	who = calloc((size_t)max, sizeof(*who));
+	if (ch_slots == NULL || ch_free == NULL || pf == NULL || who == NULL)
+		die("out of memory");
+	for (i = max - 1; i >= 0; i--) {
+		ch_slots[i].fd = -1;
+		ch_free[ch_nfree++] = i;
+	}
+	signal(SIGUSR1, churn_stop_handler);
+	t0 = t_last = now();
+	for (;;) {
+		double wake;
+		int ms, rc;
+
+		if (churn_stop && total > opened)
+			total = opened;
+		t = now();
+		/*
+		 * The token bucket: connection k is due at t0 + k / rate.
+		 * Those due but without a free slot wait for one (late);
+		 * a round that fell behind catches up in one burst, so that
+		 * a slow round costs pacing, not connections.
+		 */
+		due = (long)((t - t0) * o.rate) + 1;
+		if (due > total)
+			due = total;
+		while (opened < due && ch_nfree > 0) {
+			if (opened < late_below)
+				ch_late++;
+			churn_open(&ch_slots[ch_free[--ch_nfree]], opened, ai,
+			    src, t);
+			opened++;
+			t_last = t;
+		}
+		if (opened < due)
+			late_below = due;
+		if (opened == total && ch_nfree == max)
+			break;
+		/* with no room, only an event or a timeout can help */
+		wake = opened < due ? t + 3600 : opened < total ?
+		    t0 + (double)opened / o.rate : t + 3600;
+		for (i = 0, np = 0; i < max; i++) {
+			struct churn *c = &ch_slots[i];
+
+			if (c->fd == -1)
+				continue;
+			if (o.timeout > 0) {
+				double dl = c->t0 + o.timeout;
+
+				if (t >= dl) {
+					churn_end(c, CH_TIMEOUT, 0, "not done "
+					    "after %.1fs%s", o.timeout,
+					    c->connecting ? ", connecting" :
+					    c->shut ? "" : ", sending");
+					/* a free slot: open, or end, at once */
+					wake = t;
+					continue;
+				}
+				if (dl < wake)
+					wake = dl;
+			}
+			pf[np].fd = c->fd;
+			pf[np].events = c->connecting ? POLLOUT :
+			    c->shut ? POLLIN : POLLIN | POLLOUT;
+			pf[np].revents = 0;
+			who[np++] = i;
+		}
+		/* round up: waking before the next connect is due would spin */
+		ms = wake - t > 3600 ? 3600 * 1000 : (int)((wake - t) * 1000);
+		if (ms < 0)
+			ms = 0;
+		else if ((double)ms < (wake - t) * 1000)
+			ms++;
+		rc = poll(pf, (nfds_t)np, ms);
+		if (rc == -1) {
+			if (errno == EINTR)
+				continue;
+			die("poll: %s", strerror(errno));
+		}
+		for (i = 0; i < np && rc > 0; i++) {
+			struct churn *c = &ch_slots[who[i]];
+			short re = pf[i].revents;
+
+			if (re == 0)
+				continue;
+			rc--;
+			if (c->connecting) {
+				churn_connected(c);
+				continue;
+			}
+			if (re & (POLLIN | POLLERR | POLLHUP))
+				churn_recv(c);
+			if (c->fd != -1 && !c->shut && (re & POLLOUT))
+				churn_send(c);
+		}
+	}
+	/* perfect pacing opens the last one 1/rate before the period ends */
+	secs = t_last - t0 + 1 / o.rate;
+	printf("churn attempted=%ld ok=%ld refused=%ld reset=%ld bad=%ld "
+	    "timeout=%ld error=%ld late=%ld rate=%.1f\n", opened,
+	    ch_count[CH_OK], ch_count[CH_REFUSED], ch_count[CH_RESET],
+	    ch_count[CH_BAD], ch_count[CH_TIMEOUT], ch_count[CH_ERROR], ch_late,
+	    (double)opened / secs);
+	freeaddrinfo(ai);
+	if (src != NULL)
+		freeaddrinfo(src);
+	free(ch_slots);
+	free(ch_free);
+	free(pf);
+	free(who);
+	if (ch_count[CH_OK] != opened)
+		die("churn: %s", ch_first);
+	return 0;
+}
+
 enum {
 	OPT_SEED = 256, OPT_AFTER_EOF, OPT_NO_READ, OPT_NO_SHUT, OPT_CHUNK,
 	OPT_NODELAY, OPT_READ_DELAY, OPT_READ_RATE, OPT_RAR, OPT_RAS,
 	OPT_ALLOW_RESET, OPT_ACCEPT_DELAY, OPT_HOLD, OPT_EXPECT_CLOSE,
 	OPT_PINGPONG, OPT_MSG_SIZE, OPT_DURATION, OPT_INTERVAL, OPT_DEADLINE,
-	OPT_GARBAGE_EVERY,
+	OPT_GARBAGE_EVERY, OPT_RATE, OPT_MAX_OPEN,
 };
 
 static const struct option longopts[] = {
@@ -1384,6 +1781,8 @@ static const struct option longopts[] = {
 	{ "interval",		required_argument, NULL, OPT_INTERVAL },
 	{ "deadline",		required_argument, NULL, OPT_DEADLINE },
 	{ "garbage-every",	required_argument, NULL, OPT_GARBAGE_EVERY },
+	{ "rate",		required_argument, NULL, OPT_RATE },
+	{ "max-open",		required_argument, NULL, OPT_MAX_OPEN },
 	{ "timeout",		required_argument, NULL, 't' },
 	{ "verbose",		no_argument,	   NULL, 'v' },
 	{ "quiet",		no_argument,	   NULL, 'q' },
@@ -1398,7 +1797,8 @@ static void parse_args(int argc, char **argv)
 	char **pos;
 
 	if (argc < 2)
-		usage_error("missing mode: listen, connect, blackhole or port");
+		usage_error("missing mode: listen, connect, blackhole, port, "
+		    "trickle or churn");
 	m = argv[1];
 	if (strcmp(m, "-h") == 0 || strcmp(m, "--help") == 0) {
 		usage(stdout);
@@ -1414,13 +1814,16 @@ static void parse_args(int argc, char **argv)
 		o.mode = MODE_PORT;
 	else if (strcmp(m, "trickle") == 0)
 		o.mode = MODE_TRICKLE;
+	else if (strcmp(m, "churn") == 0)
+		o.mode = MODE_CHURN;
 	else
 		usage_error("unknown mode '%s'", m);
 
 	o.conns = 1;
 	o.chunk = 64 * 1024;
 	o.seed = 1;
-	o.timeout = 120;
+	/* churn: per connection, so a stuck one is counted, not waited for */
+	o.timeout = o.mode == MODE_CHURN ? 10 : 120;
 	o.duration = 10;
 	o.interval = 1;
 	o.deadline = 5;
@@ -1512,6 +1915,22 @@ static void parse_args(int argc, char **argv)
 			o.garbage_every = (long)parse_size("--garbage-every",
 			    optarg);
 			break;
+		case OPT_RATE: {
+			char *end;
+
+			errno = 0;
+			o.rate = strtod(optarg, &end);
+			if (end == optarg || *end != '\0' || errno != 0 ||
+			    !(o.rate > 0 && o.rate <= 1e6))
+				usage_error("--rate: bad rate '%s' (above 0, "
+				    "at most 1000000)", optarg);
+			break;
+		}
+		case OPT_MAX_OPEN:
+			o.max_open = (long)parse_size("--max-open", optarg);
+			if (o.max_open < 1)
+				usage_error("--max-open must be at least 1");
+			break;
 		case 't': o.timeout = parse_secs("--timeout", optarg); break;
 		case 'v': o.verbose = 1; break;
 		case 'q': o.quiet = 1; break;
@@ -1521,7 +1940,8 @@ static void parse_args(int argc, char **argv)
 	}
 	pos = argv + optind;
 	npos = argc - optind;
-	if (o.mode == MODE_CONNECT || o.mode == MODE_TRICKLE) {
+	if (o.mode == MODE_CONNECT || o.mode == MODE_TRICKLE ||
+	    o.mode == MODE_CHURN) {
 		if (npos != 2)
 			usage_error("%s needs HOST PORT", m);
 		o.host = pos[0];
@@ -1557,6 +1977,24 @@ static void parse_args(int argc, char **argv)
 	}
 	if (o.accept_delay > 0 && o.mode != MODE_LISTEN)
 		usage_error("--accept-delay is for listen");
+	if ((o.rate > 0 || o.max_open > 0) && o.mode != MODE_CHURN)
+		usage_error("--rate and --max-open are for churn");
+	if (o.mode == MODE_CHURN) {
+		/* churn makes its own messages and checks their echo itself */
+		if (o.send_file || o.have_send_gen || o.have_expect_gen ||
+		    o.echo || o.recv_file || o.conns_set)
+			usage_error("churn takes no --send, --send-gen, "
+			    "--expect-gen, --echo, --recv, --conns");
+		if (o.rate == 0)
+			o.rate = 1000;
+		if (o.max_open == 0)
+			o.max_open = 2000;
+		if (o.msg_size == 0)
+			o.msg_size = 100;
+		if (o.duration * o.rate < 0.5)
+			usage_error("--duration %g at --rate %g opens no "
+			    "connection", o.duration, o.rate);
+	}
 }
 
 int main(int argc, char **argv)
@@ -1579,6 +2017,8 @@ int main(int argc, char **argv)
 		return run_port();
 	case MODE_TRICKLE:
 		return run_trickle();
+	case MODE_CHURN:
+		return run_churn();
 	}
 	return 2;
 }

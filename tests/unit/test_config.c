@@ -552,9 +552,9 @@ test_parse_defaults(void **state)
 
 	assert_int_equal(parse(s, "-l", ":9000", "-u", "backend:80", NULL),
 	    ZP_PARSE_OK);
-	assert_int_equal(c->have_listen, 1);
-	assert_int_equal(c->listen.any, 1);
-	assert_int_equal(c->listen.port, 9000);
+	assert_int_equal(c->nlistens, 1);
+	assert_int_equal(c->listens[0].any, 1);
+	assert_int_equal(c->listens[0].port, 9000);
 	assert_int_equal(c->nupstreams, 1);
 	assert_string_equal(c->upstreams[0].host, "backend");
 	assert_string_equal(c->upstreams[0].port, "80");
@@ -582,15 +582,15 @@ test_parse_long_options(void **state)
 {
 	struct cfg_state	*s = *state;
 	struct zp_config	*c = &s->cfg;
-	struct sockaddr_in	*sin = (struct sockaddr_in *)&c->listen.addr.ss;
+	struct sockaddr_in	*sin = (struct sockaddr_in *)&c->listens[0].addr.ss;
 
 	assert_int_equal(parse(s, "--listen", "127.0.0.1:9001",
 	    "--upstream", "[::1]:8080", "--mode", "copy",
 	    "--pipe-size", "256K", "--buffer-size", "16KiB",
 	    "--splice-min", "0", "--max-conns", "100", "--connect-timeout", "2.5",
 	    "--verbose", "--verbose", NULL), ZP_PARSE_OK);
-	assert_int_equal(c->listen.any, 0);
-	assert_int_equal(c->listen.port, 9001);
+	assert_int_equal(c->listens[0].any, 0);
+	assert_int_equal(c->listens[0].port, 9001);
 	assert_int_equal(sin->sin_family, AF_INET);
 	assert_int_equal(sin->sin_addr.s_addr, htonl(INADDR_LOOPBACK));
 	assert_string_equal(c->upstreams[0].host, "::1");
@@ -609,8 +609,8 @@ test_parse_long_options(void **state)
 	    "--mode=splice", "--pipe-size=2M", "--buffer-size=1K",
 	    "--splice-min=64K", "--max-conns=10000000", "--connect-timeout=86400", "--quiet",
 	    NULL), ZP_PARSE_OK);
-	assert_int_equal(c->listen.any, 1);
-	assert_int_equal(c->listen.port, 7);
+	assert_int_equal(c->listens[0].any, 1);
+	assert_int_equal(c->listens[0].port, 7);
 	assert_string_equal(c->upstreams[0].host, "h");
 	assert_string_equal(c->upstreams[0].port, "8");
 	assert_int_equal(c->mode, ZP_MODE_SPLICE);
@@ -632,9 +632,9 @@ test_parse_short_options(void **state)
 
 	assert_int_equal(parse(s, "-l", "[::1]:1", "-u", "h:2", "-m", "copy",
 	    "-v", "-v", "-v", NULL), ZP_PARSE_OK);
-	assert_int_equal(c->listen.any, 0);
-	assert_int_equal(c->listen.port, 1);
-	assert_int_equal(c->listen.addr.ss.ss_family, AF_INET6);
+	assert_int_equal(c->listens[0].any, 0);
+	assert_int_equal(c->listens[0].port, 1);
+	assert_int_equal(c->listens[0].addr.ss.ss_family, AF_INET6);
 	assert_string_equal(c->upstreams[0].host, "h");
 	assert_string_equal(c->upstreams[0].port, "2");
 	assert_int_equal(c->mode, ZP_MODE_COPY);
@@ -643,8 +643,8 @@ test_parse_short_options(void **state)
 	reparse_reset(s);
 	assert_int_equal(parse(s, "-l:9000", "-uhost:3", "-msplice", "-vv",
 	    NULL), ZP_PARSE_OK);
-	assert_int_equal(c->listen.any, 1);
-	assert_int_equal(c->listen.port, 9000);
+	assert_int_equal(c->listens[0].any, 1);
+	assert_int_equal(c->listens[0].port, 9000);
 	assert_string_equal(c->upstreams[0].host, "host");
 	assert_string_equal(c->upstreams[0].port, "3");
 	assert_int_equal(c->mode, ZP_MODE_SPLICE);
@@ -819,14 +819,160 @@ test_parse_second_upstream(void **state)
  * option and both values, whichever option it is; a value of its own
  * that is wrong is not reached.
  */
+/* parse() must refuse, with a message that names what. */
+#define expect_error(s, what, ...) do {					\
+	assert_int_equal(parse((s), __VA_ARGS__), ZP_PARSE_ERROR);	\
+	assert_errmsg((s)->err, (what));				\
+} while (0)
+
+/* -l repeats: addresses and systemd's sockets, each once. */
+static void
+test_parse_listens(void **state)
+{
+	struct cfg_state	*s = *state;
+	struct zp_config	*c = &s->cfg;
+	char			 buf[ZP_ADDRSTRLEN + ZP_FDNAME_MAX];
+	char			 name[300];
+
+	assert_int_equal(parse(s, "-l", ":1", "-l", "127.0.0.1:2", "-l",
+	    "systemd", "--listen", "systemd:web", "-u", "h:1", NULL),
+	    ZP_PARSE_OK);
+	assert_int_equal(c->nlistens, 4);
+	assert_int_equal(c->listens[0].any, 1);
+	assert_int_equal(c->listens[0].systemd, 0);
+	assert_int_equal(c->listens[1].port, 2);
+	assert_int_equal(c->listens[2].systemd, 1);
+	assert_string_equal(c->listens[2].name, "");
+	assert_int_equal(c->listens[3].systemd, 1);
+	assert_string_equal(c->listens[3].name, "web");
+	assert_string_equal(zp_listen_spec_str(&c->listens[0], buf,
+	    sizeof(buf)), ":1");
+	assert_string_equal(zp_listen_spec_str(&c->listens[1], buf,
+	    sizeof(buf)), "127.0.0.1:2");
+	assert_string_equal(zp_listen_spec_str(&c->listens[2], buf,
+	    sizeof(buf)), "systemd");
+	assert_string_equal(zp_listen_spec_str(&c->listens[3], buf,
+	    sizeof(buf)), "systemd:web");
+
+	/* The same one twice could never work. */
+	reparse_reset(s);
+	expect_error(s, "--listen :1 given twice", "-l", ":1", "-l", ":1",
+	    "-u", "h:1", NULL);
+	reparse_reset(s);
+	expect_error(s, "--listen [::1]:5 given twice", "-l", "[::1]:5",
+	    "-l", "[0:0::1]:5", "-u", "h:1", NULL);
+	reparse_reset(s);
+	expect_error(s, "--listen systemd given twice", "-l", "systemd",
+	    "-l", "systemd", "-u", "h:1", NULL);
+	reparse_reset(s);
+	expect_error(s, "--listen systemd:a given twice", "-l", "systemd:a",
+	    "-l", "systemd:a", "-u", "h:1", NULL);
+	/* Other names, other addresses: fine. */
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", "systemd:a", "-l", "systemd:b", "-l",
+	    "127.0.0.1:5", "-l", "127.0.0.2:5", "-u", "h:1", NULL),
+	    ZP_PARSE_OK);
+
+	/* Names as FileDescriptorName= takes them. */
+	reparse_reset(s);
+	expect_error(s, "invalid listen socket name 'systemd:'", "-l",
+	    "systemd:", "-u", "h:1", NULL);
+	reparse_reset(s);
+	expect_error(s, "invalid listen socket name 'systemd:a:b'", "-l",
+	    "systemd:a:b", "-u", "h:1", NULL);
+	reparse_reset(s);
+	expect_error(s, "invalid listen socket name", "-l", "systemd:a b",
+	    "-u", "h:1", NULL);
+	memset(name, 'x', sizeof(name));
+	memcpy(name, "systemd:", 8);
+	name[8 + ZP_FDNAME_MAX] = '\0';
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", name, "-u", "h:1", NULL), ZP_PARSE_OK);
+	assert_int_equal(strlen(c->listens[0].name), ZP_FDNAME_MAX);
+	name[8 + ZP_FDNAME_MAX] = 'x';
+	name[9 + ZP_FDNAME_MAX] = '\0';
+	reparse_reset(s);
+	expect_error(s, "invalid listen socket name", "-l", name, "-u", "h:1",
+	    NULL);
+	/* "systemdX" is neither: an address that does not parse. */
+	reparse_reset(s);
+	expect_error(s, "invalid listen address", "-l", "systemd2:1", "-u",
+	    "h:1", NULL);
+
+	/* At most ZP_MAX_LISTENS. */
+	{
+		char	*argv[2 * ZP_MAX_LISTENS + 6], ports[ZP_MAX_LISTENS + 1][8];
+		int	 i, n = 0;
+
+		argv[n++] = (char *)"zproxy";
+		for (i = 0; i <= ZP_MAX_LISTENS; i++) {
+			snprintf(ports[i], sizeof(ports[i]), ":%d", 100 + i);
+			argv[n++] = (char *)"-l";
+			argv[n++] = ports[i];
+		}
+		argv[n++] = (char *)"-u";
+		argv[n++] = (char *)"h:1";
+		argv[n] = NULL;
+		reparse_reset(s);
+		assert_int_equal(zp_config_parse(c, n, argv, s->err,
+		    sizeof(s->err)), ZP_PARSE_ERROR);
+		assert_non_null(strstr(s->err, "too many --listen"));
+		reparse_reset(s);
+		assert_int_equal(zp_config_parse(c, n - 2 - 2, argv, s->err,
+		    sizeof(s->err)), ZP_PARSE_ERROR);	/* no -u: missing */
+		argv[n - 4] = (char *)"-u";
+		argv[n - 3] = (char *)"h:1";
+		argv[n - 2] = NULL;
+		reparse_reset(s);
+		assert_int_equal(zp_config_parse(c, n - 2, argv, s->err,
+		    sizeof(s->err)), ZP_PARSE_OK);
+		assert_int_equal(c->nlistens, ZP_MAX_LISTENS);
+	}
+}
+
+/* --control, --takeover, --daemon. */
+static void
+test_parse_restarts(void **state)
+{
+	struct cfg_state	*s = *state;
+	struct zp_config	*c = &s->cfg;
+	char			 path[ZP_CONTROL_PATH_MAX + 2];
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", NULL), ZP_PARSE_OK);
+	assert_null(c->control);
+	assert_null(c->takeover);
+	assert_int_equal(c->daemon, 0);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--control",
+	    "/run/zp/c", "--takeover", "/run/zp/c", "--daemon", NULL),
+	    ZP_PARSE_OK);
+	assert_string_equal(c->control, "/run/zp/c");
+	assert_string_equal(c->takeover, "/run/zp/c");
+	assert_int_equal(c->daemon, 1);
+	reparse_reset(s);
+	expect_error(s, "invalid --control path ''", "-l", ":1", "-u", "h:1",
+	    "--control", "", NULL);
+	memset(path, 'a', sizeof(path));
+	path[0] = '/';
+	path[ZP_CONTROL_PATH_MAX] = '\0';
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--takeover", path,
+	    NULL), ZP_PARSE_OK);
+	path[ZP_CONTROL_PATH_MAX] = 'a';
+	path[ZP_CONTROL_PATH_MAX + 1] = '\0';
+	reparse_reset(s);
+	expect_error(s, "invalid --takeover path", "-l", ":1", "-u", "h:1",
+	    "--takeover", path, NULL);
+}
+
 static void
 test_parse_second_listen(void **state)
 {
 	static const struct {
 		const char	*opt, *a, *b, *name;
 	} twice[] = {
-		{ "-l", ":1", ":1", "--listen" },
-		{ "--listen", ":1", "127.0.0.1:2", "--listen" },
+		{ "--control", "/run/a", "/run/b", "--control" },
+		{ "--takeover", "/run/a", "/run/a", "--takeover" },
 		{ "-m", "copy", "splice", "--mode" },
 		{ "--pipe-size", "64K", "1M", "--pipe-size" },
 		{ "--buffer-size", "16K", "16K", "--buffer-size" },
@@ -873,10 +1019,6 @@ test_parse_second_listen(void **state)
 	}
 
 	/* Short and long forms are one option. */
-	reparse_reset(s);
-	assert_int_equal(parse(s, "-l", ":1", "--listen=:2", "-u", "a:1",
-	    NULL), ZP_PARSE_ERROR);
-	assert_errmsg(s->err, "--listen given twice");
 	reparse_reset(s);
 	assert_int_equal(parse(s, "-l", ":1", "-u", "a:1", "--mode=copy",
 	    "-mcopy", NULL), ZP_PARSE_ERROR);
@@ -1250,13 +1392,13 @@ test_parse_repeatable(void **state)
 	assert_int_equal(parse(s, "-vx", "-l", ":1", NULL), ZP_PARSE_ERROR);
 	reparse_reset(s);
 	assert_int_equal(parse(s, "-l", ":2", "-u", "h:2", NULL), ZP_PARSE_OK);
-	assert_int_equal(s->cfg.listen.port, 2);
+	assert_int_equal(s->cfg.listens[0].port, 2);
 	reparse_reset(s);
 	assert_int_equal(parse(s, "-l", NULL), ZP_PARSE_ERROR);
 	reparse_reset(s);
 	assert_int_equal(parse(s, "-l", ":3", "-u", "h:3", "-v", NULL),
 	    ZP_PARSE_OK);
-	assert_int_equal(s->cfg.listen.port, 3);
+	assert_int_equal(s->cfg.listens[0].port, 3);
 	assert_int_equal(s->cfg.verbose, 1);
 }
 
@@ -1734,6 +1876,10 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_parse_second_upstream,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_second_listen,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_listens,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_restarts,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_escaped_values,
 		    cfg_setup, cfg_teardown),

@@ -643,7 +643,7 @@ start_server(struct fixture *f, int any)
 		loopback_spec(&spec, f->port);
 		spec.any = any;
 		err[0] = '\0';
-		f->server = zp_stats_new(&f->ctx, &spec, err, sizeof(err));
+		f->server = zp_stats_new(&f->ctx, &spec, -1, err, sizeof(err));
 		if (f->server != NULL)
 			return;
 		if (strstr(err, "in use") == NULL)
@@ -981,7 +981,7 @@ test_server_in_use(void **state)
 	char			 err[ZP_ERRLEN], want[ZP_ERRLEN], *r;
 
 	loopback_spec(&spec, f->port);
-	assert_null(zp_stats_new(&f->ctx, &spec, err, sizeof(err)));
+	assert_null(zp_stats_new(&f->ctx, &spec, -1, err, sizeof(err)));
 	snprintf(want, sizeof(want), "cannot serve stats on 127.0.0.1:%u: "
 	    "Address already in use", f->port);
 	assert_string_equal(err, want);

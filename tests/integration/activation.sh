@@ -1,0 +1,183 @@
+#!/bin/bash
+# activation.sh - socket activation (issue 14): zproxy takes its listening
+# sockets from systemd ($LISTEN_FDS, $LISTEN_FDNAMES) with -l systemd or
+# -l systemd:NAME, started here by systemd-socket-activate, which binds
+# the sockets, waits for the first client and then execs zproxy with them
+# (as systemd does for a socket unit):
+#   a. -l systemd: the client that woke it, and those after, are relayed
+#      byte for byte both ways; the start-up line names the socket;
+#   b. named sockets: -l systemd:web and -l systemd:admin each take their
+#      own (two of "web"), to different upstreams; a passed socket no -l
+#      takes is closed with a warning;
+#   c. a takeover of systemd's sockets (what `systemctl reload` of
+#      zproxy-socket.service does): the new zproxy, with no $LISTEN_FDS
+#      of its own, takes -l systemd:web from the running one and relays
+#      to its new upstream; the old one exits 0;
+#   d. refused clearly, at start-up, with exit 78: a UDP socket, a name
+#      that was not passed, and no $LISTEN_FDS at all.
+. "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
+
+command -v systemd-socket-activate >/dev/null ||
+	fail "systemd-socket-activate not found: install systemd"
+
+# activate NAME SSA-ARGS... -- ZPROXY-ARGS...: systemd-socket-activate
+# SSA-ARGS, which execs zproxy ZPROXY-ARGS (and --user when the suite runs
+# as one) once a client comes. Sets APID (zproxy's pid once it runs: the
+# activator execs it) and ALOG.
+activate() {
+	local name=$1 ssa=() zp=()
+	shift
+	while [ "$1" != -- ]; do ssa+=("$1"); shift; done
+	shift
+	zp=("$@")
+	[ "$ZP_USER_ACTIVE" = 1 ] && zp+=(--user "$ZP_USER")
+	zp_bg "$name" systemd-socket-activate "${ssa[@]}" \
+	    "$ZPROXY" "${zp[@]}" --drain-timeout 1
+	APID=$BG_PID
+	ALOG=$T/$name.err
+}
+
+# wake PORT: wait until the activator listens on PORT.
+wake_wait() {
+	wait_port "$1" 10 || fail "systemd-socket-activate is not listening on $1"
+}
+
+case_one() {
+	local p
+	p=$(free_port) || fail "no free port"
+	activate one -l "127.0.0.1:$p" -- -l systemd -u "127.0.0.1:$EPORT" -v
+	wake_wait "$p"
+	# This client wakes zproxy: it waits in the backlog meanwhile.
+	peer c1 connect 127.0.0.1 "$p" --send "$T/data" --recv "$T/back1" \
+	    -t 20 || fail "the first client failed: $(cat "$T/c1.err")"
+	same_file "$T/data" "$T/back1" "the client that woke zproxy"
+	peer c2 connect 127.0.0.1 "$p" --send "$T/data" --recv "$T/back2" \
+	    -t 20 || fail "the second client failed: $(cat "$T/c2.err")"
+	same_file "$T/data" "$T/back2" "the next client"
+	grep -q "listening on 127.0.0.1:$p (systemd), upstream" "$ALOG" ||
+		fail "the start-up line: $(grep 'listening on' "$ALOG")"
+	ok "-l systemd: the client that woke zproxy and the next were relayed byte for byte ($(stat -c %s "$T/data") bytes each way)"
+	kill -TERM "$APID"
+	zp_wait_exit "$APID" 10
+	p=$?
+	[ "$p" = 0 ] || fail "zproxy exited $p after SIGTERM"
+	sanitizer_clean "$ALOG" || fail "sanitizer report: $(grep -m 3 -i sanitizer "$ALOG")"
+	sandbox_clean "$ALOG" || fail "the sandbox refused a call"
+	ok "it drains and exits 0 at SIGTERM"
+}
+
+case_named() {
+	local pw1 pw2 pa po
+	peer_listen other --echo -n 0 -t 120
+	pw1=$(free_port) && pw2=$(free_port) && pa=$(free_port) &&
+		po=$(free_port) || fail "no free port"
+	[ "$pw1" != "$pw2" ] || pw2=$(free_port)
+	activate named -l "127.0.0.1:$pw1" -l "127.0.0.1:$pa" \
+	    -l "127.0.0.1:$pw2" -l "127.0.0.1:$po" --fdname=web:admin:web:other \
+	    -- -l systemd:web -l systemd:admin -u "127.0.0.1:$EPORT" -v
+	wake_wait "$po"
+	for p in "$pw1" "$pa" "$pw2"; do
+		peer "c$p" connect 127.0.0.1 "$p" --send "$T/data" \
+		    --recv "$T/back$p" -t 20 ||
+			fail "a client on $p failed: $(cat "$T/c$p.err")"
+		same_file "$T/data" "$T/back$p" "a client on port $p"
+	done
+	grep -q "listening on 127.0.0.1:$pw1 (systemd:web), 127.0.0.1:$pw2 (systemd:web), 127.0.0.1:$pa (systemd:admin), upstream" "$ALOG" ||
+		fail "the start-up line: $(grep 'listening on' "$ALOG")"
+	ok "-l systemd:web took both web sockets, -l systemd:admin its own: each relayed byte for byte"
+	grep -q "\-l systemd: closing descriptor 6 (systemd:other): no -l takes it" "$ALOG" ||
+		fail "no warning for the socket nobody took: $(grep -i closing "$ALOG")"
+	peer late connect 127.0.0.1 "$po" --expect-close 5 -t 10 ||
+		fail "the socket nobody took still answers: $(cat "$T/late.err")"
+	grep -q refused "$T/late.out" ||
+		fail "the socket nobody took: $(cat "$T/late.out")"
+	ok "the socket no -l takes was closed, with a warning: its clients are refused"
+	kill -TERM "$APID"
+	zp_wait_exit "$APID" 10 || fail "zproxy did not exit 0"
+}
+
+case_takeover() {
+	local p old rc new
+	peer_listen b --echo -n 0 -t 120
+	p=$(free_port) || fail "no free port"
+	activate tk -l "127.0.0.1:$p" --fdname=web -- -l systemd:web \
+	    --control "$T/ctl" -u "127.0.0.1:$EPORT" -v
+	old=$APID
+	wake_wait "$p"
+	peer t1 connect 127.0.0.1 "$p" --send "$T/data" --recv "$T/t1" -t 20 ||
+		fail "the first client failed: $(cat "$T/t1.err")"
+	# The reload's zproxy: started by no socket unit, so no LISTEN_FDS.
+	start_zproxy -l systemd:web --control "$T/ctl" --takeover "$T/ctl" \
+	    -u "127.0.0.1:$PEER_PORT" -v
+	new=$ZPID
+	wait_line "$ZLOG" 'took over from pid' 10 "$ZPID" >/dev/null ||
+		fail "the new zproxy did not take over: $(tail -n 2 "$ZLOG")"
+	grep -q "listening on 127.0.0.1:$p (systemd:web)" "$ZLOG" ||
+		fail "the new zproxy: $(grep 'listening on' "$ZLOG")"
+	zp_wait_exit "$old" 10
+	rc=$?
+	[ "$rc" = 0 ] || fail "the old zproxy exited $rc"
+	peer t2 connect 127.0.0.1 "$p" --send "$T/data" --recv "$T/t2" -t 20 ||
+		fail "a client after the takeover failed: $(cat "$T/t2.err")"
+	same_file "$T/data" "$T/t2" "a client after the takeover"
+	grep -q "upstream=127.0.0.1:$PEER_PORT " "$ZLOG" ||
+		fail "the client after the takeover did not go to the new upstream"
+	ok "-l systemd:web taken over by a zproxy without \$LISTEN_FDS: the old one exited 0, the new one relays to its own upstream"
+	stop_zproxy
+}
+
+# refused NAME WANT SSA-ARGS... -- ZPROXY-ARGS: zproxy must exit 78 with a
+# line holding WANT, once woken (a client, or a datagram for -d).
+refused() {
+	local name=$1 want=$2 p rc
+	shift 2
+	p=$(free_port) || fail "no free port"
+	activate "$name" "${@//@PORT@/$p}"
+	if [ "${1:-}" = -d ]; then
+		local hex deadline=$(( $(now_ms) + 10000 ))
+		hex=$(printf '%04X' "$p")
+		until grep -q ":$hex " /proc/net/udp; do
+			[ "$(now_ms)" -ge "$deadline" ] &&
+				fail "$name: no UDP socket on $p"
+			sleep 0.02
+		done
+		echo x | socat -u - "UDP:127.0.0.1:$p" ||
+			fail "$name: cannot send a datagram"
+	else
+		wake_wait "$p"
+		"$ZP_PEER" connect 127.0.0.1 "$p" -t 5 -q --allow-reset \
+		    >/dev/null 2>&1 || true
+	fi
+	zp_wait_exit "$APID" 10
+	rc=$?
+	[ "$rc" = 78 ] || fail "$name: exit $rc, want 78: $(cat "$ALOG")"
+	grep -q -- "$want" "$ALOG" || fail "$name: $(tail -n 2 "$ALOG")"
+	ok "$name: exit 78, '$(grep -m 1 -- "$want" "$ALOG" | sed 's/^[^ ]* [^ ]* //')'"
+}
+
+case_refused() {
+	local rc
+	refused udp "-l systemd: descriptor 3 is not a listening TCP socket (a UDP socket)" \
+	    -d -l "127.0.0.1:@PORT@" -- -l systemd -u "127.0.0.1:$EPORT"
+	refused unnamed "-l systemd:web: systemd passed no socket of that name" \
+	    -l "127.0.0.1:@PORT@" --fdname=api -- -l systemd:web \
+	    -u "127.0.0.1:$EPORT"
+	env -u LISTEN_FDS -u LISTEN_PID "$ZPROXY" -l systemd \
+	    -u "127.0.0.1:$EPORT" >"$T/none.out" 2>"$T/none.err" </dev/null
+	rc=$?
+	[ "$rc" = 78 ] || fail "no LISTEN_FDS: exit $rc, want 78"
+	grep -q 'no sockets were passed (\$LISTEN_FDS is unset' "$T/none.err" ||
+		fail "no LISTEN_FDS: $(cat "$T/none.err")"
+	ok "no LISTEN_FDS: exit 78, '$(sed 's/^[^ ]* [^ ]* //' "$T/none.err")'"
+}
+
+mkdata data 1M
+peer_listen echo --echo -n 0 -t 120
+EPORT=$PEER_PORT
+
+subcase case_one
+subcase case_named
+subcase case_takeover
+subcase case_refused
+
+zp_done
