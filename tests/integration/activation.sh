@@ -13,7 +13,12 @@
 #      zproxy-socket.service does): the new zproxy, with no $LISTEN_FDS
 #      of its own, takes -l systemd:web from the running one and relays
 #      to its new upstream; the old one exits 0;
-#   d. refused clearly, at start-up, with exit 78: a UDP socket, a name
+#   d. a restart refuses no client: a holder of the socket (zp-peer
+#      activate, as systemd holds a socket unit's) restarts zproxy three
+#      times while clients connect at 1,000 a second; those that come
+#      while no zproxy runs wait in the backlog and are served (and,
+#      to show the difference, a restart without the holder refuses some);
+#   e. refused clearly, at start-up, with exit 78: a UDP socket, a name
 #      that was not passed, and no $LISTEN_FDS at all.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
@@ -126,6 +131,65 @@ case_takeover() {
 	stop_zproxy
 }
 
+case_restart() {
+	local p i line n deadline user=()
+	[ "$ZP_USER_ACTIVE" = 1 ] && user=(--user "$ZP_USER")
+	zp_bg holder "$ZP_PEER" activate -- "$ZPROXY" -l systemd \
+	    -u "127.0.0.1:$EPORT" --drain-timeout 5 "${user[@]}"
+	p=$(wait_line "$T/holder.out" '^[0-9]+$' 10 "$BG_PID") ||
+		fail "zp-peer activate did not start: $(cat "$T/holder.err")"
+	HOLDER=$BG_PID
+	wait_line "$T/holder.err" 'listening on' 10 "$HOLDER" >/dev/null ||
+		fail "zproxy did not start: $(cat "$T/holder.err")"
+	zp_bg churn "$ZP_PEER" churn 127.0.0.1 "$p" --rate 1000 --duration 120
+	CHURN=$BG_PID
+	for i in 1 2 3; do
+		sleep 0.5	# clients on this zproxy before the next restart
+		kill -HUP "$HOLDER"
+		wait_line "$T/holder.out" "^restarted $i\$" 20 "$HOLDER" \
+		    >/dev/null || fail "no restart $i: $(tail -n 3 "$T/holder.err")"
+		deadline=$(( $(now_ms) + 10000 ))
+		until [ "$(grep -c 'listening on' "$T/holder.err")" = $((i + 1)) ]; do
+			[ "$(now_ms)" -ge "$deadline" ] &&
+				fail "restart $i: zproxy did not start again"
+			sleep 0.02
+		done
+	done
+	sleep 0.5
+	kill -USR1 "$CHURN"
+	peer_wait "$CHURN" churn 30 ||
+		fail "clients failed across the restarts: $(cat "$T/churn.out") $(head -c 300 "$T/churn.err")"
+	line=$(cat "$T/churn.out")
+	[ "$(field refused "$line")" = 0 ] && [ "$(field reset "$line")" = 0 ] ||
+		fail "across the restarts: $line"
+	ok "3 restarts with the socket held: $line"
+	kill -TERM "$HOLDER"
+	zp_wait_exit "$HOLDER" 10
+	n=$?
+	[ "$n" = 0 ] || fail "zproxy exited $n at the end"
+	sanitizer_clean "$T/holder.err" || fail "sanitizer report"
+	sandbox_clean "$T/holder.err" || fail "the sandbox refused a call"
+
+	# The same without a holder: the socket closes with zproxy, and the
+	# clients of the gap are refused (what the holder saves them from).
+	p=$(free_port) || fail "no free port"
+	start_zproxy -l "127.0.0.1:$p" -u "127.0.0.1:$EPORT"
+	zp_bg churn2 "$ZP_PEER" churn 127.0.0.1 "$p" --rate 1000 --duration 120
+	CHURN=$BG_PID
+	sleep 0.5
+	stop_zproxy
+	sleep 0.2	# the gap a restart leaves
+	start_zproxy -l "127.0.0.1:$p" -u "127.0.0.1:$EPORT"
+	sleep 0.5
+	kill -USR1 "$CHURN"
+	peer_wait "$CHURN" churn2 30
+	line=$(cat "$T/churn2.out")
+	[ "$(field refused "$line")" -gt 0 ] ||
+		fail "a restart without a held socket refused nobody: $line"
+	ok "without the held socket, a restart refuses clients: $line"
+	stop_zproxy
+}
+
 # refused NAME WANT SSA-ARGS... -- ZPROXY-ARGS: zproxy must exit 78 with a
 # line holding WANT, once woken (a client, or a datagram for -d).
 refused() {
@@ -178,6 +242,7 @@ EPORT=$PEER_PORT
 subcase case_one
 subcase case_named
 subcase case_takeover
+subcase case_restart
 subcase case_refused
 
 zp_done

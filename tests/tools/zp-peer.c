@@ -19,6 +19,10 @@
  *                                        sending one header byte a tick, and
  *                                        report how long each one lived
  *   zp-peer churn HOST PORT [options]    short connections to an echo server
+ *   zp-peer activate [-b ADDR] [-p PORT] -- CMD ARGS...
+ *                                        hold a listening socket, run CMD on
+ *                                        it as systemd would ($LISTEN_FDS),
+ *                                        restart CMD at SIGHUP
  *                                        at --rate a second, each sending a
  *                                        message and checking its echo; every
  *                                        one counted ok or by how it failed
@@ -48,6 +52,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -79,6 +84,7 @@ enum mode {
 	MODE_PORT,
 	MODE_TRICKLE,
 	MODE_CHURN,
+	MODE_ACTIVATE,
 };
 
 struct opts {
@@ -120,6 +126,7 @@ struct opts {
 	double		 deadline;	/* trickle: the server's, expected */
 	long		 garbage_every;	/* trickle: every Nth sends junk */
 	double		 rate;		/* churn: connects per second */
+	char		**cmd;		/* activate: what to run */
 	long		 max_open;	/* churn: connections open at once */
 	int		 verbose;
 	int		 quiet;
@@ -184,6 +191,7 @@ static void usage(FILE *fp)
 "       zp-peer port [-b ADDR]\n"
 "       zp-peer trickle HOST PORT [-n N] [--duration SEC] [--interval SEC]\n"
 "                       [--deadline SEC] [--garbage-every K]\n"
+"       zp-peer activate [-b ADDR] [-p PORT] -- CMD [ARGS...]\n"
 "       zp-peer churn HOST PORT [--rate N] [--duration SEC] [--msg-size BYTES]\n"
 "                     [--max-open N] [--seed N] [-t SEC] [-b ADDR] [-v]\n"
 "\n"
@@ -207,6 +215,12 @@ static void usage(FILE *fp)
 "           up to --deadline + 1.5, beyond (one still open at the end counts\n"
 "           only when that old); answered: got any byte back; failed:\n"
 "           connects refused or reset before they completed\n"
+"activate   bind ADDR:PORT (127.0.0.1:0), listen, print the port, and run CMD\n"
+"           with the socket as descriptor 3, LISTEN_FDS=1, LISTEN_PID its pid,\n"
+"           LISTEN_FDNAMES=zp: socket activation as systemd does it. SIGHUP\n"
+"           restarts CMD (SIGTERM, wait, start again; prints \"restarted N\")\n"
+"           while the socket stays open, as systemd's does across a restart.\n"
+"           SIGTERM stops CMD and exits with its status; so does CMD's exit\n"
 "churn      for --duration SEC (10), open --rate N (1000) connections a second\n"
 "           to HOST PORT, evenly paced, to an echo server, maybe behind a proxy\n"
 "           (listen --echo -n 0 -t 0 --allow-reset: else it stops after 120 s\n"
@@ -1598,6 +1612,79 @@ static void churn_open(struct churn *c, long idx, const struct addrinfo *ai,
 		churn_fail(c, "connect", errno);
 }
 
+/*
+ * Mode activate: CMD in a child, on the socket as descriptor 3 with the
+ * environment sd_listen_fds(3) reads. Returns the child's pid.
+ */
+static pid_t activate_spawn(int lfd)
+{
+	sigset_t none;
+	char buf[32];
+	pid_t pid;
+
+	if ((pid = fork()) == -1)
+		die("fork: %s", strerror(errno));
+	if (pid > 0)
+		return pid;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (lfd != 3 && dup2(lfd, 3) == -1)
+		_exit(127);
+	(void)fcntl(3, F_SETFD, 0);
+	snprintf(buf, sizeof(buf), "%ld", (long)getpid());
+	setenv("LISTEN_PID", buf, 1);
+	setenv("LISTEN_FDS", "1", 1);
+	setenv("LISTEN_FDNAMES", "zp", 1);
+	execvp(o.cmd[0], o.cmd);
+	fprintf(stderr, "zp-peer: activate: %s: %s\n", o.cmd[0],
+	    strerror(errno));
+	_exit(127);
+}
+
+/* A child's wait status as an exit status. */
+static int activate_status(int st)
+{
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int run_activate(void)
+{
+	const char *addr = o.bind_addr ? o.bind_addr : "127.0.0.1";
+	sigset_t set;
+	pid_t child;
+	int lfd, sig, st, restarts = 0;
+
+	lfd = bind_socket(addr, o.bind_port, 0);
+	if (listen(lfd, 1024) == -1)
+		die("listen: %s", strerror(errno));
+	print_port(bound_port(lfd));
+	sigemptyset(&set);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	child = activate_spawn(lfd);
+	for (;;) {
+		if ((sig = sigwaitinfo(&set, NULL)) == -1)
+			continue;
+		if (sig == SIGCHLD) {
+			if (waitpid(child, &st, WNOHANG) != child)
+				continue;
+			printf("exited %d\n", activate_status(st));
+			return activate_status(st);
+		}
+		kill(child, SIGTERM);
+		while (waitpid(child, &st, 0) == -1 && errno == EINTR)
+			;
+		if (sig != SIGHUP)
+			return activate_status(st);
+		/* the socket stays: clients wait in its backlog meanwhile */
+		child = activate_spawn(lfd);
+		printf("restarted %d\n", ++restarts);
+	}
+}
+
 /* SIGUSR1: the churn's period ends now (a test ends it on an event). */
 static volatile sig_atomic_t churn_stop;
 
@@ -1798,7 +1885,7 @@ static void parse_args(int argc, char **argv)
 
 	if (argc < 2)
 		usage_error("missing mode: listen, connect, blackhole, port, "
-		    "trickle or churn");
+		    "trickle, churn or activate");
 	m = argv[1];
 	if (strcmp(m, "-h") == 0 || strcmp(m, "--help") == 0) {
 		usage(stdout);
@@ -1816,6 +1903,8 @@ static void parse_args(int argc, char **argv)
 		o.mode = MODE_TRICKLE;
 	else if (strcmp(m, "churn") == 0)
 		o.mode = MODE_CHURN;
+	else if (strcmp(m, "activate") == 0)
+		o.mode = MODE_ACTIVATE;
 	else
 		usage_error("unknown mode '%s'", m);
 
@@ -1946,6 +2035,10 @@ static void parse_args(int argc, char **argv)
 			usage_error("%s needs HOST PORT", m);
 		o.host = pos[0];
 		o.port = pos[1];
+	} else if (o.mode == MODE_ACTIVATE) {
+		if (npos == 0)
+			usage_error("activate needs -- CMD [ARGS...]");
+		o.cmd = pos;
 	} else if (npos != 0)
 		usage_error("unexpected argument '%s'", pos[0]);
 	if (o.echo && (o.send_file || o.have_send_gen))
@@ -2019,6 +2112,8 @@ int main(int argc, char **argv)
 		return run_trickle();
 	case MODE_CHURN:
 		return run_churn();
+	case MODE_ACTIVATE:
+		return run_activate();
 	}
 	return 2;
 }
