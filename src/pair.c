@@ -376,8 +376,8 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	pair_log(p, end);
 	/* Until the old upstream of a planned move closes, down is its. */
 	if (p->retiring.fd != -1) {
-		ctx->ups.v[p->retiring_idx].bytes_down += p->down.bytes -
-		    p->down_base;
+		zp_upstream_account(&ctx->ups, (size_t)p->retiring_idx, 0,
+		    p->down.bytes - p->down_base, 0);
 		p->down_base = p->down.bytes;
 	}
 	ctx->stats.bytes_up += p->up.bytes;
@@ -386,14 +386,11 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	ctx->stats.spliced_down += p->down.spliced;
 	ctx->stats.discarded += p->up.discarded + p->down.discarded;
 	if (p->up_idx >= 0) {
-		struct zp_upstream *u = &ctx->ups.v[p->up_idx];
-
-		u->bytes_up += p->up.bytes - p->up_base;
-		u->bytes_down += p->down.bytes - p->down_base;
-		if (p->up.fr != NULL)
-			u->frames += p->up.fr->frames - p->frames_base;
+		zp_upstream_account(&ctx->ups, (size_t)p->up_idx,
+		    p->up.bytes - p->up_base, p->down.bytes - p->down_base,
+		    p->up.fr != NULL ? p->up.fr->frames - p->frames_base : 0);
 		if (live)
-			u->active--;
+			zp_upstream_release(&ctx->ups, (size_t)p->up_idx);
 	}
 	if (p->up.fr != NULL)
 		dframe_replay_free(p->up.fr);
@@ -950,7 +947,6 @@ static int
 pair_move(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
-	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
 	struct zp_dframe	*fr = p->up.fr;
 	struct zp_half		*h = &p->upstream;
 	struct timeval		 now;
@@ -964,10 +960,9 @@ pair_move(struct zp_pair *p)
 	p->move_err = h->err;
 	p->move_unacked = upstream_unacked(p);
 	p->move_frames = fr->frames - p->frames_base;
-	u->bytes_up += p->up.bytes - p->up_base;
-	u->bytes_down += p->down.bytes - p->down_base;
-	u->frames += p->move_frames;
-	u->active--;
+	zp_upstream_account(&ctx->ups, (size_t)old, p->up.bytes - p->up_base,
+	    p->down.bytes - p->down_base, p->move_frames);
+	zp_upstream_release(&ctx->ups, (size_t)old);
 	if (h->err != 0) {
 		gettimeofday(&now, NULL);
 		zp_upstream_report(&ctx->ups, (size_t)old, 0, h->err, &now);
@@ -1018,16 +1013,14 @@ static void
 pair_connected(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
-	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
 	struct timeval		 now;
 	int			 moved = p->state == ZP_PAIR_MOVING;
 
-	p->up_addr = *pair_addr(p, u->spec, p->addr_idx < pair_naddrs(p,
-	    u->spec) ? p->addr_idx : 0);
+	/* As connected: a re-resolution may have changed the list since. */
+	p->up_addr = p->connecting_addr;
 	gettimeofday(&now, NULL);
 	zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 1, 0, &now);
-	u->active++;
-	u->conns_total++;
+	zp_upstream_acquire(&ctx->ups, (size_t)p->up_idx);
 	p->state = ZP_PAIR_RELAYING;
 	event_base_gettimeofday_cached(ctx->base, &p->up_since);
 	if (ctx->cfg->send_proxy && pair_send_proxy(p) == -1) {
@@ -1292,6 +1285,7 @@ pair_connect_next(struct zp_pair *p)
 			continue;
 		}
 		p->upstream.fd = fd;
+		p->connecting_addr = *a;
 		sock_tune(ctx, fd);
 		if (rc == 0) {
 			pair_connected(p);
@@ -1315,7 +1309,7 @@ pair_connect_next(struct zp_pair *p)
 	 * host is the return path's doing, not the upstream's (DESIGN.md).
 	 */
 	if (p->addr_tried) {
-		u->conns_failed++;
+		zp_upstream_connect_failed(&ctx->ups, (size_t)p->up_idx);
 		if (!spoof || p->connect_err != ETIMEDOUT) {
 			gettimeofday(&now, NULL);
 			zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 0,
@@ -1750,9 +1744,8 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 		/* Where this client would go now, itself not counted. */
 		memset(tried, 0, sizeof(tried));
 		event_base_gettimeofday_cached(ctx->base, &now);
-		ctx->ups.v[p->up_idx].active--;
-		idx = zp_upstream_pick(&ctx->ups, &p->client_addr, tried, &now);
-		ctx->ups.v[p->up_idx].active++;
+		idx = zp_upstream_pick_moving(&ctx->ups, (size_t)p->up_idx,
+		    &p->client_addr, tried, &now);
 	}
 	/*
 	 * A lifetime is a session's: it ends even when the balancer picks
@@ -1818,13 +1811,13 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 {
 	struct zp_ctx		*ctx = p->ctx;
 	struct zp_half		*r = &p->retiring;
-	struct zp_upstream	*u = &ctx->ups.v[p->retiring_idx];
 	char			 buf[ZP_ADDRSTRLEN];
 	int			 left = r->dead ? 0 : sock_unacked(r, 0);
 
 	if (r->fd == -1)
 		return;
-	u->bytes_down += p->down.bytes - p->down_base;
+	zp_upstream_account(&ctx->ups, (size_t)p->retiring_idx, 0,
+	    p->down.bytes - p->down_base, 0);
 	p->down_base = p->down.bytes;
 	if (timed_out || left > 0 || r->dead)
 		zp_log(&ctx->log, ZP_LOG_WARN, "connection %llu: the old "
@@ -1857,8 +1850,6 @@ static int
 pair_switch(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
-	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
-	struct zp_upstream	*n = &ctx->ups.v[p->next_idx];
 	struct zp_dframe	*fr = p->up.fr;
 	struct zp_half		*h = &p->upstream, *r = &p->retiring;
 	struct event_base	*base = ctx->base;
@@ -1872,9 +1863,10 @@ pair_switch(struct zp_pair *p)
 	p->move_frames = fr->frames - p->frames_base;
 	p->move_cut = fr->cut;
 	p->move_replayed = 0;
-	u->bytes_up += p->up.bytes - p->up_base;
-	u->frames += p->move_frames;
-	u->active--;
+	/* Its bytes down are counted when it closes (pair_retire_done). */
+	zp_upstream_account(&ctx->ups, (size_t)p->up_idx,
+	    p->up.bytes - p->up_base, 0, p->move_frames);
+	zp_upstream_release(&ctx->ups, (size_t)p->up_idx);
 	p->up_base = p->up.bytes;
 	p->frames_base = fr->frames;
 	/* A FIN after its last whole frame; it stays open until it closes. */
@@ -1910,8 +1902,7 @@ pair_switch(struct zp_pair *p)
 	p->up_sent = 0;
 	gettimeofday(&now, NULL);
 	zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 1, 0, &now);
-	n->active++;
-	n->conns_total++;
+	zp_upstream_acquire(&ctx->ups, (size_t)p->up_idx);
 	event_base_gettimeofday_cached(base, &p->up_since);
 	p->moves++;
 	ctx->stats.moves[p->move_reason]++;

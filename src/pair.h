@@ -80,6 +80,7 @@ struct zp_pair {
 	size_t			 addr_idx;	/* its address being tried */
 	int			 addr_tried;	/* one was (not skipped by --source) */
 	struct zp_addr		 up_addr;	/* the address connected to */
+	struct zp_addr		 connecting_addr; /* the one a connect is on */
 	struct zp_addr		 dst;		/* original destination; len 0: none */
 	int			 connect_err;	/* last connect failure */
 	struct event		*retry;		/* after a local fault */

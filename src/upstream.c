@@ -178,6 +178,49 @@ zp_upstream_pick(struct zp_upstreams *us, const struct zp_addr *client,
 	return rc;
 }
 
+int
+zp_upstream_pick_moving(struct zp_upstreams *ups, size_t from,
+    const struct zp_addr *client, const unsigned char *tried,
+    const struct timeval *now)
+{
+	int	idx;
+
+	ups->v[from].active--;
+	idx = zp_upstream_pick(ups, client, tried, now);
+	ups->v[from].active++;
+	return idx;
+}
+
+void
+zp_upstream_acquire(struct zp_upstreams *ups, size_t i)
+{
+	ups->v[i].active++;
+	ups->v[i].conns_total++;
+}
+
+void
+zp_upstream_account(struct zp_upstreams *ups, size_t i, uint64_t up,
+    uint64_t down, uint64_t frames)
+{
+	ups->v[i].bytes_up += up;
+	ups->v[i].bytes_down += down;
+	ups->v[i].frames += frames;
+}
+
+void
+zp_upstream_release(struct zp_upstreams *ups, size_t i)
+{
+	/* An underflow would show as 2^64 open pairs on /metrics. */
+	assert(ups->v[i].active > 0);
+	ups->v[i].active--;
+}
+
+void
+zp_upstream_connect_failed(struct zp_upstreams *ups, size_t i)
+{
+	ups->v[i].conns_failed++;
+}
+
 /* Report a connect or check result for upstream i. */
 void
 zp_upstream_report(struct zp_upstreams *us, size_t i, int ok, int err,

@@ -62,12 +62,33 @@ int	zp_upstream_pick(struct zp_upstreams *, const struct zp_addr *client,
 	    const unsigned char *tried, const struct timeval *now);
 
 /*
+ * The same for a pair on upstream from that may move: where it would go
+ * now, itself not counted on from (leastconn would keep it otherwise).
+ */
+int	zp_upstream_pick_moving(struct zp_upstreams *, size_t from,
+	    const struct zp_addr *client, const unsigned char *tried,
+	    const struct timeval *now);
+
+/*
  * Report a connect (or health check) result for upstream i: success
  * marks it up, max_fails failures in a row mark it down for
  * fail_timeout. State changes are logged once.
  */
 void	zp_upstream_report(struct zp_upstreams *, size_t, int ok, int err,
 	    const struct timeval *now);
+
+/*
+ * The upstream's counters, each changed by one call, never written
+ * from outside: a pair connected to upstream i (one more open, one more
+ * in all); its bytes and --framing messages since the last account;
+ * it closed or moved away (one fewer open); every address of it failed
+ * for a client (one more failed connection).
+ */
+void	zp_upstream_acquire(struct zp_upstreams *, size_t);
+void	zp_upstream_account(struct zp_upstreams *, size_t, uint64_t up,
+	    uint64_t down, uint64_t frames);
+void	zp_upstream_release(struct zp_upstreams *, size_t);
+void	zp_upstream_connect_failed(struct zp_upstreams *, size_t);
 
 /*
  * Start a non-blocking TCP connect to a, for a pair or a health check.
