@@ -1,0 +1,497 @@
+/*
+ * test_pairs.c - pair.c with a real context, real sockets and a real
+ * event loop: which upstream a client gets and in what order, what is
+ * counted where when it closes, the timers, and how its end is named in
+ * the log. The integration tests see the same through the binary; these
+ * see the counters and the pair itself, where they are decided.
+ *
+ * Each test builds a context as zp_run() does (copy mode: no pipe pool),
+ * makes a client socket by connecting to a listener of its own and
+ * hands the accepted end to zp_pair_start(); upstreams are listeners of
+ * the test's, accepted from with a deadline.
+ */
+
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <event2/event.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "ctx.h"
+#include "log.h"
+#include "pair.h"
+#include "upstream.h"
+
+#define MAXARGS	16
+
+struct harness {
+	struct zp_config	 cfg;
+	struct zp_ctx		 ctx;
+	FILE			*log;
+	int			 front;		/* stands for zproxy's listener */
+};
+
+/* A listening socket on 127.0.0.1, any port; its port in *port. */
+static int
+listen_any(unsigned short *port)
+{
+	struct sockaddr_in	sin;
+	socklen_t		len = sizeof(sin);
+	int			fd, on = 1;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd != -1);
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(fd, 16), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
+	*port = ntohs(sin.sin_port);
+	return fd;
+}
+
+/* A port nobody listens on (bound, then closed). */
+static unsigned short
+closed_port(void)
+{
+	unsigned short	port;
+
+	close(listen_any(&port));
+	return port;
+}
+
+/* Build the context from a command line (NULL-terminated, -l implied). */
+static void
+h_init(struct harness *h, ...)
+{
+	char		*argv[MAXARGS + 4];
+	char		 err[ZP_ERRLEN];
+	const char	*a;
+	va_list		 ap;
+	int		 argc = 0;
+	unsigned short	 port;
+
+	memset(h, 0, sizeof(*h));
+	argv[argc++] = (char *)"zproxy";
+	argv[argc++] = (char *)"-l";
+	argv[argc++] = (char *)"127.0.0.1:1";
+	va_start(ap, h);
+	while ((a = va_arg(ap, const char *)) != NULL && argc < MAXARGS + 3)
+		argv[argc++] = (char *)a;
+	va_end(ap);
+	argv[argc] = NULL;
+	zp_config_init(&h->cfg);
+	if (zp_config_parse(&h->cfg, argc, argv, err, sizeof(err)) !=
+	    ZP_PARSE_OK)
+		fail_msg("parse: %s", err);
+	if (zp_config_resolve(&h->cfg, err, sizeof(err)) == -1)
+		fail_msg("resolve: %s", err);
+	h->log = tmpfile();
+	assert_non_null(h->log);
+	zp_log_init(&h->ctx.log, h->log, ZP_LOG_CONN);
+	h->ctx.cfg = &h->cfg;
+	h->ctx.tee_pipe.rfd = h->ctx.tee_pipe.wfd = -1;
+	h->ctx.devnull = -1;
+	h->ctx.daemon_fd = -1;
+	h->ctx.max_conns = 100;
+	h->ctx.budget = 256 * 1024;
+	TAILQ_INIT(&h->ctx.pairs);
+	assert_non_null(h->ctx.base = event_base_new());
+	assert_int_equal(zp_upstreams_init(&h->ctx.ups, h->cfg.upstreams,
+	    h->cfg.nupstreams, (enum zp_balance)h->cfg.balance,
+	    h->cfg.max_fails, h->cfg.fail_timeout, &h->ctx.log), 0);
+	h->front = listen_any(&port);
+}
+
+static void
+h_free(struct harness *h)
+{
+	while (!TAILQ_EMPTY(&h->ctx.pairs))
+		zp_pair_close(TAILQ_FIRST(&h->ctx.pairs), ZP_END_SHUTDOWN);
+	zp_upstreams_free(&h->ctx.ups);
+	event_base_free(h->ctx.base);
+	zp_config_free(&h->cfg);
+	close(h->front);
+	fclose(h->log);
+}
+
+/* A client: its own end (returned) and a pair on the accepted end. */
+static int
+h_client(struct harness *h)
+{
+	struct sockaddr_in	sin;
+	socklen_t		len = sizeof(sin);
+	int			c, a;
+
+	assert_int_equal(getsockname(h->front, (struct sockaddr *)&sin, &len),
+	    0);
+	c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(c != -1);
+	assert_int_equal(connect(c, (struct sockaddr *)&sin, len), 0);
+	len = sizeof(sin);
+	a = accept4(h->front, (struct sockaddr *)&sin, &len,
+	    SOCK_NONBLOCK | SOCK_CLOEXEC);
+	assert_true(a != -1);
+	assert_int_equal(zp_pair_start(&h->ctx, a, (struct sockaddr *)&sin,
+	    len), 0);
+	return c;
+}
+
+/* Run the loop until cond(h) holds or ms pass; returns cond(h). */
+static int
+h_run(struct harness *h, int (*cond)(struct harness *), int ms)
+{
+	struct timespec	t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		(void)event_base_loop(h->ctx.base, EVLOOP_NONBLOCK);
+		if (cond(h))
+			return 1;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 +
+		    (t.tv_nsec - t0.tv_nsec) / 1000000 > ms)
+			return cond(h);
+		(void)poll(NULL, 0, 1);
+	}
+}
+
+/* Accept on an upstream listener, running the loop meanwhile. */
+static int
+h_accept(struct harness *h, int lfd)
+{
+	struct pollfd	pfd = { lfd, POLLIN, 0 };
+	int		i, fd;
+
+	for (i = 0; i < 2000; i++) {
+		(void)event_base_loop(h->ctx.base, EVLOOP_NONBLOCK);
+		if (poll(&pfd, 1, 1) == 1) {
+			fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+			assert_true(fd != -1);
+			return fd;
+		}
+	}
+	fail_msg("the upstream was never connected to");
+	return -1;
+}
+
+static int
+no_pairs(struct harness *h)
+{
+	return h->ctx.stats.conns_open == 0;
+}
+
+static int
+relaying(struct harness *h)
+{
+	struct zp_pair	*p = TAILQ_FIRST(&h->ctx.pairs);
+
+	return p != NULL && p->state == ZP_PAIR_RELAYING;
+}
+
+/* The log so far, as one string (static). */
+static const char *
+h_log(struct harness *h)
+{
+	static char	buf[16384];
+	size_t		n;
+
+	fflush(h->log);
+	rewind(h->log);
+	n = fread(buf, 1, sizeof(buf) - 1, h->log);
+	buf[n] = '\0';
+	fseek(h->log, 0, SEEK_END);
+	return buf;
+}
+
+static unsigned short
+addr_port(const struct zp_addr *a)
+{
+	return ntohs(((const struct sockaddr_in *)&a->ss)->sin_port);
+}
+
+/*
+ * --balance first: a refused first upstream is counted against it (one
+ * failed connection, none open) and the client gets the second, whose
+ * address the pair keeps.
+ */
+static void
+test_failover_first(void **state)
+{
+	struct harness	 h;
+	char		 u1[32], u2[32];
+	unsigned short	 port;
+	int		 s, c, u;
+
+	(void)state;
+	s = listen_any(&port);
+	snprintf(u1, sizeof(u1), "127.0.0.1:%u", closed_port());
+	snprintf(u2, sizeof(u2), "127.0.0.1:%u", port);
+	h_init(&h, "-u", u1, "-u", u2, "--balance", "first", "-m", "copy",
+	    NULL);
+	c = h_client(&h);
+	u = h_accept(&h, s);
+	assert_true(h_run(&h, relaying, 2000));
+	assert_int_equal(TAILQ_FIRST(&h.ctx.pairs)->up_idx, 1);
+	assert_int_equal(addr_port(&TAILQ_FIRST(&h.ctx.pairs)->up_addr),
+	    port);
+	assert_int_equal(h.ctx.ups.v[0].conns_failed, 1);
+	assert_int_equal(h.ctx.ups.v[0].conns_total, 0);
+	assert_int_equal(h.ctx.ups.v[0].active, 0);
+	assert_int_equal(h.ctx.ups.v[1].conns_total, 1);
+	assert_int_equal(h.ctx.ups.v[1].active, 1);
+	close(c);
+	close(u);
+	assert_true(h_run(&h, no_pairs, 2000));
+	assert_int_equal(h.ctx.ups.v[1].active, 0);
+	assert_int_equal(h.ctx.stats.conns_failed, 0);
+	h_free(&h);
+	close(s);
+}
+
+/* Every upstream refuses: the client is closed, one failed connection. */
+static void
+test_all_refused(void **state)
+{
+	struct harness	 h;
+	char		 u1[32], u2[32], b;
+	int		 c;
+
+	(void)state;
+	snprintf(u1, sizeof(u1), "127.0.0.1:%u", closed_port());
+	snprintf(u2, sizeof(u2), "127.0.0.1:%u", closed_port());
+	h_init(&h, "-u", u1, "-u", u2, "-m", "copy", NULL);
+	c = h_client(&h);
+	assert_true(h_run(&h, no_pairs, 2000));
+	assert_int_equal(h.ctx.stats.conns_failed, 1);
+	assert_int_equal(h.ctx.ups.v[0].conns_failed, 1);
+	assert_int_equal(h.ctx.ups.v[1].conns_failed, 1);
+	assert_int_equal(read(c, &b, 1), 0);	/* closed */
+	assert_non_null(strstr(h_log(&h), "end=upstream-refused"));
+	close(c);
+	h_free(&h);
+}
+
+/*
+ * Bytes each way are counted once, overall and for the upstream, when
+ * the pair closes; the upstream has no pair open after.
+ */
+static void
+test_close_accounting(void **state)
+{
+	struct harness	 h;
+	char		 up[32], buf[4096];
+	unsigned short	 port;
+	size_t		 got;
+	ssize_t		 n;
+	int		 s, c, u;
+
+	(void)state;
+	s = listen_any(&port);
+	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
+	h_init(&h, "-u", up, "-m", "copy", NULL);
+	c = h_client(&h);
+	u = h_accept(&h, s);
+	memset(buf, 'x', sizeof(buf));
+	assert_int_equal(write(c, buf, 1000), 1000);
+	for (got = 0; got < 1000; got += (size_t)n) {
+		(void)h_run(&h, relaying, 10);
+		n = recv(u, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == -1 && errno == EAGAIN)
+			n = 0;
+		assert_true(n >= 0);
+	}
+	assert_int_equal(write(u, buf, 500), 500);
+	for (got = 0; got < 500; got += (size_t)n) {
+		(void)h_run(&h, relaying, 10);
+		n = recv(c, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == -1 && errno == EAGAIN)
+			n = 0;
+		assert_true(n >= 0);
+	}
+	close(c);
+	close(u);
+	assert_true(h_run(&h, no_pairs, 2000));
+	assert_int_equal(h.ctx.stats.bytes_up, 1000);
+	assert_int_equal(h.ctx.stats.bytes_down, 500);
+	assert_int_equal(h.ctx.ups.v[0].bytes_up, 1000);
+	assert_int_equal(h.ctx.ups.v[0].bytes_down, 500);
+	assert_int_equal(h.ctx.ups.v[0].active, 0);
+	assert_int_equal(h.ctx.ups.v[0].conns_total, 1);
+	assert_int_equal(h.ctx.stats.conns_total, 1);
+	assert_non_null(strstr(h_log(&h), " up=1000 down=500 "));
+	h_free(&h);
+	close(s);
+}
+
+/*
+ * Connect to 127.0.0.1:port until a connect does not complete: the
+ * listener's accept queue is full and drops SYNs. Returns how many
+ * completed (their sockets in fill).
+ */
+static int
+fill_queue(int lfd, unsigned short port, int *fill)
+{
+	struct sockaddr_in	sin;
+	struct pollfd		pfd;
+	int			n = 0, fd;
+
+	(void)lfd;
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons(port);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	for (;;) {
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+		assert_true(fd != -1);
+		if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == -1)
+			assert_int_equal(errno, EINPROGRESS);
+		pfd.fd = fd;
+		pfd.events = POLLOUT;
+		if (poll(&pfd, 1, 200) == 0) {
+			close(fd);	/* dropped: the queue is full */
+			return n;
+		}
+		if (n == 16)
+			fail_msg("the accept queue never filled");
+		fill[n++] = fd;
+	}
+}
+
+/*
+ * The address a pair reports is the one its connect went to, also when
+ * re-resolution replaced the upstream's list before the connect was
+ * done.
+ */
+static void
+test_connected_address(void **state)
+{
+	struct harness		 h;
+	struct zp_upstream_spec	*us;
+	struct zp_addr		*other;
+	struct sockaddr_in	*sin;
+	char			 up[32];
+	unsigned short		 port;
+	int			 s, c, u, fill[16], nfill;
+
+	(void)state;
+	s = listen_any(&port);
+	/*
+	 * A connect to loopback is done at once; to keep this one under
+	 * way, the upstream's accept queue is full (backlog 0, fillers),
+	 * so that its SYN is dropped until the queue is emptied below.
+	 */
+	assert_int_equal(listen(s, 0), 0);
+	nfill = fill_queue(s, port, fill);
+	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
+	h_init(&h, "-u", up, "-m", "copy", "--connect-timeout", "10", NULL);
+	c = h_client(&h);
+	assert_false(relaying(&h));
+	/* What --resolve-interval does: a new list in place of the old. */
+	us = h.ctx.ups.v[0].spec;
+	assert_non_null(other = calloc(1, sizeof(*other)));
+	sin = (struct sockaddr_in *)&other->ss;
+	sin->sin_family = AF_INET;
+	sin->sin_port = htons(9);
+	sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1);
+	other->len = sizeof(*sin);
+	free(us->addrs);
+	us->addrs = other;
+	us->naddrs = 1;
+	while (nfill > 0)
+		close(accept(s, NULL, NULL)), close(fill[--nfill]);
+	u = h_accept(&h, s);
+	assert_true(h_run(&h, relaying, 2000));
+	assert_int_equal(addr_port(&TAILQ_FIRST(&h.ctx.pairs)->up_addr),
+	    port);
+	close(c);
+	close(u);
+	assert_true(h_run(&h, no_pairs, 2000));
+	assert_non_null(strstr(h_log(&h), up));
+	h_free(&h);
+	close(s);
+}
+
+/* --idle-timeout closes a quiet pair, counted and named. */
+static void
+test_idle_timeout(void **state)
+{
+	struct harness	 h;
+	char		 up[32];
+	unsigned short	 port;
+	int		 s, c, u;
+
+	(void)state;
+	s = listen_any(&port);
+	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
+	h_init(&h, "-u", up, "-m", "copy", "--idle-timeout", "0.1", NULL);
+	c = h_client(&h);
+	u = h_accept(&h, s);
+	assert_true(h_run(&h, relaying, 2000));
+	assert_true(h_run(&h, no_pairs, 3000));
+	assert_int_equal(h.ctx.stats.timeouts_idle, 1);
+	assert_non_null(strstr(h_log(&h), "end=idle-timeout"));
+	close(c);
+	close(u);
+	h_free(&h);
+	close(s);
+}
+
+/* A client that resets: the pair ends as client-reset, not as an error. */
+static void
+test_client_reset(void **state)
+{
+	struct harness	 h;
+	struct linger	 lg = { 1, 0 };
+	char		 up[32];
+	unsigned short	 port;
+	int		 s, c, u;
+
+	(void)state;
+	s = listen_any(&port);
+	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
+	h_init(&h, "-u", up, "-m", "copy", NULL);
+	c = h_client(&h);
+	u = h_accept(&h, s);
+	assert_true(h_run(&h, relaying, 2000));
+	assert_int_equal(setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)),
+	    0);
+	close(c);
+	assert_true(h_run(&h, no_pairs, 3000));
+	assert_non_null(strstr(h_log(&h), "end=client-reset"));
+	assert_int_equal(h.ctx.stats.conns_failed, 0);
+	close(u);
+	h_free(&h);
+	close(s);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_failover_first),
+		cmocka_unit_test(test_all_refused),
+		cmocka_unit_test(test_close_accounting),
+		cmocka_unit_test(test_connected_address),
+		cmocka_unit_test(test_idle_timeout),
+		cmocka_unit_test(test_client_reset),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
