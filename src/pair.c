@@ -1395,7 +1395,7 @@ pair_take_pipes(struct zp_pair *p)
 	if (zp_pipepool_get(&ctx->pool, &p->up.pipe) == -1)
 		return -1;
 	if (zp_pipepool_get(&ctx->pool, &p->down.pipe) == -1) {
-		zp_pipepool_put(&ctx->pool, &p->up.pipe, 0);
+		zp_pipepool_put(&ctx->pool, &p->up.pipe);
 		return -1;
 	}
 	return 0;

@@ -40,6 +40,7 @@ pipe_make(struct zp_pipepool *pool, struct zp_pipe *p)
 	}
 	p->rfd = fds[0];
 	p->wfd = fds[1];
+	p->data = 0;
 	if (fcntl(p->wfd, F_SETPIPE_SZ, (int)pool->size) == -1) {
 		pool->last_errno = errno;
 		pool->shortage = (errno == EPERM || errno == EBUSY) ?
@@ -117,21 +118,31 @@ zp_pipepool_get(struct zp_pipepool *pool, struct zp_pipe *p)
 	return 0;
 }
 
+void
+zp_pipepool_stats(const struct zp_pipepool *pool, struct zp_pipepool_stats *st)
+{
+	st->alive = pool->nalive;
+	st->pooled = pool->nfree;
+	st->created = pool->created;
+	st->killed = pool->killed;
+}
+
 /* Give back a pipe; one that still holds bytes is closed. */
 void
-zp_pipepool_put(struct zp_pipepool *pool, struct zp_pipe *p, size_t inpipe)
+zp_pipepool_put(struct zp_pipepool *pool, struct zp_pipe *p)
 {
 	if (p->rfd == -1)
 		return;
-	if (inpipe == 0 && pool->nfree < pool->cap) {
+	if (p->data == 0 && pool->nfree < pool->cap) {
 		pool->free[pool->nfree++] = *p;
 		p->rfd = p->wfd = -1;
 	} else {
-		if (inpipe > 0)
+		if (p->data > 0)
 			pool->killed++;
 		pipe_close(p);
 		pool->nalive--;
 	}
+	p->data = 0;
 	/*
 	 * Hold no more than what was prepared or twice what is in use: a
 	 * burst that ends gives its descriptors (and pipe budget) back, while

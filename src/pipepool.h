@@ -11,9 +11,11 @@
 
 #include <stddef.h>
 
+/* A pipe and what it holds: whoever moves bytes through it counts them. */
 struct zp_pipe {
 	int	rfd;		/* read end, -1 when none */
 	int	wfd;		/* write end */
+	size_t	data;		/* bytes in it */
 };
 
 /* Why the pool last failed to hand out a pipe. */
@@ -55,13 +57,23 @@ int	zp_pipepool_init(struct zp_pipepool *, size_t size, size_t cap,
 int	zp_pipepool_get(struct zp_pipepool *, struct zp_pipe *);
 
 /*
- * Give back a pipe. `inpipe` is how many bytes it still holds: an empty
- * pipe goes back on the stack, unless the stack holds more than `keep`
- * and twice the pipes in use (a burst is over); one with bytes is closed
- * (its contents belong to a dead connection). *p is reset to -1s. Safe
- * on a -1 pipe.
+ * Give back a pipe. An empty one (p->data 0) goes back on the stack,
+ * unless the stack holds more than `keep` and twice the pipes in use (a
+ * burst is over); one with bytes is closed (its contents belong to a
+ * dead connection). *p is reset to -1s and 0. Safe on a -1 pipe.
  */
-void	zp_pipepool_put(struct zp_pipepool *, struct zp_pipe *, size_t inpipe);
+void	zp_pipepool_put(struct zp_pipepool *, struct zp_pipe *);
+
+/* The pool's figures, for the metrics and the counters line. */
+struct zp_pipepool_stats {
+	size_t		alive;		/* in the stack and handed out */
+	size_t		pooled;		/* empty, in the stack */
+	unsigned long	created;
+	unsigned long	killed;		/* closed because they held bytes */
+};
+
+void	zp_pipepool_stats(const struct zp_pipepool *,
+	    struct zp_pipepool_stats *);
 
 /* Close every pipe on the stack and free the pool's memory. */
 void	zp_pipepool_free(struct zp_pipepool *);

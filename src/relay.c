@@ -116,7 +116,7 @@ static void
 dir_to_copy(struct zp_ctx *ctx, struct zp_dir *d)
 {
 	/* Never bytes in both stores: the pipe given up is empty. */
-	assert(d->inpipe == 0 && d->len == 0);
+	assert(d->pipe.data == 0 && d->len == 0);
 	d->ops->release(ctx, d);
 	d->ops = &zp_relay_copy;
 	d->bufsize = ctx->cfg->buffer_size;
@@ -142,7 +142,7 @@ static int
 dir_promote(struct zp_ctx *ctx, struct zp_dir *d)
 {
 	/* Never bytes in both stores: the buffer given up is empty. */
-	assert(d->inpipe == 0 && d->len == 0);
+	assert(d->pipe.data == 0 && d->len == 0);
 	d->lazy = d->bulk = 0;
 	if (zp_pipepool_get(&ctx->pool, &d->pipe) == -1) {
 		d->fellback = 1;
@@ -262,7 +262,7 @@ dir_seek_done(const struct zp_dir *d)
 {
 	if (d->ops == &zp_relay_copy)
 		return zp_framer_at_boundary(&d->fr->f);
-	return d->inpipe == 0 && (zp_framer_at_boundary(&d->fr->f) ||
+	return d->pipe.data == 0 && (zp_framer_at_boundary(&d->fr->f) ||
 	    dir_tail_delim(d));
 }
 
@@ -323,7 +323,7 @@ zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 				break;
 			}
 			/* A blind pipe, empty: copy on to the newline. */
-			if (d->ops == &zp_relay_splice && d->inpipe == 0 &&
+			if (d->ops == &zp_relay_splice && d->pipe.data == 0 &&
 			    !dir_seek_fill(d))
 				dir_demote(ctx, d);
 		}
@@ -511,12 +511,12 @@ dir_unpipe(struct zp_ctx *ctx, struct zp_dir *d)
 	ssize_t	n;
 	char	*buf = NULL;
 
-	if (d->inpipe > size)
-		size = d->inpipe;
-	if (d->inpipe > 0 && (buf = malloc(size)) == NULL)
+	if (d->pipe.data > size)
+		size = d->pipe.data;
+	if (d->pipe.data > 0 && (buf = malloc(size)) == NULL)
 		return -1;
-	while (got < d->inpipe) {
-		n = read(d->pipe.rfd, buf + got, d->inpipe - got);
+	while (got < d->pipe.data) {
+		n = read(d->pipe.rfd, buf + got, d->pipe.data - got);
 		if (n > 0)
 			got += n;
 		else if (n == -1 && errno == EINTR)
@@ -527,8 +527,8 @@ dir_unpipe(struct zp_ctx *ctx, struct zp_dir *d)
 			return -1;
 		}
 	}
-	zp_pipepool_put(&ctx->pool, &d->pipe, 0);
-	d->inpipe = 0;
+	d->pipe.data = 0;
+	zp_pipepool_put(&ctx->pool, &d->pipe);
 	d->ops = &zp_relay_copy;
 	d->buf = buf;
 	d->off = 0;

@@ -133,9 +133,8 @@ struct zp_dir {
 	struct zp_half			*dst;
 	const struct zp_relay_ops	*ops;
 
-	/* splice store */
+	/* splice store (pipe.data: the bytes in it) */
 	struct zp_pipe			 pipe;
-	size_t				 inpipe;
 
 	/* copy store */
 	char				*buf;

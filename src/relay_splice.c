@@ -45,7 +45,7 @@ splice_in(struct zp_dir *d, size_t max)
 			 * of slots; guessing "dry" costs at most one more
 			 * wake-up of the level-triggered read event.
 			 */
-			d->inpipe += n;
+			d->pipe.data += n;
 			if ((size_t)n < max)
 				d->drained = 1;
 			return n;
@@ -55,7 +55,7 @@ splice_in(struct zp_dir *d, size_t max)
 		if (errno == EINTR)
 			continue;
 		if (errno == EAGAIN) {
-			if (d->inpipe > 0)
+			if (d->pipe.data > 0)
 				d->full = 1;
 			else
 				d->drained = 1;
@@ -68,7 +68,7 @@ splice_in(struct zp_dir *d, size_t max)
 		 * direction copied before is delivered; copy on.
 		 */
 		if ((errno == EINVAL || errno == ENOSYS || errno == EPERM ||
-		    errno == EBADF || errno == EOPNOTSUPP) && d->inpipe == 0 &&
+		    errno == EBADF || errno == EOPNOTSUPP) && d->pipe.data == 0 &&
 		    d->spliced == 0)
 			return ZP_FILL_FALLBACK;
 		return -1;
@@ -126,7 +126,7 @@ splice_octet_one(struct zp_dir *d, size_t max)
 	 * at once; the next large one brings the pipe back (relay.c).
 	 */
 	want = h + zp_framer_body_left(&probe);
-	if (zp_framer_body_left(&probe) > 0 && d->inpipe == 0 &&
+	if (zp_framer_body_left(&probe) > 0 && d->pipe.data == 0 &&
 	    zp_framer_body_left(&probe) < zp_octet_splice_min(d))
 		return ZP_FILL_LAZY;
 	n = splice_in(d, want < max ? (size_t)want : max);
@@ -202,17 +202,17 @@ splice_flush_tail(struct zp_dir *d)
 	ssize_t			 n = 0, m;
 	unsigned char		 c;
 
-	if (d->inpipe > 1) {
+	if (d->pipe.data > 1) {
 		do {
 			n = splice(d->pipe.rfd, NULL, d->dst->fd, NULL,
-			    d->inpipe - 1, ZP_SPLICE_FLAGS | SPLICE_F_MORE);
+			    d->pipe.data - 1, ZP_SPLICE_FLAGS | SPLICE_F_MORE);
 		} while (n == -1 && errno == EINTR);
 		if (n <= 0)
 			return n == 0 ? (errno = EIO, -1) : -1;
-		d->inpipe -= n;
+		d->pipe.data -= n;
 		d->spliced += n;
 		zp_dframe_sent(fr, (size_t)n);
-		if (d->inpipe > 1)
+		if (d->pipe.data > 1)
 			return n;	/* short: the rest when it can take it */
 	}
 	if (tee(d->pipe.rfd, fr->tee_wfd, 1, SPLICE_F_NONBLOCK) == 1 &&
@@ -227,7 +227,7 @@ splice_flush_tail(struct zp_dir *d)
 	} while (m == -1 && errno == EINTR);
 	if (m <= 0)
 		return n > 0 ? n : m == 0 ? (errno = EIO, -1) : -1;
-	d->inpipe -= m;
+	d->pipe.data -= m;
 	d->spliced += m;
 	zp_dframe_sent(fr, (size_t)m);
 	return n + m;
@@ -245,11 +245,11 @@ splice_keep(struct zp_dir *d)
 	struct zp_dframe	*fr = d->fr;
 
 	if (fr == NULL || fr->rp == NULL)
-		return d->inpipe;
-	assert(fr->teed <= d->inpipe);
+		return d->pipe.data;
+	assert(fr->teed <= d->pipe.data);
 	if (fr->teed == 0)
-		fr->teed = zp_replay_tee(fr->rp, d->pipe.rfd, d->inpipe);
-	return fr->teed > 0 ? fr->teed : d->inpipe;
+		fr->teed = zp_replay_tee(fr->rp, d->pipe.rfd, d->pipe.data);
+	return fr->teed > 0 ? fr->teed : d->pipe.data;
 }
 
 /* Pipe -> socket, at most len bytes. Returns bytes moved or -1. */
@@ -260,7 +260,7 @@ splice_flush_once(struct zp_dir *d, size_t len)
 	enum zp_framing	k;
 
 	if (d->fr != NULL && d->fr->tee_wfd != -1 && d->drained &&
-	    len == d->inpipe && zp_framer_error(&d->fr->f, NULL) == NULL) {
+	    len == d->pipe.data && zp_framer_error(&d->fr->f, NULL) == NULL) {
 		k = zp_framer_kind(&d->fr->f);
 		if (k == ZP_FRAMING_LF || k == ZP_FRAMING_NUL)
 			return splice_flush_tail(d);
@@ -271,12 +271,12 @@ splice_flush_once(struct zp_dir *d, size_t len)
 		    ZP_SPLICE_FLAGS);
 	} while (n == -1 && errno == EINTR);
 	if (n > 0) {
-		d->inpipe -= n;
+		d->pipe.data -= n;
 		d->spliced += n;
 		if (d->fr != NULL)
 			zp_dframe_sent(d->fr, (size_t)n);
 	} else if (n == 0) {
-		/* An empty pipe: cannot happen while inpipe counts right. */
+		/* An empty pipe: cannot happen while pipe.data counts right. */
 		errno = EIO;
 		return -1;
 	}
@@ -303,7 +303,7 @@ splice_flush(struct zp_dir *d)
 			return total > 0 ? total : n;
 		total += n;
 		if (d->fr == NULL || d->fr->rp == NULL || (size_t)n < len ||
-		    d->inpipe == 0)
+		    d->pipe.data == 0)
 			return total;
 	}
 }
@@ -311,15 +311,14 @@ splice_flush(struct zp_dir *d)
 static size_t
 splice_pending(const struct zp_dir *d)
 {
-	return d->inpipe;
+	return d->pipe.data;
 }
 
 /* The pipe goes back to the pool, or is closed if it holds bytes. */
 static void
 splice_release(struct zp_ctx *ctx, struct zp_dir *d)
 {
-	zp_pipepool_put(&ctx->pool, &d->pipe, d->inpipe);
-	d->inpipe = 0;
+	zp_pipepool_put(&ctx->pool, &d->pipe);
 }
 
 const struct zp_relay_ops zp_relay_splice = {

@@ -481,10 +481,13 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	    ctx->stats.fallbacks[ZP_FALLBACK_REFUSED]);
 
 	if (ctx->have_pool) {
-		nalive = ctx->pool.nalive;
-		nfree = ctx->pool.nfree;
-		killed = ctx->pool.killed;
-		created = ctx->pool.created;
+		struct zp_pipepool_stats	st;
+
+		zp_pipepool_stats(&ctx->pool, &st);
+		nalive = st.alive;
+		nfree = st.pooled;
+		killed = st.killed;
+		created = st.created;
 	}
 	single_u64(&r, "zproxy_pipes_pooled", "gauge",
 	    "Empty pipes waiting in the pool.", nfree);
@@ -821,8 +824,12 @@ stats_fd_room(struct zp_stats_server *s, int fd)
 		return 1;
 	known = ZP_STATS_BASE_FDS + 2 * (long)ctx->stats.conns_open +
 	    (long)s->nconns + 1;
-	if (ctx->have_pool)
-		known += 2 * (long)ctx->pool.nalive;
+	if (ctx->have_pool) {
+		struct zp_pipepool_stats	st;
+
+		zp_pipepool_stats(&ctx->pool, &st);
+		known += 2 * (long)st.alive;
+	}
 	if (known > used)
 		used = known;
 	return used + ctx->fd_reserve <= ctx->nofile;

@@ -153,11 +153,16 @@ notify_status(void *arg, char *buf, size_t len)
 static void
 log_stats(struct zp_ctx *ctx, const char *what)
 {
-	struct zp_pair	*p;
-	uint64_t	 up = ctx->stats.bytes_up, down = ctx->stats.bytes_down;
-	double		 cpu = cpu_seconds(), gib;
-	char		 per[32];
+	struct zp_pair			*p;
+	struct zp_pipepool_stats	 pst;
+	uint64_t			 up = ctx->stats.bytes_up;
+	uint64_t			 down = ctx->stats.bytes_down;
+	double				 cpu = cpu_seconds(), gib;
+	char				 per[32];
 
+	memset(&pst, 0, sizeof(pst));
+	if (ctx->have_pool)
+		zp_pipepool_stats(&ctx->pool, &pst);
 	TAILQ_FOREACH(p, &ctx->pairs, entry) {
 		up += p->up.bytes;
 		down += p->down.bytes;
@@ -181,8 +186,7 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	    (unsigned long long)up, (unsigned long long)down,
 	    (unsigned long long)ctx->stats.fallbacks[ZP_FALLBACK_POOL],
 	    (unsigned long long)ctx->stats.fallbacks[ZP_FALLBACK_REFUSED],
-	    ctx->have_pool ? ctx->pool.nalive : 0,
-	    ctx->have_pool ? ctx->pool.nfree : 0,
+	    pst.alive, pst.pooled,
 	    (unsigned long long)ctx->stats.accept_pauses,
 	    (unsigned long long)ctx->stats.local_errors,
 	    (unsigned long long)ctx->stats.conns_local_failed,
@@ -671,11 +675,17 @@ pool_setup(struct zp_ctx *ctx)
 			zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
 			return ZP_EX_OSERR;
 		}
-	} else if (ctx->pool.nfree < prepare)
-		zp_log(&ctx->log, ZP_LOG_WARN, "only %zu of %zu pipes of %zu "
-		    "bytes could be made (%s); pairs beyond them relay in "
-		    "copy mode", ctx->pool.nfree, prepare, cfg->pipe_size,
-		    zp_pipe_shortage_str(ctx->pool.shortage));
+	} else {
+		struct zp_pipepool_stats	pst;
+
+		zp_pipepool_stats(&ctx->pool, &pst);
+		if (pst.pooled < prepare)
+			zp_log(&ctx->log, ZP_LOG_WARN, "only %zu of %zu pipes "
+			    "of %zu bytes could be made (%s); pairs beyond "
+			    "them relay in copy mode", pst.pooled, prepare,
+			    cfg->pipe_size,
+			    zp_pipe_shortage_str(ctx->pool.shortage));
+	}
 	ctx->have_pool = 1;
 	/*
 	 * Framed lf or nul streams are spliced unread; the last byte of a

@@ -356,12 +356,12 @@ test_keep_after_burst(void **state)
 	assert_int_equal(s->pool.nalive, 8);
 	/* 8 in use: the first puts are kept for a load like this one. */
 	for (i = 0; i < 4; i++)
-		zp_pipepool_put(&s->pool, &p[i], 0);
+		zp_pipepool_put(&s->pool, &p[i]);
 	assert_int_equal(s->pool.nfree, 4);
 	assert_int_equal(s->pool.nalive, 8);
 	/* The burst ends: down to the prepared 2. */
 	for (i = 4; i < 8; i++)
-		zp_pipepool_put(&s->pool, &p[i], 0);
+		zp_pipepool_put(&s->pool, &p[i]);
 	assert_int_equal(s->pool.nfree, 2);
 	assert_int_equal(s->pool.nalive, 2);
 	assert_int_equal(s->pool.killed, 0);
@@ -392,7 +392,7 @@ test_keep_twice_in_use(void **state)
 		assert_int_equal(zp_pipepool_get(&s->pool, &s->taken[i]), 0);
 	assert_int_equal(s->pool.nalive, 6);
 	for (i = 0; i < 6; i++) {
-		zp_pipepool_put(&s->pool, &s->taken[i], 0);
+		zp_pipepool_put(&s->pool, &s->taken[i]);
 		if (s->pool.nfree != nfree[i] || s->pool.nalive != nalive[i])
 			fail_msg("put %zu: %zu free of %zu alive, expected %zu "
 			    "of %zu", i + 1, s->pool.nfree, s->pool.nalive,
@@ -448,10 +448,10 @@ test_get_put_lifo(void **state)
 	assert_good_pipe(&b, 64 * KIB);
 
 	c = a;
-	zp_pipepool_put(&s->pool, &a, 0);
+	zp_pipepool_put(&s->pool, &a);
 	assert_int_equal(a.rfd, -1);
 	assert_int_equal(a.wfd, -1);
-	zp_pipepool_put(&s->pool, &b, 0);
+	zp_pipepool_put(&s->pool, &b);
 	assert_int_equal(s->pool.nfree, 2);
 	assert_int_equal(s->pool.nalive, 2);
 
@@ -465,8 +465,8 @@ test_get_put_lifo(void **state)
 	assert_int_equal(inj.pipe2.calls, 2);
 	assert_int_equal(s->pool.killed, 0);
 
-	zp_pipepool_put(&s->pool, &s->taken[0], 0);
-	zp_pipepool_put(&s->pool, &s->taken[1], 0);
+	zp_pipepool_put(&s->pool, &s->taken[0]);
+	zp_pipepool_put(&s->pool, &s->taken[1]);
 }
 
 /*
@@ -483,7 +483,8 @@ test_put_with_bytes_kills(void **state)
 	assert_int_equal(zp_pipepool_get(&s->pool, &p), 0);
 	old = p;
 	assert_int_equal(write(p.wfd, "0123456789", 10), 10);
-	zp_pipepool_put(&s->pool, &p, 10);
+	p.data = 10;
+	zp_pipepool_put(&s->pool, &p);
 	assert_int_equal(p.rfd, -1);
 	assert_int_equal(p.wfd, -1);
 	assert_int_equal(s->pool.killed, 1);
@@ -510,8 +511,9 @@ test_put_empty_pipe_noop(void **state)
 	struct zp_pipe		 p = { -1, -1 };
 
 	pool_init(s, 64 * KIB, 4, 1);
-	zp_pipepool_put(&s->pool, &p, 0);
-	zp_pipepool_put(&s->pool, &p, 123);
+	zp_pipepool_put(&s->pool, &p);
+	p.data = 123;
+	zp_pipepool_put(&s->pool, &p);
 	assert_int_equal(s->pool.nfree, 1);
 	assert_int_equal(s->pool.nalive, 1);
 	assert_int_equal(s->pool.killed, 0);
@@ -536,7 +538,8 @@ test_cap_enforced(void **state)
 	assert_int_equal(s->pool.nalive, 2);
 
 	/* Killing one frees a place under the cap. */
-	zp_pipepool_put(&s->pool, &s->taken[1], 1);
+	s->taken[1].data = 1;
+	zp_pipepool_put(&s->pool, &s->taken[1]);
 	assert_int_equal(s->pool.nalive, 1);
 	assert_int_equal(zp_pipepool_get(&s->pool, &s->taken[1]), 0);
 	assert_good_pipe(&s->taken[1], 64 * KIB);
@@ -624,7 +627,7 @@ test_setsz_refused(void **state)
 		assert_int_equal(s->pool.nalive, 1);
 		assert_int_equal(s->pool.created, 1);
 		assert_int_equal(count_fds(), fds);
-		zp_pipepool_put(&s->pool, &s->taken[0], 0);
+		zp_pipepool_put(&s->pool, &s->taken[0]);
 	}
 }
 
@@ -777,10 +780,11 @@ test_free_closes_all(void **state)
 	assert_int_equal(zp_pipepool_get(&s->pool, &s->taken[0]), 0);
 	assert_int_equal(count_fds(), s->fds_before + 12);
 	assert_int_equal(write(p[2].wfd, "x", 1), 1);
-	zp_pipepool_put(&s->pool, &p[2], 1);
+	p[2].data = 1;
+	zp_pipepool_put(&s->pool, &p[2]);
 	for (i = 0; i < 5; i++)
-		zp_pipepool_put(&s->pool, &p[i], 0);
-	zp_pipepool_put(&s->pool, &s->taken[0], 0);
+		zp_pipepool_put(&s->pool, &p[i]);
+	zp_pipepool_put(&s->pool, &s->taken[0]);
 	assert_int_equal(s->pool.nfree, 5);
 	assert_int_equal(s->pool.nalive, 5);
 	zp_pipepool_free(&s->pool);

@@ -795,9 +795,9 @@ run(struct fx *fx, int until_done)
 		} while (rc == -1 && errno == EINTR);
 		if (rc == 0)
 			fail_msg("stalled: sent %zu/%zu rcvd %zu bytes=%llu "
-			    "inpipe=%zu len=%zu full=%u eof=%u done=%u ron=%u "
+			    "pipe.data=%zu len=%zu full=%u eof=%u done=%u ron=%u "
 			    "won=%u", fx->sent, fx->txlen, fx->rcvd,
-			    (unsigned long long)fx->d.bytes, fx->d.inpipe,
+			    (unsigned long long)fx->d.bytes, fx->d.pipe.data,
 			    fx->d.len, fx->d.full, fx->d.eof, fx->d.done,
 			    fx->src.ron, fx->dst.won);
 		for (i = 0; i < 2; i++)
@@ -856,7 +856,7 @@ assert_all_delivered(struct fx *fx)
 {
 	assert_int_equal(fx->rcvd, fx->txlen);
 	assert_int_equal(fx->d.bytes, fx->txlen);
-	assert_int_equal(fx->d.inpipe, 0);
+	assert_int_equal(fx->d.pipe.data, 0);
 	assert_int_equal(fx->d.len, 0);
 }
 
@@ -1767,7 +1767,7 @@ test_splice_full_pipe(void **state)
 	wait_inq(fx, 8000);
 	fault_set(&inj.flush, 0, -1, EAGAIN);
 	pump(fx);
-	assert_int_equal(fx->d.inpipe, 8000);
+	assert_int_equal(fx->d.pipe.data, 8000);
 	assert_true(fx->dst.won);
 
 	fault_set(&inj.fill, 0, -1, EAGAIN);
@@ -1777,7 +1777,7 @@ test_splice_full_pipe(void **state)
 	assert_true(fx->d.full);
 	assert_false(fx->src.ron);
 	assert_true(fx->dst.won);
-	assert_int_equal(fx->d.inpipe, 8000);
+	assert_int_equal(fx->d.pipe.data, 8000);
 
 	calls = syscalls();
 	pump(fx);
@@ -1821,7 +1821,7 @@ test_splice_fallback(void **state)
 	assert_int_equal(fx->d.bufsize, fx->cfg.buffer_size);
 	assert_int_equal(fx->d.pipe.rfd, -1);
 	assert_int_equal(fx->d.pipe.wfd, -1);
-	assert_int_equal(fx->d.inpipe, 0);
+	assert_int_equal(fx->d.pipe.data, 0);
 	assert_int_equal(fx->ctx.pool.nfree, nfree + 1);
 	assert_int_equal(fx->ctx.pool.killed, 0);
 	assert_false(fx->src.dead);
@@ -1918,7 +1918,7 @@ test_splice_einval_pipe_holds(void **state)
 	feed_n(fx, 5000);
 	fault_set(&inj.flush, 0, -1, EAGAIN);
 	pump(fx);
-	assert_int_equal(fx->d.inpipe, 5000);
+	assert_int_equal(fx->d.pipe.data, 5000);
 	assert_int_equal(fx->d.spliced, 0);
 	assert_true(fx->dst.won);
 
@@ -2174,7 +2174,7 @@ test_lazy_no_pipe(void **state)
 	assert_int_equal(inj.fill.calls + inj.flush.calls, 0);
 	assert_int_equal(fx->d.spliced, 0);
 	for (i = 0; i < n; i++)
-		zp_pipepool_put(&fx->ctx.pool, &held[i], 0);
+		zp_pipepool_put(&fx->ctx.pool, &held[i]);
 }
 
 /*
