@@ -1357,9 +1357,9 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 	return ZP_PARSE_OK;
 }
 
-/* Replace an upstream's addresses with those of a getaddrinfo result. */
+/* The usable addresses of a getaddrinfo result. */
 int
-zp_upstream_set_addrs(struct zp_upstream_spec *up, const struct addrinfo *res)
+zp_addrs_from_ai(const struct addrinfo *res, struct zp_addr **vp, size_t *np)
 {
 	const struct addrinfo	*ai;
 	struct zp_addr		*v;
@@ -1382,9 +1382,8 @@ zp_upstream_set_addrs(struct zp_upstream_spec *up, const struct addrinfo *res)
 		free(v);
 		return -1;
 	}
-	free(up->addrs);
-	up->addrs = v;
-	up->naddrs = n;
+	*vp = v;
+	*np = n;
 	return 0;
 }
 
@@ -1409,7 +1408,10 @@ zp_upstream_resolve(struct zp_upstream_spec *up, char *err, size_t errlen)
 		    strerror(e) : gai_strerror(rc));
 		return -1;
 	}
-	rc = zp_upstream_set_addrs(up, res);
+	free(up->addrs);
+	up->addrs = NULL;
+	up->naddrs = 0;
+	rc = zp_addrs_from_ai(res, &up->addrs, &up->naddrs);
 	freeaddrinfo(res);
 	if (rc == -1) {
 		zp_seterr(err, errlen, "upstream '%s' does not resolve to a "

@@ -62,7 +62,9 @@ struct zp_listen_spec {
 struct zp_upstream_spec {
 	char		*host;		/* name or literal, no brackets */
 	char		 port[6];
-	struct zp_addr	*addrs;		/* after zp_config_resolve() */
+	struct zp_addr	*addrs;		/* at start-up (zp_config_resolve());
+					   the live ones are the upstream
+					   module's, see upstream.h */
 	size_t		 naddrs;
 	int		 original;	/* "-u original": no address of its own */
 };
@@ -190,9 +192,12 @@ int	zp_config_resolve(struct zp_config *, char *, size_t);
  */
 int	zp_upstream_resolve(struct zp_upstream_spec *, char *, size_t);
 
-/* Replace an upstream's addresses with those of a getaddrinfo result. */
-int	zp_upstream_set_addrs(struct zp_upstream_spec *,
-	    const struct addrinfo *);
+/*
+ * The usable (AF_INET, AF_INET6) addresses of a getaddrinfo result, in a
+ * new array. Returns 0 with *v and *n set, or -1 when there are none (or
+ * no memory).
+ */
+int	zp_addrs_from_ai(const struct addrinfo *, struct zp_addr **, size_t *);
 
 /* Free what cfg owns. */
 void	zp_config_free(struct zp_config *);

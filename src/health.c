@@ -110,7 +110,7 @@ check_cb(evutil_socket_t fd, short what, void *arg)
 static void
 check_next(struct zp_hcheck *c)
 {
-	struct zp_upstream_spec	*us = c->h->ctx->ups.v[c->idx].spec;
+	struct zp_upstream	*us = &c->h->ctx->ups.v[c->idx];
 	const struct zp_config	*cfg = c->h->ctx->cfg;
 	const struct zp_addr	*a, *src;
 	struct zp_addr		 srcbuf;

@@ -889,16 +889,16 @@ pair_timer_update(struct zp_pair *p)
  * original the one the client meant.
  */
 static size_t
-pair_naddrs(const struct zp_pair *p, const struct zp_upstream_spec *us)
+pair_naddrs(const struct zp_pair *p, const struct zp_upstream *u)
 {
-	return us->original ? 1 : us->naddrs;
+	return u->spec->original ? 1 : u->naddrs;
 }
 
 static const struct zp_addr *
-pair_addr(const struct zp_pair *p, const struct zp_upstream_spec *us,
+pair_addr(const struct zp_pair *p, const struct zp_upstream *u,
     size_t i)
 {
-	return us->original ? &p->dst : &us->addrs[i];
+	return u->spec->original ? &p->dst : &u->addrs[i];
 }
 
 /*
@@ -1139,10 +1139,10 @@ static void
 pair_retry_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair		*p = arg;
-	struct zp_upstream_spec	*us = p->ctx->ups.v[p->up_idx].spec;
+	struct zp_upstream	*u = &p->ctx->ups.v[p->up_idx];
 
 	/* A re-resolution may have shortened the list meanwhile. */
-	if (p->addr_idx >= pair_naddrs(p, us))
+	if (p->addr_idx >= pair_naddrs(p, u))
 		p->addr_idx = 0;
 	pair_connect_next(p);
 }
@@ -1248,7 +1248,6 @@ pair_connect_next(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
 	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
-	struct zp_upstream_spec	*us = u->spec;
 	struct timeval		 tv, now;
 	const struct zp_addr	*a, *src;
 	struct zp_addr		 srcbuf;
@@ -1256,8 +1255,8 @@ pair_connect_next(struct zp_pair *p)
 	int			 fd, rc, spoof = ctx->cfg->source ==
 				     ZP_SOURCE_CLIENT;
 
-	for (; p->addr_idx < pair_naddrs(p, us); p->addr_idx++) {
-		a = pair_addr(p, us, p->addr_idx);
+	for (; p->addr_idx < pair_naddrs(p, u); p->addr_idx++) {
+		a = pair_addr(p, u, p->addr_idx);
 		if (pair_source(p, a, &srcbuf, &src) == -1) {
 			/* Says why only when no address was tried at all. */
 			if (p->connect_err == 0)
@@ -1731,7 +1730,7 @@ int
 zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 {
 	struct zp_ctx		*ctx = p->ctx;
-	struct zp_upstream_spec	*us;
+	struct zp_upstream	*us;
 	const struct zp_addr	*a, *src;
 	struct zp_addr		 srcbuf;
 	unsigned char		 tried[ZP_MAX_UPSTREAMS];
@@ -1755,7 +1754,7 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 	if (idx < 0 || (idx == p->up_idx && reason != ZP_MOVE_LIFETIME) ||
 	    (size_t)idx >= ctx->ups.n)
 		return -1;
-	us = ctx->ups.v[idx].spec;
+	us = &ctx->ups.v[idx];
 	if (us->naddrs == 0)
 		return -1;
 	a = &us->addrs[0];

@@ -53,7 +53,7 @@ is_literal(const char *host)
  * records is not a collector that moved.
  */
 static int
-same_addrs(const struct zp_upstream_spec *us, const struct evutil_addrinfo *res)
+same_addrs(const struct zp_upstream *us, const struct evutil_addrinfo *res)
 {
 	const struct evutil_addrinfo	*ai;
 	size_t				 i, n = 0;
@@ -76,13 +76,15 @@ lookup_cb(int result, struct evutil_addrinfo *res, void *arg)
 {
 	struct zp_lookup	*lk = arg;
 	struct zp_resolver	*r = lk->r;
-	struct zp_upstream_spec	*us;
+	struct zp_upstream	*us;
+	struct zp_addr		*v;
+	size_t			 n;
 	char			 name[300], abuf[ZP_ADDRSTRLEN];
 
 	if (r == NULL)
 		goto out;	/* the resolver is gone */
 	r->inflight[lk->idx] = NULL;
-	us = r->ctx->ups.v[lk->idx].spec;
+	us = &r->ctx->ups.v[lk->idx];
 	zp_upstream_name(&r->ctx->ups.v[lk->idx], name, sizeof(name));
 	if (result != 0 || res == NULL) {
 		if (!r->failing[lk->idx])
@@ -96,11 +98,13 @@ lookup_cb(int result, struct evutil_addrinfo *res, void *arg)
 	r->failing[lk->idx] = 0;
 	if (same_addrs(us, res))
 		goto out;
-	if (zp_upstream_set_addrs(us, res) == 0)
+	if (zp_addrs_from_ai(res, &v, &n) == 0) {
+		zp_upstream_set_addrs(&r->ctx->ups, lk->idx, v, n);
 		zp_log(&r->ctx->log, ZP_LOG_NOTICE, "upstream %s now resolves "
 		    "to %zu address%s, first %s", name, us->naddrs,
 		    us->naddrs == 1 ? "" : "es",
 		    zp_addr_str(&us->addrs[0], abuf, sizeof(abuf)));
+	}
 out:
 	if (res != NULL)
 		evutil_freeaddrinfo(res);

@@ -36,13 +36,36 @@ zp_upstreams_init(struct zp_upstreams *us, struct zp_upstream_spec *specs,
 	for (i = 0; i < n; i++) {
 		us->v[i].spec = &specs[i];
 		us->v[i].up = 1;
+		if (specs[i].naddrs == 0)
+			continue;
+		us->v[i].addrs = calloc(specs[i].naddrs, sizeof(struct zp_addr));
+		if (us->v[i].addrs == NULL) {
+			zp_upstreams_free(us);
+			return -1;
+		}
+		memcpy(us->v[i].addrs, specs[i].addrs,
+		    specs[i].naddrs * sizeof(struct zp_addr));
+		us->v[i].naddrs = specs[i].naddrs;
 	}
 	return 0;
 }
 
 void
+zp_upstream_set_addrs(struct zp_upstreams *us, size_t i, struct zp_addr *v,
+    size_t n)
+{
+	free(us->v[i].addrs);
+	us->v[i].addrs = v;
+	us->v[i].naddrs = n;
+}
+
+void
 zp_upstreams_free(struct zp_upstreams *us)
 {
+	size_t	i;
+
+	for (i = 0; us->v != NULL && i < us->n; i++)
+		free(us->v[i].addrs);
 	free(us->v);
 	us->v = NULL;
 	us->n = 0;

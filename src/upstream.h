@@ -21,7 +21,10 @@ enum zp_balance {
 };
 
 struct zp_upstream {
-	struct zp_upstream_spec	*spec;		/* name, port, addresses */
+	struct zp_upstream_spec	*spec;		/* name, port (as given) */
+	struct zp_addr		*addrs;		/* live: resolved again with
+						   --resolve-interval */
+	size_t			 naddrs;
 	int			 up;
 	int			 fails;		/* connects failed in a row */
 	int			 last_err;
@@ -44,12 +47,22 @@ struct zp_upstreams {
 	struct zp_log		*log;
 };
 
-/* Set up one zp_upstream per spec, all up. Returns 0 or -1 (memory). */
+/*
+ * Set up one zp_upstream per spec, all up, each with a copy of the
+ * addresses the spec resolved to at start-up. Returns 0 or -1 (memory).
+ */
 int	zp_upstreams_init(struct zp_upstreams *, struct zp_upstream_spec *,
 	    size_t, enum zp_balance, int max_fails, double fail_timeout,
 	    struct zp_log *);
 
 void	zp_upstreams_free(struct zp_upstreams *);
+
+/*
+ * Upstream i's addresses are v[0..n) from now on (re-resolution); takes
+ * v. A connect under way keeps the address it started on (pair.c).
+ */
+void	zp_upstream_set_addrs(struct zp_upstreams *, size_t,
+	    struct zp_addr *v, size_t n);
 
 /*
  * Choose the next upstream for a client, among those not yet tried

@@ -495,8 +495,8 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 		off += snprintf(ups + off, sizeof(ups) - off, "%s%s (%zu "
 		    "address%s)", i ? ", " : "", zp_upstream_name(
 		    &ctx->ups.v[i], name, sizeof(name)),
-		    cfg->upstreams[i].naddrs,
-		    cfg->upstreams[i].naddrs == 1 ? "" : "es");
+		    ctx->ups.v[i].naddrs,
+		    ctx->ups.v[i].naddrs == 1 ? "" : "es");
 	}
 	/* --source ADDR: "ADDR:0", the port the kernel picks per connect. */
 	if (cfg->source == ZP_SOURCE_ADDR)

@@ -383,7 +383,6 @@ static void
 test_connected_address(void **state)
 {
 	struct harness		 h;
-	struct zp_upstream_spec	*us;
 	struct zp_addr		*other;
 	struct sockaddr_in	*sin;
 	char			 up[32];
@@ -404,16 +403,13 @@ test_connected_address(void **state)
 	c = h_client(&h);
 	assert_false(relaying(&h));
 	/* What --resolve-interval does: a new list in place of the old. */
-	us = h.ctx.ups.v[0].spec;
 	assert_non_null(other = calloc(1, sizeof(*other)));
 	sin = (struct sockaddr_in *)&other->ss;
 	sin->sin_family = AF_INET;
 	sin->sin_port = htons(9);
 	sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1);
 	other->len = sizeof(*sin);
-	free(us->addrs);
-	us->addrs = other;
-	us->naddrs = 1;
+	zp_upstream_set_addrs(&h.ctx.ups, 0, other, 1);
 	while (nfill > 0)
 		close(accept(s, NULL, NULL)), close(fill[--nfill]);
 	u = h_accept(&h, s);
