@@ -698,42 +698,31 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 	return pair_finish(p);
 }
 
+/*
+ * A half is readable: the bytes it brings go the other way (nginx's
+ * ngx_stream_proxy_process(s, from_upstream) shape). The half is told
+ * by its descriptor: the client's and the upstream's are never the same.
+ */
 static void
-client_read_cb(evutil_socket_t fd, short what, void *arg)
+half_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair	*p = arg;
+	int		 from_upstream = fd != p->client.fd;
 
 	if (what & EV_CLOSED)
-		p->client.rdhup = 1;
-	(void)pair_run(p, &p->up);
+		(from_upstream ? &p->upstream : &p->client)->rdhup = 1;
+	(void)pair_run(p, from_upstream ? &p->down : &p->up);
 }
 
+/* A half is writable again: the direction towards it goes on. */
 static void
-client_write_cb(evutil_socket_t fd, short what, void *arg)
+half_write_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair	*p = arg;
+	int		 to_upstream = fd != p->client.fd;
 
-	p->client.wblocked = 0;
-	(void)pair_run(p, &p->down);
-}
-
-static void
-upstream_read_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct zp_pair	*p = arg;
-
-	if (what & EV_CLOSED)
-		p->upstream.rdhup = 1;
-	(void)pair_run(p, &p->down);
-}
-
-static void
-upstream_write_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct zp_pair	*p = arg;
-
-	p->upstream.wblocked = 0;
-	(void)pair_run(p, &p->up);
+	(to_upstream ? &p->upstream : &p->client)->wblocked = 0;
+	(void)pair_run(p, to_upstream ? &p->up : &p->down);
 }
 
 /*
@@ -742,16 +731,16 @@ upstream_write_cb(evutil_socket_t fd, short what, void *arg)
  * queued. Returns 0 or -1.
  */
 static int
-half_events(struct zp_pair *p, struct zp_half *h, event_callback_fn rcb,
-    event_callback_fn wcb)
+half_events(struct zp_pair *p, struct zp_half *h)
 {
 	struct event_base *base = p->ctx->base;
 	short		   rflags = EV_READ | EV_PERSIST;
 
 	if (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE)
 		rflags |= EV_CLOSED;
-	h->rev = event_new(base, h->fd, rflags, rcb, p);
-	h->wev = event_new(base, h->fd, EV_WRITE | EV_PERSIST, wcb, p);
+	h->rev = event_new(base, h->fd, rflags, half_read_cb, p);
+	h->wev = event_new(base, h->fd, EV_WRITE | EV_PERSIST, half_write_cb,
+	    p);
 	return h->rev == NULL || h->wev == NULL ? -1 : 0;
 }
 
@@ -1034,10 +1023,8 @@ pair_connected(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_NOMEM);
 		return;
 	}
-	if ((!moved && half_events(p, &p->client, client_read_cb,
-	    client_write_cb) == -1) ||
-	    half_events(p, &p->upstream, upstream_read_cb,
-	    upstream_write_cb) == -1) {
+	if ((!moved && half_events(p, &p->client) == -1) ||
+	    half_events(p, &p->upstream) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
 		return;
 	}
@@ -1909,7 +1896,7 @@ pair_switch(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_PROXY_HEADER);
 		return 1;
 	}
-	if (half_events(p, h, upstream_read_cb, upstream_write_cb) == -1) {
+	if (half_events(p, h) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
 		return 1;
 	}
