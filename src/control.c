@@ -296,10 +296,17 @@ zp_control_free(struct zp_control *c)
 		event_free(c->ev);
 	if (c->fd != -1) {
 		close(c->fd);
-		/* Still ours? A newer zproxy may have put its own there. */
+		/*
+		 * Still ours? A newer zproxy may have put its own there. As
+		 * --user, removing it needs the directory's write permission
+		 * (systemd's RuntimeDirectory= gives it); without, it stays
+		 * and the next zproxy's rename replaces it.
+		 */
 		if (c->ino != 0 && stat(c->path, &st) == 0 &&
-		    st.st_dev == c->dev && st.st_ino == c->ino)
-			(void)unlink(c->path);
+		    st.st_dev == c->dev && st.st_ino == c->ino &&
+		    unlink(c->path) == -1)
+			zp_log(c->log, ZP_LOG_WARN, "--control %s: not "
+			    "removed: %s", c->path, strerror(errno));
 	}
 	free(c);
 }

@@ -22,6 +22,12 @@
 
 TAKEOVERS=${ZP_TAKEOVERS:-10}
 
+# The control sockets' directory: the user zproxy runs as must be able to
+# remove its socket at exit (systemd's RuntimeDirectory= is the unit's).
+RUN=$T/run
+mkdir -p "$RUN" || fail "mkdir $RUN"
+zp_user_dir "$RUN"
+
 # takeover_start ARGS...: start a zproxy that takes over from $CTL (and
 # offers its own there); sets ZPID, ZLOG like start_zproxy, and waits for
 # it to say it took over.
@@ -46,7 +52,7 @@ case_load() {
 	APORT=$PEER_PORT
 	peer_listen b-$mode --echo -n 0 -t 300
 	BPORT=$PEER_PORT
-	CTL=$T/ctl-$mode
+	CTL=$RUN/ctl-$mode
 	pick_port
 	start_zproxy -l "127.0.0.1:$LPORT" --control "$CTL" -u "127.0.0.1:$APORT" \
 	    -m "$mode" --drain-timeout 60 -v
@@ -117,7 +123,7 @@ case_load() {
 
 case_refused() {
 	local rc old oldlog ino
-	CTL=$T/ctl-refused
+	CTL=$RUN/ctl-refused
 	pick_port
 	"$ZPROXY" -l "127.0.0.1:$LPORT" -u "127.0.0.1:$APORT" \
 	    --takeover "$T/nobody-here" >"$T/none.out" 2>"$T/none.err" </dev/null
@@ -167,7 +173,7 @@ case_refused() {
 case_notify() {
 	local old a b new deadline
 	command -v socat >/dev/null || fail "socat not found"
-	CTL=$T/ctl-notify
+	CTL=$RUN/ctl-notify
 	pick_port
 	notify_listen sd
 	WATCHDOG_USEC=400000 NOTIFY_SOCKET=$NSOCK start_zproxy \

@@ -508,7 +508,7 @@ static void
 test_put_empty_pipe_noop(void **state)
 {
 	struct pool_state	*s = *state;
-	struct zp_pipe		 p = { -1, -1 };
+	struct zp_pipe		 p = { -1, -1, 0 };
 
 	pool_init(s, 64 * KIB, 4, 1);
 	zp_pipepool_put(&s->pool, &p);
@@ -524,7 +524,7 @@ static void
 test_cap_enforced(void **state)
 {
 	struct pool_state	*s = *state;
-	struct zp_pipe		 p = { -1, -1 };
+	struct zp_pipe		 p = { -1, -1, 0 };
 	int			 calls;
 
 	pool_init(s, 64 * KIB, 2, 1);
@@ -557,7 +557,7 @@ static void
 test_get_nofd(void **state)
 {
 	struct pool_state	*s = *state;
-	struct zp_pipe		 p = { -1, -1 };
+	struct zp_pipe		 p = { -1, -1, 0 };
 
 	pool_init(s, 64 * KIB, 8, 1);
 	assert_int_equal(zp_pipepool_get(&s->pool, &s->taken[0]), 0);
@@ -606,7 +606,7 @@ test_setsz_refused(void **state)
 		{ EINVAL, ZP_PIPE_ERROR },
 	};
 	struct pool_state	*s = *state;
-	struct zp_pipe		 p = { -1, -1 };
+	struct zp_pipe		 p = { -1, -1, 0 };
 	size_t			 i;
 	int			 fds, made;
 
@@ -640,7 +640,7 @@ static void
 test_shrunken_pipe(void **state)
 {
 	struct pool_state	*s = *state;
-	struct zp_pipe		 p = { -1, -1 };
+	struct zp_pipe		 p = { -1, -1, 0 };
 	int			 fds, made;
 
 	pool_init(s, 256 * KIB, 8, 1);
@@ -746,7 +746,7 @@ static void
 test_init_partial(void **state)
 {
 	struct pool_state	*s = *state;
-	struct zp_pipe		 p = { -1, -1 };
+	struct zp_pipe		 p = { -1, -1, 0 };
 
 	inj.pipe2.pass = 2;
 	inj.pipe2.err = EMFILE;
