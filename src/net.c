@@ -179,28 +179,3 @@ zp_net_adopt(int fd, struct zp_addr *a, char *err, size_t errlen)
 	}
 	return 0;
 }
-
-int
-zp_net_addr_eq(const struct zp_addr *a, const struct zp_addr *b)
-{
-	const struct sockaddr_in	*a4, *b4;
-	const struct sockaddr_in6	*a6, *b6;
-
-	if (a->ss.ss_family != b->ss.ss_family)
-		return 0;
-	if (a->ss.ss_family == AF_INET) {
-		a4 = (const struct sockaddr_in *)&a->ss;
-		b4 = (const struct sockaddr_in *)&b->ss;
-		return a4->sin_port == b4->sin_port &&
-		    a4->sin_addr.s_addr == b4->sin_addr.s_addr;
-	}
-	if (a->ss.ss_family == AF_INET6) {
-		a6 = (const struct sockaddr_in6 *)&a->ss;
-		b6 = (const struct sockaddr_in6 *)&b->ss;
-		return a6->sin6_port == b6->sin6_port &&
-		    memcmp(&a6->sin6_addr, &b6->sin6_addr,
-		    sizeof(a6->sin6_addr)) == 0 &&
-		    a6->sin6_scope_id == b6->sin6_scope_id;
-	}
-	return 0;
-}

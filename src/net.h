@@ -37,7 +37,4 @@ int	zp_net_adopt(int, struct zp_addr *, char *, size_t);
  */
 int	zp_net_transparent(int, int family, char *, size_t);
 
-/* Do a and b name the same address and port? */
-int	zp_net_addr_eq(const struct zp_addr *, const struct zp_addr *);
-
 #endif

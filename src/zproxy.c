@@ -465,12 +465,10 @@ listen_str(const struct zp_ctx *ctx, char *buf, size_t len)
 	for (l = ctx->listener; l != NULL && off < len;
 	    l = zp_listener_next(l)) {
 		label = zp_listener_label(l);
-		off += snprintf(buf + off, len - off, "%s%s%s%s%s",
-		    off > 0 ? ", " : "",
-		    zp_addr_str(zp_listener_addr(l), abuf, sizeof(abuf)),
-		    strncmp(label, "systemd", 7) == 0 ? " (" : "",
-		    strncmp(label, "systemd", 7) == 0 ? label : "",
-		    strncmp(label, "systemd", 7) == 0 ? ")" : "");
+		off += snprintf(buf + off, len - off, "%s%s", off > 0 ? ", " :
+		    "", zp_addr_str(zp_listener_addr(l), abuf, sizeof(abuf)));
+		if (strncmp(label, "systemd", 7) == 0 && off < len)
+			off += snprintf(buf + off, len - off, " (%s)", label);
 	}
 	return buf;
 }
