@@ -12,8 +12,9 @@
 #   b. one "moved:" line per connection that was on the killed collector
 #      (from= it, to= the survivor), none "could not move";
 #   c. the survivor's file: every message intact, none twice; the killed
-#      collector's file: every line a whole message too; no message in
-#      both (zproxy never sends a message twice);
+#      collector's file: every line a whole message too, but a last
+#      one its SIGKILL cut mid-write; no message in both (zproxy never
+#      sends a message twice);
 #   d. /metrics: zproxy_stream_moves_total{reason="upstream-failed"} is
 #      the number of move lines; zproxy_frames_total of the survivor is
 #      the number of messages it wrote (exact in copy mode and for octet
@@ -132,6 +133,16 @@ to_port() {
 		    '$3 ~ p"$" && $4 == st && !seen[$2 " " $3]++ { n++ } END { print n + 0 }'
 }
 
+# to_port_held PORT: TCP sockets whose remote port is PORT that are
+# still open here (any state but TIME-WAIT, 06).
+to_port_held() {
+	local hex
+	hex=$(printf '%04X' "$1")
+	cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+		awk -v p=":$hex" \
+		    '$3 ~ p"$" && $4 != "06" && !seen[$2 " " $3]++ { n++ } END { print n + 0 }'
+}
+
 # series NAME: its value in $T/metrics ("" when it is not there).
 series() { awk -v k="$1" '$1 == k { print $2 }' "$T/metrics"; }
 
@@ -174,11 +185,15 @@ case_kill() {
 	kill9_collector "$kpid" "$kport" "$what: $kkind"
 	zproxy_alive "after the kill"
 	# Its kernel sent FIN where it had read everything, RST elsewhere.
-	deadline=$(( $(now_ms) + 2000 ))
-	while [ "$(to_port "$kport" 08)" -lt "$nk" ] && [ "$(now_ms)" -lt "$deadline" ]; do
+	# The go only once zproxy acted on each (closed its end): a byte
+	# written after a FIN that zproxy has not read yet is lost with the
+	# collector, which only --replay-window can help (its own case).
+	deadline=$(( $(now_ms) + 15000 ))
+	while [ "$(to_port_held "$kport")" -gt 0 ]; do
+		[ "$(now_ms)" -ge "$deadline" ] &&
+			fail "$what: 15s after the kill zproxy still holds $(to_port_held "$kport") of its $nk connections to the killed $kkind ($(to_port "$kport" 08) in CLOSE-WAIT)"
 		sleep 0.02
 	done
-	note "$what: at the go, $(to_port "$kport" 08) of zproxy's $nk connections to the killed $kkind were in CLOSE-WAIT (its FIN received)"
 	: >"$go"
 	peer_wait "$spid" "$name.send" 90
 	rc=$?
@@ -234,12 +249,15 @@ case_kill() {
 		fail "$what: the survivor's file: $VERIFY: $(grep -v '^zp-logsend: missing' "$T/$name-survivor.verify.err" | head -n 3 | tr '\n' ' ')"
 	lines=$V_RECEIVED
 	ok "$what: the survivor ($skind) wrote $lines messages, each intact, none twice"
-	verify_file "$name-killed" "$klog"
+	# SIGKILL may cut the killed collector's own last write (rsyslog
+	# writes a long message in 4 KiB pieces): its last line may be
+	# partial, a loss no proxy sees.
+	verify_file "$name-killed" --tail-ok "$klog"
 	[ "$V_BAD" = 0 ] && [ "$VERIFY_RC" = 0 ] ||
 		fail "$what: the killed collector's file: $VERIFY: $(grep -v '^zp-logsend: \(missing\|duplicate\)' "$T/$name-killed.verify.err" | head -n 3 | tr '\n' ' ')"
 	[ "$V_DUPS" = 0 ] || fail "$what: the killed collector wrote a message twice: $VERIFY"
 	local klines=$V_RECEIVED
-	verify_file "$name-both" "$slog" "$klog"
+	verify_file "$name-both" --tail-ok "$slog" "$klog"
 	if [ -n "$window" ]; then
 		[ "$V_BAD" = 0 ] && [ "$V_MISSING" = 0 ] ||
 			fail "$what: the two files together: $VERIFY"
