@@ -15,6 +15,7 @@
 #include "config.h"
 #include "log.h"
 #include "pipepool.h"
+#include "relay.h"
 #include "upstream.h"
 
 struct event_base;
@@ -41,14 +42,18 @@ enum zp_stats_refusal {
 	ZP_STATS_REFUSED_MAX,
 };
 
+/* Both directions' tallies: up is client -> upstream. */
+struct zp_traffic {
+	struct zp_tally	up;
+	struct zp_tally	down;
+};
+
 struct zp_stats {
 	uint64_t	conns_total;	/* accepted */
 	uint64_t	conns_open;
 	uint64_t	conns_failed;	/* upstream never answered */
-	uint64_t	bytes_up;	/* client -> upstream */
-	uint64_t	bytes_down;	/* upstream -> client */
-	uint64_t	spliced_up;	/* of bytes_up, through a pipe */
-	uint64_t	spliced_down;
+	struct zp_traffic all;		/* every pair's, open or closed */
+	struct zp_traffic ups[ZP_MAX_UPSTREAMS]; /* each upstream's */
 	uint64_t	fallbacks[ZP_FALLBACK_MAX];
 	uint64_t	accept_pauses;	/* out of descriptors */
 	uint64_t	timeouts_idle;

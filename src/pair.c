@@ -212,6 +212,15 @@ sock_unread(int fd)
  * what is unacknowledged when close(2) must reset (unread bytes). A
  * graceful close leaves the kernel to deliver the rest, so it counts.
  */
+/* Count what d delivers from now on as upstream idx's. */
+static void
+pair_tally(struct zp_pair *p, struct zp_dir *d, int idx)
+{
+	struct zp_traffic	*t = &p->ctx->stats.ups[idx];
+
+	d->tally[1] = d == &p->up ? &t->up : &t->down;
+}
+
 static void
 dir_uncount(struct zp_dir *d, int aborted)
 {
@@ -221,9 +230,7 @@ dir_uncount(struct zp_dir *d, int aborted)
 	    !sock_unread(d->dst->fd)))
 		return;
 	n = (uint64_t)sock_unacked(d->dst, 0);
-	d->bytes -= n < d->bytes ? n : d->bytes;
-	if (d->spliced > d->bytes)
-		d->spliced = d->bytes;
+	zp_dir_uncount(d, n);
 }
 
 /* The end reason that a dead half stands for; see pair.h. */
@@ -374,24 +381,9 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	if (p->move_log_due)
 		pair_move_log(p, &p->up_addr);
 	pair_log(p, end);
-	/* Until the old upstream of a planned move closes, down is its. */
-	if (p->retiring.fd != -1) {
-		zp_upstream_account(&ctx->ups, (size_t)p->retiring_idx, 0,
-		    p->down.bytes - p->down_base, 0);
-		p->down_base = p->down.bytes;
-	}
-	ctx->stats.bytes_up += p->up.bytes;
-	ctx->stats.bytes_down += p->down.bytes;
-	ctx->stats.spliced_up += p->up.spliced;
-	ctx->stats.spliced_down += p->down.spliced;
 	ctx->stats.discarded += p->up.discarded + p->down.discarded;
-	if (p->up_idx >= 0) {
-		zp_upstream_account(&ctx->ups, (size_t)p->up_idx,
-		    p->up.bytes - p->up_base, p->down.bytes - p->down_base,
-		    p->up.fr != NULL ? p->up.fr->frames - p->frames_base : 0);
-		if (live)
-			zp_upstream_release(&ctx->ups, (size_t)p->up_idx);
-	}
+	if (p->up_idx >= 0 && live)
+		zp_upstream_release(&ctx->ups, (size_t)p->up_idx);
 	if (p->up.fr != NULL)
 		dframe_replay_free(p->up.fr);
 	free(p->up.fr);
@@ -949,8 +941,6 @@ pair_move(struct zp_pair *p)
 	p->move_err = h->err;
 	p->move_unacked = upstream_unacked(p);
 	p->move_frames = fr->frames - p->frames_base;
-	zp_upstream_account(&ctx->ups, (size_t)old, p->up.bytes - p->up_base,
-	    p->down.bytes - p->down_base, p->move_frames);
 	zp_upstream_release(&ctx->ups, (size_t)old);
 	if (h->err != 0) {
 		gettimeofday(&now, NULL);
@@ -984,7 +974,6 @@ pair_move(struct zp_pair *p)
 	zp_half_want_read(&p->client, 0);
 	zp_half_want_write(&p->client, 0);
 	p->up_base = p->up.bytes;
-	p->down_base = p->down.bytes;
 	p->frames_base = fr->frames;
 	p->up_sent = 0;
 	p->up_addr.len = 0;
@@ -1010,6 +999,10 @@ pair_connected(struct zp_pair *p)
 	gettimeofday(&now, NULL);
 	zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 1, 0, &now);
 	zp_upstream_acquire(&ctx->ups, (size_t)p->up_idx);
+	pair_tally(p, &p->up, p->up_idx);
+	/* An old upstream still closing is still the client's source. */
+	if (p->retiring.fd == -1)
+		pair_tally(p, &p->down, p->up_idx);
 	p->state = ZP_PAIR_RELAYING;
 	event_base_gettimeofday_cached(ctx->base, &p->up_since);
 	if (ctx->cfg->send_proxy && pair_send_proxy(p) == -1) {
@@ -1802,9 +1795,8 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 
 	if (r->fd == -1)
 		return;
-	zp_upstream_account(&ctx->ups, (size_t)p->retiring_idx, 0,
-	    p->down.bytes - p->down_base, 0);
-	p->down_base = p->down.bytes;
+	/* What the client gets from now on is the current upstream's. */
+	pair_tally(p, &p->down, p->up_idx);
 	if (timed_out || left > 0 || r->dead)
 		zp_log(&ctx->log, ZP_LOG_WARN, "connection %llu: the old "
 		    "upstream %s %s; %d bytes sent to it not acknowledged",
@@ -1849,9 +1841,7 @@ pair_switch(struct zp_pair *p)
 	p->move_frames = fr->frames - p->frames_base;
 	p->move_cut = fr->cut;
 	p->move_replayed = 0;
-	/* Its bytes down are counted when it closes (pair_retire_done). */
-	zp_upstream_account(&ctx->ups, (size_t)p->up_idx,
-	    p->up.bytes - p->up_base, 0, p->move_frames);
+	/* Its bytes down stay its own until it closes (pair_retire_done). */
 	zp_upstream_release(&ctx->ups, (size_t)p->up_idx);
 	p->up_base = p->up.bytes;
 	p->frames_base = fr->frames;
@@ -1886,6 +1876,7 @@ pair_switch(struct zp_pair *p)
 	p->up_idx = p->next_idx;
 	p->up_addr = p->next_addr;
 	p->up_sent = 0;
+	pair_tally(p, &p->up, p->up_idx);
 	gettimeofday(&now, NULL);
 	zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 1, 0, &now);
 	zp_upstream_acquire(&ctx->ups, (size_t)p->up_idx);
@@ -1992,6 +1983,8 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	dir_init(&p->up, &p->client, &p->upstream, &zp_relay_copy, bufsize);
 	dir_init(&p->down, &p->upstream, &p->client, &zp_relay_copy, bufsize);
 	p->up.splice_min = p->down.splice_min = ctx->cfg->splice_min;
+	p->up.tally[0] = &ctx->stats.all.up;
+	p->down.tally[0] = &ctx->stats.all.down;
 	if (ctx->cfg->framing != ZP_FRAMING_NONE &&
 	    ((p->up.fr = calloc(1, sizeof(*p->up.fr))) == NULL ||
 	    zp_framer_init(&p->up.fr->f, (enum zp_framing)ctx->cfg->framing,
@@ -2017,4 +2010,23 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	if (ctx->cfg->accept_proxy)
 		return header_start(p);
 	return pair_begin(p);
+}
+
+/* Open pairs by mode; see pair.h. */
+void
+zp_pairs_modes(struct zp_ctx *ctx, struct zp_pair_modes *m)
+{
+	struct zp_pair	*p;
+	const char	*mode;
+
+	memset(m, 0, sizeof(*m));
+	TAILQ_FOREACH(p, &ctx->pairs, entry) {
+		mode = zp_pair_mode(p);
+		if (strcmp(mode, "splice") == 0)
+			m->splice++;
+		else if (strcmp(mode, "copy") == 0)
+			m->copy++;
+		else
+			m->mixed++;
+	}
 }

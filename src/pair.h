@@ -97,7 +97,6 @@ struct zp_pair {
 	int			 linger_abort;	/* gave up on a sending survivor */
 	/* --framing: the current upstream's share, and moves. */
 	uint64_t		 up_base;	/* up.bytes when it began */
-	uint64_t		 down_base;
 	uint64_t		 frames_base;	/* up.fr->frames when it began */
 	uint64_t		 up_sent;	/* bytes written to it (header too) */
 	uint64_t		 moves;
@@ -197,5 +196,13 @@ int	zp_pairs_rebalance(struct zp_ctx *);
 
 /* "splice", "copy" or "mixed", from the pair's directions. */
 const char *zp_pair_mode(const struct zp_pair *);
+
+/* How many open pairs relay in each mode, for the metrics. */
+struct zp_pair_modes {
+	uint64_t	splice;
+	uint64_t	copy;
+	uint64_t	mixed;
+};
+void	zp_pairs_modes(struct zp_ctx *, struct zp_pair_modes *);
 
 #endif

@@ -288,9 +288,68 @@ zp_dir_release(struct zp_ctx *ctx, struct zp_dir *d)
 	d->full = 0;
 }
 
-/* Move bytes for one direction; see relay.h. */
+/* Add what d delivered since the snapshot `was` to its tallies. */
+static void
+dir_tally(struct zp_dir *d, const struct zp_tally *was)
+{
+	uint64_t	frames = d->fr != NULL ? d->fr->frames : 0;
+	size_t		i;
+
+	for (i = 0; i < ZP_DIR_TALLIES; i++) {
+		if (d->tally[i] == NULL)
+			continue;
+		d->tally[i]->bytes += d->bytes - was->bytes;
+		d->tally[i]->spliced += d->spliced - was->spliced;
+		d->tally[i]->frames += frames - was->frames;
+	}
+}
+
+static int	dir_pump(struct zp_ctx *, struct zp_dir *, size_t);
+
+/* Move bytes for one direction, counted; see relay.h. */
 int
 zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
+{
+	struct zp_tally	was = { d->bytes, d->spliced,
+			    d->fr != NULL ? d->fr->frames : 0 };
+	int		rc;
+
+	rc = dir_pump(ctx, d, budget);
+	dir_tally(d, &was);
+	return rc;
+}
+
+static uint64_t
+tally_cut(uint64_t have, uint64_t n)
+{
+	return n < have ? n : have;
+}
+
+/* Take back bytes a reset dropped; see relay.h. */
+void
+zp_dir_uncount(struct zp_dir *d, uint64_t n)
+{
+	struct zp_tally	was = { d->bytes, d->spliced,
+			    d->fr != NULL ? d->fr->frames : 0 };
+	size_t		i;
+
+	d->bytes -= n < d->bytes ? n : d->bytes;
+	if (d->spliced > d->bytes)
+		d->spliced = d->bytes;
+	for (i = 0; i < ZP_DIR_TALLIES; i++) {
+		if (d->tally[i] == NULL)
+			continue;
+		/* Part may have been an earlier upstream's: never below 0. */
+		d->tally[i]->bytes -= tally_cut(d->tally[i]->bytes,
+		    was.bytes - d->bytes);
+		d->tally[i]->spliced -= tally_cut(d->tally[i]->spliced,
+		    was.spliced - d->spliced);
+	}
+}
+
+/* Move bytes for one direction. */
+static int
+dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 {
 	size_t	moved = 0, ask, before;
 	ssize_t	n;

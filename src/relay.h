@@ -127,6 +127,20 @@ struct zp_half {
 	int		 err;		/* errno that killed it */
 };
 
+/*
+ * Traffic counters that directions add to as they deliver, besides their
+ * own: the process's and each upstream's. Whoever reads them reads these,
+ * never the pairs.
+ */
+struct zp_tally {
+	uint64_t	bytes;		/* delivered */
+	uint64_t	spliced;	/* of which through a pipe */
+	uint64_t	frames;		/* --framing: messages delivered */
+};
+
+/* The tallies a direction adds to: [0] the process's, [1] its upstream's. */
+#define ZP_DIR_TALLIES	2
+
 /* One direction: bytes from src to dst. */
 struct zp_dir {
 	struct zp_half			*src;
@@ -148,6 +162,7 @@ struct zp_dir {
 	uint64_t			 spliced; /* of which through the pipe
 						    (counted by splice_flush) */
 	uint64_t			 discarded; /* read after dst died */
+	struct zp_tally			*tally[ZP_DIR_TALLIES]; /* NULL: none */
 	unsigned			 full:1; /* store can take no more */
 	unsigned			 eof:1;	/* src is done */
 	unsigned			 shut:1; /* dst got SHUT_WR */
@@ -203,7 +218,8 @@ struct zp_dir {
  * d->done is set when the direction has nothing more to deliver. A FIN
  * is carried with shutdown(2), except when the source was shut for
  * writing already: the other direction is over, so the caller closes
- * both sockets now and close(2) sends the FIN. Returns ZP_PUMP_* bits.
+ * both sockets now and close(2) sends the FIN. What it delivered is
+ * added to d->tally[]. Returns ZP_PUMP_* bits.
  */
 int	zp_dir_pump(struct zp_ctx *, struct zp_dir *, size_t budget);
 
@@ -237,6 +253,12 @@ void	zp_dir_cut(struct zp_dir *, size_t n);
 
 /* An octet frame ended at stream offset off, in the pipe. */
 void	zp_dframe_mark(struct zp_dframe *, uint64_t off);
+
+/*
+ * At close: n of the bytes counted as delivered never will be (a reset
+ * dropped them); taken off the direction's counts and its tallies.
+ */
+void	zp_dir_uncount(struct zp_dir *, uint64_t n);
 
 /* Give back the store and clear the direction's events. */
 void	zp_dir_release(struct zp_ctx *, struct zp_dir *);

@@ -259,48 +259,6 @@ upstream_labels(const struct zp_upstreams *ups, size_t n,
 	}
 }
 
-/* What the open pairs add to the counters of the closed ones. */
-struct open_totals {
-	uint64_t	up, down;
-	uint64_t	spliced_up, spliced_down;
-	uint64_t	ups_up[ZP_MAX_UPSTREAMS];
-	uint64_t	ups_down[ZP_MAX_UPSTREAMS];
-	uint64_t	ups_frames[ZP_MAX_UPSTREAMS];
-	uint64_t	splice, copy, mixed;
-};
-
-/* Walk the open pairs: their bytes, overall and per upstream; modes. */
-static void
-open_totals(struct zp_ctx *ctx, struct open_totals *t)
-{
-	struct zp_pair	*p;
-	const char	*mode;
-
-	memset(t, 0, sizeof(*t));
-	TAILQ_FOREACH(p, &ctx->pairs, entry) {
-		t->up += p->up.bytes;
-		t->down += p->down.bytes;
-		t->spliced_up += p->up.spliced;
-		t->spliced_down += p->down.spliced;
-		if (p->up_idx >= 0 && (size_t)p->up_idx < ctx->ups.n &&
-		    p->up_idx < ZP_MAX_UPSTREAMS) {
-			/* Its current upstream's share: earlier ones have theirs. */
-			t->ups_up[p->up_idx] += p->up.bytes - p->up_base;
-			t->ups_down[p->up_idx] += p->down.bytes - p->down_base;
-			if (p->up.fr != NULL)
-				t->ups_frames[p->up_idx] += p->up.fr->frames -
-				    p->frames_base;
-		}
-		mode = zp_pair_mode(p);
-		if (strcmp(mode, "splice") == 0)
-			t->splice++;
-		else if (strcmp(mode, "copy") == 0)
-			t->copy++;
-		else
-			t->mixed++;
-	}
-}
-
 /* CPU time this process used, user and system. */
 static void
 cpu_time(struct timeval *tv)
@@ -362,13 +320,12 @@ upstream_value(const struct zp_upstream *u, enum upstream_metric what)
 	return 0;
 }
 
-/* Every per-upstream family, open pairs' bytes included. */
+/* Every per-upstream family. */
 static void
-render_upstreams(struct render *r, struct zp_ctx *ctx,
-    const struct open_totals *t)
+render_upstreams(struct render *r, struct zp_ctx *ctx)
 {
 	char			(*names)[ZP_STATS_NAMELEN];
-	const struct zp_upstream *u;
+	const struct zp_traffic	*t;
 	struct label		 l[2];
 	size_t			 i, f, n = ctx->ups.n;
 
@@ -396,14 +353,14 @@ render_upstreams(struct render *r, struct zp_ctx *ctx,
 	    "Bytes relayed through the upstream: up is client to upstream, "
 	    "down is upstream to client.");
 	for (i = 0; i < n; i++) {
-		u = &ctx->ups.v[i];
+		t = &ctx->stats.ups[i];
 		l[0].value = names[i];
 		l[1].value = "up";
 		sample_u64(r, "zproxy_upstream_bytes_total", l, 2,
-		    u->bytes_up + t->ups_up[i]);
+		    t->up.bytes);
 		l[1].value = "down";
 		sample_u64(r, "zproxy_upstream_bytes_total", l, 2,
-		    u->bytes_down + t->ups_down[i]);
+		    t->down.bytes);
 	}
 	if (ctx->cfg->framing != ZP_FRAMING_NONE) {
 		family(r, "zproxy_frames_total", "counter",
@@ -413,7 +370,7 @@ render_upstreams(struct render *r, struct zp_ctx *ctx,
 		for (i = 0; i < n; i++) {
 			l[0].value = names[i];
 			sample_u64(r, "zproxy_frames_total", l, 1,
-			    ctx->ups.v[i].frames + t->ups_frames[i]);
+			    ctx->stats.ups[i].up.frames);
 		}
 	}
 	free(names);
@@ -427,14 +384,14 @@ int
 zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 {
 	struct render		 r = { buf, 0 };
-	struct open_totals	 t;
+	struct zp_pair_modes	 m;
 	struct label		 l;
 	struct timeval		 cpu;
 	size_t			 nalive = 0, nfree = 0;
 	unsigned long		 killed = 0, created = 0;
 	int			 i;
 
-	open_totals(ctx, &t);
+	zp_pairs_modes(ctx, &m);
 
 	single_u64(&r, "zproxy_connections_open", "gauge",
 	    "Client connections open now.", ctx->stats.conns_open);
@@ -450,24 +407,24 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 
 	updown_u64(&r, "zproxy_bytes_total", "Bytes relayed: up is client "
 	    "to upstream, down is upstream to client.",
-	    ctx->stats.bytes_up + t.up, ctx->stats.bytes_down + t.down);
+	    ctx->stats.all.up.bytes, ctx->stats.all.down.bytes);
 	updown_u64(&r, "zproxy_spliced_bytes_total", "Of zproxy_bytes_total, "
 	    "the bytes that went through a pipe (zero-copy) rather than a "
-	    "buffer.", ctx->stats.spliced_up + t.spliced_up,
-	    ctx->stats.spliced_down + t.spliced_down);
+	    "buffer.", ctx->stats.all.up.spliced,
+	    ctx->stats.all.down.spliced);
 
-	render_upstreams(&r, ctx, &t);
+	render_upstreams(&r, ctx);
 
 	family(&r, "zproxy_pairs", "gauge",
 	    "Open connections by data path: splice, copy, or mixed (one "
 	    "direction each).");
 	l.name = "mode";
 	l.value = "splice";
-	sample_u64(&r, "zproxy_pairs", &l, 1, t.splice);
+	sample_u64(&r, "zproxy_pairs", &l, 1, m.splice);
 	l.value = "copy";
-	sample_u64(&r, "zproxy_pairs", &l, 1, t.copy);
+	sample_u64(&r, "zproxy_pairs", &l, 1, m.copy);
 	l.value = "mixed";
-	sample_u64(&r, "zproxy_pairs", &l, 1, t.mixed);
+	sample_u64(&r, "zproxy_pairs", &l, 1, m.mixed);
 
 	family(&r, "zproxy_copy_fallbacks_total", "counter",
 	    "Connections or directions that relay by copying although "

@@ -222,15 +222,6 @@ zp_upstream_acquire(struct zp_upstreams *ups, size_t i)
 }
 
 void
-zp_upstream_account(struct zp_upstreams *ups, size_t i, uint64_t up,
-    uint64_t down, uint64_t frames)
-{
-	ups->v[i].bytes_up += up;
-	ups->v[i].bytes_down += down;
-	ups->v[i].frames += frames;
-}
-
-void
 zp_upstream_release(struct zp_upstreams *ups, size_t i)
 {
 	/* An underflow would show as 2^64 open pairs on /metrics. */

@@ -32,9 +32,6 @@ struct zp_upstream {
 	uint64_t		 active;	/* open pairs */
 	uint64_t		 conns_total;
 	uint64_t		 conns_failed;
-	uint64_t		 bytes_up;
-	uint64_t		 bytes_down;
-	uint64_t		 frames;	/* --framing: messages delivered */
 };
 
 struct zp_upstreams {
@@ -93,13 +90,11 @@ void	zp_upstream_report(struct zp_upstreams *, size_t, int ok, int err,
 /*
  * The upstream's counters, each changed by one call, never written
  * from outside: a pair connected to upstream i (one more open, one more
- * in all); its bytes and --framing messages since the last account;
- * it closed or moved away (one fewer open); every address of it failed
- * for a client (one more failed connection).
+ * in all); it closed or moved away (one fewer open); every address of
+ * it failed for a client (one more failed connection). Its bytes and
+ * messages are tallied as they go (ctx.h, zp_traffic).
  */
 void	zp_upstream_acquire(struct zp_upstreams *, size_t);
-void	zp_upstream_account(struct zp_upstreams *, size_t, uint64_t up,
-	    uint64_t down, uint64_t frames);
 void	zp_upstream_release(struct zp_upstreams *, size_t);
 void	zp_upstream_connect_failed(struct zp_upstreams *, size_t);
 

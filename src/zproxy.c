@@ -125,20 +125,16 @@ cpu_seconds(void)
 
 /*
  * The service manager's status line (sd_notify STATUS=): what `systemctl
- * status` shows, open pairs' bytes included.
+ * status` shows, bytes of open pairs too.
  */
 static void
 notify_status(void *arg, char *buf, size_t len)
 {
 	struct zp_ctx	*ctx = arg;
-	struct zp_pair	*p;
-	uint64_t	 up = ctx->stats.bytes_up, down = ctx->stats.bytes_down;
+	uint64_t	 up = ctx->stats.all.up.bytes;
+	uint64_t	 down = ctx->stats.all.down.bytes;
 	size_t		 i, nup = 0;
 
-	TAILQ_FOREACH(p, &ctx->pairs, entry) {
-		up += p->up.bytes;
-		down += p->down.bytes;
-	}
 	for (i = 0; i < ctx->ups.n; i++)
 		nup += ctx->ups.v[i].up != 0;
 	snprintf(buf, len, "%s; connections open=%llu total=%llu; bytes "
@@ -149,24 +145,19 @@ notify_status(void *arg, char *buf, size_t len)
 	    (unsigned long long)up, (unsigned long long)down, nup, ctx->ups.n);
 }
 
-/* Log the counters, open pairs' bytes included. */
+/* Log the counters. */
 static void
 log_stats(struct zp_ctx *ctx, const char *what)
 {
-	struct zp_pair			*p;
 	struct zp_pipepool_stats	 pst;
-	uint64_t			 up = ctx->stats.bytes_up;
-	uint64_t			 down = ctx->stats.bytes_down;
+	uint64_t			 up = ctx->stats.all.up.bytes;
+	uint64_t			 down = ctx->stats.all.down.bytes;
 	double				 cpu = cpu_seconds(), gib;
 	char				 per[32];
 
 	memset(&pst, 0, sizeof(pst));
 	if (ctx->have_pool)
 		zp_pipepool_stats(&ctx->pool, &pst);
-	TAILQ_FOREACH(p, &ctx->pairs, entry) {
-		up += p->up.bytes;
-		down += p->down.bytes;
-	}
 	gib = (double)(up + down) / (1024.0 * 1024 * 1024);
 	/* Below 64 MiB the start-up cost swamps the figure: say nothing. */
 	if (gib >= 1.0 / 16)

@@ -309,8 +309,9 @@ test_all_refused(void **state)
 }
 
 /*
- * Bytes each way are counted once, overall and for the upstream, when
- * the pair closes; the upstream has no pair open after.
+ * Bytes each way are counted as they are delivered, overall and for the
+ * upstream, and once: closing adds nothing; the upstream has no pair
+ * open after.
  */
 static void
 test_close_accounting(void **state)
@@ -331,13 +332,18 @@ test_close_accounting(void **state)
 	h_recv(&h, u, 1000);
 	assert_int_equal(write(u, buf, 500), 500);
 	h_recv(&h, c, 500);
+	assert_int_equal(h.ctx.stats.all.up.bytes, 1000);
+	assert_int_equal(h.ctx.stats.all.down.bytes, 500);
+	assert_int_equal(h.ctx.stats.ups[0].up.bytes, 1000);
+	assert_int_equal(h.ctx.stats.ups[0].down.bytes, 500);
+	assert_int_equal(h.ctx.ups.v[0].active, 1);
 	close(c);
 	close(u);
 	assert_true(h_run(&h, no_pairs, 2000));
-	assert_int_equal(h.ctx.stats.bytes_up, 1000);
-	assert_int_equal(h.ctx.stats.bytes_down, 500);
-	assert_int_equal(h.ctx.ups.v[0].bytes_up, 1000);
-	assert_int_equal(h.ctx.ups.v[0].bytes_down, 500);
+	assert_int_equal(h.ctx.stats.all.up.bytes, 1000);
+	assert_int_equal(h.ctx.stats.all.down.bytes, 500);
+	assert_int_equal(h.ctx.stats.ups[0].up.bytes, 1000);
+	assert_int_equal(h.ctx.stats.ups[0].down.bytes, 500);
 	assert_int_equal(h.ctx.ups.v[0].active, 0);
 	assert_int_equal(h.ctx.ups.v[0].conns_total, 1);
 	assert_int_equal(h.ctx.stats.conns_total, 1);
