@@ -20,6 +20,7 @@
 #include "log.h"
 #include "origdst.h"
 #include "pair.h"
+#include "pair_int.h"
 #include "proxyproto.h"
 #include "stats.h"
 
@@ -2029,4 +2030,23 @@ zp_pairs_modes(struct zp_ctx *ctx, struct zp_pair_modes *m)
 		else
 			m->mixed++;
 	}
+}
+
+/* Every open pair winds down, or closes; see pair.h. */
+void
+zp_pairs_wind_down(struct zp_ctx *ctx, enum zp_end end)
+{
+	struct zp_pair	*p, *next;
+
+	for (p = TAILQ_FIRST(&ctx->pairs); p != NULL; p = next) {
+		next = TAILQ_NEXT(p, entry);
+		(void)zp_pair_wind_down(p, end);
+	}
+}
+
+void
+zp_pairs_close(struct zp_ctx *ctx, enum zp_end end)
+{
+	while (!TAILQ_EMPTY(&ctx->pairs))
+		zp_pair_close(TAILQ_FIRST(&ctx->pairs), end);
 }

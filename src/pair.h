@@ -9,15 +9,11 @@
 #ifndef ZP_PAIR_H
 #define ZP_PAIR_H
 
-#include <sys/queue.h>
-#include <sys/time.h>
+#include <sys/socket.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "relay.h"
-
 struct zp_ctx;
-struct event;
+struct zp_half;
 
 enum zp_pair_state {
 	ZP_PAIR_HEADER = 0,	/* --accept-proxy: reading the PROXY header */
@@ -58,72 +54,13 @@ enum zp_move_reason {
 	ZP_MOVE_MAX
 };
 
-struct zp_pair {
-	struct zp_ctx		*ctx;
-	uint64_t		 id;
-	enum zp_pair_state	 state;
-	struct zp_half		 client;
-	struct zp_half		 upstream;
-	struct zp_dir		 up;		/* client -> upstream */
-	struct zp_dir		 down;		/* upstream -> client */
-	struct zp_addr		 client_addr;	/* the PROXY header's, if any */
-	struct zp_addr		 peer_addr;	/* the balancer that sent it */
-	struct zp_addr		 proxy_dst;	/* the header's destination */
-	int			 source_counted; /* in ctx->sources */
-	unsigned char		*hdr;		/* PROXY header bytes so far */
-	size_t			 hdr_len;
-	struct timeval		 hdr_deadline;	/* --proxy-timeout */
-	const char		*hdr_why;	/* why it was refused */
-	int			 up_idx;	/* upstream in use, or -1 */
-	unsigned char		 tried[ZP_MAX_UPSTREAMS];
-	int			 attempts;	/* upstreams tried */
-	size_t			 addr_idx;	/* its address being tried */
-	int			 addr_tried;	/* one was (not skipped by --source) */
-	struct zp_addr		 up_addr;	/* the address connected to */
-	struct zp_addr		 connecting_addr; /* the one a connect is on */
-	struct zp_addr		 dst;		/* original destination; len 0: none */
-	int			 connect_err;	/* last connect failure */
-	struct event		*retry;		/* after a local fault */
-	struct timeval		 retry_until;	/* local faults' deadline */
-	int			 waiting;	/* retry is armed */
-	struct timeval		 started;
-	struct timeval		 last_active;	/* a byte moved (loop time) */
-	struct timeval		 half_closed;	/* one direction done */
-	struct event		*timer;		/* idle, fin and linger */
-	struct timeval		 linger_acked;	/* the survivor last acked */
-	int			 linger_outq;	/* its unacknowledged bytes */
-	int			 linger_ms;	/* wait before the next look */
-	uint64_t		 linger_heard;	/* discarded when it began */
-	int			 linger_abort;	/* gave up on a sending survivor */
-	/* --framing: the current upstream's share, and moves. */
-	uint64_t		 up_base;	/* up.bytes when it began */
-	uint64_t		 frames_base;	/* up.fr->frames when it began */
-	uint64_t		 up_sent;	/* bytes written to it (header too) */
-	uint64_t		 moves;
-	struct zp_addr		 move_from;	/* the upstream left */
-	int			 move_err;	/* why: errno, 0 for its FIN */
-	uint64_t		 move_frames;	/* delivered to it */
-	uint64_t		 move_unacked;	/* sent, not acknowledged */
-	uint64_t		 move_cut;	/* up.fr->cut when it began */
-	uint64_t		 move_replayed;	/* sent again to the next */
-	int			 move_log_due;	/* said once its cut is done */
-	int			 move_reason;	/* enum zp_move_reason */
-	int			 move_checked;	/* the health checks began it */
-	struct timeval		 up_since;	/* on the current upstream since */
-	/* A planned move: the next upstream, connecting or connected. */
-	int			 next_fd;	/* -1: none */
-	struct event		*next_ev;
-	int			 next_idx;
-	struct zp_addr		 next_addr;
-	/* The upstream a planned move left, read until it closes. */
-	struct zp_half		 retiring;	/* fd -1: none */
-	int			 retiring_idx;
-	struct zp_addr		 retiring_addr;
-	struct event		*retire_timer;	/* --drain-timeout */
-	int			 winding;	/* 0, or the end its wind-down
-						   stands for (idle, shutdown) */
-	TAILQ_ENTRY(zp_pair)	 entry;
-};
+/*
+ * A pair is pair.c's own: other modules hold pointers and call the
+ * functions below (its fields are in pair_int.h, for pair.c and its
+ * unit tests).
+ */
+struct zp_pair;
+
 
 /*
  * Start a pair for an accepted, non-blocking client socket: read its
@@ -196,6 +133,13 @@ int	zp_pairs_rebalance(struct zp_ctx *);
 
 /* "splice", "copy" or "mixed", from the pair's directions. */
 const char *zp_pair_mode(const struct zp_pair *);
+
+/*
+ * Every open pair: a framed stream's lossless close (zp_pair_wind_down,
+ * for the drain); or closed now, with end.
+ */
+void	zp_pairs_wind_down(struct zp_ctx *, enum zp_end end);
+void	zp_pairs_close(struct zp_ctx *, enum zp_end end);
 
 /* How many open pairs relay in each mode, for the metrics. */
 struct zp_pair_modes {

@@ -260,14 +260,8 @@ ctx_drain(struct zp_ctx *ctx, const char *why)
 	 * Framed streams are told (a FIN) rather than cut at the end: what
 	 * a client sends until it closes is still forwarded.
 	 */
-	if (cfg_framed(ctx)) {
-		struct zp_pair	*p, *next;
-
-		for (p = TAILQ_FIRST(&ctx->pairs); p != NULL; p = next) {
-			next = TAILQ_NEXT(p, entry);
-			(void)zp_pair_wind_down(p, ZP_END_SHUTDOWN);
-		}
-	}
+	if (cfg_framed(ctx))
+		zp_pairs_wind_down(ctx, ZP_END_SHUTDOWN);
 	tv = zp_seconds_tv(t);
 	if ((ctx->drain_timer = evtimer_new(ctx->base, drain_timeout_cb,
 	    ctx)) == NULL || evtimer_add(ctx->drain_timer, &tv) == -1)
@@ -787,11 +781,9 @@ confine(struct zp_ctx *ctx, const struct zp_privs *pv, char *privs,
 static void
 ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 {
-	struct zp_pair	*p;
-	int		 i;
+	int	i;
 
-	while ((p = TAILQ_FIRST(&ctx->pairs)) != NULL)
-		zp_pair_close(p, ZP_END_SHUTDOWN);
+	zp_pairs_close(ctx, ZP_END_SHUTDOWN);
 	ctx_stop_accepting(ctx);
 	zp_stats_free(ctx->stats_server);
 	ctx->stats_server = NULL;
@@ -1193,8 +1185,7 @@ zp_run(struct zp_config *cfg)
 	}
 	ctx.stopping = 1;
 	ctx_stop_accepting(&ctx);
-	while (!TAILQ_EMPTY(&ctx.pairs))
-		zp_pair_close(TAILQ_FIRST(&ctx.pairs), ZP_END_SHUTDOWN);
+	zp_pairs_close(&ctx, ZP_END_SHUTDOWN);
 	log_stats(&ctx, "stopping");
 out:
 	zp_offer_free(&offer);

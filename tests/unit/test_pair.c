@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "pair.h"
+#include "relay.h"
 
 /* The errnos that mean the peer reset the connection. */
 static const int resets[] = { ECONNRESET, EPIPE, ECONNABORTED };

@@ -33,6 +33,7 @@
 #include "ctx.h"
 #include "log.h"
 #include "pair.h"
+#include "pair_int.h"
 #include "upstream.h"
 
 #define MAXARGS	16

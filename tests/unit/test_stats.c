@@ -41,6 +41,7 @@
 #include "ctx.h"
 #include "log.h"
 #include "pair.h"
+#include "pair_int.h"
 #include "relay.h"
 #include "stats.h"
 #include "upstream.h"

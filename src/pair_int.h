@@ -1,0 +1,86 @@
+/*
+ * pair_int.h - the fields of struct zp_pair, for pair.c and its unit
+ * tests only: every other module goes through pair.h.
+ */
+#ifndef ZP_PAIR_INT_H
+#define ZP_PAIR_INT_H
+
+#include <sys/queue.h>
+#include <sys/time.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "pair.h"
+#include "relay.h"
+
+struct zp_ctx;
+struct event;
+
+struct zp_pair {
+	struct zp_ctx		*ctx;
+	uint64_t		 id;
+	enum zp_pair_state	 state;
+	struct zp_half		 client;
+	struct zp_half		 upstream;
+	struct zp_dir		 up;		/* client -> upstream */
+	struct zp_dir		 down;		/* upstream -> client */
+	struct zp_addr		 client_addr;	/* the PROXY header's, if any */
+	struct zp_addr		 peer_addr;	/* the balancer that sent it */
+	struct zp_addr		 proxy_dst;	/* the header's destination */
+	int			 source_counted; /* in ctx->sources */
+	unsigned char		*hdr;		/* PROXY header bytes so far */
+	size_t			 hdr_len;
+	struct timeval		 hdr_deadline;	/* --proxy-timeout */
+	const char		*hdr_why;	/* why it was refused */
+	int			 up_idx;	/* upstream in use, or -1 */
+	unsigned char		 tried[ZP_MAX_UPSTREAMS];
+	int			 attempts;	/* upstreams tried */
+	size_t			 addr_idx;	/* its address being tried */
+	int			 addr_tried;	/* one was (not skipped by --source) */
+	struct zp_addr		 up_addr;	/* the address connected to */
+	struct zp_addr		 connecting_addr; /* the one a connect is on */
+	struct zp_addr		 dst;		/* original destination; len 0: none */
+	int			 connect_err;	/* last connect failure */
+	struct event		*retry;		/* after a local fault */
+	struct timeval		 retry_until;	/* local faults' deadline */
+	int			 waiting;	/* retry is armed */
+	struct timeval		 started;
+	struct timeval		 last_active;	/* a byte moved (loop time) */
+	struct timeval		 half_closed;	/* one direction done */
+	struct event		*timer;		/* idle, fin and linger */
+	struct timeval		 linger_acked;	/* the survivor last acked */
+	int			 linger_outq;	/* its unacknowledged bytes */
+	int			 linger_ms;	/* wait before the next look */
+	uint64_t		 linger_heard;	/* discarded when it began */
+	int			 linger_abort;	/* gave up on a sending survivor */
+	/* --framing: the current upstream's share, and moves. */
+	uint64_t		 up_base;	/* up.bytes when it began */
+	uint64_t		 frames_base;	/* up.fr->frames when it began */
+	uint64_t		 up_sent;	/* bytes written to it (header too) */
+	uint64_t		 moves;
+	struct zp_addr		 move_from;	/* the upstream left */
+	int			 move_err;	/* why: errno, 0 for its FIN */
+	uint64_t		 move_frames;	/* delivered to it */
+	uint64_t		 move_unacked;	/* sent, not acknowledged */
+	uint64_t		 move_cut;	/* up.fr->cut when it began */
+	uint64_t		 move_replayed;	/* sent again to the next */
+	int			 move_log_due;	/* said once its cut is done */
+	int			 move_reason;	/* enum zp_move_reason */
+	int			 move_checked;	/* the health checks began it */
+	struct timeval		 up_since;	/* on the current upstream since */
+	/* A planned move: the next upstream, connecting or connected. */
+	int			 next_fd;	/* -1: none */
+	struct event		*next_ev;
+	int			 next_idx;
+	struct zp_addr		 next_addr;
+	/* The upstream a planned move left, read until it closes. */
+	struct zp_half		 retiring;	/* fd -1: none */
+	int			 retiring_idx;
+	struct zp_addr		 retiring_addr;
+	struct event		*retire_timer;	/* --drain-timeout */
+	int			 winding;	/* 0, or the end its wind-down
+						   stands for (idle, shutdown) */
+	TAILQ_ENTRY(zp_pair)	 entry;
+};
+
+#endif
