@@ -83,8 +83,7 @@ struct zp_ctx {
 	struct event_base	*base;
 	struct zp_config	*cfg;
 	struct zp_log		 log;
-	struct zp_pipepool	 pool;
-	int			 have_pool;
+	struct zp_pipepool	*pool;		/* NULL: no splicing (copy mode) */
 	struct zp_pipe		 tee_pipe;	/* --framing lf/nul: a pipe's
 						   last byte is looked at here */
 	int			 devnull;	/* --replay-window drops here */

@@ -111,13 +111,18 @@ zp_pair_mode(const struct zp_pair *p)
 static void
 pair_no_pipe(struct zp_pair *p)
 {
-	struct zp_ctx	*ctx = p->ctx;
+	struct zp_ctx			*ctx = p->ctx;
+	struct zp_pipepool_stats	 st;
 
 	if (ctx->stats.fallbacks[ZP_FALLBACK_POOL]++ == 0 ||
-	    zp_log_enabled(&ctx->log, ZP_LOG_CONN))
+	    zp_log_enabled(&ctx->log, ZP_LOG_CONN)) {
+		memset(&st, 0, sizeof(st));
+		if (ctx->pool != NULL)
+			zp_pipepool_stats(ctx->pool, &st);
 		zp_log(&ctx->log, ZP_LOG_WARN, "conn=%llu no pipe (%s); "
 		    "relaying in copy mode", (unsigned long long)p->id,
-		    zp_pipe_shortage_str(ctx->pool.shortage));
+		    zp_pipe_shortage_str(st.shortage));
+	}
 }
 
 /*
@@ -1372,10 +1377,10 @@ pair_take_pipes(struct zp_pair *p)
 {
 	struct zp_ctx	*ctx = p->ctx;
 
-	if (zp_pipepool_get(&ctx->pool, &p->up.pipe) == -1)
+	if (zp_pipepool_get(ctx->pool, &p->up.pipe) == -1)
 		return -1;
-	if (zp_pipepool_get(&ctx->pool, &p->down.pipe) == -1) {
-		zp_pipepool_put(&ctx->pool, &p->up.pipe);
+	if (zp_pipepool_get(ctx->pool, &p->down.pipe) == -1) {
+		zp_pipepool_put(ctx->pool, &p->up.pipe);
 		return -1;
 	}
 	return 0;
@@ -1447,7 +1452,7 @@ pair_begin(struct zp_pair *p)
 	}
 	p->source_counted = 1;
 	p->state = ZP_PAIR_CONNECTING;
-	if (ctx->have_pool && ctx->cfg->splice_min == 0) {
+	if (ctx->pool != NULL && ctx->cfg->splice_min == 0) {
 		if (pair_take_pipes(p) == 0)
 			p->up.ops = p->down.ops = &zp_relay_splice;
 		else {
@@ -2006,7 +2011,7 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 			    ctx->devnull, ctx->replay_roomy);
 		}
 	}
-	if (ctx->have_pool && ctx->cfg->splice_min > 0)
+	if (ctx->pool != NULL && ctx->cfg->splice_min > 0)
 		p->up.lazy = p->down.lazy = 1;
 	if (ctx->cfg->accept_proxy)
 		return header_start(p);

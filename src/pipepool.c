@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "pipepool.h"
+#include "pipepool_int.h"
 
 /* Close both ends of a pipe and mark it empty. */
 static void
@@ -72,10 +73,13 @@ zp_pipepool_init(struct zp_pipepool *pool, size_t size, size_t cap,
 	if (cap == 0 || size > (size_t)0x7fffffff) {
 		snprintf(err, errlen, "invalid pipe pool: %zu pipes of %zu "
 		    "bytes", cap, size);
+		pool->shortage = ZP_PIPE_ERROR;
 		return -1;
 	}
 	if ((pool->free = calloc(cap, sizeof(*pool->free))) == NULL) {
 		snprintf(err, errlen, "pipe pool: %s", strerror(errno));
+		pool->shortage = ZP_PIPE_ERROR;
+		pool->last_errno = errno;
 		return -1;
 	}
 	if (prepare > cap)
@@ -92,12 +96,33 @@ zp_pipepool_init(struct zp_pipepool *pool, size_t size, size_t cap,
 
 		snprintf(err, errlen, "cannot make a pipe of %zu bytes (%s): %s",
 		    size, zp_pipe_shortage_str(shortage), strerror(last));
-		zp_pipepool_free(pool);
+		zp_pipepool_clear(pool);
 		pool->shortage = shortage;
 		pool->last_errno = last;
 		return -1;
 	}
 	return 0;
+}
+
+/* A pool of our own; see pipepool.h. */
+struct zp_pipepool *
+zp_pipepool_new(size_t size, size_t cap, size_t prepare, int *shortage,
+    char *err, size_t errlen)
+{
+	struct zp_pipepool	*pool;
+
+	*shortage = ZP_PIPE_ERROR;
+	if ((pool = malloc(sizeof(*pool))) == NULL) {
+		snprintf(err, errlen, "pipe pool: %s", strerror(errno));
+		return NULL;
+	}
+	if (zp_pipepool_init(pool, size, cap, prepare, err, errlen) == -1) {
+		*shortage = pool->shortage;
+		free(pool);
+		return NULL;
+	}
+	*shortage = ZP_PIPE_OK;
+	return pool;
 }
 
 /* Take an empty pipe. */
@@ -125,6 +150,7 @@ zp_pipepool_stats(const struct zp_pipepool *pool, struct zp_pipepool_stats *st)
 	st->pooled = pool->nfree;
 	st->created = pool->created;
 	st->killed = pool->killed;
+	st->shortage = pool->shortage;
 }
 
 /* Give back a pipe; one that still holds bytes is closed. */
@@ -155,9 +181,9 @@ zp_pipepool_put(struct zp_pipepool *pool, struct zp_pipe *p)
 	}
 }
 
-/* Close every pipe on the stack and free the pool's memory. */
+/* Close every pipe on the stack and free the stack. */
 void
-zp_pipepool_free(struct zp_pipepool *pool)
+zp_pipepool_clear(struct zp_pipepool *pool)
 {
 	while (pool->nfree > 0) {
 		pipe_close(&pool->free[--pool->nfree]);
@@ -165,6 +191,16 @@ zp_pipepool_free(struct zp_pipepool *pool)
 	}
 	free(pool->free);
 	pool->free = NULL;
+}
+
+/* The same, and the pool itself. */
+void
+zp_pipepool_free(struct zp_pipepool *pool)
+{
+	if (pool == NULL)
+		return;
+	zp_pipepool_clear(pool);
+	free(pool);
 }
 
 /* Name of a shortage. */

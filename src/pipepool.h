@@ -27,32 +27,23 @@ enum zp_pipe_shortage {
 	ZP_PIPE_ERROR,		/* anything else; errno kept in last_errno */
 };
 
-struct zp_pipepool {
-	size_t		 size;		/* bytes per pipe, as asked */
-	size_t		 cap;		/* most pipes alive at once */
-	size_t		 keep;		/* empty pipes always kept (prepared) */
-	struct zp_pipe	*free;		/* stack of empty pipes */
-	size_t		 nfree;
-	size_t		 nalive;	/* in the stack and handed out */
-	int		 shortage;	/* enum zp_pipe_shortage, last failure */
-	int		 last_errno;
-	unsigned long	 created;
-	unsigned long	 killed;	/* closed because they held bytes */
-};
+/* The pool is pipepool.c's (fields in pipepool_int.h, for its tests). */
+struct zp_pipepool;
+
 
 /*
- * Set up a pool of pipes of `size` bytes, at most `cap` alive, and prepare
- * `prepare` of them now. Returns 0 when prepare is 0 or
- * at least one pipe could be made at the right size; -1 with err and
- * pool->shortage filled when not even one could (size above
- * fs.pipe-max-size, say). A pool that prepared fewer than asked is fine.
+ * A pool of pipes of `size` bytes, at most `cap` alive, `prepare` of them
+ * made now. Returns the pool when prepare is 0 or at least one pipe
+ * could be made at the right size (a pool that prepared fewer than asked
+ * is fine); NULL with err filled and *shortage (enum zp_pipe_shortage)
+ * set when not even one could (size above fs.pipe-max-size, say).
  */
-int	zp_pipepool_init(struct zp_pipepool *, size_t size, size_t cap,
-	    size_t prepare, char *err, size_t errlen);
+struct zp_pipepool *zp_pipepool_new(size_t size, size_t cap, size_t prepare,
+	    int *shortage, char *err, size_t errlen);
 
 /*
  * Take an empty pipe: from the stack, else a new one if under the cap.
- * Returns 0 and fills *p, or -1 and sets pool->shortage.
+ * Returns 0 and fills *p, or -1 and notes why (the stats' shortage).
  */
 int	zp_pipepool_get(struct zp_pipepool *, struct zp_pipe *);
 
@@ -70,12 +61,13 @@ struct zp_pipepool_stats {
 	size_t		pooled;		/* empty, in the stack */
 	unsigned long	created;
 	unsigned long	killed;		/* closed because they held bytes */
+	int		shortage;	/* enum zp_pipe_shortage, the last */
 };
 
 void	zp_pipepool_stats(const struct zp_pipepool *,
 	    struct zp_pipepool_stats *);
 
-/* Close every pipe on the stack and free the pool's memory. */
+/* Close every pipe on the stack and free the pool; NULL is fine. */
 void	zp_pipepool_free(struct zp_pipepool *);
 
 /* Name of a shortage, for logs and counters. */

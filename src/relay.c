@@ -144,7 +144,7 @@ dir_promote(struct zp_ctx *ctx, struct zp_dir *d)
 	/* Never bytes in both stores: the buffer given up is empty. */
 	assert(d->pipe.data == 0 && d->len == 0);
 	d->lazy = d->bulk = 0;
-	if (zp_pipepool_get(&ctx->pool, &d->pipe) == -1) {
+	if (zp_pipepool_get(ctx->pool, &d->pipe) == -1) {
 		d->fellback = 1;
 		return ZP_PUMP_NOPIPE;
 	}
@@ -587,7 +587,7 @@ dir_unpipe(struct zp_ctx *ctx, struct zp_dir *d)
 		}
 	}
 	d->pipe.data = 0;
-	zp_pipepool_put(&ctx->pool, &d->pipe);
+	zp_pipepool_put(ctx->pool, &d->pipe);
 	d->ops = &zp_relay_copy;
 	d->buf = buf;
 	d->off = 0;
@@ -622,7 +622,7 @@ dir_replay(struct zp_ctx *ctx, struct zp_dir *d)
 			free(rb);
 			return -1;
 		}
-		d->lazy = !d->fellback && ctx->have_pool;
+		d->lazy = !d->fellback && ctx->pool != NULL;
 		d->bulk = 0;
 	}
 	fr->teed = 0;
@@ -676,7 +676,7 @@ zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)
 	if (d->ops == &zp_relay_splice) {
 		if (dir_unpipe(ctx, d) == -1)
 			return -1;
-		d->lazy = !d->fellback && ctx->have_pool;
+		d->lazy = !d->fellback && ctx->pool != NULL;
 		d->bulk = 0;
 		/*
 		 * The framer stood where the pipe was filled; the copy

@@ -318,7 +318,7 @@ splice_pending(const struct zp_dir *d)
 static void
 splice_release(struct zp_ctx *ctx, struct zp_dir *d)
 {
-	zp_pipepool_put(&ctx->pool, &d->pipe);
+	zp_pipepool_put(ctx->pool, &d->pipe);
 }
 
 const struct zp_relay_ops zp_relay_splice = {

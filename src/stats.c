@@ -437,10 +437,10 @@ zp_stats_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	sample_u64(&r, "zproxy_copy_fallbacks_total", &l, 1,
 	    ctx->stats.fallbacks[ZP_FALLBACK_REFUSED]);
 
-	if (ctx->have_pool) {
+	if (ctx->pool != NULL) {
 		struct zp_pipepool_stats	st;
 
-		zp_pipepool_stats(&ctx->pool, &st);
+		zp_pipepool_stats(ctx->pool, &st);
 		nalive = st.alive;
 		nfree = st.pooled;
 		killed = st.killed;
@@ -781,10 +781,10 @@ stats_fd_room(struct zp_stats_server *s, int fd)
 		return 1;
 	known = ZP_STATS_BASE_FDS + 2 * (long)ctx->stats.conns_open +
 	    (long)s->nconns + 1;
-	if (ctx->have_pool) {
+	if (ctx->pool != NULL) {
 		struct zp_pipepool_stats	st;
 
-		zp_pipepool_stats(&ctx->pool, &st);
+		zp_pipepool_stats(ctx->pool, &st);
 		known += 2 * (long)st.alive;
 	}
 	if (known > used)

@@ -156,8 +156,8 @@ log_stats(struct zp_ctx *ctx, const char *what)
 	char				 per[32];
 
 	memset(&pst, 0, sizeof(pst));
-	if (ctx->have_pool)
-		zp_pipepool_stats(&ctx->pool, &pst);
+	if (ctx->pool != NULL)
+		zp_pipepool_stats(ctx->pool, &pst);
 	gib = (double)(up + down) / (1024.0 * 1024 * 1024);
 	/* Below 64 MiB the start-up cost swamps the figure: say nothing. */
 	if (gib >= 1.0 / 16)
@@ -623,6 +623,7 @@ pool_setup(struct zp_ctx *ctx)
 	char			 err[ZP_ERRLEN];
 	size_t			 cap, prepare;
 	long			 maxpipe, pages;
+	int			 shortage;
 
 	cap = (size_t)ctx->max_conns * 2;
 	if (cap > ctx->pipe_cap)
@@ -636,40 +637,37 @@ pool_setup(struct zp_ctx *ctx)
 		prepare = (size_t)pages * 4096 / 4 / cfg->pipe_size;
 	if (prepare < 2)
 		prepare = 2;
-	if (zp_pipepool_init(&ctx->pool, cfg->pipe_size, cap, prepare, err,
-	    sizeof(err)) == -1) {
+	if ((ctx->pool = zp_pipepool_new(cfg->pipe_size, cap, prepare,
+	    &shortage, err, sizeof(err))) == NULL) {
 		maxpipe = read_sysctl("/proc/sys/fs/pipe-max-size");
-		if (ctx->pool.shortage == ZP_PIPE_BUDGET && maxpipe > 0 &&
+		if (shortage == ZP_PIPE_BUDGET && maxpipe > 0 &&
 		    cfg->pipe_size > (size_t)maxpipe) {
 			zp_log(&ctx->log, ZP_LOG_ERROR, "--pipe-size %zu is "
 			    "above fs.pipe-max-size (%ld) and the kernel "
 			    "refuses it", cfg->pipe_size, maxpipe);
 			return ZP_EX_OSERR;
 		}
-		if (ctx->pool.shortage != ZP_PIPE_BUDGET &&
-		    ctx->pool.shortage != ZP_PIPE_NOFD) {
+		if (shortage != ZP_PIPE_BUDGET && shortage != ZP_PIPE_NOFD) {
 			zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
 			return ZP_EX_OSERR;
 		}
 		zp_log(&ctx->log, ZP_LOG_WARN, "%s; relaying in copy mode "
 		    "until pipes can be had", err);
-		if (zp_pipepool_init(&ctx->pool, cfg->pipe_size, cap, 0, err,
-		    sizeof(err)) == -1) {
+		if ((ctx->pool = zp_pipepool_new(cfg->pipe_size, cap, 0,
+		    &shortage, err, sizeof(err))) == NULL) {
 			zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
 			return ZP_EX_OSERR;
 		}
 	} else {
 		struct zp_pipepool_stats	pst;
 
-		zp_pipepool_stats(&ctx->pool, &pst);
+		zp_pipepool_stats(ctx->pool, &pst);
 		if (pst.pooled < prepare)
 			zp_log(&ctx->log, ZP_LOG_WARN, "only %zu of %zu pipes "
 			    "of %zu bytes could be made (%s); pairs beyond "
 			    "them relay in copy mode", pst.pooled, prepare,
-			    cfg->pipe_size,
-			    zp_pipe_shortage_str(ctx->pool.shortage));
+			    cfg->pipe_size, zp_pipe_shortage_str(pst.shortage));
 	}
-	ctx->have_pool = 1;
 	/*
 	 * Framed lf or nul streams are spliced unread; the last byte of a
 	 * pipe, looked at through this one with tee(2), says whether the
@@ -795,9 +793,8 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	for (i = 0; i < nsigs; i++)
 		if (sigs[i] != NULL)
 			event_free(sigs[i]);
-	if (ctx->have_pool)
-		zp_pipepool_free(&ctx->pool);
-	ctx->have_pool = 0;
+	zp_pipepool_free(ctx->pool);
+	ctx->pool = NULL;
 	if (ctx->tee_pipe.rfd != -1) {
 		close(ctx->tee_pipe.rfd);
 		close(ctx->tee_pipe.wfd);

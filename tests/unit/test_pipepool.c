@@ -30,6 +30,7 @@
 #include <cmocka.h>
 
 #include "pipepool.h"
+#include "pipepool_int.h"
 
 #define KIB	1024
 #define MAXLOG	64
@@ -258,7 +259,7 @@ pool_teardown(void **state)
 			close(s->taken[i].wfd);
 	}
 	if (s->inited)
-		zp_pipepool_free(&s->pool);
+		zp_pipepool_clear(&s->pool);
 	leaked = count_fds() - s->fds_before;
 	free(s);
 	if (leaked != 0) {
@@ -328,7 +329,7 @@ test_init_prepare_bounds(void **state)
 	pool_init(s, 64 * KIB, 3, 10);
 	assert_int_equal(s->pool.nfree, 3);
 	assert_int_equal(s->pool.nalive, 3);
-	zp_pipepool_free(&s->pool);
+	zp_pipepool_clear(&s->pool);
 	s->inited = 0;
 	assert_int_equal(count_fds(), s->fds_before);
 
@@ -365,7 +366,7 @@ test_keep_after_burst(void **state)
 	assert_int_equal(s->pool.nfree, 2);
 	assert_int_equal(s->pool.nalive, 2);
 	assert_int_equal(s->pool.killed, 0);
-	zp_pipepool_free(&s->pool);
+	zp_pipepool_clear(&s->pool);
 	s->inited = 0;
 	assert_int_equal(count_fds(), s->fds_before);
 }
@@ -404,6 +405,44 @@ test_keep_twice_in_use(void **state)
 	assert_int_equal(s->pool.created, 6);
 }
 
+/*
+ * The pool others get, zp_pipepool_new(): the pipes prepared, read back
+ * through the stats; a refusal is NULL with its shortage and a message;
+ * zp_pipepool_free() closes them all and takes NULL.
+ */
+static void
+test_new_free(void **state)
+{
+	struct pool_state		*s = *state;
+	struct zp_pipepool		*pool;
+	struct zp_pipepool_stats	 st;
+	struct zp_pipe			 p;
+	int				 shortage = -1;
+
+	assert_non_null(pool = zp_pipepool_new(64 * KIB, 4, 2, &shortage,
+	    s->err, sizeof(s->err)));
+	assert_int_equal(shortage, ZP_PIPE_OK);
+	zp_pipepool_stats(pool, &st);
+	assert_int_equal(st.alive, 2);
+	assert_int_equal(st.pooled, 2);
+	assert_int_equal(st.created, 2);
+	assert_int_equal(st.shortage, ZP_PIPE_OK);
+	assert_int_equal(zp_pipepool_get(pool, &p), 0);
+	zp_pipepool_stats(pool, &st);
+	assert_int_equal(st.pooled, 1);
+	zp_pipepool_put(pool, &p);
+	zp_pipepool_free(pool);
+	assert_int_equal(count_fds(), s->fds_before);
+
+	s->err[0] = '\0';
+	assert_null(zp_pipepool_new((size_t)INT_MAX + 1, 4, 1, &shortage,
+	    s->err, sizeof(s->err)));
+	assert_int_equal(shortage, ZP_PIPE_ERROR);
+	assert_true(s->err[0] != '\0');
+	zp_pipepool_free(NULL);
+	assert_int_equal(count_fds(), s->fds_before);
+}
+
 /* A cap of 0 or a size beyond what fcntl takes is refused with a message. */
 static void
 test_init_bad_args(void **state)
@@ -415,13 +454,13 @@ test_init_bad_args(void **state)
 	    sizeof(s->err)), -1);
 	assert_true(s->err[0] != '\0');
 	assert_null(strchr(s->err, '\n'));
-	zp_pipepool_free(&s->pool);	/* safe after a failed init */
+	zp_pipepool_clear(&s->pool);	/* safe after a failed init */
 
 	s->err[0] = '\0';
 	assert_int_equal(zp_pipepool_init(&s->pool, (size_t)INT_MAX + 1, 4, 1,
 	    s->err, sizeof(s->err)), -1);
 	assert_true(s->err[0] != '\0');
-	zp_pipepool_free(&s->pool);
+	zp_pipepool_clear(&s->pool);
 	assert_int_equal(inj.pipe2.calls, 0);
 	assert_int_equal(count_fds(), s->fds_before);
 }
@@ -709,7 +748,7 @@ test_init_fails(void **state)
 	assert_non_null(strstr(s->err, zp_pipe_shortage_str(ZP_PIPE_NOFD)));
 	assert_null(s->pool.free);
 	assert_int_equal(s->pool.nfree, 0);
-	zp_pipepool_free(&s->pool);
+	zp_pipepool_clear(&s->pool);
 	assert_int_equal(count_fds(), s->fds_before);
 
 	fault_reset();
@@ -726,7 +765,7 @@ test_init_fails(void **state)
 	assert_int_equal(inj.nmade, 1);
 	assert_closed(inj.made[0][0]);
 	assert_closed(inj.made[0][1]);
-	zp_pipepool_free(&s->pool);
+	zp_pipepool_clear(&s->pool);
 	assert_int_equal(count_fds(), s->fds_before);
 
 	/* Only a shrunken pipe to be had is no pool either. */
@@ -737,7 +776,7 @@ test_init_fails(void **state)
 	    sizeof(s->err)), -1);
 	assert_non_null(strstr(s->err,
 	    zp_pipe_shortage_str(ZP_PIPE_BUDGET)));
-	zp_pipepool_free(&s->pool);
+	zp_pipepool_clear(&s->pool);
 	assert_int_equal(count_fds(), s->fds_before);
 }
 
@@ -763,7 +802,7 @@ test_init_partial(void **state)
 }
 
 /*
- * zp_pipepool_free closes every pipe on the stack: after all pipes came
+ * zp_pipepool_clear closes every pipe on the stack: after all pipes came
  * back (one of them killed), every descriptor is gone.
  */
 static void
@@ -787,7 +826,7 @@ test_free_closes_all(void **state)
 	zp_pipepool_put(&s->pool, &s->taken[0]);
 	assert_int_equal(s->pool.nfree, 5);
 	assert_int_equal(s->pool.nalive, 5);
-	zp_pipepool_free(&s->pool);
+	zp_pipepool_clear(&s->pool);
 	s->inited = 0;
 	assert_null(s->pool.free);
 	assert_int_equal(s->pool.nfree, 0);
@@ -828,6 +867,7 @@ main(void)
 		T(test_init_prepares),
 		T(test_init_odd_size),
 		T(test_init_prepare_bounds),
+		T(test_new_free),
 		T(test_init_bad_args),
 		T(test_keep_after_burst),
 		T(test_keep_twice_in_use),

@@ -48,6 +48,7 @@
 #include "config.h"
 #include "ctx.h"
 #include "pipepool.h"
+#include "pipepool_int.h"
 #include "relay.h"
 
 #define KIB		1024
@@ -393,6 +394,7 @@ fx_setup(void **state, const struct fx_opts *o)
 {
 	struct fx	*fx;
 	char		 err[256];
+	int		 shortage;
 
 	fault_reset();
 	if ((fx = calloc(1, sizeof(*fx))) == NULL)
@@ -416,12 +418,11 @@ fx_setup(void **state, const struct fx_opts *o)
 	TAILQ_INIT(&fx->ctx.pairs);
 	zp_log_init(&fx->ctx.log, stderr, ZP_LOG_ERROR);
 	/* Every fixture has a pool, as zproxy in splice mode does. */
-	if (zp_pipepool_init(&fx->ctx.pool, o->pipe_size > 0 ? o->pipe_size :
-	    POOL_PIPE, 4, 2, err, sizeof(err)) == -1) {
+	if ((fx->ctx.pool = zp_pipepool_new(o->pipe_size > 0 ? o->pipe_size :
+	    POOL_PIPE, 4, 2, &shortage, err, sizeof(err))) == NULL) {
 		fprintf(stderr, "setup: %s\n", err);
 		goto fail;
 	}
-	fx->ctx.have_pool = 1;
 
 	tcp_pair(&fx->src_peer, &fx->src_fd, o->src_bufs);
 	tcp_pair(&fx->dst_fd, &fx->dst_peer, o->dst_bufs);
@@ -434,7 +435,7 @@ fx_setup(void **state, const struct fx_opts *o)
 	fx->d.lazy = o->lazy;
 	fx->d.bufsize = fx->cfg.buffer_size;
 	if (o->ops == &zp_relay_splice &&
-	    zp_pipepool_get(&fx->ctx.pool, &fx->d.pipe) == -1)
+	    zp_pipepool_get(fx->ctx.pool, &fx->d.pipe) == -1)
 		goto fail;
 	/* Relaying starts with the source's read event on, as in a pair. */
 	zp_half_want_read(&fx->src, 1);
@@ -479,8 +480,7 @@ fx_teardown(void **state)
 		close(fx->dst_fd);
 	if (fx->dst_peer != -1)
 		close(fx->dst_peer);
-	if (fx->ctx.have_pool)
-		zp_pipepool_free(&fx->ctx.pool);
+	zp_pipepool_free(fx->ctx.pool);
 	if (fx->base != NULL)
 		event_base_free(fx->base);
 	zp_config_free(&fx->cfg);
@@ -1010,7 +1010,7 @@ static void
 test_eof(void **state)
 {
 	struct fx	*fx = *state;
-	size_t		 nfree = fx->ctx.pool.nfree;
+	size_t		 nfree = fx->ctx.pool->nfree;
 	int		 splicing = fx->d.ops == &zp_relay_splice;
 
 	fx_data(fx, 200 * KIB + 7, 1);
@@ -1027,8 +1027,8 @@ test_eof(void **state)
 	assert_false(fx->dst.won);
 	if (splicing) {
 		assert_int_equal(fx->d.pipe.rfd, -1);
-		assert_int_equal(fx->ctx.pool.nfree, nfree + 1);
-		assert_int_equal(fx->ctx.pool.killed, 0);
+		assert_int_equal(fx->ctx.pool->nfree, nfree + 1);
+		assert_int_equal(fx->ctx.pool->killed, 0);
 	} else
 		assert_null(fx->d.buf);
 
@@ -1254,7 +1254,7 @@ test_dst_already_dead(void **state)
 	assert_false(fx->dst.won);
 	if (splicing) {
 		assert_int_equal(fx->d.pipe.rfd, -1);
-		assert_int_equal(fx->ctx.pool.killed, 1);
+		assert_int_equal(fx->ctx.pool->killed, 1);
 	} else
 		assert_null(fx->d.buf);
 
@@ -1358,7 +1358,7 @@ test_src_reset_midstream(void **state)
 	int		 splicing = fx->d.ops == &zp_relay_splice;
 	struct fault	*in = splicing ? &inj.fill : &inj.recv;
 	struct fault	*out = splicing ? &inj.flush : &inj.send;
-	size_t		 nfree = fx->ctx.pool.nfree;
+	size_t		 nfree = fx->ctx.pool->nfree;
 	int		 rc;
 
 	/* 700 bytes move into the store; dst says "later". */
@@ -1385,8 +1385,8 @@ test_src_reset_midstream(void **state)
 	drain_to_eof(fx, 2000);
 	assert_all_delivered(fx);
 	if (splicing) {
-		assert_int_equal(fx->ctx.pool.nfree, nfree + 1);
-		assert_int_equal(fx->ctx.pool.killed, 0);
+		assert_int_equal(fx->ctx.pool->nfree, nfree + 1);
+		assert_int_equal(fx->ctx.pool->killed, 0);
 	}
 }
 
@@ -1462,7 +1462,7 @@ dst_write_error(struct fx *fx, int err)
 {
 	int		 splicing = fx->d.ops == &zp_relay_splice;
 	struct fault	*out = splicing ? &inj.flush : &inj.send;
-	size_t		 nalive = fx->ctx.pool.nalive;
+	size_t		 nalive = fx->ctx.pool->nalive;
 	int		 rc;
 
 	fx_data(fx, 5000, 0);
@@ -1484,8 +1484,8 @@ dst_write_error(struct fx *fx, int err)
 	assert_int_equal(out->failed, 1);
 	if (splicing) {
 		assert_int_equal(fx->d.pipe.rfd, -1);
-		assert_int_equal(fx->ctx.pool.killed, 1);
-		assert_int_equal(fx->ctx.pool.nalive, nalive - 1);
+		assert_int_equal(fx->ctx.pool->killed, 1);
+		assert_int_equal(fx->ctx.pool->nalive, nalive - 1);
 	} else
 		assert_null(fx->d.buf);
 }
@@ -1743,7 +1743,7 @@ dir_restart_splice(struct fx *fx)
 	fx->d.ops = &zp_relay_splice;
 	fx->d.bufsize = fx->cfg.buffer_size;
 	fx->d.pipe.rfd = fx->d.pipe.wfd = -1;
-	if (zp_pipepool_get(&fx->ctx.pool, &fx->d.pipe) == -1)
+	if (zp_pipepool_get(fx->ctx.pool, &fx->d.pipe) == -1)
 		fail_msg("no pipe");
 	zp_half_want_read(&fx->src, 1);
 	zp_half_want_write(&fx->dst, 0);
@@ -1806,7 +1806,7 @@ static void
 test_splice_fallback(void **state)
 {
 	struct fx	*fx = *state;
-	size_t		 nfree = fx->ctx.pool.nfree;
+	size_t		 nfree = fx->ctx.pool->nfree;
 	int		 rc;
 
 	fx_data(fx, 300 * KIB, 1);
@@ -1822,8 +1822,8 @@ test_splice_fallback(void **state)
 	assert_int_equal(fx->d.pipe.rfd, -1);
 	assert_int_equal(fx->d.pipe.wfd, -1);
 	assert_int_equal(fx->d.pipe.data, 0);
-	assert_int_equal(fx->ctx.pool.nfree, nfree + 1);
-	assert_int_equal(fx->ctx.pool.killed, 0);
+	assert_int_equal(fx->ctx.pool->nfree, nfree + 1);
+	assert_int_equal(fx->ctx.pool->killed, 0);
 	assert_false(fx->src.dead);
 	assert_int_equal(inj.fill.calls, 1);
 	assert_int_equal(inj.flush.calls, 0);
@@ -1911,7 +1911,7 @@ static void
 test_splice_einval_pipe_holds(void **state)
 {
 	struct fx	*fx = *state;
-	size_t		 nfree = fx->ctx.pool.nfree;
+	size_t		 nfree = fx->ctx.pool->nfree;
 	int		 rc;
 
 	fx_data(fx, 8000, 0);
@@ -1936,8 +1936,8 @@ test_splice_einval_pipe_holds(void **state)
 	assert_true(fx->d.done);
 	assert_true(fx->d.shut);
 	assert_int_equal(fx->d.spliced, 5000);
-	assert_int_equal(fx->ctx.pool.killed, 0);
-	assert_int_equal(fx->ctx.pool.nfree, nfree + 1);
+	assert_int_equal(fx->ctx.pool->killed, 0);
+	assert_int_equal(fx->ctx.pool->nfree, nfree + 1);
 	assert_int_equal(inq(fx->src_fd), 3000);
 	fx->txlen = 5000;
 	drain_to_eof(fx, 2000);
@@ -2020,7 +2020,7 @@ static void
 test_lazy_threshold(void **state)
 {
 	struct fx	*fx = *state;
-	size_t		 nfree = fx->ctx.pool.nfree, sizes[] = { 100, 3000,
+	size_t		 nfree = fx->ctx.pool->nfree, sizes[] = { 100, 3000,
 			    ZP_DEFAULT_SPLICE_MIN - 1 }, i;
 
 	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
@@ -2035,7 +2035,7 @@ test_lazy_threshold(void **state)
 		assert_true(fx->d.lazy);
 		assert_false(fx->d.bulk);
 		assert_int_equal(fx->d.pipe.rfd, -1);
-		assert_int_equal(fx->ctx.pool.nfree, nfree);
+		assert_int_equal(fx->ctx.pool->nfree, nfree);
 		assert_null(fx->d.buf);		/* idle: trimmed */
 	}
 	assert_int_equal(inj.fill.calls + inj.flush.calls, 0);
@@ -2051,7 +2051,7 @@ test_lazy_threshold(void **state)
 	assert_false(fx->d.lazy);
 	assert_false(fx->d.fellback);
 	assert_true(fx->d.pipe.rfd >= 0);
-	assert_int_equal(fx->ctx.pool.nfree, nfree - 1);
+	assert_int_equal(fx->ctx.pool->nfree, nfree - 1);
 	assert_null(fx->d.buf);
 	assert_int_equal(fx->d.spliced, 0);	/* those 5000 were copied */
 
@@ -2087,7 +2087,7 @@ test_lazy_transfer(void **state)
 	assert_int_equal(fx->pump_rc, 0);
 	/* At the end the pipe went back to the pool, empty. */
 	assert_int_equal(fx->d.pipe.rfd, -1);
-	assert_int_equal(fx->ctx.pool.nfree, 2);
+	assert_int_equal(fx->ctx.pool->nfree, 2);
 }
 
 /*
@@ -2100,7 +2100,7 @@ static void
 test_lazy_waits_for_flush(void **state)
 {
 	struct fx	*fx = *state;
-	size_t		 nfree = fx->ctx.pool.nfree;
+	size_t		 nfree = fx->ctx.pool->nfree;
 
 	fx_data(fx, 200 * KIB, 0);
 	feed(fx);
@@ -2111,7 +2111,7 @@ test_lazy_waits_for_flush(void **state)
 	assert_ptr_equal(fx->d.ops, &zp_relay_copy);
 	assert_true(fx->d.bulk);
 	assert_int_equal(fx->d.len, fx->d.bufsize);
-	assert_int_equal(fx->ctx.pool.nfree, nfree);
+	assert_int_equal(fx->ctx.pool->nfree, nfree);
 	assert_int_equal(inj.fill.calls, 0);
 	assert_true(fx->dst.won);
 	/* No more reads into the buffer meanwhile: it must drain to switch. */
@@ -2158,9 +2158,9 @@ test_lazy_no_pipe(void **state)
 	struct zp_pipe	 held[4];
 	size_t		 n = 0, i;
 
-	while (n < 4 && zp_pipepool_get(&fx->ctx.pool, &held[n]) == 0)
+	while (n < 4 && zp_pipepool_get(fx->ctx.pool, &held[n]) == 0)
 		n++;
-	assert_int_equal(fx->ctx.pool.nalive, fx->ctx.pool.cap);
+	assert_int_equal(fx->ctx.pool->nalive, fx->ctx.pool->cap);
 
 	fx_data(fx, MIB + 3, 1);
 	run(fx, 1);
@@ -2170,11 +2170,11 @@ test_lazy_no_pipe(void **state)
 	assert_ptr_equal(fx->d.ops, &zp_relay_copy);
 	assert_true(fx->d.fellback);
 	assert_false(fx->d.lazy);
-	assert_int_equal(fx->ctx.pool.shortage, ZP_PIPE_LIMIT);
+	assert_int_equal(fx->ctx.pool->shortage, ZP_PIPE_LIMIT);
 	assert_int_equal(inj.fill.calls + inj.flush.calls, 0);
 	assert_int_equal(fx->d.spliced, 0);
 	for (i = 0; i < n; i++)
-		zp_pipepool_put(&fx->ctx.pool, &held[i]);
+		zp_pipepool_put(fx->ctx.pool, &held[i]);
 }
 
 /*
@@ -2187,7 +2187,7 @@ static void
 test_lazy_refused(void **state)
 {
 	struct fx	*fx = *state;
-	size_t		 nfree = fx->ctx.pool.nfree;
+	size_t		 nfree = fx->ctx.pool->nfree;
 
 	fault_set(&inj.fill, 0, 1, EINVAL);
 	fx_data(fx, MIB + 5, 1);
@@ -2200,7 +2200,7 @@ test_lazy_refused(void **state)
 	assert_ptr_equal(fx->d.ops, &zp_relay_copy);
 	assert_true(fx->d.fellback);
 	assert_int_equal(fx->d.spliced, 0);
-	assert_int_equal(fx->ctx.pool.nfree, nfree);
+	assert_int_equal(fx->ctx.pool->nfree, nfree);
 }
 
 /* A short exchange and its FIN: copied, no pipe ever taken. */
@@ -2208,7 +2208,7 @@ static void
 test_lazy_short_eof(void **state)
 {
 	struct fx	*fx = *state;
-	size_t		 nfree = fx->ctx.pool.nfree;
+	size_t		 nfree = fx->ctx.pool->nfree;
 
 	fx_data(fx, 100, 1);
 	run(fx, 1);
@@ -2216,8 +2216,8 @@ test_lazy_short_eof(void **state)
 	assert_all_delivered(fx);
 	assert_true(fx->d.shut);
 	assert_true(fx->d.done);
-	assert_int_equal(fx->ctx.pool.nfree, nfree);
-	assert_int_equal(fx->ctx.pool.created, 2);
+	assert_int_equal(fx->ctx.pool->nfree, nfree);
+	assert_int_equal(fx->ctx.pool->created, 2);
 	assert_int_equal(inj.fill.calls + inj.flush.calls, 0);
 }
 
@@ -2281,7 +2281,7 @@ static void
 test_lazy_at_splice_min(void **state)
 {
 	struct fx	*fx = *state;
-	size_t		 nfree = fx->ctx.pool.nfree, min = fx->cfg.splice_min;
+	size_t		 nfree = fx->ctx.pool->nfree, min = fx->cfg.splice_min;
 
 	assert_true(min > 0 && min < fx->d.bufsize);
 	fx_data(fx, min, 0);
@@ -2298,7 +2298,7 @@ test_lazy_at_splice_min(void **state)
 	assert_false(fx->d.lazy);
 	assert_false(fx->d.fellback);
 	assert_true(fx->d.pipe.rfd >= 0);
-	assert_int_equal(fx->ctx.pool.nfree, nfree - 1);
+	assert_int_equal(fx->ctx.pool->nfree, nfree - 1);
 	assert_int_equal(fx->pump_rc, 0);
 }
 
@@ -2391,7 +2391,7 @@ test_dir_release(void **state)
 {
 	struct fx	*fx = *state;
 	int		 splicing = fx->d.ops == &zp_relay_splice;
-	size_t		 nfree = fx->ctx.pool.nfree;
+	size_t		 nfree = fx->ctx.pool->nfree;
 
 	fx_data(fx, 2000, 0);
 	feed(fx);
@@ -2405,8 +2405,8 @@ test_dir_release(void **state)
 	zp_dir_release(&fx->ctx, &fx->d);
 	if (splicing) {
 		assert_int_equal(fx->d.pipe.rfd, -1);
-		assert_int_equal(fx->ctx.pool.killed, 1);
-		assert_int_equal(fx->ctx.pool.nfree, nfree);
+		assert_int_equal(fx->ctx.pool->killed, 1);
+		assert_int_equal(fx->ctx.pool->nfree, nfree);
 	} else
 		assert_null(fx->d.buf);
 }

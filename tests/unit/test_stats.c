@@ -42,6 +42,7 @@
 #include "log.h"
 #include "pair.h"
 #include "pair_int.h"
+#include "pipepool_int.h"
 #include "relay.h"
 #include "stats.h"
 #include "upstream.h"
@@ -150,11 +151,12 @@ setup_ctx(void **state)
 	ctx->started.tv_sec = 1700000000;
 	ctx->started.tv_usec = 250000;
 
-	ctx->have_pool = 1;	/* counters only: no pipe was made */
-	ctx->pool.nalive = 10;
-	ctx->pool.nfree = 4;
-	ctx->pool.killed = 2;
-	ctx->pool.created = 12;
+	/* A pool's counters only: no pipe is made. */
+	assert_non_null(ctx->pool = calloc(1, sizeof(*ctx->pool)));
+	ctx->pool->nalive = 10;
+	ctx->pool->nfree = 4;
+	ctx->pool->killed = 2;
+	ctx->pool->created = 12;
 
 	ctx->ups.v[0].active = 2;
 	ctx->ups.v[0].conns_total = 900;
@@ -184,6 +186,7 @@ teardown_ctx(void **state)
 
 	zp_stats_free(f->server);
 	zp_upstreams_free(&f->ctx.ups);
+	free(f->ctx.pool);	/* counters only: nothing to close */
 	zp_config_free(&f->cfg);
 	event_base_free(f->ctx.base);
 	fclose(f->logfp);
@@ -387,7 +390,8 @@ test_render_fellback_nopool(void **state)
 	f->pairs[0].up.fellback = 1;	/* splice/splice -> mixed */
 	f->pairs[2].up.fellback = 1;	/* and down is copy already */
 	f->pairs[2].down.fellback = 1;	/* -> copy */
-	f->ctx.have_pool = 0;
+	free(f->ctx.pool);
+	f->ctx.pool = NULL;
 	t = render(&f->ctx);
 	expect_line(t, "zproxy_pairs{mode=\"splice\"} 0");
 	expect_line(t, "zproxy_pairs{mode=\"copy\"} 3");
@@ -580,7 +584,8 @@ test_render_empty(void **state)
 
 	TAILQ_INIT(&f->ctx.pairs);
 	f->ctx.ups.n = 0;
-	f->ctx.have_pool = 0;
+	free(f->ctx.pool);
+	f->ctx.pool = NULL;
 	t = render(&f->ctx);
 	expect_line(t, "# TYPE zproxy_upstream_up gauge");
 	assert_null(strstr(t, "upstream=\""));
