@@ -94,7 +94,7 @@ struct zp_config {
 	double			fail_timeout;	/* seconds down after that */
 	double			check_interval;	/* 0: no active checks */
 	double			resolve_interval; /* 0: resolve at start only */
-	enum zp_mode		mode;
+	int			mode;		/* enum zp_mode */
 	size_t			pipe_size;	/* bytes */
 	size_t			buffer_size;	/* bytes, copy mode */
 	size_t			splice_min;	/* read that starts splicing; 0: always */
@@ -116,7 +116,7 @@ struct zp_config {
 	int			have_dns_server;
 	char			*log_file;
 	int			use_syslog;
-	enum zp_log_format	log_format;
+	int			log_format;	/* enum zp_log_format */
 	int			verbose;	/* count of -v */
 	int			quiet;
 	/* Who may connect: --deny, --allow, --max-conns-per-source. */
@@ -164,22 +164,8 @@ struct zp_config {
 #define ZP_DEFAULT_REBALANCE_RATE 10	/* HAProxy's timeout client-ish bound */
 #define ZP_MAX_SIZE		(1024UL * 1024 * 1024)
 
-/* What zp_config_parse() asks the caller to do. */
-enum zp_parse_result {
-	ZP_PARSE_OK = 0,	/* run */
-	ZP_PARSE_HELP,		/* print usage on stdout, exit 0 */
-	ZP_PARSE_VERSION,	/* print version on stdout, exit 0 */
-	ZP_PARSE_ERROR = -1,	/* err holds the reason; exit ZP_EX_USAGE */
-};
-
 /* Fill cfg with defaults; cfg owns nothing yet. */
 void	zp_config_init(struct zp_config *);
-
-/*
- * Parse argv into cfg (getopt_long; resets optind). Returns a
- * zp_parse_result; on ZP_PARSE_ERROR err holds one line naming the problem.
- */
-int	zp_config_parse(struct zp_config *, int, char **, char *, size_t);
 
 /*
  * Resolve every upstream name into its addrs with a blocking getaddrinfo
@@ -201,9 +187,6 @@ int	zp_addrs_from_ai(const struct addrinfo *, struct zp_addr **, size_t *);
 
 /* Free what cfg owns. */
 void	zp_config_free(struct zp_config *);
-
-/* Usage text, for -h and after a usage error. */
-void	zp_config_usage(FILE *, const char *);
 
 /*
  * Parse a size: decimal digits with an optional K, M or G suffix (powers of

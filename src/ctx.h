@@ -95,7 +95,7 @@ struct zp_ctx {
 	struct zp_control	*control;	/* --control */
 	int			 daemon_fd;	/* --daemon: the parent waits
 						   for a byte here; -1 */
-	struct zp_upstreams	 ups;
+	struct zp_upstreams	*ups;
 	struct zp_stats_server	*stats_server;	/* --stats */
 	struct zp_health	*health;	/* --check-interval */
 	struct zp_resolver	*resolver;	/* --resolve-interval */

@@ -55,14 +55,14 @@ check_done(struct zp_hcheck *c, int ok)
 {
 	struct zp_ctx	*ctx = c->h->ctx;
 	struct timeval	 now;
-	int		 was_up = ctx->ups.v[c->idx].up;
+	int		 was_up = zp_upstream_get(ctx->ups, c->idx)->up;
 
 	check_reset(c);
 	c->skipping = 0;
 	gettimeofday(&now, NULL);
-	zp_upstream_report(&ctx->ups, c->idx, ok, c->err, &now);
+	zp_upstream_report(ctx->ups, c->idx, ok, c->err, &now);
 	/* Framed streams leave an upstream the checks marked down. */
-	if (was_up && !ctx->ups.v[c->idx].up)
+	if (was_up && !zp_upstream_get(ctx->ups, c->idx)->up)
 		(void)zp_pairs_upstream_down(ctx, (int)c->idx);
 }
 
@@ -81,7 +81,7 @@ check_skip(struct zp_hcheck *c, int err)
 	ctx->stats.local_errors++;
 	zp_log(&ctx->log, c->skipping ? ZP_LOG_DEBUG : ZP_LOG_WARN,
 	    "health check of %s skipped: %s (not the upstream's fault)",
-	    zp_upstream_name(&ctx->ups.v[c->idx], name, sizeof(name)),
+	    zp_upstream_name(zp_upstream_get(ctx->ups, c->idx), name, sizeof(name)),
 	    strerror(err));
 	c->skipping = 1;
 }
@@ -110,7 +110,7 @@ check_cb(evutil_socket_t fd, short what, void *arg)
 static void
 check_next(struct zp_hcheck *c)
 {
-	struct zp_upstream	*us = &c->h->ctx->ups.v[c->idx];
+	const struct zp_upstream *us = zp_upstream_get(c->h->ctx->ups, c->idx);
 	const struct zp_config	*cfg = c->h->ctx->cfg;
 	const struct zp_addr	*a, *src;
 	struct zp_addr		 srcbuf;
@@ -181,7 +181,7 @@ zp_health_new(struct zp_ctx *ctx)
 	if ((h = calloc(1, sizeof(*h))) == NULL)
 		return NULL;
 	h->ctx = ctx;
-	h->n = ctx->ups.n;
+	h->n = zp_upstreams_count(ctx->ups);
 	if ((h->checks = calloc(h->n, sizeof(*h->checks))) == NULL) {
 		free(h);
 		return NULL;

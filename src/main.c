@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "config.h"
 #include "zproxy.h"
 

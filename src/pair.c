@@ -328,7 +328,7 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	if (p->up_addr.len > 0)
 		zp_addr_str(&p->up_addr, ubuf, sizeof(ubuf));
 	else if (p->up_idx >= 0)
-		zp_upstream_name(&ctx->ups.v[p->up_idx], ubuf, sizeof(ubuf));
+		zp_upstream_name(zp_upstream_get(ctx->ups, p->up_idx), ubuf, sizeof(ubuf));
 	else
 		snprintf(ubuf, sizeof(ubuf), "none");
 	memset(&rec, 0, sizeof(rec));
@@ -389,7 +389,7 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	pair_log(p, end);
 	ctx->stats.discarded += p->up.discarded + p->down.discarded;
 	if (p->up_idx >= 0 && live)
-		zp_upstream_release(&ctx->ups, (size_t)p->up_idx);
+		zp_upstream_release(ctx->ups, (size_t)p->up_idx);
 	if (p->up.fr != NULL)
 		dframe_replay_free(p->up.fr);
 	free(p->up.fr);
@@ -572,7 +572,7 @@ pair_movable(const struct zp_pair *p)
 {
 	return p->up.fr != NULL && p->state == ZP_PAIR_RELAYING &&
 	    zp_framer_error(&p->up.fr->f, NULL) == NULL && !p->up.done &&
-	    !p->client.dead && p->ctx->ups.n > 1 && !p->ctx->cfg->original;
+	    !p->client.dead && zp_upstreams_count(p->ctx->ups) > 1 && !p->ctx->cfg->original;
 }
 
 /* Say once that a stream's framing failed: it is plain bytes from now. */
@@ -947,10 +947,10 @@ pair_move(struct zp_pair *p)
 	p->move_err = h->err;
 	p->move_unacked = upstream_unacked(p);
 	p->move_frames = fr->frames - p->frames_base;
-	zp_upstream_release(&ctx->ups, (size_t)old);
+	zp_upstream_release(ctx->ups, (size_t)old);
 	if (h->err != 0) {
 		gettimeofday(&now, NULL);
-		zp_upstream_report(&ctx->ups, (size_t)old, 0, h->err, &now);
+		zp_upstream_report(ctx->ups, (size_t)old, 0, h->err, &now);
 	}
 	if (!h->dead && h->fd != -1)
 		p->down.discarded += sock_discard(h->fd);
@@ -1003,8 +1003,8 @@ pair_connected(struct zp_pair *p)
 	/* As connected: a re-resolution may have changed the list since. */
 	p->up_addr = p->connecting_addr;
 	gettimeofday(&now, NULL);
-	zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 1, 0, &now);
-	zp_upstream_acquire(&ctx->ups, (size_t)p->up_idx);
+	zp_upstream_report(ctx->ups, (size_t)p->up_idx, 1, 0, &now);
+	zp_upstream_acquire(ctx->ups, (size_t)p->up_idx);
 	pair_tally(p, &p->up, p->up_idx);
 	/* An old upstream still closing is still the client's source. */
 	if (p->retiring.fd == -1)
@@ -1115,7 +1115,7 @@ pair_wait_log(struct zp_pair *p, int err)
 	    "%s; retrying for up to %.3fs (%llu clients waiting)",
 	    zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)),
 	    (unsigned long long)p->id,
-	    zp_upstream_name(&ctx->ups.v[p->up_idx], ubuf, sizeof(ubuf)),
+	    zp_upstream_name(zp_upstream_get(ctx->ups, p->up_idx), ubuf, sizeof(ubuf)),
 	    strerror(err), ctx->cfg->connect_timeout,
 	    (unsigned long long)ctx->stats.conns_waiting + !p->waiting);
 }
@@ -1125,7 +1125,7 @@ static void
 pair_retry_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair		*p = arg;
-	struct zp_upstream	*u = &p->ctx->ups.v[p->up_idx];
+	const struct zp_upstream *u = zp_upstream_get(p->ctx->ups, p->up_idx);
 
 	/* A re-resolution may have shortened the list meanwhile. */
 	if (p->addr_idx >= pair_naddrs(p, u))
@@ -1233,7 +1233,7 @@ static void
 pair_connect_next(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
-	struct zp_upstream	*u = &ctx->ups.v[p->up_idx];
+	const struct zp_upstream *u = zp_upstream_get(ctx->ups, p->up_idx);
 	struct timeval		 tv, now;
 	const struct zp_addr	*a, *src;
 	struct zp_addr		 srcbuf;
@@ -1294,10 +1294,10 @@ pair_connect_next(struct zp_pair *p)
 	 * host is the return path's doing, not the upstream's (DESIGN.md).
 	 */
 	if (p->addr_tried) {
-		zp_upstream_connect_failed(&ctx->ups, (size_t)p->up_idx);
+		zp_upstream_connect_failed(ctx->ups, (size_t)p->up_idx);
 		if (!spoof || p->connect_err != ETIMEDOUT) {
 			gettimeofday(&now, NULL);
-			zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 0,
+			zp_upstream_report(ctx->ups, (size_t)p->up_idx, 0,
 			    p->connect_err, &now);
 		}
 	}
@@ -1318,7 +1318,7 @@ pair_connect_upstream(struct zp_pair *p)
 
 	if (retries < 0 || p->attempts <= retries) {
 		event_base_gettimeofday_cached(ctx->base, &now);
-		idx = zp_upstream_pick(&ctx->ups, &p->client_addr, p->tried,
+		idx = zp_upstream_pick(ctx->ups, &p->client_addr, p->tried,
 		    &now);
 	}
 	if (idx >= 0) {
@@ -1694,7 +1694,7 @@ pair_next_cb(evutil_socket_t fd, short what, void *arg)
 		if (err != 0) {
 			if (!zp_connect_local_error(err)) {
 				gettimeofday(&now, NULL);
-				zp_upstream_report(&ctx->ups,
+				zp_upstream_report(ctx->ups,
 				    (size_t)p->next_idx, 0, err, &now);
 			}
 			zp_log(&ctx->log, ZP_LOG_CONN, "connection %llu stays: "
@@ -1716,7 +1716,7 @@ int
 zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 {
 	struct zp_ctx		*ctx = p->ctx;
-	struct zp_upstream	*us;
+	const struct zp_upstream *us;
 	const struct zp_addr	*a, *src;
 	struct zp_addr		 srcbuf;
 	unsigned char		 tried[ZP_MAX_UPSTREAMS];
@@ -1729,7 +1729,7 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 		/* Where this client would go now, itself not counted. */
 		memset(tried, 0, sizeof(tried));
 		event_base_gettimeofday_cached(ctx->base, &now);
-		idx = zp_upstream_pick_moving(&ctx->ups, (size_t)p->up_idx,
+		idx = zp_upstream_pick_moving(ctx->ups, (size_t)p->up_idx,
 		    &p->client_addr, tried, &now);
 	}
 	/*
@@ -1738,9 +1738,9 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 	 * client's own reconnect would.
 	 */
 	if (idx < 0 || (idx == p->up_idx && reason != ZP_MOVE_LIFETIME) ||
-	    (size_t)idx >= ctx->ups.n)
+	    (size_t)idx >= zp_upstreams_count(ctx->ups))
 		return -1;
-	us = &ctx->ups.v[idx];
+	us = zp_upstream_get(ctx->ups, idx);
 	if (us->naddrs == 0)
 		return -1;
 	a = &us->addrs[0];
@@ -1848,7 +1848,7 @@ pair_switch(struct zp_pair *p)
 	p->move_cut = fr->cut;
 	p->move_replayed = 0;
 	/* Its bytes down stay its own until it closes (pair_retire_done). */
-	zp_upstream_release(&ctx->ups, (size_t)p->up_idx);
+	zp_upstream_release(ctx->ups, (size_t)p->up_idx);
 	p->up_base = p->up.bytes;
 	p->frames_base = fr->frames;
 	/* A FIN after its last whole frame; it stays open until it closes. */
@@ -1884,8 +1884,8 @@ pair_switch(struct zp_pair *p)
 	p->up_sent = 0;
 	pair_tally(p, &p->up, p->up_idx);
 	gettimeofday(&now, NULL);
-	zp_upstream_report(&ctx->ups, (size_t)p->up_idx, 1, 0, &now);
-	zp_upstream_acquire(&ctx->ups, (size_t)p->up_idx);
+	zp_upstream_report(ctx->ups, (size_t)p->up_idx, 1, 0, &now);
+	zp_upstream_acquire(ctx->ups, (size_t)p->up_idx);
 	event_base_gettimeofday_cached(base, &p->up_since);
 	p->moves++;
 	ctx->stats.moves[p->move_reason]++;
@@ -1925,13 +1925,13 @@ zp_pairs_rebalance(struct zp_ctx *ctx)
 {
 	struct zp_pair	*p;
 	long		 eff[ZP_MAX_UPSTREAMS];
-	size_t		 i, n = ctx->ups.n;
+	size_t		 i, n = zp_upstreams_count(ctx->ups);
 	int		 hi = -1, lo = -1;
 
 	if (n < 2 || ctx->stopping)
 		return 0;
 	for (i = 0; i < n; i++)
-		eff[i] = (long)ctx->ups.v[i].active;
+		eff[i] = (long)zp_upstream_get(ctx->ups, i)->active;
 	/* Moves under way count where they go. */
 	TAILQ_FOREACH(p, &ctx->pairs, entry)
 		if (p->next_fd != -1 && p->up_idx >= 0) {
@@ -1939,7 +1939,7 @@ zp_pairs_rebalance(struct zp_ctx *ctx)
 			eff[p->next_idx]++;
 		}
 	for (i = 0; i < n; i++) {
-		if (!ctx->ups.v[i].up)
+		if (!zp_upstream_get(ctx->ups, i)->up)
 			continue;
 		if (hi == -1 || eff[i] > eff[hi])
 			hi = (int)i;

@@ -76,7 +76,7 @@ lookup_cb(int result, struct evutil_addrinfo *res, void *arg)
 {
 	struct zp_lookup	*lk = arg;
 	struct zp_resolver	*r = lk->r;
-	struct zp_upstream	*us;
+	const struct zp_upstream *us;
 	struct zp_addr		*v;
 	size_t			 n;
 	char			 name[300], abuf[ZP_ADDRSTRLEN];
@@ -84,8 +84,8 @@ lookup_cb(int result, struct evutil_addrinfo *res, void *arg)
 	if (r == NULL)
 		goto out;	/* the resolver is gone */
 	r->inflight[lk->idx] = NULL;
-	us = &r->ctx->ups.v[lk->idx];
-	zp_upstream_name(&r->ctx->ups.v[lk->idx], name, sizeof(name));
+	us = zp_upstream_get(r->ctx->ups, lk->idx);
+	zp_upstream_name(zp_upstream_get(r->ctx->ups, lk->idx), name, sizeof(name));
 	if (result != 0 || res == NULL) {
 		if (!r->failing[lk->idx])
 			zp_log(&r->ctx->log, ZP_LOG_WARN, "upstream %s: lookup "
@@ -99,7 +99,7 @@ lookup_cb(int result, struct evutil_addrinfo *res, void *arg)
 	if (same_addrs(us, res))
 		goto out;
 	if (zp_addrs_from_ai(res, &v, &n) == 0) {
-		zp_upstream_set_addrs(&r->ctx->ups, lk->idx, v, n);
+		zp_upstream_set_addrs(r->ctx->ups, lk->idx, v, n);
 		zp_log(&r->ctx->log, ZP_LOG_NOTICE, "upstream %s now resolves "
 		    "to %zu address%s, first %s", name, us->naddrs,
 		    us->naddrs == 1 ? "" : "es",
@@ -126,8 +126,8 @@ resolver_timer_cb(evutil_socket_t fd, short what, void *arg)
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_protocol = IPPROTO_TCP;
 	hints.ai_flags = EVUTIL_AI_NUMERICSERV;
-	for (i = 0; i < r->ctx->ups.n; i++) {
-		struct zp_upstream_spec *us = r->ctx->ups.v[i].spec;
+	for (i = 0; i < zp_upstreams_count(r->ctx->ups); i++) {
+		struct zp_upstream_spec *us = zp_upstream_get(r->ctx->ups, i)->spec;
 
 		if (r->inflight[i] != NULL || is_literal(us->host))
 			continue;
@@ -154,8 +154,8 @@ zp_resolver_new(struct zp_ctx *ctx, char *err, size_t errlen)
 	char			 abuf[ZP_ADDRSTRLEN], tmo[32];
 
 	if ((r = calloc(1, sizeof(*r))) == NULL ||
-	    (r->inflight = calloc(ctx->ups.n, sizeof(*r->inflight))) == NULL ||
-	    (r->failing = calloc(ctx->ups.n, sizeof(*r->failing))) == NULL) {
+	    (r->inflight = calloc(zp_upstreams_count(ctx->ups), sizeof(*r->inflight))) == NULL ||
+	    (r->failing = calloc(zp_upstreams_count(ctx->ups), sizeof(*r->failing))) == NULL) {
 		snprintf(err, errlen, "resolver: out of memory");
 		goto fail;
 	}
@@ -210,7 +210,7 @@ zp_resolver_free(struct zp_resolver *r)
 		return;
 	if (r->timer != NULL)
 		event_free(r->timer);
-	for (i = 0; r->inflight != NULL && i < r->ctx->ups.n; i++) {
+	for (i = 0; r->inflight != NULL && i < zp_upstreams_count(r->ctx->ups); i++) {
 		struct zp_lookup *lk = r->inflight[i];
 
 		if (lk == NULL)

@@ -242,12 +242,12 @@ upstream_labels(const struct zp_upstreams *ups, size_t n,
 	int	seen;
 
 	for (i = 0; i < n; i++) {
-		zp_upstream_name(&ups->v[i], base, sizeof(base));
+		zp_upstream_name(zp_upstream_get(ups, i), base, sizeof(base));
 		seen = 0;
 		for (j = 0; j < i; j++) {
 			char other[ZP_STATS_NAMELEN];
 
-			zp_upstream_name(&ups->v[j], other, sizeof(other));
+			zp_upstream_name(zp_upstream_get(ups, j), other, sizeof(other));
 			if (strcmp(base, other) == 0)
 				seen++;
 		}
@@ -327,7 +327,7 @@ render_upstreams(struct render *r, struct zp_ctx *ctx)
 	char			(*names)[ZP_STATS_NAMELEN];
 	const struct zp_traffic	*t;
 	struct label		 l[2];
-	size_t			 i, f, n = ctx->ups.n;
+	size_t			 i, f, n = zp_upstreams_count(ctx->ups);
 
 	if (n > ZP_MAX_UPSTREAMS)
 		n = ZP_MAX_UPSTREAMS;
@@ -335,7 +335,7 @@ render_upstreams(struct render *r, struct zp_ctx *ctx)
 		r->failed = 1;
 		return;
 	}
-	upstream_labels(&ctx->ups, n, names);
+	upstream_labels(ctx->ups, n, names);
 	l[0].name = "upstream";
 	l[1].name = "direction";
 	for (f = 0; f < sizeof(upstream_families) /
@@ -345,7 +345,7 @@ render_upstreams(struct render *r, struct zp_ctx *ctx)
 		for (i = 0; i < n; i++) {
 			l[0].value = names[i];
 			sample_u64(r, upstream_families[f].name, l, 1,
-			    upstream_value(&ctx->ups.v[i],
+			    upstream_value(zp_upstream_get(ctx->ups, i),
 			    upstream_families[f].what));
 		}
 	}

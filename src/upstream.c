@@ -16,6 +16,7 @@
 
 #include "log.h"
 #include "upstream.h"
+#include "upstream_int.h"
 
 /* Set up one zp_upstream per spec, all up. */
 int
@@ -40,7 +41,7 @@ zp_upstreams_init(struct zp_upstreams *us, struct zp_upstream_spec *specs,
 			continue;
 		us->v[i].addrs = calloc(specs[i].naddrs, sizeof(struct zp_addr));
 		if (us->v[i].addrs == NULL) {
-			zp_upstreams_free(us);
+			zp_upstreams_clear(us);
 			return -1;
 		}
 		memcpy(us->v[i].addrs, specs[i].addrs,
@@ -60,7 +61,7 @@ zp_upstream_set_addrs(struct zp_upstreams *us, size_t i, struct zp_addr *v,
 }
 
 void
-zp_upstreams_free(struct zp_upstreams *us)
+zp_upstreams_clear(struct zp_upstreams *us)
 {
 	size_t	i;
 
@@ -69,6 +70,50 @@ zp_upstreams_free(struct zp_upstreams *us)
 	free(us->v);
 	us->v = NULL;
 	us->n = 0;
+}
+
+struct zp_upstreams *
+zp_upstreams_new(struct zp_upstream_spec *specs, size_t n,
+    enum zp_balance balance, int max_fails, double fail_timeout,
+    struct zp_log *lg)
+{
+	struct zp_upstreams	*us;
+
+	if ((us = malloc(sizeof(*us))) == NULL)
+		return NULL;
+	if (zp_upstreams_init(us, specs, n, balance, max_fails, fail_timeout,
+	    lg) == -1) {
+		free(us);
+		return NULL;
+	}
+	return us;
+}
+
+void
+zp_upstreams_free(struct zp_upstreams *us)
+{
+	if (us == NULL)
+		return;
+	zp_upstreams_clear(us);
+	free(us);
+}
+
+size_t
+zp_upstreams_count(const struct zp_upstreams *us)
+{
+	return us->n;
+}
+
+const struct zp_upstream *
+zp_upstream_get(const struct zp_upstreams *us, size_t i)
+{
+	return &us->v[i];
+}
+
+enum zp_balance
+zp_upstreams_balance(const struct zp_upstreams *us)
+{
+	return us->balance;
 }
 
 /* "name:port", with brackets for a literal IPv6 address. */

@@ -34,25 +34,30 @@ struct zp_upstream {
 	uint64_t		 conns_failed;
 };
 
-struct zp_upstreams {
-	struct zp_upstream	*v;
-	size_t			 n;
-	enum zp_balance		 balance;
-	size_t			 rr_next;
-	int			 max_fails;
-	struct timeval		 fail_timeout;
-	struct zp_log		*log;
-};
+/*
+ * The set of upstreams is upstream.c's (fields in upstream_int.h, for
+ * its tests): others read one upstream through zp_upstream_get() and
+ * change it only through the calls below.
+ */
+struct zp_upstreams;
+
 
 /*
- * Set up one zp_upstream per spec, all up, each with a copy of the
- * addresses the spec resolved to at start-up. Returns 0 or -1 (memory).
+ * One zp_upstream per spec, all up, each with a copy of the addresses
+ * the spec resolved to at start-up. Returns NULL when out of memory.
  */
-int	zp_upstreams_init(struct zp_upstreams *, struct zp_upstream_spec *,
-	    size_t, enum zp_balance, int max_fails, double fail_timeout,
+struct zp_upstreams *zp_upstreams_new(struct zp_upstream_spec *, size_t,
+	    enum zp_balance, int max_fails, double fail_timeout,
 	    struct zp_log *);
 
+/* Free them all; NULL is fine. */
 void	zp_upstreams_free(struct zp_upstreams *);
+
+/* How many; upstream i (i below that), to read; the balancer. */
+size_t	zp_upstreams_count(const struct zp_upstreams *);
+const struct zp_upstream *zp_upstream_get(const struct zp_upstreams *,
+	    size_t);
+enum zp_balance zp_upstreams_balance(const struct zp_upstreams *);
 
 /*
  * Upstream i's addresses are v[0..n) from now on (re-resolution); takes

@@ -135,14 +135,14 @@ notify_status(void *arg, char *buf, size_t len)
 	uint64_t	 down = ctx->stats.all.down.bytes;
 	size_t		 i, nup = 0;
 
-	for (i = 0; i < ctx->ups.n; i++)
-		nup += ctx->ups.v[i].up != 0;
+	for (i = 0; i < zp_upstreams_count(ctx->ups); i++)
+		nup += zp_upstream_get(ctx->ups, i)->up != 0;
 	snprintf(buf, len, "%s; connections open=%llu total=%llu; bytes "
 	    "up=%llu down=%llu; upstreams up %zu of %zu",
 	    ctx->stopping ? "draining" : "relaying",
 	    (unsigned long long)ctx->stats.conns_open,
 	    (unsigned long long)ctx->stats.conns_total,
-	    (unsigned long long)up, (unsigned long long)down, nup, ctx->ups.n);
+	    (unsigned long long)up, (unsigned long long)down, nup, zp_upstreams_count(ctx->ups));
 }
 
 /* Log the counters. */
@@ -468,7 +468,7 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 	size_t			 i, off = 0;
 
 	ups[0] = src[0] = '\0';
-	for (i = 0; i < ctx->ups.n && off < sizeof(ups); i++) {
+	for (i = 0; i < zp_upstreams_count(ctx->ups) && off < sizeof(ups); i++) {
 		if (cfg->upstreams[i].original) {
 			off += snprintf(ups + off, sizeof(ups) - off,
 			    "%soriginal (each client's original destination)",
@@ -477,9 +477,9 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 		}
 		off += snprintf(ups + off, sizeof(ups) - off, "%s%s (%zu "
 		    "address%s)", i ? ", " : "", zp_upstream_name(
-		    &ctx->ups.v[i], name, sizeof(name)),
-		    ctx->ups.v[i].naddrs,
-		    ctx->ups.v[i].naddrs == 1 ? "" : "es");
+		    zp_upstream_get(ctx->ups, i), name, sizeof(name)),
+		    zp_upstream_get(ctx->ups, i)->naddrs,
+		    zp_upstream_get(ctx->ups, i)->naddrs == 1 ? "" : "es");
 	}
 	/* --source ADDR: "ADDR:0", the port the kernel picks per connect. */
 	if (cfg->source == ZP_SOURCE_ADDR)
@@ -491,7 +491,7 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 	    "balance %s, mode %s, pipe-size %zu, buffer-size %zu, splice-min "
 	    "%zu, max-conns %ld, RLIMIT_NOFILE %ld%s, %s",
 	    listen_str(ctx, lbuf, sizeof(lbuf)),
-	    ctx->ups.n == 1 ? "" : "s", ups, zp_balance_str(ctx->ups.balance),
+	    zp_upstreams_count(ctx->ups) == 1 ? "" : "s", ups, zp_balance_str(zp_upstreams_balance(ctx->ups)),
 	    cfg->mode == ZP_MODE_SPLICE ? "splice" : "copy", cfg->pipe_size,
 	    cfg->buffer_size, cfg->splice_min, ctx->max_conns, nofile, src,
 	    privs);
@@ -788,7 +788,8 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	if (ctx->drain_timer != NULL)
 		event_free(ctx->drain_timer);
 	ctx->drain_timer = NULL;
-	zp_upstreams_free(&ctx->ups);
+	zp_upstreams_free(ctx->ups);
+	ctx->ups = NULL;
 	zp_srctab_free(&ctx->sources);
 	for (i = 0; i < nsigs; i++)
 		if (sigs[i] != NULL)
@@ -1053,9 +1054,9 @@ zp_run(struct zp_config *cfg)
 		return ZP_EX_CANTCREAT;
 	}
 	gettimeofday(&ctx.started, NULL);
-	if (zp_upstreams_init(&ctx.ups, cfg->upstreams, cfg->nupstreams,
+	if ((ctx.ups = zp_upstreams_new(cfg->upstreams, cfg->nupstreams,
 	    (enum zp_balance)cfg->balance, cfg->max_fails, cfg->fail_timeout,
-	    &ctx.log) == -1) {
+	    &ctx.log)) == NULL) {
 		zp_log(&ctx.log, ZP_LOG_ERROR, "out of memory");
 		zp_log_close(&ctx.log);
 		return ZP_EX_OSERR;

@@ -11,6 +11,7 @@
  * --log-file and --syslog.
  */
 
+#include "cli.h"
 #include "config.h"
 #include "fuzz.h"
 

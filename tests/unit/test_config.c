@@ -26,6 +26,7 @@
 
 #include <cmocka.h>
 
+#include "cli.h"
 #include "config.h"
 #include "framing.h"
 #include "upstream.h"

@@ -29,12 +29,14 @@
 
 #include <cmocka.h>
 
+#include "cli.h"
 #include "config.h"
 #include "ctx.h"
 #include "log.h"
 #include "pair.h"
 #include "pair_int.h"
 #include "upstream.h"
+#include "upstream_int.h"
 
 #define MAXARGS	16
 
@@ -113,9 +115,9 @@ h_init(struct harness *h, ...)
 	h->ctx.budget = 256 * 1024;
 	TAILQ_INIT(&h->ctx.pairs);
 	assert_non_null(h->ctx.base = event_base_new());
-	assert_int_equal(zp_upstreams_init(&h->ctx.ups, h->cfg.upstreams,
+	assert_non_null(h->ctx.ups = zp_upstreams_new(h->cfg.upstreams,
 	    h->cfg.nupstreams, (enum zp_balance)h->cfg.balance,
-	    h->cfg.max_fails, h->cfg.fail_timeout, &h->ctx.log), 0);
+	    h->cfg.max_fails, h->cfg.fail_timeout, &h->ctx.log));
 	h->front = listen_any(&port);
 }
 
@@ -124,7 +126,7 @@ h_free(struct harness *h)
 {
 	while (!TAILQ_EMPTY(&h->ctx.pairs))
 		zp_pair_close(TAILQ_FIRST(&h->ctx.pairs), ZP_END_SHUTDOWN);
-	zp_upstreams_free(&h->ctx.ups);
+	zp_upstreams_free(h->ctx.ups);
 	event_base_free(h->ctx.base);
 	zp_config_free(&h->cfg);
 	close(h->front);
@@ -272,15 +274,15 @@ test_failover_first(void **state)
 	assert_int_equal(TAILQ_FIRST(&h.ctx.pairs)->up_idx, 1);
 	assert_int_equal(addr_port(&TAILQ_FIRST(&h.ctx.pairs)->up_addr),
 	    port);
-	assert_int_equal(h.ctx.ups.v[0].conns_failed, 1);
-	assert_int_equal(h.ctx.ups.v[0].conns_total, 0);
-	assert_int_equal(h.ctx.ups.v[0].active, 0);
-	assert_int_equal(h.ctx.ups.v[1].conns_total, 1);
-	assert_int_equal(h.ctx.ups.v[1].active, 1);
+	assert_int_equal(h.ctx.ups->v[0].conns_failed, 1);
+	assert_int_equal(h.ctx.ups->v[0].conns_total, 0);
+	assert_int_equal(h.ctx.ups->v[0].active, 0);
+	assert_int_equal(h.ctx.ups->v[1].conns_total, 1);
+	assert_int_equal(h.ctx.ups->v[1].active, 1);
 	close(c);
 	close(u);
 	assert_true(h_run(&h, no_pairs, 2000));
-	assert_int_equal(h.ctx.ups.v[1].active, 0);
+	assert_int_equal(h.ctx.ups->v[1].active, 0);
 	assert_int_equal(h.ctx.stats.conns_failed, 0);
 	h_free(&h);
 	close(s);
@@ -301,8 +303,8 @@ test_all_refused(void **state)
 	c = h_client(&h);
 	assert_true(h_run(&h, no_pairs, 2000));
 	assert_int_equal(h.ctx.stats.conns_failed, 1);
-	assert_int_equal(h.ctx.ups.v[0].conns_failed, 1);
-	assert_int_equal(h.ctx.ups.v[1].conns_failed, 1);
+	assert_int_equal(h.ctx.ups->v[0].conns_failed, 1);
+	assert_int_equal(h.ctx.ups->v[1].conns_failed, 1);
 	assert_int_equal(read(c, &b, 1), 0);	/* closed */
 	assert_non_null(strstr(h_log(&h), "end=upstream-refused"));
 	close(c);
@@ -337,7 +339,7 @@ test_close_accounting(void **state)
 	assert_int_equal(h.ctx.stats.all.down.bytes, 500);
 	assert_int_equal(h.ctx.stats.ups[0].up.bytes, 1000);
 	assert_int_equal(h.ctx.stats.ups[0].down.bytes, 500);
-	assert_int_equal(h.ctx.ups.v[0].active, 1);
+	assert_int_equal(h.ctx.ups->v[0].active, 1);
 	close(c);
 	close(u);
 	assert_true(h_run(&h, no_pairs, 2000));
@@ -345,8 +347,8 @@ test_close_accounting(void **state)
 	assert_int_equal(h.ctx.stats.all.down.bytes, 500);
 	assert_int_equal(h.ctx.stats.ups[0].up.bytes, 1000);
 	assert_int_equal(h.ctx.stats.ups[0].down.bytes, 500);
-	assert_int_equal(h.ctx.ups.v[0].active, 0);
-	assert_int_equal(h.ctx.ups.v[0].conns_total, 1);
+	assert_int_equal(h.ctx.ups->v[0].active, 0);
+	assert_int_equal(h.ctx.ups->v[0].conns_total, 1);
 	assert_int_equal(h.ctx.stats.conns_total, 1);
 	assert_non_null(strstr(h_log(&h), " up=1000 down=500 "));
 	h_free(&h);
@@ -422,7 +424,7 @@ test_connected_address(void **state)
 	sin->sin_port = htons(9);
 	sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1);
 	other->len = sizeof(*sin);
-	zp_upstream_set_addrs(&h.ctx.ups, 0, other, 1);
+	zp_upstream_set_addrs(h.ctx.ups, 0, other, 1);
 	while (nfill > 0)
 		close(accept(s, NULL, NULL)), close(fill[--nfill]);
 	u = h_accept(&h, s);

@@ -46,6 +46,7 @@
 #include "relay.h"
 #include "stats.h"
 #include "upstream.h"
+#include "upstream_int.h"
 
 #define DEADLINE_MS	5000
 #define NPAIRS		4
@@ -124,8 +125,8 @@ setup_ctx(void **state)
 	assert_non_null(f->logfp = tmpfile());
 	zp_log_init(&ctx->log, f->logfp, ZP_LOG_DEBUG);
 	assert_non_null(ctx->base = event_base_new());
-	assert_int_equal(zp_upstreams_init(&ctx->ups, f->cfg.upstreams,
-	    f->cfg.nupstreams, ZP_BALANCE_ROUNDROBIN, 1, 10.0, &ctx->log), 0);
+	assert_non_null(ctx->ups = zp_upstreams_new(f->cfg.upstreams,
+	    f->cfg.nupstreams, ZP_BALANCE_ROUNDROBIN, 1, 10.0, &ctx->log));
 
 	ctx->stats.conns_total = 1001;
 	ctx->stats.conns_open = NPAIRS;
@@ -158,18 +159,18 @@ setup_ctx(void **state)
 	ctx->pool->killed = 2;
 	ctx->pool->created = 12;
 
-	ctx->ups.v[0].active = 2;
-	ctx->ups.v[0].conns_total = 900;
-	ctx->ups.v[0].conns_failed = 1;
+	ctx->ups->v[0].active = 2;
+	ctx->ups->v[0].conns_total = 900;
+	ctx->ups->v[0].conns_failed = 1;
 	ctx->stats.ups[0].up.bytes = 1110;
 	ctx->stats.ups[0].down.bytes = 2220;
-	ctx->ups.v[1].active = 1;
-	ctx->ups.v[1].conns_total = 80;
-	ctx->ups.v[1].conns_failed = 20;
+	ctx->ups->v[1].active = 1;
+	ctx->ups->v[1].conns_total = 80;
+	ctx->ups->v[1].conns_failed = 20;
 	ctx->stats.ups[1].up.bytes = 31;
 	ctx->stats.ups[1].down.bytes = 42;
-	ctx->ups.v[1].up = 0;
-	ctx->ups.v[1].fails = 3;
+	ctx->ups->v[1].up = 0;
+	ctx->ups->v[1].fails = 3;
 
 	add_pair(f, 0, 0, 100, 200, &zp_relay_splice, &zp_relay_splice);
 	add_pair(f, 1, 1, 1, 2, &zp_relay_copy, &zp_relay_copy);
@@ -185,7 +186,7 @@ teardown_ctx(void **state)
 	struct fixture	*f = *state;
 
 	zp_stats_free(f->server);
-	zp_upstreams_free(&f->ctx.ups);
+	zp_upstreams_free(f->ctx.ups);
 	free(f->ctx.pool);	/* counters only: nothing to close */
 	zp_config_free(&f->cfg);
 	event_base_free(f->ctx.base);
@@ -583,7 +584,7 @@ test_render_empty(void **state)
 	char		*t;
 
 	TAILQ_INIT(&f->ctx.pairs);
-	f->ctx.ups.n = 0;
+	f->ctx.ups->n = 0;
 	free(f->ctx.pool);
 	f->ctx.pool = NULL;
 	t = render(&f->ctx);
@@ -592,7 +593,7 @@ test_render_empty(void **state)
 	expect_line(t, "zproxy_pairs{mode=\"splice\"} 0");
 	expect_line(t, "zproxy_bytes_total{direction=\"up\"} 5000000111");
 	assert_true(t[strlen(t) - 1] == '\n');
-	f->ctx.ups.n = f->cfg.nupstreams;
+	f->ctx.ups->n = f->cfg.nupstreams;
 	free(t);
 }
 

@@ -35,6 +35,7 @@
 #include "config.h"
 #include "log.h"
 #include "upstream.h"
+#include "upstream_int.h"
 
 #define NSPEC		4
 #define T0		1000000	/* an arbitrary "now", in seconds */
@@ -88,7 +89,7 @@ ups_teardown(void **state)
 	struct ups_state	*s = *state;
 
 	if (s->inited)
-		zp_upstreams_free(&s->us);
+		zp_upstreams_clear(&s->us);
 	fclose(s->logfp);
 	free(s);
 	return 0;
@@ -110,7 +111,7 @@ ups_init(struct ups_state *s, size_t n, enum zp_balance b, int max_fails,
 static void
 ups_free(struct ups_state *s)
 {
-	zp_upstreams_free(&s->us);
+	zp_upstreams_clear(&s->us);
 	s->inited = 0;
 }
 
@@ -237,6 +238,34 @@ test_init(void **state)
 	assert_null(s->us.v);
 	assert_int_equal(s->us.n, 0);
 	assert_int_equal(log_count(s, "", NULL), 0);
+}
+
+/*
+ * What other modules see: a set from zp_upstreams_new(), read through
+ * its count, zp_upstream_get() and its balancer; zp_upstreams_free()
+ * takes NULL.
+ */
+static void
+test_new_get(void **state)
+{
+	struct ups_state		*s = *state;
+	struct zp_upstreams		*us;
+	const struct zp_upstream	*u;
+	char				 name[64];
+
+	assert_non_null(us = zp_upstreams_new(s->specs, 4,
+	    ZP_BALANCE_FIRST, 1, 1.0, &s->lg));
+	assert_int_equal(zp_upstreams_count(us), 4);
+	assert_int_equal(zp_upstreams_balance(us), ZP_BALANCE_FIRST);
+	u = zp_upstream_get(us, 3);
+	assert_ptr_equal(u->spec, &s->specs[3]);
+	assert_int_equal(u->up, 1);
+	assert_string_equal(zp_upstream_name(u, name, sizeof(name)),
+	    "[2001:db8::4]:8080");
+	zp_upstream_acquire(us, 3);
+	assert_int_equal(zp_upstream_get(us, 3)->active, 1);
+	zp_upstreams_free(us);
+	zp_upstreams_free(NULL);
 }
 
 /*
@@ -1089,6 +1118,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_init),
+		T(test_new_get),
 		T(test_upstream_name),
 		cmocka_unit_test(test_balance_names),
 		T(test_rr_cycles),
