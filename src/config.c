@@ -18,6 +18,7 @@
 #include "config.h"
 #include "framing.h"
 #include "log.h"
+#include "net.h"
 #include "upstream.h"
 
 #define ZP_MAX_TIMEOUT		86400.0
@@ -357,7 +358,6 @@ zp_parse_source(const char *s, int *mode, struct zp_addr *a, char *err,
 {
 	struct sockaddr_in	*sin = (struct sockaddr_in *)&a->ss;
 	struct sockaddr_in6	*sin6 = (struct sockaddr_in6 *)&a->ss;
-	struct in6_addr		 in6;
 	char			 q[ZP_ESCLEN];
 
 	memset(a, 0, sizeof(*a));
@@ -368,17 +368,11 @@ zp_parse_source(const char *s, int *mode, struct zp_addr *a, char *err,
 	if (inet_pton(AF_INET, s, &sin->sin_addr) == 1) {
 		sin->sin_family = AF_INET;
 		a->len = sizeof(*sin);
-	} else if (inet_pton(AF_INET6, s, &in6) == 1) {
+	} else if (inet_pton(AF_INET6, s, &sin6->sin6_addr) == 1) {
+		sin6->sin6_family = AF_INET6;
+		a->len = sizeof(*sin6);
 		/* ::ffff:a.b.c.d is the IPv4 address, as everywhere else. */
-		if (IN6_IS_ADDR_V4MAPPED(&in6)) {
-			sin->sin_family = AF_INET;
-			memcpy(&sin->sin_addr, &in6.s6_addr[12], 4);
-			a->len = sizeof(*sin);
-		} else {
-			sin6->sin6_family = AF_INET6;
-			sin6->sin6_addr = in6;
-			a->len = sizeof(*sin6);
-		}
+		zp_addr_unmap(a);
 	} else {
 		zp_seterr(err, errlen, "invalid source '%s': expected an IPv4 "
 		    "or IPv6 address without a port, or client",
@@ -487,37 +481,4 @@ zp_seconds_tv(double t)
 	tv.tv_sec = (time_t)(us / 1000000);
 	tv.tv_usec = (suseconds_t)(us % 1000000);
 	return tv;
-}
-
-/*
- * Format an address; a v4-mapped IPv6 address (a client of a dual-stack
- * listener) is shown as the IPv4 address it is.
- */
-const char *
-zp_addr_str(const struct zp_addr *a, char *buf, size_t len)
-{
-	char	host[INET6_ADDRSTRLEN];
-
-	if (a->ss.ss_family == AF_INET) {
-		const struct sockaddr_in *sin = (const void *)&a->ss;
-
-		inet_ntop(AF_INET, &sin->sin_addr, host, sizeof(host));
-		snprintf(buf, len, "%s:%u", host, ntohs(sin->sin_port));
-	} else if (a->ss.ss_family == AF_INET6) {
-		const struct sockaddr_in6 *sin6 = (const void *)&a->ss;
-
-		if (IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr)) {
-			inet_ntop(AF_INET, &sin6->sin6_addr.s6_addr[12], host,
-			    sizeof(host));
-			snprintf(buf, len, "%s:%u", host,
-			    ntohs(sin6->sin6_port));
-		} else {
-			inet_ntop(AF_INET6, &sin6->sin6_addr, host,
-			    sizeof(host));
-			snprintf(buf, len, "[%s]:%u", host,
-			    ntohs(sin6->sin6_port));
-		}
-	} else
-		snprintf(buf, len, "?");
-	return buf;
 }

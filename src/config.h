@@ -245,8 +245,6 @@ int	zp_parse_seconds(const char *, const char *, double *, char *, size_t);
  */
 struct timeval zp_seconds_tv(double);
 
-/* Format an address as "1.2.3.4:80" or "[::1]:80" into buf. */
-const char *zp_addr_str(const struct zp_addr *, char *, size_t);
 #define ZP_ADDRSTRLEN	(46 + 10)
 
 #endif

@@ -14,6 +14,7 @@
 #include "ctx.h"
 #include "health.h"
 #include "log.h"
+#include "net.h"
 #include "pair.h"
 #include "upstream.h"
 

@@ -1,15 +1,19 @@
 /*
- * net.c - listening sockets, made or taken over. See net.h.
+ * net.c - listening sockets, addresses and outgoing connects. See net.h.
  */
 
 #include <sys/socket.h>
 #include <netinet/in.h>
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
+#include "log.h"
 #include "net.h"
 
 int
@@ -176,6 +180,285 @@ zp_net_adopt(int fd, struct zp_addr *a, char *err, size_t errlen)
 		snprintf(err, errlen, "descriptor %d: getsockname: %s", fd,
 		    strerror(errno));
 		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Format an address; a v4-mapped IPv6 address (a client of a dual-stack
+ * listener) is shown as the IPv4 address it is.
+ */
+const char *
+zp_addr_str(const struct zp_addr *a, char *buf, size_t len)
+{
+	const struct sockaddr_in	*sin = (const void *)&a->ss;
+	const struct sockaddr_in6	*sin6 = (const void *)&a->ss;
+	const unsigned char		*v4 = zp_addr_v4(a);
+	char				 host[INET6_ADDRSTRLEN];
+
+	if (v4 != NULL) {
+		inet_ntop(AF_INET, v4, host, sizeof(host));
+		snprintf(buf, len, "%s:%u", host, ntohs(a->ss.ss_family ==
+		    AF_INET ? sin->sin_port : sin6->sin6_port));
+	} else if (a->ss.ss_family == AF_INET6) {
+		inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof(host));
+		snprintf(buf, len, "[%s]:%u", host, ntohs(sin6->sin6_port));
+	} else
+		snprintf(buf, len, "?");
+	return buf;
+}
+
+/* The IPv4 bytes of an address, v4-mapped or not; see net.h. */
+const unsigned char *
+zp_addr_v4(const struct zp_addr *a)
+{
+	const struct sockaddr_in	*sin = (const void *)&a->ss;
+	const struct sockaddr_in6	*sin6 = (const void *)&a->ss;
+
+	if (a->ss.ss_family == AF_INET)
+		return (const unsigned char *)&sin->sin_addr;
+	if (a->ss.ss_family == AF_INET6 &&
+	    IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr))
+		return &sin6->sin6_addr.s6_addr[12];
+	return NULL;
+}
+
+/* A v4-mapped address as the AF_INET one it is; see net.h. */
+void
+zp_addr_unmap(struct zp_addr *a)
+{
+	const struct sockaddr_in6	*sin6 = (const void *)&a->ss;
+	struct sockaddr_in		 sin;
+
+	if (a->ss.ss_family != AF_INET6 ||
+	    !IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr))
+		return;
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_port = sin6->sin6_port;
+	memcpy(&sin.sin_addr, &sin6->sin6_addr.s6_addr[12], 4);
+	memset(&a->ss, 0, sizeof(a->ss));
+	memcpy(&a->ss, &sin, sizeof(sin));
+	a->len = sizeof(sin);
+}
+
+/*
+ * Bind a fresh socket to src before its connect. Port 0 with
+ * IP_BIND_ADDRESS_NO_PORT: the port is chosen at connect(), per
+ * destination, so that one source address serves as many connections as
+ * the ephemeral range allows towards each upstream, not in all (a plain
+ * bind to port 0 would reserve a port for good). transparent: src need
+ * not be this host's (IP_TRANSPARENT, IPV6_TRANSPARENT), for --source
+ * client; the option is what lets the kernel route a SYN from a foreign
+ * source at all (IP_FREEBIND only lets bind() take the address).
+ */
+static int
+source_bind(int fd, const struct zp_addr *src, int transparent)
+{
+	int	on = 1;
+
+	if (transparent && (src->ss.ss_family == AF_INET6 ?
+	    setsockopt(fd, SOL_IPV6, IPV6_TRANSPARENT, &on, sizeof(on)) :
+	    setsockopt(fd, SOL_IP, IP_TRANSPARENT, &on, sizeof(on))) == -1)
+		return -1;
+	/* Older kernels lack it (4.2): bind() then takes a port itself. */
+	(void)setsockopt(fd, SOL_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof(on));
+	return bind(fd, (const struct sockaddr *)&src->ss, src->len);
+}
+
+/* Start a non-blocking connect, from src when given. */
+int
+zp_connect_start_from(const struct zp_addr *a, const struct zp_addr *src,
+    int transparent, int *fdp)
+{
+	struct sockaddr_storage	peer;
+	socklen_t		plen = sizeof(peer);
+	int			fd, err;
+
+	fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
+	    SOCK_CLOEXEC, IPPROTO_TCP);
+	if (fd == -1)
+		return -1;
+	if (src != NULL && source_bind(fd, src, transparent) == -1)
+		goto fail;
+	if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0) {
+		*fdp = fd;
+		return 0;
+	}
+	if (errno == EINPROGRESS || errno == EINTR) {
+		*fdp = fd;
+		/*
+		 * To an address of this host the handshake is over already:
+		 * the kernel ran the SYN-ACK when connect() let go of the
+		 * socket. getpeername() says so (ENOTCONN while SYN_SENT or
+		 * refused), and saves an event add, a wake-up, a delete and
+		 * an SO_ERROR per connection; to a remote host it costs one
+		 * failing call.
+		 */
+		if (getpeername(fd, (struct sockaddr *)&peer, &plen) == 0)
+			return 0;
+		return 1;
+	}
+fail:
+	err = errno;
+	close(fd);
+	errno = err;
+	return -1;
+}
+
+/* Start a non-blocking connect from wherever the kernel picks. */
+int
+zp_connect_start(const struct zp_addr *a, int *fdp)
+{
+	return zp_connect_start_from(a, NULL, 0, fdp);
+}
+
+/*
+ * The address to connect to `to` from, for a source `from` (--source
+ * ADDR, or a client's address): from with port 0, in the family of the
+ * socket that to needs. A v4-mapped from (a client of a dual-stack
+ * listener) is the IPv4 address it maps; a v4-mapped to is reached from
+ * an IPv4 source mapped in turn. Returns 0, or -1 when the families
+ * differ: an IPv4 source cannot reach an IPv6 upstream, nor the reverse.
+ */
+int
+zp_source_for(const struct zp_addr *from, const struct zp_addr *to,
+    struct zp_addr *out)
+{
+	const struct sockaddr_in6	*f6 = (const void *)&from->ss;
+	struct sockaddr_in		*o4 = (void *)&out->ss;
+	struct sockaddr_in6		*o6 = (void *)&out->ss;
+	const unsigned char		*v4 = zp_addr_v4(from); /* if IPv4 */
+	int				 to4 = zp_addr_v4(to) != NULL;
+
+	if (v4 == NULL && from->ss.ss_family != AF_INET6)
+		return -1;
+	if ((v4 != NULL) != to4)
+		return -1;
+	memset(out, 0, sizeof(*out));
+	if (v4 != NULL && to->ss.ss_family == AF_INET) {
+		o4->sin_family = AF_INET;
+		memcpy(&o4->sin_addr, v4, 4);
+		out->len = sizeof(*o4);
+	} else {
+		o6->sin6_family = AF_INET6;
+		if (v4 != NULL) {
+			o6->sin6_addr.s6_addr[10] = 0xff;
+			o6->sin6_addr.s6_addr[11] = 0xff;
+			memcpy(&o6->sin6_addr.s6_addr[12], v4, 4);
+		} else {
+			o6->sin6_addr = f6->sin6_addr;
+			o6->sin6_scope_id = f6->sin6_scope_id;
+		}
+		out->len = sizeof(*o6);
+	}
+	return 0;
+}
+
+/* Check that --source can work, at start-up. */
+int
+zp_source_check(const struct zp_config *cfg, int after, char *err,
+    size_t errlen)
+{
+	static const int	 fams[] = { AF_INET, AF_INET6 };
+	const struct zp_addr	*a = &cfg->source_addr;
+	char			 host[INET6_ADDRSTRLEN] = "?";
+	size_t			 i;
+	int			 fd, rc, on = 1;
+
+	switch (cfg->source) {
+	case ZP_SOURCE_ADDR:
+		if (after)
+			return 0;
+		if (a->ss.ss_family == AF_INET)
+			inet_ntop(AF_INET, &((const struct sockaddr_in *)
+			    (const void *)&a->ss)->sin_addr, host,
+			    sizeof(host));
+		else
+			inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)
+			    (const void *)&a->ss)->sin6_addr, host,
+			    sizeof(host));
+		fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC,
+		    IPPROTO_TCP);
+		if (fd == -1) {
+			zp_seterr(err, errlen, "--source %s: socket: %s", host,
+			    strerror(errno));
+			return ZP_EX_OSERR;
+		}
+		rc = source_bind(fd, a, 0);
+		if (rc == -1)
+			zp_seterr(err, errlen, "--source %s: cannot bind to it: "
+			    "%s%s", host, strerror(errno), errno ==
+			    EADDRNOTAVAIL ? " (this host has no such address)" :
+			    "");
+		close(fd);
+		return rc == -1 ? ZP_EX_OSERR : 0;
+	case ZP_SOURCE_CLIENT:
+		for (i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
+			fd = socket(fams[i], SOCK_STREAM | SOCK_CLOEXEC,
+			    IPPROTO_TCP);
+			/* No IPv6 here: no IPv6 client to speak for either. */
+			if (fd == -1 && fams[i] == AF_INET6 &&
+			    errno == EAFNOSUPPORT)
+				continue;
+			if (fd == -1) {
+				zp_seterr(err, errlen, "--source client: "
+				    "socket: %s", strerror(errno));
+				return ZP_EX_OSERR;
+			}
+			rc = fams[i] == AF_INET6 ?
+			    setsockopt(fd, SOL_IPV6, IPV6_TRANSPARENT, &on,
+			    sizeof(on)) : setsockopt(fd, SOL_IP,
+			    IP_TRANSPARENT, &on, sizeof(on));
+			if (rc == -1)
+				zp_seterr(err, errlen, "--source client needs "
+				    "CAP_NET_ADMIN or CAP_NET_RAW%s (%s: %s)",
+				    after ? ", kept after the drop to --user" :
+				    "", fams[i] == AF_INET6 ?
+				    "IPV6_TRANSPARENT" : "IP_TRANSPARENT",
+				    strerror(errno));
+			close(fd);
+			if (rc == -1)
+				return ZP_EX_NOPERM;
+		}
+		return 0;
+	}
+	return 0;
+}
+
+/* The outcome of a connect whose write event fired. */
+int
+zp_connect_result(int fd, short what)
+{
+	socklen_t	len = sizeof(int);
+	int		err = 0;
+
+	if (what & EV_TIMEOUT)
+		return ETIMEDOUT;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
+		return errno;
+	return err;
+}
+
+/*
+ * Whether a connect error is this host's shortage, not the upstream's.
+ * EADDRNOTAVAIL from connect() on Linux means that no ephemeral port is
+ * free towards that address (connect(2)): ports run out here, whatever
+ * the upstream does; EADDRINUSE is the same shortage met by the bind()
+ * of --source on a kernel without IP_BIND_ADDRESS_NO_PORT. These errors come and go with load, so a connect
+ * that meets one is retried, not failed over.
+ */
+int
+zp_connect_local_error(int err)
+{
+	switch (err) {
+	case EMFILE:
+	case ENFILE:
+	case ENOBUFS:
+	case ENOMEM:
+	case EADDRNOTAVAIL:
+	case EADDRINUSE:
+		return 1;
 	}
 	return 0;
 }

@@ -1,7 +1,9 @@
 /*
- * net.h - listening sockets, made or taken over: the one place that
- * binds them (the relay's listeners and --stats alike) and that checks
- * a socket someone else made (systemd, a zproxy handing over).
+ * net.h - the network helpers every module uses: listening sockets, made
+ * or taken over (the one place that binds them, the relay's listeners and
+ * --stats alike, and that checks a socket someone else made: systemd, a
+ * zproxy handing over); addresses, formatted and v4-mapped ones told
+ * apart; outgoing connects, from a source address or not.
  */
 #ifndef ZP_NET_H
 #define ZP_NET_H
@@ -36,5 +38,66 @@ int	zp_net_adopt(int, struct zp_addr *, char *, size_t);
  * its IPv4 clients too). Returns 0, or -1 with err filled and errno kept.
  */
 int	zp_net_transparent(int, int family, char *, size_t);
+
+/* Format an address as "1.2.3.4:80" or "[::1]:80" into buf. */
+const char *zp_addr_str(const struct zp_addr *, char *, size_t);
+
+/*
+ * The 4 bytes of an IPv4 address: an AF_INET one's, or a v4-mapped IPv6
+ * one's (::ffff:a.b.c.d, as a dual-stack socket shows an IPv4 peer);
+ * NULL for any other address.
+ */
+const unsigned char *zp_addr_v4(const struct zp_addr *);
+
+/* A v4-mapped IPv6 address made the AF_INET address it is; others kept. */
+void	zp_addr_unmap(struct zp_addr *);
+
+/*
+ * Start a non-blocking TCP connect to a, for a pair or a health check.
+ * Returns 1 with *fd set while it is in progress (wait for writable),
+ * 0 with *fd set when it is connected already (to a local address it
+ * usually is), or -1 with errno set and no descriptor left open.
+ */
+int	zp_connect_start(const struct zp_addr *, int *fd);
+
+/*
+ * The same from a given source address (--source): bound, port 0, before
+ * the connect; transparent: src may be foreign (IP_TRANSPARENT, for
+ * --source client). A failed bind returns -1 with its errno.
+ */
+int	zp_connect_start_from(const struct zp_addr *,
+	    const struct zp_addr *src, int transparent, int *fd);
+
+/*
+ * The bind address for connecting to `to` from `from` (port 0, v4-mapped
+ * addresses unmapped or mapped to fit to's socket). Returns 0, or -1 when
+ * the families differ (the address is skipped).
+ */
+int	zp_source_for(const struct zp_addr *from, const struct zp_addr *to,
+	    struct zp_addr *out);
+
+/*
+ * Start-up check of --source, before the drop of privileges (and again
+ * after it, with after set): ADDR must be this host's (a probe bind;
+ * ZP_EX_OSERR if not, as for -l); client needs IP_TRANSPARENT to work
+ * (ZP_EX_NOPERM if not), in both families where the host has IPv6.
+ * Returns 0, or an exit status with err filled.
+ */
+int	zp_source_check(const struct zp_config *, int after, char *err,
+	    size_t errlen);
+
+/*
+ * The outcome of a connect whose one-shot write event (with a timeout)
+ * fired: 0 when connected, else the errno (ETIMEDOUT on the timeout).
+ */
+int	zp_connect_result(int fd, short what);
+
+/*
+ * Whether a connect error (from socket(), connect() or SO_ERROR) is this
+ * host's shortage rather than the upstream's fault: out of descriptors
+ * (EMFILE, ENFILE), of kernel memory (ENOBUFS, ENOMEM) or of local ports
+ * (EADDRNOTAVAIL, EADDRINUSE). Such an error never counts against an upstream.
+ */
+int	zp_connect_local_error(int err);
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "net.h"
 #include "origdst.h"
 
 /*
@@ -21,25 +22,6 @@
 #ifndef IP6T_SO_ORIGINAL_DST
 #define IP6T_SO_ORIGINAL_DST	80	/* SOL_IPV6 */
 #endif
-
-/* A v4-mapped IPv6 address as the IPv4 one it is; others unchanged. */
-static void
-unmap(struct zp_addr *a)
-{
-	struct sockaddr_in6	*sin6 = (struct sockaddr_in6 *)&a->ss;
-	struct sockaddr_in	 sin;
-
-	if (a->ss.ss_family != AF_INET6 ||
-	    !IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr))
-		return;
-	memset(&sin, 0, sizeof(sin));
-	sin.sin_family = AF_INET;
-	sin.sin_port = sin6->sin6_port;
-	memcpy(&sin.sin_addr, &sin6->sin6_addr.s6_addr[12], 4);
-	memset(&a->ss, 0, sizeof(a->ss));
-	memcpy(&a->ss, &sin, sizeof(sin));
-	a->len = sizeof(sin);
-}
 
 static unsigned short	addr_port(const struct zp_addr *);
 static int		addr_eq(const struct zp_addr *, const struct zp_addr *);
@@ -55,7 +37,7 @@ zp_origdst_get(int fd, int tproxy, struct zp_addr *dst)
 	local.len = sizeof(local.ss);
 	if (getsockname(fd, (struct sockaddr *)&local.ss, &local.len) == -1)
 		return -1;
-	unmap(&local);
+	zp_addr_unmap(&local);
 	*dst = local;
 	if (tproxy)
 		return 1;
@@ -78,7 +60,7 @@ zp_origdst_get(int fd, int tproxy, struct zp_addr *dst)
 		return errno == ENOENT ? 0 : -1;
 	}
 	dst->len = len;
-	unmap(dst);
+	zp_addr_unmap(dst);
 	/*
 	 * Conntrack answers for any tracked connection, NATed or not: an
 	 * "original" destination that is our own address was no redirect.
@@ -162,8 +144,8 @@ zp_origdst_loops(const struct zp_addr *dst, const struct zp_addr *listen)
 	struct zp_addr	d = *dst, l = *listen;
 	int		local;
 
-	unmap(&d);
-	unmap(&l);
+	zp_addr_unmap(&d);
+	zp_addr_unmap(&l);
 	if (d.ss.ss_family != AF_INET && d.ss.ss_family != AF_INET6)
 		return 1;
 	if (addr_port(&d) != addr_port(&l))

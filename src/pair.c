@@ -18,6 +18,7 @@
 #include "ctx.h"
 #include "listener.h"
 #include "log.h"
+#include "net.h"
 #include "origdst.h"
 #include "pair.h"
 #include "pair_int.h"

@@ -15,6 +15,7 @@
 
 #include "ctx.h"
 #include "log.h"
+#include "net.h"
 #include "resolver.h"
 #include "upstream.h"
 

@@ -103,54 +103,6 @@ void	zp_upstream_acquire(struct zp_upstreams *, size_t);
 void	zp_upstream_release(struct zp_upstreams *, size_t);
 void	zp_upstream_connect_failed(struct zp_upstreams *, size_t);
 
-/*
- * Start a non-blocking TCP connect to a, for a pair or a health check.
- * Returns 1 with *fd set while it is in progress (wait for writable),
- * 0 with *fd set when it is connected already (to a local address it
- * usually is), or -1 with errno set and no descriptor left open.
- */
-int	zp_connect_start(const struct zp_addr *, int *fd);
-
-/*
- * The same from a given source address (--source): bound, port 0, before
- * the connect; transparent: src may be foreign (IP_TRANSPARENT, for
- * --source client). A failed bind returns -1 with its errno.
- */
-int	zp_connect_start_from(const struct zp_addr *,
-	    const struct zp_addr *src, int transparent, int *fd);
-
-/*
- * The bind address for connecting to `to` from `from` (port 0, v4-mapped
- * addresses unmapped or mapped to fit to's socket). Returns 0, or -1 when
- * the families differ (the address is skipped).
- */
-int	zp_source_for(const struct zp_addr *from, const struct zp_addr *to,
-	    struct zp_addr *out);
-
-/*
- * Start-up check of --source, before the drop of privileges (and again
- * after it, with after set): ADDR must be this host's (a probe bind;
- * ZP_EX_OSERR if not, as for -l); client needs IP_TRANSPARENT to work
- * (ZP_EX_NOPERM if not), in both families where the host has IPv6.
- * Returns 0, or an exit status with err filled.
- */
-int	zp_source_check(const struct zp_config *, int after, char *err,
-	    size_t errlen);
-
-/*
- * The outcome of a connect whose one-shot write event (with a timeout)
- * fired: 0 when connected, else the errno (ETIMEDOUT on the timeout).
- */
-int	zp_connect_result(int fd, short what);
-
-/*
- * Whether a connect error (from socket(), connect() or SO_ERROR) is this
- * host's shortage rather than the upstream's fault: out of descriptors
- * (EMFILE, ENFILE), of kernel memory (ENOBUFS, ENOMEM) or of local ports
- * (EADDRNOTAVAIL, EADDRINUSE). Such an error never counts against an upstream.
- */
-int	zp_connect_local_error(int err);
-
 /* "first", "roundrobin", ...; and the reverse, -1 if unknown. */
 const char *zp_balance_str(enum zp_balance);
 int	zp_balance_parse(const char *);

@@ -22,6 +22,7 @@
 #include "inherit.h"
 #include "listener.h"
 #include "log.h"
+#include "net.h"
 #include "notify.h"
 #include "pair.h"
 #include "privs.h"

@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 
 #include "config.h"
+#include "net.h"
 #include "fuzz.h"
 
 /* The same address and port, after v4-mapped normalisation. */

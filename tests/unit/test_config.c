@@ -28,6 +28,7 @@
 
 #include "cli.h"
 #include "config.h"
+#include "net.h"
 #include "framing.h"
 #include "upstream.h"
 

@@ -34,6 +34,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "net.h"
 #include "upstream.h"
 #include "upstream_int.h"
 
