@@ -34,10 +34,4 @@ int	zp_stats_shed(struct zp_stats_server *);
 /* Stop serving and free. Safe on NULL. */
 void	zp_stats_free(struct zp_stats_server *);
 
-/*
- * Append the metrics, Prometheus text exposition format 0.0.4, to buf.
- * Returns 0, or -1 when out of memory.
- */
-int	zp_stats_render(struct zp_ctx *, struct evbuffer *);
-
 #endif

@@ -4,7 +4,7 @@
  * The rendering tests build a struct zp_ctx by hand: a real config with
  * upstream specs, real zp_upstreams, counters set to distinct values and
  * a few fake pairs linked into ctx->pairs (their mode chosen through their
- * directions' ops pointers), then compare zp_stats_render()'s output line
+ * directions' ops pointers), then compare zp_metrics_render()'s output line
  * by line and check the format's rules on the whole text.
  *
  * The server tests start zp_stats_new() on 127.0.0.1 in a real event base
@@ -40,6 +40,7 @@
 #include "config.h"
 #include "ctx.h"
 #include "log.h"
+#include "metrics.h"
 #include "pair.h"
 #include "pair_int.h"
 #include "pipepool_int.h"
@@ -204,7 +205,7 @@ render(struct zp_ctx *ctx)
 	char		*s;
 
 	assert_non_null(b);
-	assert_int_equal(zp_stats_render(ctx, b), 0);
+	assert_int_equal(zp_metrics_render(ctx, b), 0);
 	len = evbuffer_get_length(b);
 	assert_non_null(s = malloc(len + 1));
 	assert_int_equal(evbuffer_remove(b, s, len), (int)len);
