@@ -630,16 +630,15 @@ dir_replay(struct zp_ctx *ctx, struct zp_dir *d)
 		size = rlen + d->len;
 		if (size < ctx->cfg->buffer_size)
 			size = ctx->cfg->buffer_size;
-		if ((nb = malloc(size)) == NULL) {
+		/* The replay's buffer becomes the store: one window, not two. */
+		if ((nb = realloc(rb, size)) == NULL) {
 			free(rb);
 			errno = ENOMEM;
 			return -1;
 		}
-		memcpy(nb, rb, rlen);
 		if (d->len > 0)
 			memcpy(nb + rlen, d->buf + d->off, d->len);
 		free(d->buf);
-		free(rb);
 		d->buf = nb;
 		d->off = 0;
 		d->len += rlen;
