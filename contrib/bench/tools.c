@@ -27,6 +27,13 @@
  *       and no ephemeral port is held for a minute). Prints
  *       "conns=N errors=E seconds=S rate=R" (completed exchanges per second).
  *
+ *   tools rr PORT SECONDS [CONNS] [SIZE]
+ *       CONNS (default 50) connections held open for SECONDS, each sending
+ *       SIZE (default 100) bytes and reading SIZE back, again and again as
+ *       fast as the answers come (an RPC, or syslog with acks). Prints
+ *       "exchanges=N errors=E conns=C seconds=S rate=R"; exit 1 when a
+ *       connection failed.
+ *
  *   tools idle PORT COUNT [CONC] [MAXHOLD]
  *       Opens COUNT connections to 127.0.0.1:PORT, at most CONC (default 64)
  *       being set up at once; each one sends 1 byte and waits for it to come
@@ -475,12 +482,39 @@ slot_end(struct slot *s)
 	s->state = S_IDLE;
 }
 
+/*
+ * Send the rest of a slot's size bytes; once all are out, wait for the
+ * answer (EPOLLIN). Returns 0 (all or some sent, or none yet), -1 on an
+ * error.
+ */
+static int
+slot_send(int ep, struct slot *s, uint32_t idx, const char *buf, size_t size)
+{
+	struct epoll_event	ev;
+	ssize_t			r;
+
+	r = send(s->fd, buf, size - s->done, MSG_NOSIGNAL);
+	if (r == -1 && errno == EAGAIN)
+		return 0;
+	if (r <= 0)
+		return -1;
+	s->done += (size_t)r;
+	if (s->done < size)
+		return 0;
+	s->done = 0;
+	s->state = S_READING;
+	ev.events = EPOLLIN;
+	ev.data.u32 = idx;
+	epoll_ctl(ep, EPOLL_CTL_MOD, s->fd, &ev);
+	return 0;
+}
+
 static int
 mode_shortconn(int argc, char **argv)
 {
 	static char		 buf[65536];
 	struct sockaddr_in	 sin;
-	struct epoll_event	 ev, evs[64];
+	struct epoll_event	 evs[64];
 	struct slot		*slots;
 	long			 secs, conc, size, conns = 0, errs = 0, inflight;
 	int			 waiteof;
@@ -547,23 +581,11 @@ mode_shortconn(int argc, char **argv)
 				s->state = S_SENDING;
 			}
 			if (s->state == S_SENDING) {
-				r = send(s->fd, buf, (size_t)size - s->done,
-				    MSG_NOSIGNAL);
-				if (r == -1 && errno == EAGAIN)
-					continue;
-				if (r <= 0) {
+				if (slot_send(ep, s, evs[i].data.u32, buf,
+				    (size_t)size) == -1) {
 					slot_end(s);
 					errs++;
-					continue;
 				}
-				s->done += (size_t)r;
-				if (s->done < (size_t)size)
-					continue;
-				s->done = 0;
-				s->state = S_READING;
-				ev.events = EPOLLIN;
-				ev.data.u32 = evs[i].data.u32;
-				epoll_ctl(ep, EPOLL_CTL_MOD, s->fd, &ev);
 				continue;
 			}
 			r = recv(s->fd, buf, sizeof buf, 0);
@@ -591,6 +613,107 @@ mode_shortconn(int argc, char **argv)
 	printf("conns=%ld errors=%ld seconds=%.3f rate=%.1f\n", conns, errs,
 	    (double)secs, (double)conns / (double)secs);
 	return errs > conns / 100 ? 1 : 0;
+}
+
+/* ---- request/response on many connections ------------------------------ */
+
+/*
+ * rr PORT SECS [CONNS [SIZE]]: CONNS connections (default 50), each
+ * sending SIZE bytes (default 100) and reading SIZE back from an echo
+ * server, then again, as fast as the answers come, for SECS seconds: an
+ * RPC or syslog-with-acks workload. Prints exchanges, errors and the rate.
+ */
+static int
+mode_rr(int argc, char **argv)
+{
+	static char		 buf[65536];
+	struct sockaddr_in	 sin;
+	struct epoll_event	 ev, evs[256];
+	struct slot		*slots;
+	long			 secs, conc, size, done = 0, errs = 0, open = 0;
+	double			 t0, tend;
+	ssize_t			 r;
+	int			 ep, i, n, fd;
+
+	if (argc < 2)
+		return 2;
+	sin = loopback((int)num(argv[0], 1, 65535));
+	secs = num(argv[1], 1, 3600);
+	conc = argc > 2 ? num(argv[2], 1, 4096) : 50;
+	size = argc > 3 ? num(argv[3], 1, 65536) : 100;
+	catch_signals();
+	alarm((unsigned)(secs + 30));
+	memset(buf, 'x', sizeof buf);
+	if ((slots = calloc((size_t)conc, sizeof *slots)) == NULL)
+		die("calloc");
+	if ((ep = epoll_create1(EPOLL_CLOEXEC)) == -1)
+		die("epoll_create1");
+	for (i = 0; i < conc; i++) {
+		slots[i].fd = -1;
+		if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1 ||
+		    connect(fd, (struct sockaddr *)&sin, sizeof sin) == -1)
+			die("rr: connect");
+		nodelay(fd);
+		if (fcntl(fd, F_SETFL, O_NONBLOCK) == -1)
+			die("fcntl");
+		slots[i].fd = fd;
+		slots[i].state = S_SENDING;
+		ev.events = EPOLLOUT;
+		ev.data.u32 = (uint32_t)i;
+		epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+		open++;
+	}
+	t0 = now();
+	tend = t0 + (double)secs;
+	while (open > 0 && now() < tend && !stop_flag) {
+		n = epoll_wait(ep, evs, 256, 100);
+		if (n == -1 && errno != EINTR)
+			die("epoll_wait");
+		for (i = 0; i < n; i++) {
+			struct slot	*s = &slots[evs[i].data.u32];
+
+			if (s->fd == -1)
+				continue;
+			if (s->state == S_SENDING) {
+				if (slot_send(ep, s, evs[i].data.u32, buf,
+				    (size_t)size) == -1)
+					goto bad;
+				continue;
+			}
+			r = recv(s->fd, buf, (size_t)size - s->done, 0);
+			if (r == -1 && errno == EAGAIN)
+				continue;
+			if (r <= 0)
+				goto bad;
+			s->done += (size_t)r;
+			if (s->done < (size_t)size)
+				continue;
+			done++;
+			s->done = 0;
+			s->state = S_SENDING;
+			/* The socket is writable: send at once, no wait. */
+			r = send(s->fd, buf, (size_t)size, MSG_NOSIGNAL);
+			if (r == size) {
+				s->state = S_READING;
+				continue;
+			}
+			if (r > 0)
+				s->done = (size_t)r;
+			else if (r == -1 && errno != EAGAIN)
+				goto bad;
+			ev.events = EPOLLOUT;
+			ev.data.u32 = evs[i].data.u32;
+			epoll_ctl(ep, EPOLL_CTL_MOD, s->fd, &ev);
+			continue;
+bad:
+			slot_end(s);
+			errs++;
+			open--;
+		}
+	}
+	printf("exchanges=%ld errors=%ld conns=%ld seconds=%.3f rate=%.1f\n",
+	    done, errs, conc, (double)secs, (double)done / (double)secs);
+	return errs > 0 ? 1 : 0;
 }
 
 /* ---- idle connections ------------------------------------------------- */
@@ -1011,6 +1134,8 @@ main(int argc, char **argv)
 		rc = mode_echo(argc - 2, argv + 2);
 	else if (strcmp(argv[1], "pingpong") == 0)
 		rc = mode_pingpong(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "rr") == 0)
+		rc = mode_rr(argc - 2, argv + 2);
 	else if (strcmp(argv[1], "shortconn") == 0)
 		rc = mode_shortconn(argc - 2, argv + 2);
 	else if (strcmp(argv[1], "idle") == 0)
@@ -1024,7 +1149,7 @@ main(int argc, char **argv)
 	else if (strcmp(argv[1], "reap") == 0)
 		rc = mode_reap(argc - 2, argv + 2);
 	if (rc == 2)
-		fprintf(stderr, "usage: tools echo|pingpong|shortconn|idle|frames|blast|sink|reap ...\n"
+		fprintf(stderr, "usage: tools echo|pingpong|shortconn|rr|idle|frames|blast|sink|reap ...\n"
 		    "(see the comment at the top of contrib/bench/tools.c)\n");
 	return rc;
 }
