@@ -228,15 +228,15 @@ void
 zp_addr_unmap(struct zp_addr *a)
 {
 	const struct sockaddr_in6	*sin6 = (const void *)&a->ss;
+	const unsigned char		*v4 = zp_addr_v4(a);
 	struct sockaddr_in		 sin;
 
-	if (a->ss.ss_family != AF_INET6 ||
-	    !IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr))
+	if (v4 == NULL || a->ss.ss_family != AF_INET6)
 		return;
 	memset(&sin, 0, sizeof(sin));
 	sin.sin_family = AF_INET;
 	sin.sin_port = sin6->sin6_port;
-	memcpy(&sin.sin_addr, &sin6->sin6_addr.s6_addr[12], 4);
+	memcpy(&sin.sin_addr, v4, 4);
 	memset(&a->ss, 0, sizeof(a->ss));
 	memcpy(&a->ss, &sin, sizeof(sin));
 	a->len = sizeof(sin);

@@ -8,6 +8,7 @@
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <assert.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -223,8 +224,10 @@ sock_unread(int fd)
 static void
 pair_tally(struct zp_pair *p, struct zp_dir *d, int idx)
 {
-	struct zp_traffic	*t = &p->ctx->stats.ups[idx];
+	struct zp_traffic	*t;
 
+	assert(idx >= 0 && idx < ZP_MAX_UPSTREAMS);
+	t = &p->ctx->stats.ups[idx];
 	d->tally[1] = d == &p->up ? &t->up : &t->down;
 }
 

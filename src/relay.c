@@ -288,20 +288,21 @@ zp_dir_release(struct zp_ctx *ctx, struct zp_dir *d)
 	d->full = 0;
 }
 
-/* Add what d delivered since the snapshot `was` to its tallies. */
-static void
-dir_tally(struct zp_dir *d, const struct zp_tally *was)
+/* The direction's own counts, as a tally. */
+static struct zp_tally
+dir_counts(const struct zp_dir *d)
 {
-	uint64_t	frames = d->fr != NULL ? d->fr->frames : 0;
-	size_t		i;
+	struct zp_tally	t = { d->bytes, d->spliced,
+			    d->fr != NULL ? d->fr->frames : 0 };
 
-	for (i = 0; i < ZP_DIR_TALLIES; i++) {
-		if (d->tally[i] == NULL)
-			continue;
-		d->tally[i]->bytes += d->bytes - was->bytes;
-		d->tally[i]->spliced += d->spliced - was->spliced;
-		d->tally[i]->frames += frames - was->frames;
-	}
+	return t;
+}
+
+/* At most n, and no more than have: a tally never goes below 0. */
+static uint64_t
+tally_cut(uint64_t have, uint64_t n)
+{
+	return n < have ? n : have;
 }
 
 static int	dir_pump(struct zp_ctx *, struct zp_dir *, size_t);
@@ -310,36 +311,36 @@ static int	dir_pump(struct zp_ctx *, struct zp_dir *, size_t);
 int
 zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 {
-	struct zp_tally	was = { d->bytes, d->spliced,
-			    d->fr != NULL ? d->fr->frames : 0 };
+	struct zp_tally	was = dir_counts(d), now;
+	size_t		i;
 	int		rc;
 
 	rc = dir_pump(ctx, d, budget);
-	dir_tally(d, &was);
+	now = dir_counts(d);
+	for (i = 0; i < ZP_DIR_TALLIES; i++) {
+		if (d->tally[i] == NULL)
+			continue;
+		d->tally[i]->bytes += now.bytes - was.bytes;
+		d->tally[i]->spliced += now.spliced - was.spliced;
+		d->tally[i]->frames += now.frames - was.frames;
+	}
 	return rc;
-}
-
-static uint64_t
-tally_cut(uint64_t have, uint64_t n)
-{
-	return n < have ? n : have;
 }
 
 /* Take back bytes a reset dropped; see relay.h. */
 void
 zp_dir_uncount(struct zp_dir *d, uint64_t n)
 {
-	struct zp_tally	was = { d->bytes, d->spliced,
-			    d->fr != NULL ? d->fr->frames : 0 };
+	struct zp_tally	was = dir_counts(d);
 	size_t		i;
 
-	d->bytes -= n < d->bytes ? n : d->bytes;
+	d->bytes -= tally_cut(d->bytes, n);
 	if (d->spliced > d->bytes)
 		d->spliced = d->bytes;
 	for (i = 0; i < ZP_DIR_TALLIES; i++) {
 		if (d->tally[i] == NULL)
 			continue;
-		/* Part may have been an earlier upstream's: never below 0. */
+		/* Part may have been an earlier upstream's. */
 		d->tally[i]->bytes -= tally_cut(d->tally[i]->bytes,
 		    was.bytes - d->bytes);
 		d->tally[i]->spliced -= tally_cut(d->tally[i]->spliced,
