@@ -82,7 +82,8 @@ check_skip(struct zp_hcheck *c, int err)
 	ctx->stats.local_errors++;
 	zp_log(&ctx->log, c->skipping ? ZP_LOG_DEBUG : ZP_LOG_WARN,
 	    "health check of %s skipped: %s (not the upstream's fault)",
-	    zp_upstream_name(zp_upstream_get(ctx->ups, c->idx), name, sizeof(name)),
+	    zp_upstream_name(zp_upstream_get(ctx->ups, c->idx), name,
+	    sizeof(name)),
 	    strerror(err));
 	c->skipping = 1;
 }

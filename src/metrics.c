@@ -181,7 +181,8 @@ upstream_labels(const struct zp_upstreams *ups, size_t n,
 		for (j = 0; j < i; j++) {
 			char other[ZP_STATS_NAMELEN];
 
-			zp_upstream_name(zp_upstream_get(ups, j), other, sizeof(other));
+			zp_upstream_name(zp_upstream_get(ups, j), other,
+			    sizeof(other));
 			if (strcmp(base, other) == 0)
 				seen++;
 		}

@@ -332,7 +332,8 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	if (p->up_addr.len > 0)
 		zp_addr_str(&p->up_addr, ubuf, sizeof(ubuf));
 	else if (p->up_idx >= 0)
-		zp_upstream_name(zp_upstream_get(ctx->ups, p->up_idx), ubuf, sizeof(ubuf));
+		zp_upstream_name(zp_upstream_get(ctx->ups, p->up_idx), ubuf,
+		    sizeof(ubuf));
 	else
 		snprintf(ubuf, sizeof(ubuf), "none");
 	memset(&rec, 0, sizeof(rec));
@@ -576,7 +577,8 @@ pair_movable(const struct zp_pair *p)
 {
 	return p->up.fr != NULL && p->state == ZP_PAIR_RELAYING &&
 	    zp_framer_error(&p->up.fr->f, NULL) == NULL && !p->up.done &&
-	    !p->client.dead && zp_upstreams_count(p->ctx->ups) > 1 && !p->ctx->cfg->original;
+	    !p->client.dead && zp_upstreams_count(p->ctx->ups) > 1 &&
+	    !p->ctx->cfg->original;
 }
 
 /* Say once that a stream's framing failed: it is plain bytes from now. */
@@ -1119,7 +1121,8 @@ pair_wait_log(struct zp_pair *p, int err)
 	    "%s; retrying for up to %.3fs (%llu clients waiting)",
 	    zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)),
 	    (unsigned long long)p->id,
-	    zp_upstream_name(zp_upstream_get(ctx->ups, p->up_idx), ubuf, sizeof(ubuf)),
+	    zp_upstream_name(zp_upstream_get(ctx->ups, p->up_idx), ubuf,
+	    sizeof(ubuf)),
 	    strerror(err), ctx->cfg->connect_timeout,
 	    (unsigned long long)ctx->stats.conns_waiting + !p->waiting);
 }

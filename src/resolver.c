@@ -86,7 +86,7 @@ lookup_cb(int result, struct evutil_addrinfo *res, void *arg)
 		goto out;	/* the resolver is gone */
 	r->inflight[lk->idx] = NULL;
 	us = zp_upstream_get(r->ctx->ups, lk->idx);
-	zp_upstream_name(zp_upstream_get(r->ctx->ups, lk->idx), name, sizeof(name));
+	zp_upstream_name(us, name, sizeof(name));
 	if (result != 0 || res == NULL) {
 		if (!r->failing[lk->idx])
 			zp_log(&r->ctx->log, ZP_LOG_WARN, "upstream %s: lookup "
@@ -128,7 +128,8 @@ resolver_timer_cb(evutil_socket_t fd, short what, void *arg)
 	hints.ai_protocol = IPPROTO_TCP;
 	hints.ai_flags = EVUTIL_AI_NUMERICSERV;
 	for (i = 0; i < zp_upstreams_count(r->ctx->ups); i++) {
-		struct zp_upstream_spec *us = zp_upstream_get(r->ctx->ups, i)->spec;
+		const struct zp_upstream_spec *us =
+		    zp_upstream_get(r->ctx->ups, i)->spec;
 
 		if (r->inflight[i] != NULL || is_literal(us->host))
 			continue;
@@ -153,10 +154,11 @@ zp_resolver_new(struct zp_ctx *ctx, char *err, size_t errlen)
 	struct zp_resolver	*r;
 	struct timeval		 iv;
 	char			 abuf[ZP_ADDRSTRLEN], tmo[32];
+	size_t			 n = zp_upstreams_count(ctx->ups);
 
 	if ((r = calloc(1, sizeof(*r))) == NULL ||
-	    (r->inflight = calloc(zp_upstreams_count(ctx->ups), sizeof(*r->inflight))) == NULL ||
-	    (r->failing = calloc(zp_upstreams_count(ctx->ups), sizeof(*r->failing))) == NULL) {
+	    (r->inflight = calloc(n, sizeof(*r->inflight))) == NULL ||
+	    (r->failing = calloc(n, sizeof(*r->failing))) == NULL) {
 		snprintf(err, errlen, "resolver: out of memory");
 		goto fail;
 	}
@@ -211,7 +213,8 @@ zp_resolver_free(struct zp_resolver *r)
 		return;
 	if (r->timer != NULL)
 		event_free(r->timer);
-	for (i = 0; r->inflight != NULL && i < zp_upstreams_count(r->ctx->ups); i++) {
+	for (i = 0; r->inflight != NULL &&
+	    i < zp_upstreams_count(r->ctx->ups); i++) {
 		struct zp_lookup *lk = r->inflight[i];
 
 		if (lk == NULL)

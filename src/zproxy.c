@@ -143,7 +143,8 @@ notify_status(void *arg, char *buf, size_t len)
 	    ctx->stopping ? "draining" : "relaying",
 	    (unsigned long long)ctx->stats.conns_open,
 	    (unsigned long long)ctx->stats.conns_total,
-	    (unsigned long long)up, (unsigned long long)down, nup, zp_upstreams_count(ctx->ups));
+	    (unsigned long long)up, (unsigned long long)down, nup,
+	    zp_upstreams_count(ctx->ups));
 }
 
 /* Log the counters. */
@@ -466,21 +467,22 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 	struct zp_config	*cfg = ctx->cfg;
 	char			 lbuf[1024], ups[1024], name[300];
 	char			 sbuf[ZP_ADDRSTRLEN], src[ZP_ADDRSTRLEN + 16];
-	size_t			 i, off = 0;
+	const struct zp_upstream *u;
+	size_t			 i, off = 0, nups;
 
+	nups = zp_upstreams_count(ctx->ups);
 	ups[0] = src[0] = '\0';
-	for (i = 0; i < zp_upstreams_count(ctx->ups) && off < sizeof(ups); i++) {
+	for (i = 0; i < nups && off < sizeof(ups); i++) {
 		if (cfg->upstreams[i].original) {
 			off += snprintf(ups + off, sizeof(ups) - off,
 			    "%soriginal (each client's original destination)",
 			    i ? ", " : "");
 			continue;
 		}
+		u = zp_upstream_get(ctx->ups, i);
 		off += snprintf(ups + off, sizeof(ups) - off, "%s%s (%zu "
-		    "address%s)", i ? ", " : "", zp_upstream_name(
-		    zp_upstream_get(ctx->ups, i), name, sizeof(name)),
-		    zp_upstream_get(ctx->ups, i)->naddrs,
-		    zp_upstream_get(ctx->ups, i)->naddrs == 1 ? "" : "es");
+		    "address%s)", i ? ", " : "", zp_upstream_name(u, name,
+		    sizeof(name)), u->naddrs, u->naddrs == 1 ? "" : "es");
 	}
 	/* --source ADDR: "ADDR:0", the port the kernel picks per connect. */
 	if (cfg->source == ZP_SOURCE_ADDR)
@@ -492,7 +494,8 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 	    "balance %s, mode %s, pipe-size %zu, buffer-size %zu, splice-min "
 	    "%zu, max-conns %ld, RLIMIT_NOFILE %ld%s, %s",
 	    listen_str(ctx, lbuf, sizeof(lbuf)),
-	    zp_upstreams_count(ctx->ups) == 1 ? "" : "s", ups, zp_balance_str(zp_upstreams_balance(ctx->ups)),
+	    nups == 1 ? "" : "s", ups,
+	    zp_balance_str(zp_upstreams_balance(ctx->ups)),
 	    cfg->mode == ZP_MODE_SPLICE ? "splice" : "copy", cfg->pipe_size,
 	    cfg->buffer_size, cfg->splice_min, ctx->max_conns, nofile, src,
 	    privs);
