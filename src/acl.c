@@ -368,6 +368,9 @@ srctab_bucket(const struct zp_srctab *t, const struct zp_source_key *k)
 }
 
 /* The entry of a key, or NULL. */
+static int	srctab_take(struct zp_srctab *, const struct zp_source_key *,
+		    unsigned);
+
 static struct zp_srcent *
 srctab_find(const struct zp_srctab *t, const struct zp_source_key *k)
 {
@@ -411,6 +414,7 @@ void
 zp_srctab_init(struct zp_srctab *t, uint64_t seed)
 {
 	memset(t, 0, sizeof(*t));
+	pthread_mutex_init(&t->mu, NULL);
 	t->seed = seed;
 	t->on = 1;
 }
@@ -422,22 +426,49 @@ zp_srctab_count(const struct zp_srctab *t, const struct sockaddr *sa)
 	struct zp_source_key	 k;
 	struct zp_srcent	*e;
 
+	unsigned		 n;
+
 	if (!t->on || zp_source_key(sa, &k) == -1)
 		return 0;
-	return (e = srctab_find(t, &k)) != NULL ? e->count : 0;
+	pthread_mutex_lock((pthread_mutex_t *)&t->mu);
+	n = (e = srctab_find(t, &k)) != NULL ? e->count : 0;
+	pthread_mutex_unlock((pthread_mutex_t *)&t->mu);
+	return n;
 }
 
 /* One more pair from the address's source. */
 int
 zp_srctab_add(struct zp_srctab *t, const struct sockaddr *sa)
 {
+	return zp_srctab_take(t, sa, 0);
+}
+
+/* The same, below a limit: see acl.h. */
+int
+zp_srctab_take(struct zp_srctab *t, const struct sockaddr *sa, unsigned max)
+{
 	struct zp_source_key	 k;
-	struct zp_srcent	*e;
-	size_t			 i;
+	int			 rc;
 
 	if (!t->on || zp_source_key(sa, &k) == -1)
 		return 0;
+	pthread_mutex_lock(&t->mu);
+	rc = srctab_take(t, &k, max);
+	pthread_mutex_unlock(&t->mu);
+	return rc;
+}
+
+static int
+srctab_take(struct zp_srctab *t, const struct zp_source_key *kp,
+    unsigned max)
+{
+	struct zp_source_key	 k = *kp;
+	struct zp_srcent	*e;
+	size_t			 i;
+
 	if ((e = srctab_find(t, &k)) != NULL) {
+		if (max > 0 && e->count >= max)
+			return 1;
 		e->count++;
 		return 0;
 	}
@@ -466,21 +497,22 @@ zp_srctab_del(struct zp_srctab *t, const struct sockaddr *sa)
 	struct zp_source_key	  k;
 	struct zp_srcent	**pp, *e;
 
-	if (!t->on || zp_source_key(sa, &k) == -1 || t->b == NULL)
+	if (!t->on || zp_source_key(sa, &k) == -1)
 		return;
-	for (pp = &t->b[srctab_bucket(t, &k)]; (e = *pp) != NULL;
-	    pp = &e->next)
+	pthread_mutex_lock(&t->mu);
+	for (pp = t->b != NULL ? &t->b[srctab_bucket(t, &k)] : NULL;
+	    pp != NULL && (e = *pp) != NULL; pp = &e->next)
 		if (e->prefix == k.prefix && e->v6 == k.v6)
 			break;
+	e = pp != NULL ? *pp : NULL;
 	/* Every del has its add: a missing entry is a counting bug. */
 	assert(e != NULL && e->count > 0);
-	if (e == NULL)
-		return;
-	if (--e->count == 0) {
+	if (e != NULL && --e->count == 0) {
 		*pp = e->next;
 		free(e);
 		t->n--;
 	}
+	pthread_mutex_unlock(&t->mu);
 }
 
 /* Free every entry. */
@@ -496,5 +528,7 @@ zp_srctab_free(struct zp_srctab *t)
 			free(e);
 		}
 	free(t->b);
+	if (t->on)
+		pthread_mutex_destroy(&t->mu);
 	memset(t, 0, sizeof(*t));
 }

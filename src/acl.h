@@ -11,6 +11,7 @@
 
 #include <sys/socket.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 /* Rules per list (--allow, --deny): matching is a linear scan. */
@@ -117,6 +118,7 @@ int	zp_source_key(const struct sockaddr *, struct zp_source_key *);
  */
 struct zp_srcent;
 struct zp_srctab {
+	pthread_mutex_t	   mu;		/* --threads: every call takes it */
 	struct zp_srcent **b;		/* NULL until the first add */
 	size_t		   nb;		/* a power of two */
 	size_t		   n;		/* entries: sources with pairs open */
@@ -133,9 +135,14 @@ unsigned zp_srctab_count(const struct zp_srctab *, const struct sockaddr *);
 /*
  * One more pair from the address's source. Returns 0 (also when the
  * table is off or the address has no key), or -1 with errno ENOMEM and
- * nothing counted.
+ * nothing counted. zp_srctab_take() is the same below a limit: it
+ * returns 1 and counts nothing when the source has max pairs open
+ * already (max 0: no limit); the check and the count are one step, so
+ * that two threads cannot both take the last place.
  */
 int	zp_srctab_add(struct zp_srctab *, const struct sockaddr *);
+int	zp_srctab_take(struct zp_srctab *, const struct sockaddr *,
+	    unsigned max);
 
 /* One pair fewer; the entry goes when its count reaches zero. */
 void	zp_srctab_del(struct zp_srctab *, const struct sockaddr *);

@@ -23,6 +23,7 @@ enum {
 	OPT_BUFFER_SIZE,
 	OPT_SPLICE_MIN,
 	OPT_MAX_CONNS,
+	OPT_THREADS,
 	OPT_CONNECT_TIMEOUT,
 	OPT_BALANCE,
 	OPT_RETRIES,
@@ -155,6 +156,8 @@ static const struct cli_opt cli_opts[] = {
 	    ZP_REPLAY_WINDOW_MAX, "64M", NULL, NULL, 0 },
 	{ "max-conns", OPT_MAX_CONNS, CLI_LONG, F(max_conns), 1,
 	    ZP_MAX_CONNS_LIMIT, NULL, NULL, NULL, 0 },
+	{ "threads", OPT_THREADS, CLI_INT, F(threads), 1, ZP_THREADS_MAX,
+	    NULL, NULL, NULL, 0 },
 	{ "connect-timeout", OPT_CONNECT_TIMEOUT, CLI_SECONDS,
 	    F(connect_timeout), 0, 0, NULL, NULL, NULL, 0 },
 	{ "balance", OPT_BALANCE, CLI_WORD, F(balance), 0, 0,
@@ -294,6 +297,9 @@ zp_config_usage(FILE *fp, const char *prog)
 "                             both pipes when a connection starts)\n"
 "      --max-conns N          most pairs at once; beyond it clients wait in\n"
 "                             the listen backlog (default from RLIMIT_NOFILE)\n"
+"      --threads N            threads relaying, each with its own loop, pipes\n"
+"                             and pairs (1-64; default: one per CPU zproxy\n"
+"                             may run on)\n"
 "      --connect-timeout SEC  per upstream address; also the most a client\n"
 "                             waits for a descriptor to connect with\n"
 "                             (default 5)\n"

@@ -70,6 +70,7 @@ struct zp_upstream_spec {
 };
 
 #define ZP_MAX_UPSTREAMS	64
+#define ZP_THREADS_MAX		64	/* --threads; worker.h's ZP_MAX_THREADS */
 
 /* Where upstream connections come from: --source. */
 enum zp_source {
@@ -99,6 +100,7 @@ struct zp_config {
 	size_t			buffer_size;	/* bytes, copy mode */
 	size_t			splice_min;	/* read that starts splicing; 0: always */
 	long			max_conns;	/* 0: derive from RLIMIT_NOFILE */
+	int			threads;	/* 0: one per CPU we may run on */
 	double			connect_timeout; /* seconds */
 	double			idle_timeout;	/* 0: none */
 	double			fin_timeout;	/* half-closed, no byte moved; 0: none */

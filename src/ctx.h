@@ -27,6 +27,7 @@ struct zp_health;
 struct zp_resolver;
 struct zp_sandbox;
 struct zp_notify;
+struct zp_workers;
 
 /* Why a pair relays in copy mode although splice was asked for. */
 enum zp_fallback {
@@ -79,10 +80,34 @@ struct zp_stats {
 
 TAILQ_HEAD(zp_pair_list, zp_pair);
 
+/*
+ * --threads: the main thread's context is thread 0 and the root; each
+ * other thread relays with a context of its own (worker.c) that points
+ * back to it. Per context: the base, the pool, the pairs, the counters.
+ * The root's alone: the listeners, --stats, --control, the health
+ * checks, the resolver, the drain, the per-source table and next_id.
+ * Shared through pointers, each with its own lock: the log and the
+ * upstreams. The configuration is read-only once the threads run.
+ */
 struct zp_ctx {
 	struct event_base	*base;
 	struct zp_config	*cfg;
-	struct zp_log		 log;
+	struct zp_log		*log;
+	struct zp_ctx		*root;		/* NULL in the root itself */
+	int			 thread;	/* 0: the root */
+	struct zp_workers	*workers;	/* the root's; NULL: 1 thread */
+	/*
+	 * Atomics: open pairs here (zp_pair_start to zp_pair_close), and
+	 * clients handed here but not started yet; the least loaded
+	 * context gets the next client, --max-conns counts them all.
+	 */
+	long			 load;
+	long			 queued;
+	long			 waiting_all;	/* root: pairs waiting, every
+						   thread's (the listener) */
+	int			 close_wake;	/* root, atomic: wake me at
+						   every close (paused at
+						   --max-conns, or draining) */
 	struct zp_pipepool	*pool;		/* NULL: no splicing (copy mode) */
 	struct zp_pipe		 tee_pipe;	/* --framing lf/nul: a pipe's
 						   last byte is looked at here */
@@ -109,6 +134,8 @@ struct zp_ctx {
 	uint64_t		 next_id;
 	long			 max_conns;	/* effective */
 	size_t			 pipe_cap;	/* pipes the fd budget holds */
+	size_t			 pool_cap;	/* each thread's pool: at most */
+	size_t			 pool_prepare;	/* ... and made at start-up */
 	long			 nofile;	/* RLIMIT_NOFILE; 0: unknown */
 	long			 fd_reserve;	/* kept free of stats' use */
 	size_t			 budget;	/* bytes per direction per callback */

@@ -17,6 +17,7 @@
 #include "net.h"
 #include "pair.h"
 #include "upstream.h"
+#include "worker.h"
 
 struct zp_hcheck {
 	struct zp_health	*h;
@@ -56,15 +57,13 @@ check_done(struct zp_hcheck *c, int ok)
 {
 	struct zp_ctx	*ctx = c->h->ctx;
 	struct timeval	 now;
-	int		 was_up = zp_upstream_get(ctx->ups, c->idx)->up;
 
 	check_reset(c);
 	c->skipping = 0;
 	gettimeofday(&now, NULL);
-	zp_upstream_report(ctx->ups, c->idx, ok, c->err, &now);
 	/* Framed streams leave an upstream the checks marked down. */
-	if (was_up && !zp_upstream_get(ctx->ups, c->idx)->up)
-		(void)zp_pairs_upstream_down(ctx, (int)c->idx);
+	if (zp_upstream_report(ctx->ups, c->idx, ok, c->err, &now) == -1)
+		zp_ctx_upstream_down(ctx, (int)c->idx);
 }
 
 /*
@@ -80,10 +79,9 @@ check_skip(struct zp_hcheck *c, int err)
 
 	check_reset(c);
 	ctx->stats.local_errors++;
-	zp_log(&ctx->log, c->skipping ? ZP_LOG_DEBUG : ZP_LOG_WARN,
+	zp_log(ctx->log, c->skipping ? ZP_LOG_DEBUG : ZP_LOG_WARN,
 	    "health check of %s skipped: %s (not the upstream's fault)",
-	    zp_upstream_name(zp_upstream_get(ctx->ups, c->idx), name,
-	    sizeof(name)),
+	    zp_upstream_label(ctx->ups, c->idx, name, sizeof(name)),
 	    strerror(err));
 	c->skipping = 1;
 }
@@ -112,13 +110,13 @@ check_cb(evutil_socket_t fd, short what, void *arg)
 static void
 check_next(struct zp_hcheck *c)
 {
-	const struct zp_upstream *us = zp_upstream_get(c->h->ctx->ups, c->idx);
 	const struct zp_config	*cfg = c->h->ctx->cfg;
-	const struct zp_addr	*a, *src;
-	struct zp_addr		 srcbuf;
+	const struct zp_addr	*a = NULL, *src;
+	struct zp_addr		 srcbuf, abuf;
 
-	for (; c->addr < us->naddrs; c->addr++) {
-		a = &us->addrs[c->addr];
+	for (; c->addr < zp_upstream_addr(c->h->ctx->ups, c->idx, c->addr,
+	    &abuf); c->addr++) {
+		a = &abuf;
 		/*
 		 * --source ADDR: checks come from there too (a collector that
 		 * admits that address only would fail every other check);

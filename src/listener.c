@@ -18,6 +18,7 @@
 #include "net.h"
 #include "pair.h"
 #include "stats.h"
+#include "worker.h"
 
 /* Accepts per callback: enough to empty a burst, few enough to be fair. */
 #define ZP_ACCEPT_BATCH		64
@@ -48,7 +49,8 @@ static void
 listener_update(struct zp_listener *l)
 {
 	int	want = !l->full && !l->starved && !l->ctx->stopping &&
-		    l->ctx->stats.conns_waiting == 0;
+		    __atomic_load_n(&l->ctx->waiting_all, __ATOMIC_RELAXED) ==
+		    0;
 
 	if (want == l->on)
 		return;
@@ -84,10 +86,10 @@ listener_starve(struct zp_listener *l, int err)
 	gettimeofday(&now, NULL);
 	timersub(&now, &l->last_warn, &dt);
 	if (dt.tv_sec >= 1) {
-		zp_log(&ctx->log, ZP_LOG_WARN, "accept: %s; pausing %d ms "
+		zp_log(ctx->log, ZP_LOG_WARN, "accept: %s; pausing %d ms "
 		    "(%llu connections open)", strerror(err),
 		    ZP_ACCEPT_PAUSE_MS,
-		    (unsigned long long)ctx->stats.conns_open);
+		    (unsigned long long)zp_ctx_open_all(ctx));
 		l->last_warn = now;
 	}
 	l->starved = 1;
@@ -140,8 +142,8 @@ listener_admit(struct zp_listener *l, int fd, const struct sockaddr *sa,
 	} else
 		return 1;
 	/* Refused clients get ids too: every accepted connection has one. */
-	id = ++ctx->next_id;
-	if (zp_log_enabled(&ctx->log, ZP_LOG_CONN)) {
+	id = zp_ctx_next_id(ctx);
+	if (zp_log_enabled(ctx->log, ZP_LOG_CONN)) {
 		memset(&a, 0, sizeof(a));
 		memcpy(&a.ss, sa, len < sizeof(a.ss) ? len : sizeof(a.ss));
 		a.len = len;
@@ -150,7 +152,7 @@ listener_admit(struct zp_listener *l, int fd, const struct sockaddr *sa,
 		rec.client = zp_addr_str(&a, cbuf, sizeof(cbuf));
 		rec.upstream = "none";
 		rec.end = why;
-		zp_log_conn_limited(&ctx->log, ZP_LOG_CONN, &rec);
+		zp_log_conn_limited(ctx->log, ZP_LOG_CONN, &rec);
 	}
 	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	close(fd);
@@ -167,12 +169,20 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 	int			 i, fd, err;
 
 	for (i = 0; i < ZP_ACCEPT_BATCH; i++) {
-		if ((long)ctx->stats.conns_open >= ctx->max_conns) {
+		if (zp_ctx_open_all(ctx) >= ctx->max_conns) {
 			/* Later clients wait in the backlog, as HAProxy's do. */
 			zp_listener_pause(l);
-			return;
+			/*
+			 * A worker's close wakes this thread only once it
+			 * asked (close_wake): look again, after asking, at
+			 * what a close just before may have freed.
+			 */
+			if (zp_ctx_open_all(ctx) >= ctx->max_conns)
+				return;
+			zp_listener_resume(ctx->listener);
+			continue;
 		}
-		if (ctx->stats.conns_waiting > 0)
+		if (__atomic_load_n(&ctx->waiting_all, __ATOMIC_RELAXED) > 0)
 			return;		/* held: see listener_update */
 		len = sizeof(ss);
 		fd = accept4(l->fd, (struct sockaddr *)&ss, &len,
@@ -190,7 +200,7 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 			case ENFILE:
 				/* Stats clients give way to ours. */
 				err = errno;
-				if (zp_stats_shed(ctx->stats_server) > 0)
+				if (zp_ctx_shed(ctx) > 0)
 					continue;
 				listener_starve(l, err);
 				return;
@@ -199,14 +209,14 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 				listener_starve(l, errno);
 				return;
 			default:
-				zp_log(&ctx->log, ZP_LOG_ERROR, "accept: %s",
+				zp_log(ctx->log, ZP_LOG_ERROR, "accept: %s",
 				    strerror(errno));
 				listener_starve(l, errno);
 				return;
 			}
 		}
 		if (listener_admit(l, fd, (struct sockaddr *)&ss, len))
-			(void)zp_pair_start(ctx, fd, (struct sockaddr *)&ss,
+			zp_ctx_start_pair(ctx, fd, (struct sockaddr *)&ss,
 			    len);
 	}
 }
@@ -344,6 +354,7 @@ zp_listener_label(const struct zp_listener *l)
 void
 zp_listener_pause(struct zp_listener *l)
 {
+	__atomic_store_n(&l->ctx->close_wake, 1, __ATOMIC_SEQ_CST);
 	for (l = l->ctx->listener; l != NULL; l = l->next) {
 		l->full = 1;
 		listener_update(l);
@@ -354,12 +365,19 @@ zp_listener_pause(struct zp_listener *l)
 void
 zp_listener_resume(struct zp_listener *l)
 {
-	for (; l != NULL; l = l->next)
-		if (l->full &&
-		    (long)l->ctx->stats.conns_open < l->ctx->max_conns) {
+	struct zp_ctx	*ctx = l != NULL ? l->ctx : NULL;
+	int		 full = 0;
+
+	for (; l != NULL; l = l->next) {
+		if (l->full && zp_ctx_open_all(l->ctx) < l->ctx->max_conns) {
 			l->full = 0;
 			listener_update(l);
 		}
+		full |= l->full;
+	}
+	/* No longer paused: the workers' closes need not wake us. */
+	if (ctx != NULL && !full && !ctx->stopping)
+		__atomic_store_n(&ctx->close_wake, 0, __ATOMIC_SEQ_CST);
 }
 
 /* A pair began or ended waiting for a local resource. */

@@ -336,7 +336,7 @@ log_emit(struct zp_log *lg, int level, const char *msg,
 static int
 log_usable(const struct zp_log *lg)
 {
-	return lg->sink == ZP_LOG_SYSLOG || lg->fp != NULL;
+	return lg->live;
 }
 
 /* Write "N log lines suppressed" for the lines the limit held back. */
@@ -418,6 +418,7 @@ log_close_sink(struct zp_log *lg)
 	else if (lg->sink == ZP_LOG_SYSLOG)
 		closelog();
 	lg->fp = NULL;
+	lg->live = 0;
 	lg->sink = ZP_LOG_STDERR;
 	free(lg->path);
 	lg->path = NULL;
@@ -428,7 +429,9 @@ void
 zp_log_init(struct zp_log *lg, FILE *fp, int level)
 {
 	memset(lg, 0, sizeof(*lg));
+	pthread_mutex_init(&lg->mu, NULL);
 	lg->fp = fp;
+	lg->live = fp != NULL;
 	lg->level = level;
 	lg->sink = ZP_LOG_STDERR;
 }
@@ -469,11 +472,13 @@ zp_log_open(struct zp_log *lg, const char *path, int use_syslog, int json,
 		lg->fp = fp;
 		lg->path = copy;
 		lg->sink = ZP_LOG_FILE;
+		lg->live = 1;
 	} else if (use_syslog) {
 		log_close_sink(lg);
 		/* LOG_NDELAY: connect now, while /dev/log is reachable. */
 		openlog("zproxy", LOG_PID | LOG_NDELAY, LOG_DAEMON);
 		lg->sink = ZP_LOG_SYSLOG;
+		lg->live = 1;
 	}
 	lg->json = json != 0;
 	return 0;
@@ -499,8 +504,10 @@ zp_log_reopen(struct zp_log *lg)
 		    sizeof(q)), strerror(e));
 		return -1;
 	}
+	pthread_mutex_lock(&lg->mu);
 	fclose(lg->fp);
 	lg->fp = fp;
+	pthread_mutex_unlock(&lg->mu);
 	return 0;
 }
 
@@ -529,10 +536,13 @@ log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
 	const char	*d1 = "", *dst = "";
 	int		 saved = errno;
 
-	if (!zp_log_enabled(lg, level) || !log_admit(lg, limited))
+	if (!zp_log_enabled(lg, level))
 		return;
 	if (lg->json) {
-		log_emit(lg, level, NULL, r);
+		pthread_mutex_lock(&lg->mu);
+		if (log_admit(lg, limited))
+			log_emit(lg, level, NULL, r);
+		pthread_mutex_unlock(&lg->mu);
 		errno = saved;
 		return;
 	}
@@ -557,7 +567,10 @@ log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
 	    (unsigned long long)r->down, r->duration, NZ(r->end), q1, error,
 	    q2);
 #undef NZ
-	log_emit(lg, level, msg, NULL);
+	pthread_mutex_lock(&lg->mu);
+	if (log_admit(lg, limited))
+		log_emit(lg, level, msg, NULL);
+	pthread_mutex_unlock(&lg->mu);
 	errno = saved;
 }
 
@@ -599,8 +612,7 @@ zp_log(struct zp_log *lg, int level, const char *fmt, ...)
 	va_list	ap;
 	int	n, saved = errno;
 
-	if (!zp_log_enabled(lg, level) ||
-	    !log_admit(lg, level <= ZP_LOG_WARN))
+	if (!zp_log_enabled(lg, level))
 		return;
 	va_start(ap, fmt);
 	n = vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -609,8 +621,12 @@ zp_log(struct zp_log *lg, int level, const char *fmt, ...)
 	 * A message cut here needs no care: the line has less room than msg
 	 * for it, so buf_str() cuts it first, at a character boundary.
 	 */
-	if (n >= 0)
+	if (n < 0)
+		return;
+	pthread_mutex_lock(&lg->mu);
+	if (log_admit(lg, level <= ZP_LOG_WARN))
 		log_emit(lg, level, msg, NULL);
+	pthread_mutex_unlock(&lg->mu);
 	errno = saved;
 }
 

@@ -10,6 +10,7 @@
 #include <sys/time.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -34,6 +35,13 @@ enum zp_log_sink {
 };
 
 struct zp_log {
+	/*
+	 * --threads: one line is formatted by its thread and written whole
+	 * under mu, with the rate limit's state; level, sink and json
+	 * change only before the threads start and after they end.
+	 */
+	pthread_mutex_t	 mu;
+	int		 live;		/* has a sink: stderr, file, syslog */
 	FILE		*fp;		/* stderr, or the file; NULL: syslog */
 	int		 level;		/* highest level written */
 	int		 sink;		/* enum zp_log_sink */

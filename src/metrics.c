@@ -24,6 +24,7 @@
 #include "pipepool.h"
 #include "relay.h"
 #include "upstream.h"
+#include "worker.h"
 
 /* Room for "name:port" of an upstream and a "#NN" for a repeated one. */
 #define ZP_STATS_NAMELEN	320
@@ -176,13 +177,12 @@ upstream_labels(const struct zp_upstreams *ups, size_t n,
 	int	seen;
 
 	for (i = 0; i < n; i++) {
-		zp_upstream_name(zp_upstream_get(ups, i), base, sizeof(base));
+		zp_upstream_label(ups, i, base, sizeof(base));
 		seen = 0;
 		for (j = 0; j < i; j++) {
 			char other[ZP_STATS_NAMELEN];
 
-			zp_upstream_name(zp_upstream_get(ups, j), other,
-			    sizeof(other));
+			zp_upstream_label(ups, j, other, sizeof(other));
 			if (strcmp(base, other) == 0)
 				seen++;
 		}
@@ -257,10 +257,12 @@ upstream_value(const struct zp_upstream *u, enum upstream_metric what)
 
 /* Every per-upstream family. */
 static void
-render_upstreams(struct render *r, struct zp_ctx *ctx)
+render_upstreams(struct render *r, struct zp_ctx *ctx,
+    const struct zp_stats *st)
 {
 	char			(*names)[ZP_STATS_NAMELEN];
 	const struct zp_traffic	*t;
+	struct zp_upstream	 u;
 	struct label		 l[2];
 	size_t			 i, f, n = zp_upstreams_count(ctx->ups);
 
@@ -279,16 +281,16 @@ render_upstreams(struct render *r, struct zp_ctx *ctx)
 		    upstream_families[f].help);
 		for (i = 0; i < n; i++) {
 			l[0].value = names[i];
+			zp_upstream_get(ctx->ups, i, &u);
 			sample_u64(r, upstream_families[f].name, l, 1,
-			    upstream_value(zp_upstream_get(ctx->ups, i),
-			    upstream_families[f].what));
+			    upstream_value(&u, upstream_families[f].what));
 		}
 	}
 	family(r, "zproxy_upstream_bytes_total", "counter",
 	    "Bytes relayed through the upstream: up is client to upstream, "
 	    "down is upstream to client.");
 	for (i = 0; i < n; i++) {
-		t = &ctx->stats.ups[i];
+		t = &st->ups[i];
 		l[0].value = names[i];
 		l[1].value = "up";
 		sample_u64(r, "zproxy_upstream_bytes_total", l, 2,
@@ -305,7 +307,7 @@ render_upstreams(struct render *r, struct zp_ctx *ctx)
 		for (i = 0; i < n; i++) {
 			l[0].value = names[i];
 			sample_u64(r, "zproxy_frames_total", l, 1,
-			    ctx->stats.ups[i].up.frames);
+			    st->ups[i].up.frames);
 		}
 	}
 	free(names);
@@ -319,22 +321,31 @@ int
 zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 {
 	struct render		 r = { buf, 0 };
-	struct zp_pair_modes	 m;
+	struct zp_totals	*t;
+	const struct zp_stats	*st;
+	const struct zp_pair_modes *m;
 	struct label		 l;
 	struct timeval		 cpu;
-	size_t			 nalive = 0, nfree = 0;
-	unsigned long		 killed = 0, created = 0;
+	char			 num[16];
+	size_t			 nalive, nfree;
 	int			 i;
 
-	zp_pairs_modes(ctx, &m);
+	/* Summed over the threads, each read on its own thread. */
+	if ((t = malloc(sizeof(*t))) == NULL)
+		return -1;
+	zp_ctx_totals(ctx, t);
+	st = &t->stats;
+	m = &t->modes;
+	nalive = t->pool.alive;
+	nfree = t->pool.pooled;
 
 	single_u64(&r, "zproxy_connections_open", "gauge",
-	    "Client connections open now.", ctx->stats.conns_open);
+	    "Client connections open now.", st->conns_open);
 	single_u64(&r, "zproxy_connections_total", "counter",
-	    "Client connections accepted.", ctx->stats.conns_total);
+	    "Client connections accepted.", st->conns_total);
 	single_u64(&r, "zproxy_connections_failed_total", "counter",
 	    "Client connections closed because no upstream answered.",
-	    ctx->stats.conns_failed);
+	    st->conns_failed);
 	single_u64(&r, "zproxy_max_connections", "gauge",
 	    "Most client connections open at once (--max-conns); later ones "
 	    "wait in the listen backlog.",
@@ -342,24 +353,24 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 
 	updown_u64(&r, "zproxy_bytes_total", "Bytes relayed: up is client "
 	    "to upstream, down is upstream to client.",
-	    ctx->stats.all.up.bytes, ctx->stats.all.down.bytes);
+	    st->all.up.bytes, st->all.down.bytes);
 	updown_u64(&r, "zproxy_spliced_bytes_total", "Of zproxy_bytes_total, "
 	    "the bytes that went through a pipe (zero-copy) rather than a "
-	    "buffer.", ctx->stats.all.up.spliced,
-	    ctx->stats.all.down.spliced);
+	    "buffer.", st->all.up.spliced,
+	    st->all.down.spliced);
 
-	render_upstreams(&r, ctx);
+	render_upstreams(&r, ctx, st);
 
 	family(&r, "zproxy_pairs", "gauge",
 	    "Open connections by data path: splice, copy, or mixed (one "
 	    "direction each).");
 	l.name = "mode";
 	l.value = "splice";
-	sample_u64(&r, "zproxy_pairs", &l, 1, m.splice);
+	sample_u64(&r, "zproxy_pairs", &l, 1, m->splice);
 	l.value = "copy";
-	sample_u64(&r, "zproxy_pairs", &l, 1, m.copy);
+	sample_u64(&r, "zproxy_pairs", &l, 1, m->copy);
 	l.value = "mixed";
-	sample_u64(&r, "zproxy_pairs", &l, 1, m.mixed);
+	sample_u64(&r, "zproxy_pairs", &l, 1, m->mixed);
 
 	family(&r, "zproxy_copy_fallbacks_total", "counter",
 	    "Connections or directions that relay by copying although "
@@ -367,60 +378,51 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	l.name = "reason";
 	l.value = "no-pipe";
 	sample_u64(&r, "zproxy_copy_fallbacks_total", &l, 1,
-	    ctx->stats.fallbacks[ZP_FALLBACK_POOL]);
+	    st->fallbacks[ZP_FALLBACK_POOL]);
 	l.value = "splice-refused";
 	sample_u64(&r, "zproxy_copy_fallbacks_total", &l, 1,
-	    ctx->stats.fallbacks[ZP_FALLBACK_REFUSED]);
+	    st->fallbacks[ZP_FALLBACK_REFUSED]);
 
-	if (ctx->pool != NULL) {
-		struct zp_pipepool_stats	st;
-
-		zp_pipepool_stats(ctx->pool, &st);
-		nalive = st.alive;
-		nfree = st.pooled;
-		killed = st.killed;
-		created = st.created;
-	}
 	single_u64(&r, "zproxy_pipes_pooled", "gauge",
 	    "Empty pipes waiting in the pool.", nfree);
 	single_u64(&r, "zproxy_pipes_in_use", "gauge",
 	    "Pipes held by open connections.",
 	    nalive > nfree ? nalive - nfree : 0);
 	single_u64(&r, "zproxy_pipes_created_total", "counter",
-	    "Pipes the pool made.", created);
+	    "Pipes the pool made.", t->pool.created);
 	single_u64(&r, "zproxy_pipes_killed_total", "counter",
 	    "Pipes closed instead of reused because they still held bytes.",
-	    killed);
+	    t->pool.killed);
 
 	single_u64(&r, "zproxy_accept_pauses_total", "counter",
 	    "Times accepting paused for lack of file descriptors.",
-	    ctx->stats.accept_pauses);
+	    st->accept_pauses);
 	single_u64(&r, "zproxy_connect_local_errors_total", "counter",
 	    "Connects (clients' and health checks') that failed for a lack of "
 	    "a local resource: descriptors, memory or local ports; they count "
-	    "against no upstream.", ctx->stats.local_errors);
+	    "against no upstream.", st->local_errors);
 	single_u64(&r, "zproxy_connections_waiting", "gauge",
 	    "Client connections waiting to retry such a connect; meanwhile "
-	    "nothing is accepted.", ctx->stats.conns_waiting);
+	    "nothing is accepted.", st->conns_waiting);
 	single_u64(&r, "zproxy_connections_local_failed_total", "counter",
 	    "Client connections closed (end=local-resource) because a local "
 	    "resource stayed short for --connect-timeout.",
-	    ctx->stats.conns_local_failed);
+	    st->conns_local_failed);
 	single_u64(&r, "zproxy_clients_denied_total", "counter",
 	    "Clients refused by --deny or --allow (at accept, or after "
 	    "their PROXY header), or by --proxy-from.",
-	    ctx->stats.clients_denied);
+	    st->clients_denied);
 	single_u64(&r, "zproxy_clients_source_limited_total", "counter",
 	    "Clients refused by --max-conns-per-source.",
-	    ctx->stats.clients_source_limited);
+	    st->clients_source_limited);
 	single_u64(&r, "zproxy_bad_proxy_headers_total", "counter",
 	    "Connections closed (end=bad-proxy-header) under --accept-proxy: "
 	    "their PROXY header was missing, malformed, too long or late.",
-	    ctx->stats.bad_proxy_headers);
+	    st->bad_proxy_headers);
 	single_u64(&r, "zproxy_bad_destinations_total", "counter",
 	    "Clients refused (end=bad-destination) because -u original would "
 	    "have connected back to zproxy or outside --allow-dst.",
-	    ctx->stats.bad_destinations);
+	    st->bad_destinations);
 
 	if (ctx->cfg->framing != ZP_FRAMING_NONE) {
 		family(&r, "zproxy_stream_moves_total", "counter",
@@ -430,15 +432,15 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 		for (i = 0; i < ZP_MOVE_MAX; i++) {
 			l.value = zp_move_reason_str(i);
 			sample_u64(&r, "zproxy_stream_moves_total", &l, 1,
-			    ctx->stats.moves[i]);
+			    st->moves[i]);
 		}
 		single_u64(&r, "zproxy_framing_errors_total", "counter",
 		    "Framed connections whose framing failed (a message over "
 		    "--max-frame, a bad octet header): relayed as plain bytes "
-		    "from there on.", ctx->stats.framing_errors);
+		    "from there on.", st->framing_errors);
 		single_u64(&r, "zproxy_replayed_bytes_total", "counter",
 		    "Bytes sent again to the next upstream after a move "
-		    "(--replay-window).", ctx->stats.replayed);
+		    "(--replay-window).", st->replayed);
 	}
 
 	family(&r, "zproxy_timeouts_total", "counter",
@@ -447,22 +449,22 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	l.name = "kind";
 	l.value = "idle";
 	sample_u64(&r, "zproxy_timeouts_total", &l, 1,
-	    ctx->stats.timeouts_idle);
+	    st->timeouts_idle);
 	l.value = "fin";
 	sample_u64(&r, "zproxy_timeouts_total", &l, 1,
-	    ctx->stats.timeouts_fin);
+	    st->timeouts_fin);
 
 	single_u64(&r, "zproxy_lingers_total", "counter",
 	    "Pairs that, after one side reset, waited for the other side to "
-	    "acknowledge everything sent to it.", ctx->stats.lingers);
+	    "acknowledge everything sent to it.", st->lingers);
 	single_u64(&r, "zproxy_linger_timeouts_total", "counter",
 	    "Lingering pairs given up on after --linger-timeout.",
-	    ctx->stats.linger_timeouts);
+	    st->linger_timeouts);
 	single_u64(&r, "zproxy_discarded_bytes_total", "counter",
 	    "Bytes read from a peer after the other side was gone, and "
-	    "thrown away.", ctx->stats.discarded);
+	    "thrown away.", st->discarded);
 	single_u64(&r, "zproxy_stats_connections_open", "gauge",
-	    "Connections to this endpoint open now.", ctx->stats.stats_open);
+	    "Connections to this endpoint open now.", st->stats_open);
 	single_u64(&r, "zproxy_stats_max_connections", "gauge",
 	    "Most connections to this endpoint open at once "
 	    "(--stats-max-conns); later ones are closed at accept.",
@@ -475,14 +477,14 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	l.name = "reason";
 	l.value = "max-conns";
 	sample_u64(&r, "zproxy_stats_refused_total", &l, 1,
-	    ctx->stats.stats_refused[ZP_STATS_REFUSED_CONNS]);
+	    st->stats_refused[ZP_STATS_REFUSED_CONNS]);
 	l.value = "descriptors";
 	sample_u64(&r, "zproxy_stats_refused_total", &l, 1,
-	    ctx->stats.stats_refused[ZP_STATS_REFUSED_FDS]);
+	    st->stats_refused[ZP_STATS_REFUSED_FDS]);
 	single_u64(&r, "zproxy_stats_timeouts_total", "counter",
 	    "Connections to this endpoint closed because no answer was "
 	    "written within --stats-timeout of accept.",
-	    ctx->stats.stats_timeouts);
+	    st->stats_timeouts);
 
 	cpu_time(&cpu);
 	family(&r, "zproxy_cpu_seconds_total", "counter",
@@ -492,5 +494,17 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	    "When zproxy started, in seconds since the Unix epoch.");
 	sample_tv(&r, "zproxy_start_time_seconds", &ctx->started);
 
+	single_u64(&r, "zproxy_threads", "gauge",
+	    "Threads relaying (--threads).", (uint64_t)t->threads);
+	family(&r, "zproxy_thread_connections", "gauge",
+	    "Client connections open now, by thread: new ones go to the "
+	    "thread with the fewest.");
+	l.name = "thread";
+	for (i = 0; i < t->threads; i++) {
+		snprintf(num, sizeof(num), "%d", i);
+		l.value = num;
+		sample_u64(&r, "zproxy_thread_connections", &l, 1, t->open[i]);
+	}
+	free(t);
 	return r.failed ? -1 : 0;
 }

@@ -11,6 +11,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "pair_int.h"
 #include "proxyproto.h"
 #include "stats.h"
+#include "worker.h"
 
 /*
  * After a connect failed for a local shortage (no descriptor, no kernel
@@ -41,6 +43,13 @@ static int	pair_timer_update(struct zp_pair *);
 static void	pair_connect_release(struct zp_pair *);
 static void	pair_next_drop(struct zp_pair *);
 static void	pair_move_log(struct zp_pair *, const struct zp_addr *);
+
+/* The root context: the per-source table and the listener are its. */
+static struct zp_ctx *
+pair_root(struct zp_ctx *ctx)
+{
+	return ctx->root != NULL ? ctx->root : ctx;
+}
 
 /* Name of an end reason; these words are what users grep logs for. */
 const char *
@@ -117,11 +126,11 @@ pair_no_pipe(struct zp_pair *p)
 	struct zp_pipepool_stats	 st;
 
 	if (ctx->stats.fallbacks[ZP_FALLBACK_POOL]++ == 0 ||
-	    zp_log_enabled(&ctx->log, ZP_LOG_CONN)) {
+	    zp_log_enabled(ctx->log, ZP_LOG_CONN)) {
 		memset(&st, 0, sizeof(st));
 		if (ctx->pool != NULL)
 			zp_pipepool_stats(ctx->pool, &st);
-		zp_log(&ctx->log, ZP_LOG_WARN, "conn=%llu no pipe (%s); "
+		zp_log(ctx->log, ZP_LOG_WARN, "conn=%llu no pipe (%s); "
 		    "relaying in copy mode", (unsigned long long)p->id,
 		    zp_pipe_shortage_str(st.shortage));
 	}
@@ -325,14 +334,14 @@ pair_log(struct zp_pair *p, enum zp_end end)
 		level = ZP_LOG_CONN;
 		break;
 	}
-	if (!zp_log_enabled(&ctx->log, level))
+	if (!zp_log_enabled(ctx->log, level))
 		return;
 	gettimeofday(&now, NULL);
 	timersub(&now, &p->started, &dt);
 	if (p->up_addr.len > 0)
 		zp_addr_str(&p->up_addr, ubuf, sizeof(ubuf));
 	else if (p->up_idx >= 0)
-		zp_upstream_name(zp_upstream_get(ctx->ups, p->up_idx), ubuf,
+		zp_upstream_label(ctx->ups, (size_t)p->up_idx, ubuf,
 		    sizeof(ubuf));
 	else
 		snprintf(ubuf, sizeof(ubuf), "none");
@@ -357,9 +366,9 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	 * family: limited, as refusals are.
 	 */
 	if (limited || end == ZP_END_BAD_DST || end == ZP_END_SOURCE_FAMILY)
-		zp_log_conn_limited(&ctx->log, level, &rec);
+		zp_log_conn_limited(ctx->log, level, &rec);
 	else
-		zp_log_conn(&ctx->log, level, &rec);
+		zp_log_conn(ctx->log, level, &rec);
 }
 
 /* End a pair in any state, log it, free everything it owns. */
@@ -438,14 +447,12 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	pair_next_drop(p);
 	TAILQ_REMOVE(&ctx->pairs, p, entry);
 	ctx->stats.conns_open--;
+	__atomic_sub_fetch(&ctx->load, 1, __ATOMIC_SEQ_CST);
 	if (p->source_counted)
-		zp_srctab_del(&ctx->sources,
+		zp_srctab_del(&pair_root(ctx)->sources,
 		    (struct sockaddr *)&p->client_addr.ss);
-	if (ctx->listener != NULL)
-		zp_listener_resume(ctx->listener);
 	free(p);
-	if (ctx->stopping && ctx->stats.conns_open == 0)
-		event_base_loopbreak(ctx->base);	/* drained */
+	zp_ctx_closed(ctx);	/* the listener may resume, a drain end */
 }
 
 /*
@@ -511,7 +518,7 @@ pair_finish(struct zp_pair *p)
 		p->linger_abort = heard->discarded > p->linger_heard ||
 		    sock_unread(surv->fd);
 		ctx->stats.linger_timeouts++;
-		zp_log(&ctx->log, ZP_LOG_WARN, "conn=%llu linger-timeout: %d "
+		zp_log(ctx->log, ZP_LOG_WARN, "conn=%llu linger-timeout: %d "
 		    "bytes not acknowledged after %.3fs; %s",
 		    (unsigned long long)p->id, sock_unacked(surv, 0),
 		    ctx->cfg->linger_timeout, p->linger_abort ? "the peer "
@@ -597,7 +604,7 @@ pair_framing_error(struct zp_pair *p)
 	ctx->stats.framing_errors++;
 	dframe_replay_free(fr);		/* plain bytes move nowhere */
 	/* Not "conn=": scripts count those as connection lines. */
-	zp_log(&ctx->log, ZP_LOG_WARN, "connection %llu: framing error at "
+	zp_log(ctx->log, ZP_LOG_WARN, "connection %llu: framing error at "
 	    "byte %llu (%s); relaying the rest as plain bytes",
 	    (unsigned long long)p->id, (unsigned long long)off, why);
 }
@@ -659,7 +666,7 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 			pair_no_pipe(p);
 		if (rc & ZP_PUMP_FELLBACK) {
 			ctx->stats.fallbacks[ZP_FALLBACK_REFUSED]++;
-			zp_log(&ctx->log, ZP_LOG_WARN, "conn=%llu splice refused "
+			zp_log(ctx->log, ZP_LOG_WARN, "conn=%llu splice refused "
 			    "by the kernel; relaying in copy mode",
 			    (unsigned long long)p->id);
 		}
@@ -882,16 +889,26 @@ pair_timer_update(struct zp_pair *p)
  * original the one the client meant.
  */
 static size_t
-pair_naddrs(const struct zp_pair *p, const struct zp_upstream *u)
+pair_naddrs(const struct zp_pair *p)
 {
-	return u->spec->original ? 1 : u->naddrs;
+	if (p->ctx->cfg->upstreams[p->up_idx].original)
+		return 1;
+	return zp_upstream_addr(p->ctx->ups, (size_t)p->up_idx, SIZE_MAX,
+	    NULL);
 }
 
+/*
+ * The i-th, in *buf: a copy, since a re-resolution on another thread may
+ * replace the list; NULL when the list got shorter meanwhile.
+ */
 static const struct zp_addr *
-pair_addr(const struct zp_pair *p, const struct zp_upstream *u,
-    size_t i)
+pair_addr(const struct zp_pair *p, size_t i, struct zp_addr *buf)
 {
-	return u->spec->original ? &p->dst : &u->addrs[i];
+	if (p->ctx->cfg->upstreams[p->up_idx].original)
+		return &p->dst;
+	if (i >= zp_upstream_addr(p->ctx->ups, (size_t)p->up_idx, i, buf))
+		return NULL;
+	return buf;
 }
 
 /*
@@ -906,7 +923,7 @@ pair_move_log(struct zp_pair *p, const struct zp_addr *to)
 	char		 fbuf[ZP_ADDRSTRLEN], tbuf[ZP_ADDRSTRLEN];
 	char		 cbuf[ZP_ADDRSTRLEN];
 
-	zp_log(&ctx->log, to != NULL ? ZP_LOG_CONN : ZP_LOG_WARN,
+	zp_log(ctx->log, to != NULL ? ZP_LOG_CONN : ZP_LOG_WARN,
 	    "connection %llu %s: client=%s from=%s to=%s reason=%s%s%s%s "
 	    "frames=%llu unacked=%llu cut=%llu replayed=%llu",
 	    (unsigned long long)p->id, to != NULL ? "moved" :
@@ -978,7 +995,7 @@ pair_move(struct zp_pair *p)
 	p->move_replayed = fr->replayed - p->move_replayed;
 	ctx->stats.replayed += p->move_replayed;
 	if (fr->rp != NULL && (err = zp_replay_retry(fr->rp)) != 0)
-		zp_log(&ctx->log, ZP_LOG_WARN, "connection %llu: no replay "
+		zp_log(ctx->log, ZP_LOG_WARN, "connection %llu: no replay "
 		    "window could be kept (a pipe: %s); nothing is sent again",
 		    (unsigned long long)p->id, strerror(err));
 	/* Bytes still on the way to the client go after the move. */
@@ -1082,8 +1099,9 @@ pair_set_waiting(struct zp_pair *p, int on)
 		ctx->stats.conns_waiting++;
 	else
 		ctx->stats.conns_waiting--;
-	if (ctx->listener != NULL)
-		zp_listener_update(ctx->listener);
+	__atomic_add_fetch(&pair_root(ctx)->waiting_all, on ? 1 : -1,
+	    __ATOMIC_RELAXED);
+	zp_ctx_changed(ctx);
 }
 
 /* Free what the connect phase holds; zp_pair_close() calls this. */
@@ -1115,13 +1133,13 @@ pair_wait_log(struct zp_pair *p, int err)
 		level = ZP_LOG_WARN;
 		ctx->local_warned = now;
 	}
-	if (!zp_log_enabled(&ctx->log, level))
+	if (!zp_log_enabled(ctx->log, level))
 		return;
-	zp_log(&ctx->log, level, "connect for client %s (conn %llu) to %s: "
+	zp_log(ctx->log, level, "connect for client %s (conn %llu) to %s: "
 	    "%s; retrying for up to %.3fs (%llu clients waiting)",
 	    zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)),
 	    (unsigned long long)p->id,
-	    zp_upstream_name(zp_upstream_get(ctx->ups, p->up_idx), ubuf,
+	    zp_upstream_label(ctx->ups, (size_t)p->up_idx, ubuf,
 	    sizeof(ubuf)),
 	    strerror(err), ctx->cfg->connect_timeout,
 	    (unsigned long long)ctx->stats.conns_waiting + !p->waiting);
@@ -1132,10 +1150,9 @@ static void
 pair_retry_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair		*p = arg;
-	const struct zp_upstream *u = zp_upstream_get(p->ctx->ups, p->up_idx);
 
 	/* A re-resolution may have shortened the list meanwhile. */
-	if (p->addr_idx >= pair_naddrs(p, u))
+	if (p->addr_idx >= pair_naddrs(p))
 		p->addr_idx = 0;
 	pair_connect_next(p);
 }
@@ -1240,16 +1257,16 @@ static void
 pair_connect_next(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
-	const struct zp_upstream *u = zp_upstream_get(ctx->ups, p->up_idx);
 	struct timeval		 tv, now;
 	const struct zp_addr	*a, *src;
-	struct zp_addr		 srcbuf;
+	struct zp_addr		 srcbuf, abuf;
 	double			 t = ctx->cfg->connect_timeout;
 	int			 fd, rc, spoof = ctx->cfg->source ==
 				     ZP_SOURCE_CLIENT;
 
-	for (; p->addr_idx < pair_naddrs(p, u); p->addr_idx++) {
-		a = pair_addr(p, u, p->addr_idx);
+	for (; p->addr_idx < pair_naddrs(p); p->addr_idx++) {
+		if ((a = pair_addr(p, p->addr_idx, &abuf)) == NULL)
+			break;
 		if (pair_source(p, a, &srcbuf, &src) == -1) {
 			/* Says why only when no address was tried at all. */
 			if (p->connect_err == 0)
@@ -1262,7 +1279,7 @@ pair_connect_next(struct zp_pair *p)
 		if (rc == -1 && (errno == EMFILE || errno == ENFILE)) {
 			int	err = errno;
 
-			if (zp_stats_shed(ctx->stats_server) > 0)
+			if (zp_ctx_shed(ctx) > 0)
 				rc = zp_connect_start_from(a, src, spoof, &fd);
 			else
 				errno = err;
@@ -1451,10 +1468,20 @@ static int
 pair_begin(struct zp_pair *p)
 {
 	struct zp_ctx	*ctx = p->ctx;
+	unsigned	 max = ctx->cfg->max_conns_per_source > 0 ?
+			    (unsigned)ctx->cfg->max_conns_per_source : 0;
 
-	if (zp_srctab_add(&ctx->sources,
-	    (struct sockaddr *)&p->client_addr.ss) == -1) {
+	/*
+	 * The listener refused a source at its limit already; this is the
+	 * count itself, exact when several threads start pairs at once.
+	 */
+	switch (zp_srctab_take(&pair_root(ctx)->sources,
+	    (struct sockaddr *)&p->client_addr.ss, max)) {
+	case -1:
 		zp_pair_close(p, ZP_END_NOMEM);
+		return -1;
+	case 1:
+		zp_pair_close(p, ZP_END_SOURCE_LIMIT);
 		return -1;
 	}
 	p->source_counted = 1;
@@ -1507,11 +1534,11 @@ header_done(struct zp_pair *p, const struct zp_proxy_info *info)
 		p->proxy_dst.ss = info->dst;
 		p->proxy_dst.len = info->dstlen;
 	}
-	if (zp_log_enabled(&ctx->log, ZP_LOG_DEBUG)) {
+	if (zp_log_enabled(ctx->log, ZP_LOG_DEBUG)) {
 		char	cbuf[ZP_ADDRSTRLEN], q1[ZP_ESCLEN], q2[ZP_ESCLEN];
 
 		/* Not "conn=": scripts count those as connection lines. */
-		zp_log(&ctx->log, ZP_LOG_DEBUG, "PROXY v%d header of "
+		zp_log(ctx->log, ZP_LOG_DEBUG, "PROXY v%d header of "
 		    "connection %llu (%zu bytes): client=%s, %u TLVs%s%s%s%s%s",
 		    info->version, (unsigned long long)p->id, p->hdr_len,
 		    info->local ? "local" : zp_addr_str(&p->client_addr, cbuf,
@@ -1527,13 +1554,7 @@ header_done(struct zp_pair *p, const struct zp_proxy_info *info)
 		zp_pair_close(p, ZP_END_DENIED);
 		return;
 	}
-	if (cfg->max_conns_per_source > 0 &&
-	    zp_srctab_count(&ctx->sources, sa) >=
-	    (unsigned long)cfg->max_conns_per_source) {
-		zp_pair_close(p, ZP_END_SOURCE_LIMIT);
-		return;
-	}
-	(void)pair_begin(p);
+	(void)pair_begin(p);	/* --max-conns-per-source: counted there */
 }
 
 /*
@@ -1643,7 +1664,7 @@ zp_pair_wind_down(struct zp_pair *p, enum zp_end end)
 	p->winding = end;
 	pair_next_drop(p);
 	/* Not "conn=": scripts count those as connection lines. */
-	zp_log(&ctx->log, ZP_LOG_CONN, "connection %llu winds down (%s): a "
+	zp_log(ctx->log, ZP_LOG_CONN, "connection %llu winds down (%s): a "
 	    "FIN to the client, what it still sends is forwarded",
 	    (unsigned long long)p->id, end == ZP_END_IDLE ? "idle-timeout" :
 	    "shutdown");
@@ -1704,7 +1725,7 @@ pair_next_cb(evutil_socket_t fd, short what, void *arg)
 				zp_upstream_report(ctx->ups,
 				    (size_t)p->next_idx, 0, err, &now);
 			}
-			zp_log(&ctx->log, ZP_LOG_CONN, "connection %llu stays: "
+			zp_log(ctx->log, ZP_LOG_CONN, "connection %llu stays: "
 			    "%s move to %s failed: %s",
 			    (unsigned long long)p->id,
 			    zp_move_reason_str(p->move_reason),
@@ -1723,9 +1744,8 @@ int
 zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 {
 	struct zp_ctx		*ctx = p->ctx;
-	const struct zp_upstream *us;
 	const struct zp_addr	*a, *src;
-	struct zp_addr		 srcbuf;
+	struct zp_addr		 srcbuf, abuf;
 	unsigned char		 tried[ZP_MAX_UPSTREAMS];
 	struct timeval		 tv, now;
 	int			 fd, rc;
@@ -1747,10 +1767,9 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 	if (idx < 0 || (idx == p->up_idx && reason != ZP_MOVE_LIFETIME) ||
 	    (size_t)idx >= zp_upstreams_count(ctx->ups))
 		return -1;
-	us = zp_upstream_get(ctx->ups, idx);
-	if (us->naddrs == 0)
+	if (zp_upstream_addr(ctx->ups, (size_t)idx, 0, &abuf) == 0)
 		return -1;
-	a = &us->addrs[0];
+	a = &abuf;
 	if (pair_source(p, a, &srcbuf, &src) == -1)
 		return -1;
 	rc = zp_connect_start_from(a, src, ctx->cfg->source ==
@@ -1811,7 +1830,7 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 	/* What the client gets from now on is the current upstream's. */
 	pair_tally(p, &p->down, p->up_idx);
 	if (timed_out || left > 0 || r->dead)
-		zp_log(&ctx->log, ZP_LOG_WARN, "connection %llu: the old "
+		zp_log(ctx->log, ZP_LOG_WARN, "connection %llu: the old "
 		    "upstream %s %s; %d bytes sent to it not acknowledged",
 		    (unsigned long long)p->id, zp_addr_str(&p->retiring_addr,
 		    buf, sizeof(buf)), timed_out ? "did not close within "
@@ -1931,14 +1950,19 @@ int
 zp_pairs_rebalance(struct zp_ctx *ctx)
 {
 	struct zp_pair	*p;
+	struct zp_upstream u;
 	long		 eff[ZP_MAX_UPSTREAMS];
+	int		 up[ZP_MAX_UPSTREAMS];
 	size_t		 i, n = zp_upstreams_count(ctx->ups);
 	int		 hi = -1, lo = -1;
 
 	if (n < 2 || ctx->stopping)
 		return 0;
-	for (i = 0; i < n; i++)
-		eff[i] = (long)zp_upstream_get(ctx->ups, i)->active;
+	for (i = 0; i < n; i++) {
+		zp_upstream_get(ctx->ups, i, &u);
+		eff[i] = (long)u.active;
+		up[i] = u.up;
+	}
 	/* Moves under way count where they go. */
 	TAILQ_FOREACH(p, &ctx->pairs, entry)
 		if (p->next_fd != -1 && p->up_idx >= 0) {
@@ -1946,7 +1970,7 @@ zp_pairs_rebalance(struct zp_ctx *ctx)
 			eff[p->next_idx]++;
 		}
 	for (i = 0; i < n; i++) {
-		if (!zp_upstream_get(ctx->ups, i)->up)
+		if (!up[i])
 			continue;
 		if (hi == -1 || eff[i] > eff[hi])
 			hi = (int)i;
@@ -1971,13 +1995,13 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	size_t		 bufsize = ctx->cfg->buffer_size;
 
 	if ((p = calloc(1, sizeof(*p))) == NULL) {
-		zp_log(&ctx->log, ZP_LOG_WARN, "dropping a client: %s",
+		zp_log(ctx->log, ZP_LOG_WARN, "dropping a client: %s",
 		    strerror(errno));
 		close(fd);
 		return -1;
 	}
 	p->ctx = ctx;
-	p->id = ++ctx->next_id;
+	p->id = zp_ctx_next_id(ctx);
 	p->client.fd = fd;
 	p->upstream.fd = -1;
 	p->retiring.fd = -1;
@@ -1991,6 +2015,7 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	TAILQ_INSERT_TAIL(&ctx->pairs, p, entry);
 	ctx->stats.conns_total++;
 	ctx->stats.conns_open++;
+	__atomic_add_fetch(&ctx->load, 1, __ATOMIC_RELAXED);
 	sock_tune(ctx, fd);
 
 	dir_init(&p->up, &p->client, &p->upstream, &zp_relay_copy, bufsize);

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <event2/dns.h>
@@ -54,22 +55,25 @@ is_literal(const char *host)
  * records is not a collector that moved.
  */
 static int
-same_addrs(const struct zp_upstream *us, const struct evutil_addrinfo *res)
+same_addrs(const struct zp_upstreams *ups, size_t idx,
+    const struct evutil_addrinfo *res)
 {
 	const struct evutil_addrinfo	*ai;
-	size_t				 i, n = 0;
+	struct zp_addr			 a;
+	size_t				 i, n = 0, have;
 
+	have = zp_upstream_addr(ups, idx, SIZE_MAX, NULL);
 	for (ai = res; ai != NULL; ai = ai->ai_next) {
 		n++;
-		for (i = 0; i < us->naddrs; i++)
-			if (ai->ai_addrlen == us->addrs[i].len &&
-			    memcmp(ai->ai_addr, &us->addrs[i].ss,
-			    ai->ai_addrlen) == 0)
+		for (i = 0; i < have && zp_upstream_addr(ups, idx, i, &a) > i;
+		    i++)
+			if (ai->ai_addrlen == a.len &&
+			    memcmp(ai->ai_addr, &a.ss, ai->ai_addrlen) == 0)
 				break;
-		if (i == us->naddrs)
+		if (i >= have)
 			return 0;
 	}
-	return n == us->naddrs;
+	return n == have;
 }
 
 static void
@@ -77,7 +81,6 @@ lookup_cb(int result, struct evutil_addrinfo *res, void *arg)
 {
 	struct zp_lookup	*lk = arg;
 	struct zp_resolver	*r = lk->r;
-	const struct zp_upstream *us;
 	struct zp_addr		*v;
 	size_t			 n;
 	char			 name[300], abuf[ZP_ADDRSTRLEN];
@@ -85,26 +88,25 @@ lookup_cb(int result, struct evutil_addrinfo *res, void *arg)
 	if (r == NULL)
 		goto out;	/* the resolver is gone */
 	r->inflight[lk->idx] = NULL;
-	us = zp_upstream_get(r->ctx->ups, lk->idx);
-	zp_upstream_name(us, name, sizeof(name));
+	zp_upstream_label(r->ctx->ups, lk->idx, name, sizeof(name));
 	if (result != 0 || res == NULL) {
+		n = zp_upstream_addr(r->ctx->ups, lk->idx, SIZE_MAX, NULL);
 		if (!r->failing[lk->idx])
-			zp_log(&r->ctx->log, ZP_LOG_WARN, "upstream %s: lookup "
+			zp_log(r->ctx->log, ZP_LOG_WARN, "upstream %s: lookup "
 			    "failed (%s); keeping %zu address%s", name,
-			    evutil_gai_strerror(result), us->naddrs,
-			    us->naddrs == 1 ? "" : "es");
+			    evutil_gai_strerror(result), n, n == 1 ? "" : "es");
 		r->failing[lk->idx] = 1;
 		goto out;
 	}
 	r->failing[lk->idx] = 0;
-	if (same_addrs(us, res))
+	if (same_addrs(r->ctx->ups, lk->idx, res))
 		goto out;
 	if (zp_addrs_from_ai(res, &v, &n) == 0) {
+		zp_addr_str(&v[0], abuf, sizeof(abuf));
 		zp_upstream_set_addrs(r->ctx->ups, lk->idx, v, n);
-		zp_log(&r->ctx->log, ZP_LOG_NOTICE, "upstream %s now resolves "
-		    "to %zu address%s, first %s", name, us->naddrs,
-		    us->naddrs == 1 ? "" : "es",
-		    zp_addr_str(&us->addrs[0], abuf, sizeof(abuf)));
+		zp_log(r->ctx->log, ZP_LOG_NOTICE, "upstream %s now resolves "
+		    "to %zu address%s, first %s", name, n, n == 1 ? "" : "es",
+		    abuf);
 	}
 out:
 	if (res != NULL)
@@ -128,8 +130,7 @@ resolver_timer_cb(evutil_socket_t fd, short what, void *arg)
 	hints.ai_protocol = IPPROTO_TCP;
 	hints.ai_flags = EVUTIL_AI_NUMERICSERV;
 	for (i = 0; i < zp_upstreams_count(r->ctx->ups); i++) {
-		const struct zp_upstream_spec *us =
-		    zp_upstream_get(r->ctx->ups, i)->spec;
+		const struct zp_upstream_spec *us = &r->ctx->cfg->upstreams[i];
 
 		if (r->inflight[i] != NULL || is_literal(us->host))
 			continue;

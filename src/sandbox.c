@@ -131,6 +131,8 @@ static const char *const sb_calls[] = {
 	/* signals: libevent's handlers, ours, abort() */
 	"rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "tgkill",
 	"restart_syscall",
+	/* --threads: locks, and a worker's end (its stack unmapped) */
+	"futex", "sched_yield", "set_robust_list", "rseq",
 	/* the end */
 	"exit", "exit_group",
 };
@@ -319,6 +321,12 @@ zp_sandbox_install(struct event_base *base, struct zp_log *lg, char *err,
 		rc = sb_allow(f, sb_sanitizer_calls[i]);
 	if (rc == 0)
 		rc = sb_allow_args(f);
+	/*
+	 * --threads: the workers run already; TSYNC puts the filter on
+	 * every thread of the process, or fails.
+	 */
+	if (rc == 0)
+		rc = seccomp_attr_set(f, SCMP_FLTATR_CTL_TSYNC, 1);
 	/* libseccomp sets PR_SET_NO_NEW_PRIVS itself (SCMP_FLTATR_CTL_NNP). */
 	if (rc == 0)
 		rc = seccomp_load(f);

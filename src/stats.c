@@ -33,6 +33,7 @@
 #include "metrics.h"
 #include "net.h"
 #include "stats.h"
+#include "worker.h"
 
 #define ZP_STATS_CONTENT_TYPE	"text/plain; version=0.0.4; charset=utf-8"
 /* A scraper sends one short request line and a few headers. */
@@ -133,7 +134,7 @@ stats_request_cb(struct evhttp_request *req, void *arg)
 	    zp_metrics_render(s->ctx, b) == -1) {
 		if (b != NULL)
 			evbuffer_free(b);
-		zp_log(&s->ctx->log, ZP_LOG_WARN, "stats: out of memory "
+		zp_log(s->ctx->log, ZP_LOG_WARN, "stats: out of memory "
 		    "rendering /metrics");
 		evhttp_send_error(req, HTTP_INTERNAL, NULL);
 		return;
@@ -222,7 +223,7 @@ stats_warn(struct zp_stats_server *s, const char *why)
 	if (dt.tv_sec < 1)
 		return;
 	s->last_warn = now;
-	zp_log(&s->ctx->log, ZP_LOG_WARN, "stats: %s (so far refused "
+	zp_log(s->ctx->log, ZP_LOG_WARN, "stats: %s (so far refused "
 	    "max-conns=%llu descriptors=%llu, timed out %llu)", why,
 	    (unsigned long long)st->stats_refused[ZP_STATS_REFUSED_CONNS],
 	    (unsigned long long)st->stats_refused[ZP_STATS_REFUSED_FDS],
@@ -305,8 +306,9 @@ stats_fd_room(struct zp_stats_server *s, int fd)
 
 	if (ctx->nofile <= 0)
 		return 1;
-	known = ZP_STATS_BASE_FDS + 2 * (long)ctx->stats.conns_open +
+	known = ZP_STATS_BASE_FDS + 2 * zp_ctx_open_all(ctx) +
 	    (long)s->nconns + 1;
+	/* This thread's pipes only: the others' are theirs to count. */
 	if (ctx->pool != NULL) {
 		struct zp_pipepool_stats	st;
 
@@ -403,7 +405,14 @@ stats_bev_cb(struct event_base *base, void *arg)
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return NULL;
 	c->s = s;
-	c->bev = bufferevent_socket_new(base, -1, 0);
+	/*
+	 * CLOSE_ON_FREE: evhttp then leaves the close to the bufferevent,
+	 * which takes the socket out of epoll first. Without it evhttp
+	 * closes first, and with --threads another thread may be given the
+	 * number before the epoll_ctl(DEL) that follows: harmless (the DEL
+	 * fails), but a race all the same, and ThreadSanitizer says so.
+	 */
+	c->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
 	c->deadline = evtimer_new(base, stats_deadline_cb, c);
 	if (c->bev == NULL || c->deadline == NULL) {
 		if (c->bev != NULL)
@@ -471,7 +480,7 @@ stats_accept_error_cb(struct evconnlistener *lev, void *http)
 		return;	/* cannot happen; better no stats than a busy loop */
 	s->lev_on = 0;
 	if (!s->paused)
-		zp_log(&s->ctx->log, ZP_LOG_WARN, "stats: accept: %s; "
+		zp_log(s->ctx->log, ZP_LOG_WARN, "stats: accept: %s; "
 		    "pausing %d ms", strerror(err), ZP_STATS_PAUSE_MS);
 	stats_pause(s, ZP_STATS_PAUSE_MS);
 }
@@ -496,7 +505,7 @@ zp_stats_shed(struct zp_stats_server *s)
 	}
 	s->ctx->stats.stats_refused[ZP_STATS_REFUSED_FDS] += (uint64_t)n;
 	if (!s->paused || n > 0)
-		zp_log(&s->ctx->log, ZP_LOG_WARN, "stats: the relay is out "
+		zp_log(s->ctx->log, ZP_LOG_WARN, "stats: the relay is out "
 		    "of descriptors: closed %d stats connections, not "
 		    "accepting for %d ms", n, ZP_STATS_SHED_MS);
 	stats_pause(s, ZP_STATS_SHED_MS);
@@ -588,7 +597,7 @@ zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, int fd,
 	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT |
 	    EVHTTP_REQ_PATCH);
 	evhttp_set_gencb(s->http, stats_request_cb, s);
-	zp_log(&ctx->log, ZP_LOG_NOTICE, "serving metrics on http://%s/metrics "
+	zp_log(ctx->log, ZP_LOG_NOTICE, "serving metrics on http://%s/metrics "
 	    "(stats-max-conns %zu, stats-timeout %.3gs)",
 	    zp_addr_str(&s->addr, abuf, sizeof(abuf)), s->max_conns, t);
 	return s;

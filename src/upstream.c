@@ -19,6 +19,12 @@
 #include "upstream.h"
 #include "upstream_int.h"
 
+#define LOCK(us)	pthread_mutex_lock((pthread_mutex_t *)&(us)->mu)
+#define UNLOCK(us)	pthread_mutex_unlock((pthread_mutex_t *)&(us)->mu)
+
+static int	report_locked(struct zp_upstreams *, size_t, int, int,
+		    const struct timeval *);
+
 /* Set up one zp_upstream per spec, all up. */
 int
 zp_upstreams_init(struct zp_upstreams *us, struct zp_upstream_spec *specs,
@@ -30,6 +36,7 @@ zp_upstreams_init(struct zp_upstreams *us, struct zp_upstream_spec *specs,
 	memset(us, 0, sizeof(*us));
 	if ((us->v = calloc(n, sizeof(*us->v))) == NULL)
 		return -1;
+	pthread_mutex_init(&us->mu, NULL);
 	us->n = n;
 	us->balance = balance;
 	us->max_fails = max_fails;
@@ -56,9 +63,14 @@ void
 zp_upstream_set_addrs(struct zp_upstreams *us, size_t i, struct zp_addr *v,
     size_t n)
 {
-	free(us->v[i].addrs);
+	struct zp_addr	*old;
+
+	LOCK(us);
+	old = us->v[i].addrs;
 	us->v[i].addrs = v;
 	us->v[i].naddrs = n;
+	UNLOCK(us);
+	free(old);
 }
 
 void
@@ -66,9 +78,12 @@ zp_upstreams_clear(struct zp_upstreams *us)
 {
 	size_t	i;
 
-	for (i = 0; us->v != NULL && i < us->n; i++)
+	if (us->v == NULL)
+		return;
+	for (i = 0; i < us->n; i++)
 		free(us->v[i].addrs);
 	free(us->v);
+	pthread_mutex_destroy(&us->mu);
 	us->v = NULL;
 	us->n = 0;
 }
@@ -105,10 +120,36 @@ zp_upstreams_count(const struct zp_upstreams *us)
 	return us->n;
 }
 
-const struct zp_upstream *
-zp_upstream_get(const struct zp_upstreams *us, size_t i)
+void
+zp_upstream_get(const struct zp_upstreams *us, size_t i,
+    struct zp_upstream *out)
 {
-	return &us->v[i];
+	LOCK(us);
+	*out = us->v[i];
+	UNLOCK(us);
+	out->addrs = NULL;
+}
+
+size_t
+zp_upstream_addr(const struct zp_upstreams *us, size_t i, size_t k,
+    struct zp_addr *out)
+{
+	size_t	n;
+
+	LOCK(us);
+	n = us->v[i].naddrs;
+	if (k < n)
+		*out = us->v[i].addrs[k];
+	UNLOCK(us);
+	return n;
+}
+
+const char *
+zp_upstream_label(const struct zp_upstreams *us, size_t i, char *buf,
+    size_t len)
+{
+	/* The spec never changes after start-up: no lock. */
+	return zp_upstream_name(&us->v[i], buf, len);
 }
 
 enum zp_balance
@@ -215,9 +256,9 @@ pick_among(struct zp_upstreams *us, const unsigned char *cand, size_t ncand,
 	return -1;
 }
 
-/* Choose the next upstream for a client. */
-int
-zp_upstream_pick(struct zp_upstreams *us, const struct zp_addr *client,
+/* zp_upstream_pick, the lock held. */
+static int
+pick_locked(struct zp_upstreams *us, const struct zp_addr *client,
     const unsigned char *tried, const struct timeval *now)
 {
 	unsigned char	 cand[ZP_MAX_UPSTREAMS];
@@ -241,6 +282,19 @@ zp_upstream_pick(struct zp_upstreams *us, const struct zp_addr *client,
 	return rc;
 }
 
+/* Choose the next upstream for a client. */
+int
+zp_upstream_pick(struct zp_upstreams *us, const struct zp_addr *client,
+    const unsigned char *tried, const struct timeval *now)
+{
+	int	idx;
+
+	LOCK(us);
+	idx = pick_locked(us, client, tried, now);
+	UNLOCK(us);
+	return idx;
+}
+
 int
 zp_upstream_pick_moving(struct zp_upstreams *ups, size_t from,
     const struct zp_addr *client, const unsigned char *tried,
@@ -248,36 +302,60 @@ zp_upstream_pick_moving(struct zp_upstreams *ups, size_t from,
 {
 	int	idx;
 
+	LOCK(ups);
 	ups->v[from].active--;
-	idx = zp_upstream_pick(ups, client, tried, now);
+	idx = pick_locked(ups, client, tried, now);
 	ups->v[from].active++;
+	UNLOCK(ups);
 	return idx;
 }
 
 void
 zp_upstream_acquire(struct zp_upstreams *ups, size_t i)
 {
+	LOCK(ups);
 	ups->v[i].active++;
 	ups->v[i].conns_total++;
+	UNLOCK(ups);
 }
 
 void
 zp_upstream_release(struct zp_upstreams *ups, size_t i)
 {
+	LOCK(ups);
 	/* An underflow would show as 2^64 open pairs on /metrics. */
 	assert(ups->v[i].active > 0);
 	ups->v[i].active--;
+	UNLOCK(ups);
 }
 
 void
 zp_upstream_connect_failed(struct zp_upstreams *ups, size_t i)
 {
+	LOCK(ups);
 	ups->v[i].conns_failed++;
+	UNLOCK(ups);
 }
 
-/* Report a connect or check result for upstream i. */
-void
+/*
+ * Report a connect or check result for upstream i. The lock is held
+ * while the state change is logged: one failure counts once, and one
+ * worker says "is down" while the others see it down already.
+ */
+int
 zp_upstream_report(struct zp_upstreams *us, size_t i, int ok, int err,
+    const struct timeval *now)
+{
+	int	change;
+
+	LOCK(us);
+	change = report_locked(us, i, ok, err, now);
+	UNLOCK(us);
+	return change;
+}
+
+static int
+report_locked(struct zp_upstreams *us, size_t i, int ok, int err,
     const struct timeval *now)
 {
 	struct zp_upstream	*u = &us->v[i];
@@ -288,7 +366,7 @@ zp_upstream_report(struct zp_upstreams *us, size_t i, int ok, int err,
 	 * nothing about the next, so it is never marked down.
 	 */
 	if (u->spec->original)
-		return;
+		return 0;
 	if (ok) {
 		u->fails = 0;
 		u->last_err = 0;
@@ -296,8 +374,9 @@ zp_upstream_report(struct zp_upstreams *us, size_t i, int ok, int err,
 			u->up = 1;
 			zp_log(us->log, ZP_LOG_NOTICE, "upstream %s is up",
 			    zp_upstream_name(u, name, sizeof(name)));
+			return 1;
 		}
-		return;
+		return 0;
 	}
 	u->last_err = err;
 	if (u->fails < 1000000)
@@ -314,8 +393,10 @@ zp_upstream_report(struct zp_upstreams *us, size_t i, int ok, int err,
 			    sizeof(name)), u->fails, strerror(err),
 			    (long)us->fail_timeout.tv_sec,
 			    (long)(us->fail_timeout.tv_usec / 1000));
+			return -1;
 		}
 	}
+	return 0;
 }
 
 const char *

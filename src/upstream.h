@@ -36,8 +36,9 @@ struct zp_upstream {
 
 /*
  * The set of upstreams is upstream.c's (fields in upstream_int.h, for
- * its tests): others read one upstream through zp_upstream_get() and
- * change it only through the calls below.
+ * its tests): others read a copy of one upstream through
+ * zp_upstream_get() and change it only through the calls below. Every
+ * call is safe from any thread (--threads): the set has its own lock.
  */
 struct zp_upstreams;
 
@@ -53,11 +54,22 @@ struct zp_upstreams *zp_upstreams_new(struct zp_upstream_spec *, size_t,
 /* Free them all; NULL is fine. */
 void	zp_upstreams_free(struct zp_upstreams *);
 
-/* How many; upstream i (i below that), to read; the balancer. */
+/*
+ * How many; a copy of upstream i's state now (i below that; addrs is
+ * NULL in the copy: a re-resolution may free the list at any time);
+ * the balancer.
+ */
 size_t	zp_upstreams_count(const struct zp_upstreams *);
-const struct zp_upstream *zp_upstream_get(const struct zp_upstreams *,
-	    size_t);
+void	zp_upstream_get(const struct zp_upstreams *, size_t,
+	    struct zp_upstream *);
 enum zp_balance zp_upstreams_balance(const struct zp_upstreams *);
+
+/*
+ * How many addresses upstream i has now; copies the k-th to *out when k
+ * is below that.
+ */
+size_t	zp_upstream_addr(const struct zp_upstreams *, size_t i, size_t k,
+	    struct zp_addr *out);
 
 /*
  * Upstream i's addresses are v[0..n) from now on (re-resolution); takes
@@ -87,9 +99,10 @@ int	zp_upstream_pick_moving(struct zp_upstreams *, size_t from,
 /*
  * Report a connect (or health check) result for upstream i: success
  * marks it up, max_fails failures in a row mark it down for
- * fail_timeout. State changes are logged once.
+ * fail_timeout. State changes are logged once. Returns 1 when this
+ * report marked it up, -1 when it marked it down, 0 otherwise.
  */
-void	zp_upstream_report(struct zp_upstreams *, size_t, int ok, int err,
+int	zp_upstream_report(struct zp_upstreams *, size_t, int ok, int err,
 	    const struct timeval *now);
 
 /*
@@ -107,7 +120,9 @@ void	zp_upstream_connect_failed(struct zp_upstreams *, size_t);
 const char *zp_balance_str(enum zp_balance);
 int	zp_balance_parse(const char *);
 
-/* "name:port" of upstream i, for logs. */
+/* "name:port" of an upstream, and of upstream i, for logs. */
 const char *zp_upstream_name(const struct zp_upstream *, char *, size_t);
+const char *zp_upstream_label(const struct zp_upstreams *, size_t i,
+	    char *, size_t);
 
 #endif

@@ -8,9 +8,17 @@
 #include <sys/time.h>
 #include <stddef.h>
 
+#include <pthread.h>
+
 #include "upstream.h"
 
 struct zp_upstreams {
+	/*
+	 * --threads: every worker connects and closes, the main thread
+	 * checks health and resolves; all of it under mu, which nothing
+	 * holds across a call out of this file but zp_log.
+	 */
+	pthread_mutex_t		 mu;
 	struct zp_upstream	*v;
 	size_t			 n;
 	enum zp_balance		 balance;

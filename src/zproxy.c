@@ -2,18 +2,24 @@
  * zproxy.c - the daemon: build the context, listen, run the loop, stop.
  */
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE	/* sched_getaffinity, CPU_COUNT */
+#endif
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <event2/event.h>
+#include <event2/thread.h>
 
 #include "control.h"
 #include "ctx.h"
@@ -31,6 +37,7 @@
 #include "sandbox.h"
 #include "stats.h"
 #include "upstream.h"
+#include "worker.h"
 #include "zproxy.h"
 
 /* Descriptors each pair needs: two sockets, and two pipes when splicing. */
@@ -131,66 +138,83 @@ cpu_seconds(void)
 static void
 notify_status(void *arg, char *buf, size_t len)
 {
-	struct zp_ctx	*ctx = arg;
-	uint64_t	 up = ctx->stats.all.up.bytes;
-	uint64_t	 down = ctx->stats.all.down.bytes;
-	size_t		 i, nup = 0;
+	struct zp_ctx		*ctx = arg;
+	struct zp_totals	*t;
+	struct zp_upstream	 u;
+	size_t			 i, nup = 0;
 
-	for (i = 0; i < zp_upstreams_count(ctx->ups); i++)
-		nup += zp_upstream_get(ctx->ups, i)->up != 0;
+	if ((t = malloc(sizeof(*t))) == NULL) {
+		snprintf(buf, len, "%s", ctx->stopping ? "draining" :
+		    "relaying");
+		return;
+	}
+	zp_ctx_totals(ctx, t);
+	for (i = 0; i < zp_upstreams_count(ctx->ups); i++) {
+		zp_upstream_get(ctx->ups, i, &u);
+		nup += u.up != 0;
+	}
 	snprintf(buf, len, "%s; connections open=%llu total=%llu; bytes "
 	    "up=%llu down=%llu; upstreams up %zu of %zu",
 	    ctx->stopping ? "draining" : "relaying",
-	    (unsigned long long)ctx->stats.conns_open,
-	    (unsigned long long)ctx->stats.conns_total,
-	    (unsigned long long)up, (unsigned long long)down, nup,
+	    (unsigned long long)t->stats.conns_open,
+	    (unsigned long long)t->stats.conns_total,
+	    (unsigned long long)t->stats.all.up.bytes,
+	    (unsigned long long)t->stats.all.down.bytes, nup,
 	    zp_upstreams_count(ctx->ups));
+	free(t);
 }
 
 /* Log the counters. */
 static void
 log_stats(struct zp_ctx *ctx, const char *what)
 {
-	struct zp_pipepool_stats	 pst;
-	uint64_t			 up = ctx->stats.all.up.bytes;
-	uint64_t			 down = ctx->stats.all.down.bytes;
-	double				 cpu = cpu_seconds(), gib;
-	char				 per[32];
+	struct zp_totals	*t;
+	const struct zp_stats	*st;
+	uint64_t		 up, down;
+	double			 cpu = cpu_seconds(), gib;
+	char			 per[32];
 
-	memset(&pst, 0, sizeof(pst));
-	if (ctx->pool != NULL)
-		zp_pipepool_stats(ctx->pool, &pst);
+	if ((t = malloc(sizeof(*t))) == NULL) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s: out of memory", what);
+		return;
+	}
+	/* Summed over the threads: one line for the process. */
+	zp_ctx_totals(ctx, t);
+	st = &t->stats;
+	up = st->all.up.bytes;
+	down = st->all.down.bytes;
 	gib = (double)(up + down) / (1024.0 * 1024 * 1024);
 	/* Below 64 MiB the start-up cost swamps the figure: say nothing. */
 	if (gib >= 1.0 / 16)
 		snprintf(per, sizeof(per), "%.3fs", cpu / gib);
 	else
 		snprintf(per, sizeof(per), "n/a");
-	zp_log(&ctx->log, ZP_LOG_NOTICE, "%s: connections open=%llu "
+	zp_log(ctx->log, ZP_LOG_NOTICE, "%s: connections open=%llu "
 	    "total=%llu failed=%llu; bytes up=%llu down=%llu; copy-fallbacks "
 	    "no-pipe=%llu splice-refused=%llu; pipes alive=%zu pooled=%zu; "
 	    "accept-pauses=%llu; local-errors=%llu local-failed=%llu; "
 	    "clients denied=%llu source-limited=%llu bad-proxy-header=%llu "
 	    "bad-destination=%llu; moves=%llu framing-errors=%llu "
 	    "replayed=%llu; cpu=%.3fs cpu-per-GiB=%s", what,
-	    (unsigned long long)ctx->stats.conns_open,
-	    (unsigned long long)ctx->stats.conns_total,
-	    (unsigned long long)ctx->stats.conns_failed,
+	    (unsigned long long)st->conns_open,
+	    (unsigned long long)st->conns_total,
+	    (unsigned long long)st->conns_failed,
 	    (unsigned long long)up, (unsigned long long)down,
-	    (unsigned long long)ctx->stats.fallbacks[ZP_FALLBACK_POOL],
-	    (unsigned long long)ctx->stats.fallbacks[ZP_FALLBACK_REFUSED],
-	    pst.alive, pst.pooled,
-	    (unsigned long long)ctx->stats.accept_pauses,
-	    (unsigned long long)ctx->stats.local_errors,
-	    (unsigned long long)ctx->stats.conns_local_failed,
-	    (unsigned long long)ctx->stats.clients_denied,
-	    (unsigned long long)ctx->stats.clients_source_limited,
-	    (unsigned long long)ctx->stats.bad_proxy_headers,
-	    (unsigned long long)ctx->stats.bad_destinations,
-	    (unsigned long long)(ctx->stats.moves[0] + ctx->stats.moves[1] +
-	    ctx->stats.moves[2]),
-	    (unsigned long long)ctx->stats.framing_errors,
-	    (unsigned long long)ctx->stats.replayed, cpu, per);
+	    (unsigned long long)st->fallbacks[ZP_FALLBACK_POOL],
+	    (unsigned long long)st->fallbacks[ZP_FALLBACK_REFUSED],
+	    t->pool.alive, t->pool.pooled,
+	    (unsigned long long)st->accept_pauses,
+	    (unsigned long long)st->local_errors,
+	    (unsigned long long)st->conns_local_failed,
+	    (unsigned long long)st->clients_denied,
+	    (unsigned long long)st->clients_source_limited,
+	    (unsigned long long)st->bad_proxy_headers,
+	    (unsigned long long)st->bad_destinations,
+	    (unsigned long long)(st->moves[0] + st->moves[1] +
+	    st->moves[2]),
+	    (unsigned long long)st->framing_errors,
+	    (unsigned long long)st->replayed, cpu, per);
+	free(t);
 }
 
 /*
@@ -233,8 +257,8 @@ drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_ctx	*ctx = arg;
 
-	zp_log(&ctx->log, ZP_LOG_NOTICE, "drain timeout: closing %llu "
-	    "connections", (unsigned long long)ctx->stats.conns_open);
+	zp_log(ctx->log, ZP_LOG_NOTICE, "drain timeout: closing %ld "
+	    "connections", zp_ctx_open_all(ctx));
 	event_base_loopbreak(ctx->base);
 }
 
@@ -248,20 +272,26 @@ ctx_drain(struct zp_ctx *ctx, const char *why)
 	struct timeval	 tv;
 	double		 t = ctx->cfg->drain_timeout;
 
+	long		 open;
+
 	ctx->stopping = 1;
+	/* Every close wakes this thread now; then look (see worker.c). */
+	__atomic_store_n(&ctx->close_wake, 1, __ATOMIC_SEQ_CST);
 	ctx_stop_accepting(ctx);
-	if (ctx->stats.conns_open == 0) {
-		zp_log(&ctx->log, ZP_LOG_NOTICE, "%s: stopping", why);
+	if ((open = zp_ctx_open_all(ctx)) == 0) {
+		zp_log(ctx->log, ZP_LOG_NOTICE, "%s: stopping", why);
 		event_base_loopbreak(ctx->base);
 		return;
 	}
-	zp_log(&ctx->log, ZP_LOG_NOTICE, "%s: not accepting; draining "
-	    "%llu connections for up to %.3gs", why,
-	    (unsigned long long)ctx->stats.conns_open, t);
+	zp_log(ctx->log, ZP_LOG_NOTICE, "%s: not accepting; draining "
+	    "%ld connections for up to %.3gs", why, open, t);
 	/*
 	 * Framed streams are told (a FIN) rather than cut at the end: what
-	 * a client sends until it closes is still forwarded.
+	 * a client sends until it closes is still forwarded. Every thread
+	 * does the same with its own pairs; the last one to close wakes
+	 * this one (zp_ctx_changed).
 	 */
+	zp_ctx_drain(ctx, cfg_framed(ctx));
 	if (cfg_framed(ctx))
 		zp_pairs_wind_down(ctx, ZP_END_SHUTDOWN);
 	tv = zp_seconds_tv(t);
@@ -280,9 +310,8 @@ signal_stop_cb(evutil_socket_t sig, short what, void *arg)
 	char		 why[32];
 
 	if (ctx->stopping) {
-		zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d again: closing "
-		    "%llu connections now", (int)sig,
-		    (unsigned long long)ctx->stats.conns_open);
+		zp_log(ctx->log, ZP_LOG_NOTICE, "signal %d again: closing "
+		    "%ld connections now", (int)sig, zp_ctx_open_all(ctx));
 		event_base_loopbreak(ctx->base);
 		return;
 	}
@@ -297,7 +326,7 @@ control_begin(void *arg, long pid)
 {
 	struct zp_ctx	*ctx = arg;
 
-	zp_log(&ctx->log, ZP_LOG_NOTICE, "takeover by pid %ld: handing the "
+	zp_log(ctx->log, ZP_LOG_NOTICE, "takeover by pid %ld: handing the "
 	    "listening sockets over", pid);
 	zp_notify_reloading(ctx->notify);
 }
@@ -332,7 +361,7 @@ control_abort(void *arg, long pid, const char *why)
 {
 	struct zp_ctx	*ctx = arg;
 
-	zp_log(&ctx->log, ZP_LOG_WARN, "takeover by pid %ld failed: %s; "
+	zp_log(ctx->log, ZP_LOG_WARN, "takeover by pid %ld failed: %s; "
 	    "serving on", pid, why);
 	zp_notify_resume(ctx->notify);
 }
@@ -367,8 +396,8 @@ signal_hup_cb(evutil_socket_t sig, short what, void *arg)
 {
 	struct zp_ctx	*ctx = arg;
 
-	if (ctx->log.sink == ZP_LOG_FILE && zp_log_reopen(&ctx->log) == 0)
-		zp_log(&ctx->log, ZP_LOG_NOTICE, "signal %d: log reopened",
+	if (ctx->log->sink == ZP_LOG_FILE && zp_log_reopen(ctx->log) == 0)
+		zp_log(ctx->log, ZP_LOG_NOTICE, "signal %d: log reopened",
 		    (int)sig);
 }
 
@@ -407,7 +436,7 @@ size_limits(struct zp_ctx *ctx, long nofile)
 	if (cfg->max_conns > 0) {
 		ctx->max_conns = cfg->max_conns;
 		if (cfg->max_conns > (nofile - reserve) / per)
-			zp_log(&ctx->log, ZP_LOG_WARN, "--max-conns %ld needs "
+			zp_log(ctx->log, ZP_LOG_WARN, "--max-conns %ld needs "
 			    "about %ld descriptors and RLIMIT_NOFILE is %ld: "
 			    "expect copy-mode fallbacks and accept pauses",
 			    cfg->max_conns, cfg->max_conns * per + reserve,
@@ -467,8 +496,7 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 	struct zp_config	*cfg = ctx->cfg;
 	char			 lbuf[1024], ups[1024], name[300];
 	char			 sbuf[ZP_ADDRSTRLEN], src[ZP_ADDRSTRLEN + 16];
-	const struct zp_upstream *u;
-	size_t			 i, off = 0, nups;
+	size_t			 i, off = 0, nups, naddrs;
 
 	nups = zp_upstreams_count(ctx->ups);
 	ups[0] = src[0] = '\0';
@@ -479,10 +507,10 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 			    i ? ", " : "");
 			continue;
 		}
-		u = zp_upstream_get(ctx->ups, i);
+		naddrs = zp_upstream_addr(ctx->ups, i, SIZE_MAX, NULL);
 		off += snprintf(ups + off, sizeof(ups) - off, "%s%s (%zu "
-		    "address%s)", i ? ", " : "", zp_upstream_name(u, name,
-		    sizeof(name)), u->naddrs, u->naddrs == 1 ? "" : "es");
+		    "address%s)", i ? ", " : "", zp_upstream_label(ctx->ups, i,
+		    name, sizeof(name)), naddrs, naddrs == 1 ? "" : "es");
 	}
 	/* --source ADDR: "ADDR:0", the port the kernel picks per connect. */
 	if (cfg->source == ZP_SOURCE_ADDR)
@@ -490,15 +518,15 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 		    zp_addr_str(&cfg->source_addr, sbuf, sizeof(sbuf)));
 	else if (cfg->source == ZP_SOURCE_CLIENT)
 		snprintf(src, sizeof(src), ", source client");
-	zp_log(&ctx->log, ZP_LOG_NOTICE, "listening on %s, upstream%s %s, "
+	zp_log(ctx->log, ZP_LOG_NOTICE, "listening on %s, upstream%s %s, "
 	    "balance %s, mode %s, pipe-size %zu, buffer-size %zu, splice-min "
-	    "%zu, max-conns %ld, RLIMIT_NOFILE %ld%s, %s",
+	    "%zu, max-conns %ld, threads %d, RLIMIT_NOFILE %ld%s, %s",
 	    listen_str(ctx, lbuf, sizeof(lbuf)),
 	    nups == 1 ? "" : "s", ups,
 	    zp_balance_str(zp_upstreams_balance(ctx->ups)),
 	    cfg->mode == ZP_MODE_SPLICE ? "splice" : "copy", cfg->pipe_size,
-	    cfg->buffer_size, cfg->splice_min, ctx->max_conns, nofile, src,
-	    privs);
+	    cfg->buffer_size, cfg->splice_min, ctx->max_conns,
+	    zp_ctx_threads(ctx), nofile, src, privs);
 }
 
 /* Append the rules of acl to buf as " --opt NET,NET..." (cut if long). */
@@ -536,14 +564,14 @@ log_access(struct zp_ctx *ctx)
 		(void)access_rules(buf, sizeof(buf), 0, "proxy-from",
 		    &cfg->proxy_from);
 		/* Any peer can then name any client, to the rules as well. */
-		zp_log(&ctx->log, cfg->proxy_from.n > 0 ? ZP_LOG_NOTICE :
+		zp_log(ctx->log, cfg->proxy_from.n > 0 ? ZP_LOG_NOTICE :
 		    ZP_LOG_WARN, "PROXY headers required, within %.3gs, "
 		    "from %s", cfg->proxy_timeout, cfg->proxy_from.n > 0 ?
 		    buf + 1 : "any peer: without --proxy-from, any client may "
 		    "claim any address");
 	}
 	if (cfg->framing != ZP_FRAMING_NONE)
-		zp_log(&ctx->log, ZP_LOG_NOTICE, "framing %s, messages up to "
+		zp_log(ctx->log, ZP_LOG_NOTICE, "framing %s, messages up to "
 		    "%zu bytes%s; streams move off an upstream that fails%s",
 		    zp_framing_name((enum zp_framing)cfg->framing),
 		    cfg->max_frame > 0 ? cfg->max_frame : cfg->framing ==
@@ -553,11 +581,11 @@ log_access(struct zp_ctx *ctx)
 		    cfg->nupstreams < 2 ? " (but there is only one upstream)" :
 		    "");
 	if (cfg->max_lifetime > 0)
-		zp_log(&ctx->log, ZP_LOG_NOTICE, "a stream moves to the "
+		zp_log(ctx->log, ZP_LOG_NOTICE, "a stream moves to the "
 		    "balancer's choice after %.3gs on one upstream",
 		    cfg->max_lifetime);
 	if (cfg->rebalance)
-		zp_log(&ctx->log, ZP_LOG_NOTICE, "rebalancing: at most %d "
+		zp_log(ctx->log, ZP_LOG_NOTICE, "rebalancing: at most %d "
 		    "moves a second while an upstream has 2 streams more than "
 		    "another", cfg->rebalance_rate);
 	if (cfg->deny.n == 0 && cfg->allow.n == 0 &&
@@ -569,7 +597,7 @@ log_access(struct zp_ctx *ctx)
 	if (cfg->max_conns_per_source > 0 && off < sizeof(buf))
 		snprintf(buf + off, sizeof(buf) - off,
 		    " --max-conns-per-source %ld", cfg->max_conns_per_source);
-	zp_log(&ctx->log, ZP_LOG_NOTICE, "who may connect:%s", buf);
+	zp_log(ctx->log, ZP_LOG_NOTICE, "who may connect:%s", buf);
 }
 
 /*
@@ -587,7 +615,7 @@ log_original(struct zp_ctx *ctx)
 	if (!cfg->original)
 		return;
 	if (cfg->allow_dst.n == 0) {
-		zp_log(&ctx->log, ZP_LOG_WARN, "-u original without "
+		zp_log(ctx->log, ZP_LOG_WARN, "-u original without "
 		    "--allow-dst: clients may reach any destination this host "
 		    "can connect to (but zproxy itself)");
 		return;
@@ -608,7 +636,7 @@ log_original(struct zp_ctx *ctx)
 			break;
 		off += (size_t)n;
 	}
-	zp_log(&ctx->log, ZP_LOG_NOTICE, "-u original may connect to: "
+	zp_log(ctx->log, ZP_LOG_NOTICE, "-u original may connect to: "
 	    "--allow-dst %s", buf);
 }
 
@@ -621,7 +649,7 @@ log_original(struct zp_ctx *ctx)
  * or an exit status.
  */
 static int
-pool_setup(struct zp_ctx *ctx)
+pool_setup(struct zp_ctx *ctx, int nthreads)
 {
 	struct zp_config	*cfg = ctx->cfg;
 	char			 err[ZP_ERRLEN];
@@ -632,34 +660,39 @@ pool_setup(struct zp_ctx *ctx)
 	cap = (size_t)ctx->max_conns * 2;
 	if (cap > ctx->pipe_cap)
 		cap = ctx->pipe_cap;
+	/* Each thread has a pool of its own: the budget is shared out. */
+	cap /= (size_t)nthreads;
 	if (cap < 2)
 		cap = 2;
 	prepare = cap < ZP_POOL_PREPARE ? cap : ZP_POOL_PREPARE;
 	pages = read_sysctl("/proc/sys/fs/pipe-user-pages-soft");
-	if (geteuid() != 0 && pages > 0 &&
-	    prepare > (size_t)pages * 4096 / 4 / cfg->pipe_size)
-		prepare = (size_t)pages * 4096 / 4 / cfg->pipe_size;
+	if (geteuid() != 0 && pages > 0 && prepare > (size_t)pages * 4096 /
+	    4 / cfg->pipe_size / (size_t)nthreads)
+		prepare = (size_t)pages * 4096 / 4 / cfg->pipe_size /
+		    (size_t)nthreads;
 	if (prepare < 2)
 		prepare = 2;
+	ctx->pool_cap = cap;
+	ctx->pool_prepare = prepare;
 	if ((ctx->pool = zp_pipepool_new(cfg->pipe_size, cap, prepare,
 	    &shortage, err, sizeof(err))) == NULL) {
 		maxpipe = read_sysctl("/proc/sys/fs/pipe-max-size");
 		if (shortage == ZP_PIPE_BUDGET && maxpipe > 0 &&
 		    cfg->pipe_size > (size_t)maxpipe) {
-			zp_log(&ctx->log, ZP_LOG_ERROR, "--pipe-size %zu is "
+			zp_log(ctx->log, ZP_LOG_ERROR, "--pipe-size %zu is "
 			    "above fs.pipe-max-size (%ld) and the kernel "
 			    "refuses it", cfg->pipe_size, maxpipe);
 			return ZP_EX_OSERR;
 		}
 		if (shortage != ZP_PIPE_BUDGET && shortage != ZP_PIPE_NOFD) {
-			zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
+			zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
 			return ZP_EX_OSERR;
 		}
-		zp_log(&ctx->log, ZP_LOG_WARN, "%s; relaying in copy mode "
+		zp_log(ctx->log, ZP_LOG_WARN, "%s; relaying in copy mode "
 		    "until pipes can be had", err);
 		if ((ctx->pool = zp_pipepool_new(cfg->pipe_size, cap, 0,
 		    &shortage, err, sizeof(err))) == NULL) {
-			zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
+			zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
 			return ZP_EX_OSERR;
 		}
 	} else {
@@ -667,7 +700,7 @@ pool_setup(struct zp_ctx *ctx)
 
 		zp_pipepool_stats(ctx->pool, &pst);
 		if (pst.pooled < prepare)
-			zp_log(&ctx->log, ZP_LOG_WARN, "only %zu of %zu pipes "
+			zp_log(ctx->log, ZP_LOG_WARN, "only %zu of %zu pipes "
 			    "of %zu bytes could be made (%s); pairs beyond "
 			    "them relay in copy mode", pst.pooled, prepare,
 			    cfg->pipe_size, zp_pipe_shortage_str(pst.shortage));
@@ -682,7 +715,7 @@ pool_setup(struct zp_ctx *ctx)
 		int	fds[2];
 
 		if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) == -1) {
-			zp_log(&ctx->log, ZP_LOG_ERROR, "pipe2: %s",
+			zp_log(ctx->log, ZP_LOG_ERROR, "pipe2: %s",
 			    strerror(errno));
 			return ZP_EX_OSERR;
 		}
@@ -701,7 +734,7 @@ replay_setup(struct zp_ctx *ctx)
 	/* Decided here: the sandbox refuses geteuid() later. */
 	ctx->replay_roomy = ctx->cfg->user == NULL && geteuid() == 0;
 	if ((ctx->devnull = open("/dev/null", O_WRONLY | O_CLOEXEC)) == -1) {
-		zp_log(&ctx->log, ZP_LOG_ERROR, "/dev/null: %s",
+		zp_log(ctx->log, ZP_LOG_ERROR, "/dev/null: %s",
 		    strerror(errno));
 		return ZP_EX_OSERR;
 	}
@@ -725,7 +758,7 @@ replay_probe(struct zp_ctx *ctx)
 		return 0;
 	if (zp_replay_pipe(cfg->replay_window, &p) == -1) {
 		maxpipe = read_sysctl("/proc/sys/fs/pipe-max-size");
-		zp_log(&ctx->log, ZP_LOG_ERROR, "--replay-window %zu: the "
+		zp_log(ctx->log, ZP_LOG_ERROR, "--replay-window %zu: the "
 		    "kernel gives no pipe that large (%s; fs.pipe-max-size "
 		    "is %ld)", cfg->replay_window, strerror(errno), maxpipe);
 		return ZP_EX_OSERR;
@@ -752,9 +785,18 @@ confine(struct zp_ctx *ctx, const struct zp_privs *pv, char *privs,
 	int	off;
 
 	if (zp_privs_drop(pv, err, sizeof(err)) == -1) {
-		zp_log(&ctx->log, ZP_LOG_ERROR, "cannot become user %s: %s",
+		zp_log(ctx->log, ZP_LOG_ERROR, "cannot become user %s: %s",
 		    pv->user, err);
 		return ZP_EX_NOPERM;
+	}
+	/*
+	 * The threads start as who zproxy is now: capabilities are each
+	 * thread's own, so a thread made before the drop would keep root's.
+	 * The filter below covers them too (SECCOMP_FILTER_FLAG_TSYNC).
+	 */
+	if (zp_workers_start(ctx, err, sizeof(err)) == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_OSERR;
 	}
 	if (pv->change)
 		off = snprintf(privs, len, "user %s:%s", pv->user, pv->group);
@@ -770,9 +812,9 @@ confine(struct zp_ctx *ctx, const struct zp_privs *pv, char *privs,
 		snprintf(privs + off, len - off, ", sandbox unavailable");
 		return 0;
 	}
-	if ((ctx->sandbox = zp_sandbox_install(ctx->base, &ctx->log, err,
+	if ((ctx->sandbox = zp_sandbox_install(ctx->base, ctx->log, err,
 	    sizeof(err))) == NULL) {
-		zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
 		return ZP_EX_OSERR;
 	}
 	snprintf(privs + off, len - off, ", sandbox on");
@@ -785,6 +827,7 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 {
 	int	i;
 
+	zp_workers_free(ctx);
 	zp_pairs_close(ctx, ZP_END_SHUTDOWN);
 	ctx_stop_accepting(ctx);
 	zp_stats_free(ctx->stats_server);
@@ -913,7 +956,7 @@ listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
 			if (zp_inherit_parse_env(&sd, getenv("LISTEN_PID"),
 			    getenv("LISTEN_FDS"), getenv("LISTEN_FDNAMES"),
 			    getpid(), err, sizeof(err)) == -1) {
-				zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
+				zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
 				return ZP_EX_CONFIG;
 			}
 			/* As sd_listen_fds(3) does: they are not for children. */
@@ -932,7 +975,7 @@ listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
 			if ((l = zp_listener_new(ctx, spec, err,
 			    sizeof(err))) == NULL) {
 				/* EPERM: --tproxy without its capability. */
-				zp_log(&ctx->log, ZP_LOG_ERROR, "%s", err);
+				zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
 				return errno == EPERM ? ZP_EX_NOPERM :
 				    ZP_EX_OSERR;
 			}
@@ -943,12 +986,12 @@ listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
 		    ZP_INHERIT_MAX);
 		if (n == 0) {
 			if (offer != NULL)
-				zp_log(&ctx->log, ZP_LOG_ERROR, "--takeover: "
+				zp_log(ctx->log, ZP_LOG_ERROR, "--takeover: "
 				    "the zproxy there (pid %ld) does not listen "
 				    "on %s: the listen addresses cannot change "
 				    "across a takeover", offer->pid, label);
 			else
-				zp_log(&ctx->log, ZP_LOG_ERROR, "-l %s: "
+				zp_log(ctx->log, ZP_LOG_ERROR, "-l %s: "
 				    "systemd passed no socket %s", label,
 				    spec->name[0] ? "of that name "
 				    "(FileDescriptorName=)" : "that no "
@@ -959,7 +1002,7 @@ listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
 		for (j = 0; j < n; j++) {
 			if ((l = zp_listener_adopt(ctx, fds[j], label, err,
 			    sizeof(err))) == NULL) {
-				zp_log(&ctx->log, ZP_LOG_ERROR, "-l %s: %s",
+				zp_log(ctx->log, ZP_LOG_ERROR, "-l %s: %s",
 				    label, err);
 				while (++j < n)
 					close(fds[j]);
@@ -972,7 +1015,7 @@ listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
 	}
 	if (set != NULL && (left = zp_inherit_left(set)) != NULL) {
 		if (offer != NULL) {
-			zp_log(&ctx->log, ZP_LOG_ERROR, "--takeover: the "
+			zp_log(ctx->log, ZP_LOG_ERROR, "--takeover: the "
 			    "zproxy there (pid %ld) listens on %s too: give "
 			    "every -l it has (the listen addresses cannot "
 			    "change across a takeover)", offer->pid,
@@ -981,7 +1024,7 @@ listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
 		}
 		for (i = 0; i < set->n; i++)
 			if (!set->socks[i].taken)
-				zp_log(&ctx->log, ZP_LOG_WARN, "-l systemd: "
+				zp_log(ctx->log, ZP_LOG_WARN, "-l systemd: "
 				    "closing descriptor %d (%s): no -l takes "
 				    "it", set->socks[i].fd,
 				    set->socks[i].label);
@@ -1013,16 +1056,35 @@ source_seed(void)
 	    (uint64_t)getpid();
 }
 
+/* --threads, or one per CPU this process may run on. */
+static int
+threads_wanted(const struct zp_config *cfg)
+{
+	cpu_set_t	set;
+	int		n;
+
+	if (cfg->threads > 0)
+		return cfg->threads;
+	if (sched_getaffinity(0, sizeof(set), &set) == -1)
+		return 1;
+	n = CPU_COUNT(&set);
+	if (n < 1)
+		n = 1;
+	return n > ZP_THREADS_MAX ? ZP_THREADS_MAX : n;
+}
+
 int
 zp_run(struct zp_config *cfg)
 {
 	struct zp_ctx	 ctx;
+	struct zp_log	 log;
 	struct event	*sigs[4] = { NULL, NULL, NULL, NULL };
 	struct zp_privs	 pv;
 	struct zp_offer	 offer;
 	char		 err[ZP_ERRLEN], privs[200];
 	long		 nofile;
 	int		 rc = 0, level, i, stats_fd = -1;
+	int		 nthreads = threads_wanted(cfg);
 
 	memset(&ctx, 0, sizeof(ctx));
 	memset(&offer, 0, sizeof(offer));
@@ -1034,13 +1096,14 @@ zp_run(struct zp_config *cfg)
 		return rc;
 	TAILQ_INIT(&ctx.pairs);
 	ctx.cfg = cfg;
+	ctx.log = &log;
 	if (cfg->quiet)
 		level = ZP_LOG_ERROR;
 	else if (cfg->verbose == 0)
 		level = ZP_LOG_NOTICE;
 	else
 		level = cfg->verbose == 1 ? ZP_LOG_CONN : ZP_LOG_DEBUG;
-	zp_log_init(&ctx.log, stderr, level);
+	zp_log_init(ctx.log, stderr, level);
 	/* Before anything is opened: a wrong name must not bind a port. */
 	if ((rc = zp_privs_lookup(&pv, cfg->user, cfg->group, err,
 	    sizeof(err))) != 0) {
@@ -1052,7 +1115,7 @@ zp_run(struct zp_config *cfg)
 		fprintf(stderr, "zproxy: %s\n", err);
 		return rc;
 	}
-	if (zp_log_open(&ctx.log, cfg->log_file, cfg->use_syslog,
+	if (zp_log_open(ctx.log, cfg->log_file, cfg->use_syslog,
 	    cfg->log_format == ZP_LOG_JSON, err, sizeof(err)) == -1) {
 		fprintf(stderr, "zproxy: %s\n", err);
 		return ZP_EX_CANTCREAT;
@@ -1060,9 +1123,9 @@ zp_run(struct zp_config *cfg)
 	gettimeofday(&ctx.started, NULL);
 	if ((ctx.ups = zp_upstreams_new(cfg->upstreams, cfg->nupstreams,
 	    (enum zp_balance)cfg->balance, cfg->max_fails, cfg->fail_timeout,
-	    &ctx.log)) == NULL) {
-		zp_log(&ctx.log, ZP_LOG_ERROR, "out of memory");
-		zp_log_close(&ctx.log);
+	    ctx.log)) == NULL) {
+		zp_log(ctx.log, ZP_LOG_ERROR, "out of memory");
+		zp_log_close(ctx.log);
 		return ZP_EX_OSERR;
 	}
 
@@ -1071,25 +1134,35 @@ zp_run(struct zp_config *cfg)
 
 	/* splice(2) cannot take MSG_NOSIGNAL: a closed peer must not kill us. */
 	signal(SIGPIPE, SIG_IGN);
-	nofile = raise_nofile(&ctx.log);
+	nofile = raise_nofile(ctx.log);
 	size_limits(&ctx, nofile);
 
-	libevent_log = &ctx.log;
+	libevent_log = ctx.log;
 	event_set_log_callback(libevent_log_cb);
+	/*
+	 * Threads wake each other's loops (event_active from another
+	 * thread), which needs libevent's locks, set before any base.
+	 */
+	if (nthreads > 1 && evthread_use_pthreads() == -1) {
+		zp_log(ctx.log, ZP_LOG_ERROR, "cannot set up libevent for "
+		    "threads");
+		return ZP_EX_OSERR;
+	}
 	if ((ctx.base = event_base_new()) == NULL) {
-		zp_log(&ctx.log, ZP_LOG_ERROR, "cannot create the event loop");
+		zp_log(ctx.log, ZP_LOG_ERROR, "cannot create the event loop");
 		return ZP_EX_OSERR;
 	}
 	/* The old zproxy keeps serving until this one says it does. */
 	if (cfg->takeover != NULL && (rc = zp_takeover_fetch(cfg->takeover,
 	    &offer, err, sizeof(err))) != 0) {
-		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
+		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
 		goto out;
 	}
 	if ((rc = listeners_setup(&ctx, cfg->takeover != NULL ? &offer :
 	    NULL)) != 0)
 		goto out;
-	if ((cfg->mode == ZP_MODE_SPLICE && (rc = pool_setup(&ctx)) != 0) ||
+	if ((cfg->mode == ZP_MODE_SPLICE && (rc = pool_setup(&ctx,
+	    nthreads)) != 0) ||
 	    (rc = replay_setup(&ctx)) != 0)
 		goto out;
 	sigs[0] = evsignal_new(ctx.base, SIGTERM, signal_stop_cb, &ctx);
@@ -1098,7 +1171,7 @@ zp_run(struct zp_config *cfg)
 	sigs[3] = evsignal_new(ctx.base, SIGHUP, signal_hup_cb, &ctx);
 	for (i = 0; i < 4; i++)
 		if (sigs[i] == NULL || event_add(sigs[i], NULL) == -1) {
-			zp_log(&ctx.log, ZP_LOG_ERROR, "cannot set up "
+			zp_log(ctx.log, ZP_LOG_ERROR, "cannot set up "
 			    "signals");
 			rc = ZP_EX_OSERR;
 			goto out;
@@ -1111,19 +1184,19 @@ zp_run(struct zp_config *cfg)
 	}
 	if (cfg->have_stats && (ctx.stats_server = zp_stats_new(&ctx,
 	    &cfg->stats, stats_fd, err, sizeof(err))) == NULL) {
-		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
+		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
 		rc = ZP_EX_OSERR;
 		goto out;
 	}
 	if (cfg->check_interval > 0 &&
 	    (ctx.health = zp_health_new(&ctx)) == NULL) {
-		zp_log(&ctx.log, ZP_LOG_ERROR, "cannot start health checks");
+		zp_log(ctx.log, ZP_LOG_ERROR, "cannot start health checks");
 		rc = ZP_EX_OSERR;
 		goto out;
 	}
 	if (cfg->resolve_interval > 0 && (ctx.resolver =
 	    zp_resolver_new(&ctx, err, sizeof(err))) == NULL) {
-		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
+		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
 		rc = ZP_EX_OSERR;
 		goto out;
 	}
@@ -1133,17 +1206,25 @@ zp_run(struct zp_config *cfg)
 		if ((ctx.rebalance_timer = event_new(ctx.base, -1, EV_PERSIST,
 		    rebalance_cb, &ctx)) == NULL ||
 		    event_add(ctx.rebalance_timer, &tv) == -1) {
-			zp_log(&ctx.log, ZP_LOG_ERROR, "cannot start --rebalance");
+			zp_log(ctx.log, ZP_LOG_ERROR, "cannot start --rebalance");
 			rc = ZP_EX_OSERR;
 			goto out;
 		}
 	}
 
+	/* The other threads' contexts; they start in confine(). */
+	if (nthreads > 1 && zp_workers_new(&ctx, nthreads, err,
+	    sizeof(err)) == -1) {
+		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
+		rc = ZP_EX_OSERR;
+		goto out;
+	}
+
 	/* Opened as who we start as: the manager's socket may be root's. */
-	ctx.notify = zp_notify_new(ctx.base, &ctx.log, notify_status, &ctx,
+	ctx.notify = zp_notify_new(ctx.base, ctx.log, notify_status, &ctx,
 	    err, sizeof(err));
 	if (ctx.notify == NULL && err[0] != '\0') {
-		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
+		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
 		rc = ZP_EX_OSERR;
 		goto out;
 	}
@@ -1151,9 +1232,9 @@ zp_run(struct zp_config *cfg)
 		zp_notify_takeover(ctx.notify, offer.watchdog_usec);
 	/* Made as root, then given to --user: the next zproxy is that user. */
 	if (cfg->control != NULL && (ctx.control = zp_control_new(ctx.base,
-	    &ctx.log, cfg->control, pv.change ? pv.uid : (uid_t)-1, pv.gid,
+	    ctx.log, cfg->control, pv.change ? pv.uid : (uid_t)-1, pv.gid,
 	    &control_ops, &ctx, err, sizeof(err))) == NULL) {
-		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
+		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
 		rc = ZP_EX_OSERR;
 		goto out;
 	}
@@ -1162,7 +1243,7 @@ zp_run(struct zp_config *cfg)
 		goto out;
 	/* What confine() kept must still do: a --user drop bug shows here. */
 	if ((rc = zp_source_check(cfg, 1, err, sizeof(err))) != 0) {
-		zp_log(&ctx.log, ZP_LOG_ERROR, "%s", err);
+		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
 		goto out;
 	}
 
@@ -1173,20 +1254,21 @@ zp_run(struct zp_config *cfg)
 	zp_notify_ready(ctx.notify);
 	if (cfg->takeover != NULL) {
 		if (zp_takeover_done(&offer, err, sizeof(err)) == -1)
-			zp_log(&ctx.log, ZP_LOG_WARN, "%s", err);
+			zp_log(ctx.log, ZP_LOG_WARN, "%s", err);
 		else
-			zp_log(&ctx.log, ZP_LOG_NOTICE, "took over from pid "
+			zp_log(ctx.log, ZP_LOG_NOTICE, "took over from pid "
 			    "%ld: it stops accepting and drains", offer.pid);
 	}
 	zp_offer_free(&offer);
 	daemon_ready(&ctx);
 
 	if (event_base_dispatch(ctx.base) == -1) {
-		zp_log(&ctx.log, ZP_LOG_ERROR, "event loop failed");
+		zp_log(ctx.log, ZP_LOG_ERROR, "event loop failed");
 		rc = ZP_EX_OSERR;
 	}
 	ctx.stopping = 1;
 	ctx_stop_accepting(&ctx);
+	zp_workers_stop(&ctx);
 	zp_pairs_close(&ctx, ZP_END_SHUTDOWN);
 	log_stats(&ctx, "stopping");
 out:
@@ -1196,6 +1278,6 @@ out:
 	ctx_free(&ctx, sigs, 4);
 	event_set_log_callback(NULL);
 	libevent_log = NULL;
-	zp_log_close(&ctx.log);
+	zp_log_close(ctx.log);
 	return rc;
 }

@@ -539,6 +539,17 @@ stats_scrape() {
 	fi
 }
 
+# promcheck WHAT: `promtool check metrics` accepts $T/metrics quietly;
+# nothing is checked where promtool is missing (metrics.sh insists on it).
+promcheck() {
+	local out rc
+	command -v promtool >/dev/null || return 0
+	out=$(promtool check metrics <"$T/metrics" 2>&1)
+	rc=$?
+	[ "$rc" = 0 ] && [ -z "$out" ] ||
+		fail "$1: promtool check metrics (status $rc): $out"
+}
+
 # stats_is SERIES WANT WHAT: after stats_scrape, SERIES must be WANT.
 stats_is() {
 	local v

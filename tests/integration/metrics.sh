@@ -75,18 +75,6 @@ wait_metric() {
 	done
 }
 
-# promcheck WHAT: `promtool check metrics` must accept $T/metrics quietly.
-# (Without promtool the need_promtool subcase fails the test; the other
-# checks still run.)
-promcheck() {
-	local out rc
-	command -v promtool >/dev/null || return 0
-	out=$(promtool check metrics <"$T/metrics" 2>&1)
-	rc=$?
-	[ "$rc" = 0 ] && [ -z "$out" ] ||
-		fail "$1: promtool check metrics (status $rc): $out"
-}
-
 # start_stats ARGS...: start_zproxy with --stats on a free port ($SPORT).
 start_stats() {
 	SPORT=$(free_port) || fail "zp-peer port failed"

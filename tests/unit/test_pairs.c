@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <event2/event.h>
+#include <event2/thread.h>
 
 #include <cmocka.h>
 
@@ -37,12 +38,14 @@
 #include "pair_int.h"
 #include "upstream.h"
 #include "upstream_int.h"
+#include "worker.h"
 
 #define MAXARGS	16
 
 struct harness {
 	struct zp_config	 cfg;
 	struct zp_ctx		 ctx;
+	struct zp_log		 logst;	/* ctx.log */
 	FILE			*log;
 	int			 front;		/* stands for zproxy's listener */
 };
@@ -106,7 +109,8 @@ h_init(struct harness *h, ...)
 		fail_msg("resolve: %s", err);
 	h->log = tmpfile();
 	assert_non_null(h->log);
-	zp_log_init(&h->ctx.log, h->log, ZP_LOG_CONN);
+	h->ctx.log = &h->logst;
+	zp_log_init(h->ctx.log, h->log, ZP_LOG_CONN);
 	h->ctx.cfg = &h->cfg;
 	h->ctx.tee_pipe.rfd = h->ctx.tee_pipe.wfd = -1;
 	h->ctx.devnull = -1;
@@ -117,7 +121,7 @@ h_init(struct harness *h, ...)
 	assert_non_null(h->ctx.base = event_base_new());
 	assert_non_null(h->ctx.ups = zp_upstreams_new(h->cfg.upstreams,
 	    h->cfg.nupstreams, (enum zp_balance)h->cfg.balance,
-	    h->cfg.max_fails, h->cfg.fail_timeout, &h->ctx.log));
+	    h->cfg.max_fails, h->cfg.fail_timeout, h->ctx.log));
 	h->front = listen_any(&port);
 }
 
@@ -133,9 +137,13 @@ h_free(struct harness *h)
 	fclose(h->log);
 }
 
-/* A client: its own end (returned) and a pair on the accepted end. */
+/*
+ * A client: its own end (returned) and a pair on the accepted end,
+ * started here (zp_pair_start) or, handed, where the listener would start
+ * it (zp_ctx_start_pair: the least loaded thread).
+ */
 static int
-h_client(struct harness *h)
+h_client_via(struct harness *h, int handed)
 {
 	struct sockaddr_in	sin;
 	socklen_t		len = sizeof(sin);
@@ -150,9 +158,18 @@ h_client(struct harness *h)
 	a = accept4(h->front, (struct sockaddr *)&sin, &len,
 	    SOCK_NONBLOCK | SOCK_CLOEXEC);
 	assert_true(a != -1);
-	assert_int_equal(zp_pair_start(&h->ctx, a, (struct sockaddr *)&sin,
-	    len), 0);
+	if (handed)
+		zp_ctx_start_pair(&h->ctx, a, (struct sockaddr *)&sin, len);
+	else
+		assert_int_equal(zp_pair_start(&h->ctx, a,
+		    (struct sockaddr *)&sin, len), 0);
 	return c;
+}
+
+static int
+h_client(struct harness *h)
+{
+	return h_client_via(h, 0);
 }
 
 /* Run the loop until cond(h) holds or ms pass; returns cond(h). */
@@ -492,6 +509,70 @@ test_client_reset(void **state)
 	close(s);
 }
 
+static struct zp_totals	tot;
+
+/* Every thread's totals: 4 open, 2 on each, 4000 bytes up. */
+static int
+spread_and_counted(struct harness *h)
+{
+	zp_ctx_totals(&h->ctx, &tot);
+	return tot.stats.conns_open == 4 && tot.open[0] == 2 &&
+	    tot.open[1] == 2 && tot.stats.all.up.bytes == 4000 &&
+	    tot.stats.ups[0].up.bytes == 4000;
+}
+
+/*
+ * --threads 2: the root takes every other client (the least loaded,
+ * ties to the root), the worker relays its own; the totals sum both
+ * threads; the end closes the worker's pairs and logs them; the limit
+ * and the upstream's count see every thread.
+ */
+static void
+test_threads(void **state)
+{
+	struct harness	 h;
+	char		 up[32], buf[1000], err[ZP_ERRLEN];
+	unsigned short	 port;
+	int		 s, c[4], u[4], i;
+
+	(void)state;
+	s = listen_any(&port);
+	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
+	h_init(&h, "-u", up, "-m", "copy", NULL);
+	assert_int_equal(zp_workers_new(&h.ctx, 2, err, sizeof(err)), 0);
+	assert_int_equal(zp_ctx_threads(&h.ctx), 2);
+	assert_int_equal(zp_workers_start(&h.ctx, err, sizeof(err)), 0);
+	memset(buf, 'x', sizeof(buf));
+	for (i = 0; i < 4; i++) {
+		c[i] = h_client_via(&h, 1);
+		u[i] = h_accept(&h, s);
+		assert_int_equal(write(c[i], buf, sizeof(buf)), sizeof(buf));
+	}
+	assert_int_equal(zp_ctx_open_all(&h.ctx), 4);
+	assert_true(h_run(&h, spread_and_counted, 5000));
+	/* The root relays its two itself; the worker's went on meanwhile. */
+	for (i = 0; i < 4; i++)
+		h_recv(&h, u[i], sizeof(buf));
+	assert_int_equal(h.ctx.stats.conns_open, 2);
+	assert_int_equal(h.ctx.ups->v[0].active, 4);
+	zp_workers_stop(&h.ctx);
+	zp_ctx_totals(&h.ctx, &tot);
+	assert_int_equal(tot.open[1], 0);
+	assert_int_equal(tot.stats.conns_total, 4);
+	assert_int_equal(tot.stats.conns_open, 2);
+	assert_int_equal(h.ctx.ups->v[0].active, 2);
+	assert_int_equal(zp_ctx_open_all(&h.ctx), 2);
+	/* The worker's two ended with the process's end, logged. */
+	assert_non_null(strstr(h_log(&h), "end=shutdown"));
+	zp_workers_free(&h.ctx);
+	for (i = 0; i < 4; i++) {
+		close(c[i]);
+		close(u[i]);
+	}
+	h_free(&h);
+	close(s);
+}
+
 int
 main(void)
 {
@@ -502,7 +583,12 @@ main(void)
 		cmocka_unit_test(test_connected_address),
 		cmocka_unit_test(test_idle_timeout),
 		cmocka_unit_test(test_client_reset),
+		cmocka_unit_test(test_threads),
 	};
+
+	/* As zp_run() does with --threads above 1, before any base. */
+	if (evthread_use_pthreads() == -1)
+		return 1;
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -316,6 +316,7 @@ struct fx {
 	struct event_base	*base;
 	struct zp_config	 cfg;
 	struct zp_ctx		 ctx;
+	struct zp_log		 logst;	/* ctx.log */
 	int			 src_peer, src_fd, dst_fd, dst_peer;
 	struct zp_half		 src, dst;
 	struct zp_dir		 d;
@@ -416,7 +417,8 @@ fx_setup(void **state, const struct fx_opts *o)
 	fx->ctx.cfg = &fx->cfg;
 	fx->ctx.budget = o->budget > 0 ? o->budget : BUDGET;
 	TAILQ_INIT(&fx->ctx.pairs);
-	zp_log_init(&fx->ctx.log, stderr, ZP_LOG_ERROR);
+	fx->ctx.log = &fx->logst;
+	zp_log_init(fx->ctx.log, stderr, ZP_LOG_ERROR);
 	/* Every fixture has a pool, as zproxy in splice mode does. */
 	if ((fx->ctx.pool = zp_pipepool_new(o->pipe_size > 0 ? o->pipe_size :
 	    POOL_PIPE, 4, 2, &shortage, err, sizeof(err))) == NULL) {

@@ -55,6 +55,7 @@
 struct fixture {
 	struct zp_config	 cfg;
 	struct zp_ctx		 ctx;
+	struct zp_log		 logst;	/* ctx.log */
 	struct zp_pair		 pairs[NPAIRS];
 	struct zp_stats_server	*server;
 	unsigned short		 port;
@@ -124,10 +125,11 @@ setup_ctx(void **state)
 	TAILQ_INIT(&ctx->pairs);
 	ctx->cfg = &f->cfg;
 	assert_non_null(f->logfp = tmpfile());
-	zp_log_init(&ctx->log, f->logfp, ZP_LOG_DEBUG);
+	ctx->log = &f->logst;
+	zp_log_init(ctx->log, f->logfp, ZP_LOG_DEBUG);
 	assert_non_null(ctx->base = event_base_new());
 	assert_non_null(ctx->ups = zp_upstreams_new(f->cfg.upstreams,
-	    f->cfg.nupstreams, ZP_BALANCE_ROUNDROBIN, 1, 10.0, &ctx->log));
+	    f->cfg.nupstreams, ZP_BALANCE_ROUNDROBIN, 1, 10.0, ctx->log));
 
 	ctx->stats.conns_total = 1001;
 	ctx->stats.conns_open = NPAIRS;

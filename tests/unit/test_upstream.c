@@ -251,20 +251,24 @@ test_new_get(void **state)
 {
 	struct ups_state		*s = *state;
 	struct zp_upstreams		*us;
-	const struct zp_upstream	*u;
+	struct zp_upstream		 u;
 	char				 name[64];
 
 	assert_non_null(us = zp_upstreams_new(s->specs, 4,
 	    ZP_BALANCE_FIRST, 1, 1.0, &s->lg));
 	assert_int_equal(zp_upstreams_count(us), 4);
 	assert_int_equal(zp_upstreams_balance(us), ZP_BALANCE_FIRST);
-	u = zp_upstream_get(us, 3);
-	assert_ptr_equal(u->spec, &s->specs[3]);
-	assert_int_equal(u->up, 1);
-	assert_string_equal(zp_upstream_name(u, name, sizeof(name)),
+	zp_upstream_get(us, 3, &u);
+	assert_ptr_equal(u.spec, &s->specs[3]);
+	assert_int_equal(u.up, 1);
+	assert_null(u.addrs);	/* the copy never shares the live list */
+	assert_string_equal(zp_upstream_name(&u, name, sizeof(name)),
+	    "[2001:db8::4]:8080");
+	assert_string_equal(zp_upstream_label(us, 3, name, sizeof(name)),
 	    "[2001:db8::4]:8080");
 	zp_upstream_acquire(us, 3);
-	assert_int_equal(zp_upstream_get(us, 3)->active, 1);
+	zp_upstream_get(us, 3, &u);
+	assert_int_equal(u.active, 1);
 	zp_upstreams_free(us);
 	zp_upstreams_free(NULL);
 }

@@ -1,0 +1,615 @@
+/*
+ * worker.c - --threads: a loop per thread, clients handed to the least
+ * loaded one, messages from the root, counters summed on request.
+ */
+
+#include <sys/socket.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <event2/event.h>
+
+#include "ctx.h"
+#include "listener.h"
+#include "log.h"
+#include "net.h"
+#include "pair.h"
+#include "pipepool.h"
+#include "stats.h"
+#include "worker.h"
+
+struct zp_worker;
+
+/* What the root asks of a worker, run on the worker's thread. */
+struct zp_wmsg {
+	void		(*fn)(struct zp_worker *, struct zp_wmsg *);
+	int		 fd;		/* a client, for wmsg_start */
+	long		 arg;
+	struct sockaddr_storage ss;
+	socklen_t	 len;
+};
+
+struct zp_worker {
+	struct zp_ctx	 ctx;
+	pthread_t	 tid;
+	int		 started;	/* pthread_create succeeded */
+	int		 running;	/* its loop may still take messages */
+	int		 exiting;	/* wmsg_exit ran: start nothing more */
+	struct event	*inbox;
+	pthread_mutex_t	 mu;		/* the queue, the snapshot's reply */
+	pthread_cond_t	 cv;
+	struct zp_wmsg	*q;
+	size_t		 nq, capq;
+	struct zp_totals *snap;		/* where the snapshot adds to */
+	int		 snap_done;
+};
+
+struct zp_workers {
+	int		 n;		/* threads, the root's included */
+	struct zp_worker *w[ZP_MAX_THREADS];	/* [0] unused: the root */
+	struct event	*wake;		/* on the root's base: see changed */
+	int		 shed;		/* atomic: a worker is out of fds */
+};
+
+/*
+ * Sequentially consistent: a worker's close lowers its load and then
+ * reads close_wake; the root sets close_wake and then reads the loads.
+ * One of them sees the other, so no close that frees room is missed.
+ */
+#define LOAD(x)		__atomic_load_n(&(x), __ATOMIC_SEQ_CST)
+#define ADD(x, v)	__atomic_add_fetch(&(x), (v), __ATOMIC_SEQ_CST)
+
+static struct zp_ctx *
+ctx_root(struct zp_ctx *ctx)
+{
+	return ctx->root != NULL ? ctx->root : ctx;
+}
+
+int
+zp_ctx_threads(const struct zp_ctx *ctx)
+{
+	const struct zp_ctx *root = ctx->root != NULL ? ctx->root : ctx;
+
+	return root->workers != NULL ? root->workers->n : 1;
+}
+
+uint64_t
+zp_ctx_next_id(struct zp_ctx *ctx)
+{
+	return ADD(ctx_root(ctx)->next_id, 1);
+}
+
+/* Open pairs here, and clients on their way here. */
+static long
+ctx_load(const struct zp_ctx *ctx)
+{
+	return LOAD(ctx->load) + LOAD(ctx->queued);
+}
+
+long
+zp_ctx_open_all(const struct zp_ctx *root)
+{
+	long	n = ctx_load(root);
+	int	i;
+
+	if (root->workers != NULL)
+		for (i = 1; i < root->workers->n; i++)
+			n += ctx_load(&root->workers->w[i]->ctx);
+	return n;
+}
+
+/* On the root's thread: look at what the workers' changes allow. */
+static void
+root_changed(struct zp_ctx *root)
+{
+	if (root->workers != NULL &&
+	    __atomic_exchange_n(&root->workers->shed, 0, __ATOMIC_RELAXED))
+		(void)zp_stats_shed(root->stats_server);
+	if (root->listener != NULL) {
+		zp_listener_resume(root->listener);
+		zp_listener_update(root->listener);
+	}
+	if (root->stopping && zp_ctx_open_all(root) == 0)
+		event_base_loopbreak(root->base);	/* drained */
+}
+
+static void
+wake_cb(evutil_socket_t fd, short what, void *arg)
+{
+	root_changed(arg);
+}
+
+void
+zp_ctx_changed(struct zp_ctx *ctx)
+{
+	if (ctx->root != NULL)
+		event_active(ctx->root->workers->wake, EV_TIMEOUT, 0);
+	else
+		root_changed(ctx);
+}
+
+void
+zp_ctx_closed(struct zp_ctx *ctx)
+{
+	/*
+	 * Not a wake-up of the root per connection: only while it waits
+	 * for room (--max-conns) or for the drain's end.
+	 */
+	if (ctx->root == NULL || LOAD(ctx->root->close_wake))
+		zp_ctx_changed(ctx);
+}
+
+int
+zp_ctx_shed(struct zp_ctx *ctx)
+{
+	if (ctx->root == NULL)
+		return zp_stats_shed(ctx->stats_server);
+	if (ctx->root->stats_server != NULL) {
+		__atomic_store_n(&ctx->root->workers->shed, 1,
+		    __ATOMIC_RELAXED);
+		event_active(ctx->root->workers->wake, EV_TIMEOUT, 0);
+	}
+	return 0;
+}
+
+/* Queue a message for worker w and wake its loop. */
+static int
+wmsg_post(struct zp_worker *w, const struct zp_wmsg *m)
+{
+	struct zp_wmsg	*q;
+	size_t		 cap;
+
+	pthread_mutex_lock(&w->mu);
+	if (w->nq == w->capq) {
+		cap = w->capq > 0 ? w->capq * 2 : 64;
+		if ((q = realloc(w->q, cap * sizeof(*q))) == NULL) {
+			pthread_mutex_unlock(&w->mu);
+			return -1;
+		}
+		w->q = q;
+		w->capq = cap;
+	}
+	w->q[w->nq++] = *m;
+	pthread_mutex_unlock(&w->mu);
+	event_active(w->inbox, EV_TIMEOUT, 0);
+	return 0;
+}
+
+/* The worker's loop: run what was queued, in order. */
+static void
+inbox_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_worker	*w = arg;
+	struct zp_wmsg		 m;
+	size_t			 i;
+
+	/* One at a time: a message may queue none, but the root may. */
+	for (i = 0;; i++) {
+		pthread_mutex_lock(&w->mu);
+		if (i >= w->nq) {
+			w->nq = 0;
+			pthread_mutex_unlock(&w->mu);
+			return;
+		}
+		m = w->q[i];
+		pthread_mutex_unlock(&w->mu);
+		m.fn(w, &m);
+	}
+}
+
+/* A client handed to this thread. */
+static void
+wmsg_start(struct zp_worker *w, struct zp_wmsg *m)
+{
+	ADD(w->ctx.queued, -1);
+	if (w->exiting) {
+		close(m->fd);
+		return;
+	}
+	(void)zp_pair_start(&w->ctx, m->fd, (struct sockaddr *)&m->ss,
+	    m->len);
+}
+
+static void
+wmsg_upstream_down(struct zp_worker *w, struct zp_wmsg *m)
+{
+	(void)zp_pairs_upstream_down(&w->ctx, (int)m->arg);
+}
+
+static void
+wmsg_drain(struct zp_worker *w, struct zp_wmsg *m)
+{
+	struct zp_ctx	*ctx = &w->ctx;
+
+	ctx->stopping = 1;
+	if (ctx->rebalance_timer != NULL)
+		event_del(ctx->rebalance_timer);
+	if (m->arg)
+		zp_pairs_wind_down(ctx, ZP_END_SHUTDOWN);
+}
+
+static void
+wmsg_exit(struct zp_worker *w, struct zp_wmsg *m)
+{
+	w->exiting = 1;
+	w->ctx.stopping = 1;
+	zp_pairs_close(&w->ctx, ZP_END_SHUTDOWN);
+	event_base_loopbreak(w->ctx.base);
+}
+
+/* Add one context's counters to t (thread i). */
+static void
+totals_add(struct zp_totals *t, struct zp_ctx *ctx, int i)
+{
+	const uint64_t			*src = (const uint64_t *)&ctx->stats;
+	uint64_t			*dst = (uint64_t *)&t->stats;
+	struct zp_pipepool_stats	 pst;
+	struct zp_pair_modes		 m;
+	size_t				 k;
+
+	/* struct zp_stats is counters only, every one a uint64_t. */
+	_Static_assert(sizeof(struct zp_stats) % sizeof(uint64_t) == 0,
+	    "struct zp_stats holds uint64_t counters only");
+	for (k = 0; k < sizeof(ctx->stats) / sizeof(uint64_t); k++)
+		dst[k] += src[k];
+	if (ctx->pool != NULL) {
+		zp_pipepool_stats(ctx->pool, &pst);
+		t->pool.alive += pst.alive;
+		t->pool.pooled += pst.pooled;
+		t->pool.created += pst.created;
+		t->pool.killed += pst.killed;
+		if (pst.shortage != 0)
+			t->pool.shortage = pst.shortage;
+	}
+	zp_pairs_modes(ctx, &m);
+	t->modes.splice += m.splice;
+	t->modes.copy += m.copy;
+	t->modes.mixed += m.mixed;
+	t->open[i] = ctx->stats.conns_open;
+}
+
+static void
+wmsg_snap(struct zp_worker *w, struct zp_wmsg *m)
+{
+	pthread_mutex_lock(&w->mu);
+	totals_add(w->snap, &w->ctx, w->ctx.thread);
+	w->snap_done = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void
+zp_ctx_totals(struct zp_ctx *root, struct zp_totals *t)
+{
+	struct zp_wmsg		 m;
+	struct zp_worker	*w;
+	int			 i;
+
+	memset(t, 0, sizeof(*t));
+	t->threads = zp_ctx_threads(root);
+	totals_add(t, root, 0);
+	for (i = 1; i < t->threads; i++) {
+		w = root->workers->w[i];
+		if (!w->running) {
+			/* Joined, or never started: nothing else touches it. */
+			totals_add(t, &w->ctx, i);
+			continue;
+		}
+		memset(&m, 0, sizeof(m));
+		m.fn = wmsg_snap;
+		pthread_mutex_lock(&w->mu);
+		w->snap = t;
+		w->snap_done = 0;
+		pthread_mutex_unlock(&w->mu);
+		if (wmsg_post(w, &m) == -1)
+			continue;
+		pthread_mutex_lock(&w->mu);
+		while (!w->snap_done)
+			pthread_cond_wait(&w->cv, &w->mu);
+		pthread_mutex_unlock(&w->mu);
+	}
+}
+
+/* Post m to every worker. */
+static void
+post_all(struct zp_ctx *root, struct zp_wmsg *m)
+{
+	int	i;
+
+	if (root->workers == NULL)
+		return;
+	for (i = 1; i < root->workers->n; i++)
+		if (root->workers->w[i]->running &&
+		    wmsg_post(root->workers->w[i], m) == -1)
+			zp_log(root->log, ZP_LOG_ERROR, "thread %d: cannot "
+			    "queue a message: %s", i, strerror(errno));
+}
+
+void
+zp_ctx_upstream_down(struct zp_ctx *root, int idx)
+{
+	struct zp_wmsg	m;
+
+	(void)zp_pairs_upstream_down(root, idx);
+	memset(&m, 0, sizeof(m));
+	m.fn = wmsg_upstream_down;
+	m.arg = idx;
+	post_all(root, &m);
+}
+
+void
+zp_ctx_drain(struct zp_ctx *root, int wind)
+{
+	struct zp_wmsg	m;
+
+	memset(&m, 0, sizeof(m));
+	m.fn = wmsg_drain;
+	m.arg = wind;
+	post_all(root, &m);
+}
+
+void
+zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
+    socklen_t len)
+{
+	struct zp_workers	*ws = root->workers;
+	struct zp_worker	*w;
+	struct zp_wmsg		 m;
+	long			 least, l;
+	int			 i, best = 0;
+
+	if (ws == NULL) {
+		(void)zp_pair_start(root, fd, sa, len);
+		return;
+	}
+	/* The fewest open pairs; ties go to the lowest thread. */
+	least = ctx_load(root);
+	for (i = 1; i < ws->n; i++)
+		if ((l = ctx_load(&ws->w[i]->ctx)) < least) {
+			least = l;
+			best = i;
+		}
+	if (best == 0) {
+		(void)zp_pair_start(root, fd, sa, len);
+		return;
+	}
+	w = ws->w[best];
+	memset(&m, 0, sizeof(m));
+	m.fn = wmsg_start;
+	m.fd = fd;
+	if (len > sizeof(m.ss))
+		len = sizeof(m.ss);
+	memcpy(&m.ss, sa, len);
+	m.len = len;
+	ADD(w->ctx.queued, 1);
+	if (wmsg_post(w, &m) == -1) {
+		ADD(w->ctx.queued, -1);
+		zp_log(root->log, ZP_LOG_WARN, "dropping a client: %s",
+		    strerror(errno));
+		close(fd);
+	}
+}
+
+static void
+rebalance_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)zp_pairs_rebalance(arg);
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct zp_worker	*w = arg;
+
+	if (event_base_loop(w->ctx.base, EVLOOP_NO_EXIT_ON_EMPTY) == -1)
+		zp_log(w->ctx.log, ZP_LOG_ERROR, "thread %d: event loop "
+		    "failed", w->ctx.thread);
+	return NULL;
+}
+
+/* Free one worker (its thread joined, or never started). */
+static void
+worker_free(struct zp_worker *w)
+{
+	struct zp_ctx	*ctx;
+
+	if (w == NULL)
+		return;
+	ctx = &w->ctx;
+	if (ctx->rebalance_timer != NULL)
+		event_free(ctx->rebalance_timer);
+	if (w->inbox != NULL)
+		event_free(w->inbox);
+	zp_pipepool_free(ctx->pool);
+	if (ctx->tee_pipe.rfd != -1) {
+		close(ctx->tee_pipe.rfd);
+		close(ctx->tee_pipe.wfd);
+	}
+	if (ctx->base != NULL)
+		event_base_free(ctx->base);
+	/* Anything a message still held: a client never started. */
+	while (w->nq > 0)
+		if (w->q[--w->nq].fn == wmsg_start)
+			close(w->q[w->nq].fd);
+	free(w->q);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w);
+}
+
+/* Thread i's context, from the root's. */
+static struct zp_worker *
+worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
+{
+	struct zp_worker	*w;
+	struct zp_ctx		*ctx;
+	struct zp_config	*cfg = root->cfg;
+	int			 fds[2], shortage;
+
+	if ((w = calloc(1, sizeof(*w))) == NULL) {
+		snprintf(err, errlen, "thread %d: %s", i, strerror(errno));
+		return NULL;
+	}
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	ctx = &w->ctx;
+	ctx->tee_pipe.rfd = ctx->tee_pipe.wfd = -1;
+	ctx->root = root;
+	ctx->thread = i;
+	ctx->cfg = cfg;
+	ctx->log = root->log;
+	ctx->ups = root->ups;
+	ctx->devnull = root->devnull;
+	ctx->replay_roomy = root->replay_roomy;
+	ctx->daemon_fd = -1;
+	TAILQ_INIT(&ctx->pairs);
+	ctx->max_conns = root->max_conns;
+	ctx->pipe_cap = root->pipe_cap;
+	ctx->nofile = root->nofile;
+	ctx->fd_reserve = root->fd_reserve;
+	ctx->budget = root->budget;
+	ctx->started = root->started;
+	if ((ctx->base = event_base_new()) == NULL ||
+	    (w->inbox = event_new(ctx->base, -1, 0, inbox_cb, w)) == NULL) {
+		snprintf(err, errlen, "thread %d: cannot create its event "
+		    "loop", i);
+		goto fail;
+	}
+	if (root->pool != NULL &&
+	    (ctx->pool = zp_pipepool_new(cfg->pipe_size, root->pool_cap,
+	    root->pool_prepare, &shortage, err, errlen)) == NULL &&
+	    (ctx->pool = zp_pipepool_new(cfg->pipe_size, root->pool_cap, 0,
+	    &shortage, err, errlen)) == NULL)
+		goto fail;
+	if (root->tee_pipe.rfd != -1) {
+		if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) == -1) {
+			snprintf(err, errlen, "pipe2: %s", strerror(errno));
+			goto fail;
+		}
+		ctx->tee_pipe.rfd = fds[0];
+		ctx->tee_pipe.wfd = fds[1];
+	}
+	if (cfg->rebalance) {
+		struct timeval	tv = zp_seconds_tv(1.0 / cfg->rebalance_rate);
+
+		if ((ctx->rebalance_timer = event_new(ctx->base, -1,
+		    EV_PERSIST, rebalance_cb, ctx)) == NULL ||
+		    event_add(ctx->rebalance_timer, &tv) == -1) {
+			snprintf(err, errlen, "cannot start --rebalance");
+			goto fail;
+		}
+	}
+	return w;
+fail:
+	worker_free(w);
+	return NULL;
+}
+
+int
+zp_workers_new(struct zp_ctx *root, int n, char *err, size_t errlen)
+{
+	struct zp_workers	*ws;
+	int			 i;
+
+	if ((ws = calloc(1, sizeof(*ws))) == NULL) {
+		snprintf(err, errlen, "threads: %s", strerror(errno));
+		return -1;
+	}
+	root->workers = ws;
+	if ((ws->wake = event_new(root->base, -1, 0, wake_cb, root)) ==
+	    NULL) {
+		snprintf(err, errlen, "threads: cannot create events");
+		goto fail;
+	}
+	ws->n = 1;
+	for (i = 1; i < n; i++) {
+		if ((ws->w[i] = worker_new(root, i, err, errlen)) == NULL)
+			goto fail;
+		ws->n++;
+	}
+	return 0;
+fail:
+	zp_workers_free(root);
+	return -1;
+}
+
+int
+zp_workers_start(struct zp_ctx *root, char *err, size_t errlen)
+{
+	struct zp_workers	*ws = root->workers;
+	sigset_t		 all, old;
+	int			 i, rc = 0;
+
+	if (ws == NULL)
+		return 0;
+	/*
+	 * Signals are the root's (libevent's handlers, SIGTERM's drain);
+	 * the faults a thread causes itself stay its own, SIGSYS from the
+	 * sandbox among them: a blocked one would kill the process.
+	 */
+	sigfillset(&all);
+	sigdelset(&all, SIGSYS);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
+	sigdelset(&all, SIGABRT);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	for (i = 1; i < ws->n; i++) {
+		ws->w[i]->running = 1;
+		if ((rc = pthread_create(&ws->w[i]->tid, NULL, worker_main,
+		    ws->w[i])) != 0) {
+			ws->w[i]->running = 0;
+			snprintf(err, errlen, "thread %d: pthread_create: %s",
+			    i, strerror(rc));
+			break;
+		}
+		ws->w[i]->started = 1;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc == 0 ? 0 : -1;
+}
+
+void
+zp_workers_stop(struct zp_ctx *root)
+{
+	struct zp_workers	*ws = root->workers;
+	struct zp_wmsg		 m;
+	int			 i;
+
+	if (ws == NULL)
+		return;
+	memset(&m, 0, sizeof(m));
+	m.fn = wmsg_exit;
+	for (i = 1; i < ws->n; i++) {
+		if (!ws->w[i]->started)
+			continue;
+		if (wmsg_post(ws->w[i], &m) == -1)
+			event_base_loopbreak(ws->w[i]->ctx.base);
+		pthread_join(ws->w[i]->tid, NULL);
+		ws->w[i]->started = 0;
+		ws->w[i]->running = 0;
+	}
+}
+
+void
+zp_workers_free(struct zp_ctx *root)
+{
+	struct zp_workers	*ws = root->workers;
+	int			 i;
+
+	if (ws == NULL)
+		return;
+	zp_workers_stop(root);
+	for (i = 1; i < ZP_MAX_THREADS; i++)
+		if (ws->w[i] != NULL)
+			worker_free(ws->w[i]);
+	if (ws->wake != NULL)
+		event_free(ws->wake);
+	free(ws);
+	root->workers = NULL;
+}

@@ -1,0 +1,100 @@
+/*
+ * worker.h - --threads: the relay on every core.
+ *
+ * The main thread's context is the root and relays too (thread 0); each
+ * other thread runs a loop of its own on a context made from the root's
+ * (ctx.h says which fields are whose). The root's listeners accept and
+ * hand each client to the thread with the fewest open pairs; the root
+ * asks the others for what concerns them all (an upstream went down, the
+ * drain, the end) with messages, and for their counters with a
+ * snapshot taken on their own thread, so that nothing a pair does while
+ * it relays takes a lock.
+ */
+#ifndef ZP_WORKER_H
+#define ZP_WORKER_H
+
+#include <sys/socket.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctx.h"
+#include "pair.h"
+#include "pipepool.h"
+
+#define ZP_MAX_THREADS	ZP_THREADS_MAX
+
+/*
+ * Make the contexts of threads 1 to n-1 from the root's, each with its
+ * event base, its share of the pipes (the pool is made here) and its
+ * timers; the threads start with zp_workers_start(). n must be 2 or
+ * more, and evthread_use_pthreads() must have been called before any
+ * base was made. Returns 0, or -1 with err filled.
+ */
+int	zp_workers_new(struct zp_ctx *root, int n, char *err, size_t errlen);
+
+/* Start the threads: after --user, before the sandbox. */
+int	zp_workers_start(struct zp_ctx *root, char *err, size_t errlen);
+
+/*
+ * End every thread's pairs (ZP_END_SHUTDOWN), stop the threads, join
+ * them and free their contexts. The counters stay readable through
+ * zp_ctx_totals() until zp_workers_free(). Safe with no workers.
+ */
+void	zp_workers_stop(struct zp_ctx *root);
+void	zp_workers_free(struct zp_ctx *root);
+
+/* How many threads relay (1 without workers). */
+int	zp_ctx_threads(const struct zp_ctx *);
+
+/*
+ * Start a pair for an accepted client on the least loaded thread (the
+ * root's own pair starts at once). Takes fd in every case.
+ */
+void	zp_ctx_start_pair(struct zp_ctx *root, int fd,
+	    const struct sockaddr *, socklen_t);
+
+/* On every thread: the health checks marked upstream idx down. */
+void	zp_ctx_upstream_down(struct zp_ctx *root, int idx);
+
+/*
+ * On every thread: the drain began (stopping is set there, and framed
+ * streams wind down when wind is set).
+ */
+void	zp_ctx_drain(struct zp_ctx *root, int wind);
+
+/* Open pairs of every thread, clients on their way to one included. */
+long	zp_ctx_open_all(const struct zp_ctx *root);
+
+/*
+ * A pair of ctx began or ended waiting for a local resource, or closed:
+ * the root's listener may accept again, the drain may be over. From a
+ * worker it wakes the root, which looks on its own thread.
+ */
+void	zp_ctx_changed(struct zp_ctx *);
+
+/*
+ * A pair of ctx closed (its load already lowered): zp_ctx_changed() when
+ * the root asked to hear of closes (close_wake), on the root always.
+ */
+void	zp_ctx_closed(struct zp_ctx *);
+
+/*
+ * Out of descriptors: let the root's --stats clients give way. Returns
+ * how many it closed now (a worker's request is served later: 0).
+ */
+int	zp_ctx_shed(struct zp_ctx *);
+
+/* The next connection id, unique over the threads. */
+uint64_t zp_ctx_next_id(struct zp_ctx *);
+
+/* Everything counted, summed over the threads, for reports. */
+struct zp_totals {
+	struct zp_stats		 stats;
+	struct zp_pipepool_stats pool;
+	struct zp_pair_modes	 modes;
+	int			 threads;
+	uint64_t		 open[ZP_MAX_THREADS];	/* each thread's */
+};
+void	zp_ctx_totals(struct zp_ctx *root, struct zp_totals *);
+
+#endif
