@@ -109,6 +109,7 @@ struct zp_ctx {
 						   every close (paused at
 						   --max-conns, or draining) */
 	struct zp_pipepool	*pool;		/* NULL: no splicing (copy mode) */
+	struct zp_bufcache	 bufs;		/* copy-mode buffers to reuse */
 	struct zp_pipe		 tee_pipe;	/* --framing lf/nul: a pipe's
 						   last byte is looked at here */
 	int			 devnull;	/* --replay-window drops here */

@@ -2020,6 +2020,7 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 
 	dir_init(&p->up, &p->client, &p->upstream, &zp_relay_copy, bufsize);
 	dir_init(&p->down, &p->upstream, &p->client, &zp_relay_copy, bufsize);
+	p->up.bufs = p->down.bufs = &ctx->bufs;
 	p->up.splice_min = p->down.splice_min = ctx->cfg->splice_min;
 	p->up.tally[0] = &ctx->stats.all.up;
 	p->down.tally[0] = &ctx->stats.all.down;

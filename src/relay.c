@@ -639,7 +639,7 @@ dir_replay(struct zp_ctx *ctx, struct zp_dir *d)
 		}
 		if (d->len > 0)
 			memcpy(nb + rlen, d->buf + d->off, d->len);
-		free(d->buf);
+		zp_buf_put(d->bufs, d->buf, d->bufsize);
 		d->buf = nb;
 		d->off = 0;
 		d->len += rlen;
@@ -733,7 +733,7 @@ moved:
 	if (zp_framer_at_boundary(f))
 		fr->last_mark = fr->sent;
 	if (d->len == 0 && d->buf != NULL) {
-		free(d->buf);
+		zp_buf_put(d->bufs, d->buf, d->bufsize);
 		d->buf = NULL;
 		d->off = 0;
 		d->bufsize = ctx->cfg->buffer_size;

@@ -425,6 +425,7 @@ worker_free(struct zp_worker *w)
 	if (w->inbox != NULL)
 		event_free(w->inbox);
 	zp_pipepool_free(ctx->pool);
+	zp_bufcache_clear(&ctx->bufs);
 	if (ctx->tee_pipe.rfd != -1) {
 		close(ctx->tee_pipe.rfd);
 		close(ctx->tee_pipe.wfd);
@@ -473,6 +474,7 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	ctx->fd_reserve = root->fd_reserve;
 	ctx->budget = root->budget;
 	ctx->started = root->started;
+	ctx->bufs.size = root->bufs.size;
 	if ((ctx->base = event_base_new()) == NULL ||
 	    (w->inbox = event_new(ctx->base, -1, 0, inbox_cb, w)) == NULL) {
 		snprintf(err, errlen, "thread %d: cannot create its event "

@@ -843,6 +843,7 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 			event_free(sigs[i]);
 	zp_pipepool_free(ctx->pool);
 	ctx->pool = NULL;
+	zp_bufcache_clear(&ctx->bufs);
 	if (ctx->tee_pipe.rfd != -1) {
 		close(ctx->tee_pipe.rfd);
 		close(ctx->tee_pipe.wfd);
@@ -1097,6 +1098,7 @@ zp_run(struct zp_config *cfg)
 	TAILQ_INIT(&ctx.pairs);
 	ctx.cfg = cfg;
 	ctx.log = &log;
+	ctx.bufs.size = cfg->buffer_size;
 	if (cfg->quiet)
 		level = ZP_LOG_ERROR;
 	else if (cfg->verbose == 0)

@@ -372,6 +372,67 @@ test_close_accounting(void **state)
 	close(s);
 }
 
+static int
+one_cached(struct harness *h)
+{
+	return h->ctx.bufs.n == 1;
+}
+
+/*
+ * Copy mode: a direction gives its buffer back to the context's cache as
+ * it empties, and the next pass takes it from there: one buffer serves
+ * every pass of both directions of a pair (they run in turn), and stays
+ * for the next pair. The cache keeps at most ZP_BUFCACHE_MAX, and only
+ * of --buffer-size.
+ */
+static void
+test_buffer_cache(void **state)
+{
+	struct harness	 h;
+	char		 up[32], buf[4096], *b[ZP_BUFCACHE_MAX + 8];
+	char		*first = NULL;
+	unsigned short	 port;
+	int		 s, c, u, i;
+
+	(void)state;
+	s = listen_any(&port);
+	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
+	h_init(&h, "-u", up, "-m", "copy", NULL);
+	h.ctx.bufs.size = h.cfg.buffer_size;
+	c = h_client(&h);
+	u = h_accept(&h, s);
+	memset(buf, 'x', sizeof(buf));
+	for (i = 0; i < 3; i++) {
+		assert_int_equal(write(c, buf, 1000), 1000);
+		h_recv(&h, u, 1000);
+		assert_int_equal(write(u, buf, 500), 500);
+		h_recv(&h, c, 500);
+		/* Both directions empty: the buffer back, none more. */
+		assert_true(h_run(&h, one_cached, 2000));
+		if (i == 0)
+			first = h.ctx.bufs.v[0];
+		assert_ptr_equal(h.ctx.bufs.v[0], first);
+	}
+	close(c);
+	close(u);
+	assert_true(h_run(&h, no_pairs, 2000));
+	assert_int_equal(h.ctx.bufs.n, 1);
+	/* Another size is not kept; the cache has a bound. */
+	zp_buf_put(&h.ctx.bufs, zp_buf_get(&h.ctx.bufs, 100), 100);
+	assert_int_equal(h.ctx.bufs.n, 1);
+	for (i = 0; i < ZP_BUFCACHE_MAX + 8; i++)
+		assert_non_null(b[i] = zp_buf_get(&h.ctx.bufs,
+		    h.cfg.buffer_size));
+	assert_int_equal(h.ctx.bufs.n, 0);
+	for (i = 0; i < ZP_BUFCACHE_MAX + 8; i++)
+		zp_buf_put(&h.ctx.bufs, b[i], h.cfg.buffer_size);
+	assert_int_equal(h.ctx.bufs.n, ZP_BUFCACHE_MAX);
+	zp_bufcache_clear(&h.ctx.bufs);
+	assert_int_equal(h.ctx.bufs.n, 0);
+	h_free(&h);
+	close(s);
+}
+
 /*
  * Connect to 127.0.0.1:port until a connect does not complete: the
  * listener's accept queue is full and drops SYNs. Returns how many
@@ -583,6 +644,7 @@ main(void)
 		cmocka_unit_test(test_connected_address),
 		cmocka_unit_test(test_idle_timeout),
 		cmocka_unit_test(test_client_reset),
+		cmocka_unit_test(test_buffer_cache),
 		cmocka_unit_test(test_threads),
 	};
 

@@ -133,6 +133,7 @@ setup_ctx(void **state)
 
 	ctx->stats.conns_total = 1001;
 	ctx->stats.conns_open = NPAIRS;
+	ctx->load = NPAIRS;	/* what zp_pair_start() adds, for --max-conns */
 	ctx->stats.conns_failed = 17;
 	ctx->stats.all.up.bytes = 5000000111ULL;	/* above 2^32 */
 	ctx->stats.all.down.bytes = 123678;
