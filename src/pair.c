@@ -1945,32 +1945,46 @@ zp_pairs_upstream_down(struct zp_ctx *ctx, int idx)
 	return n;
 }
 
-/* One step of --rebalance; see pair.h. */
-int
-zp_pairs_rebalance(struct zp_ctx *ctx)
+/* Moves under way count where they go; see pair.h. */
+void
+zp_pairs_moving(struct zp_ctx *ctx, long *eff)
 {
 	struct zp_pair	*p;
-	struct zp_upstream u;
-	long		 eff[ZP_MAX_UPSTREAMS];
-	int		 up[ZP_MAX_UPSTREAMS];
-	size_t		 i, n = zp_upstreams_count(ctx->ups);
-	int		 hi = -1, lo = -1;
 
-	if (n < 2 || ctx->stopping)
-		return 0;
-	for (i = 0; i < n; i++) {
-		zp_upstream_get(ctx->ups, i, &u);
-		eff[i] = (long)u.active;
-		up[i] = u.up;
-	}
-	/* Moves under way count where they go. */
 	TAILQ_FOREACH(p, &ctx->pairs, entry)
 		if (p->next_fd != -1 && p->up_idx >= 0) {
 			eff[p->up_idx]--;
 			eff[p->next_idx]++;
 		}
+}
+
+/* Begin one --rebalance move from hi to lo; see pair.h. */
+int
+zp_pairs_move_one(struct zp_ctx *ctx, int hi, int lo)
+{
+	struct zp_pair	*p;
+
+	if (ctx->stopping)
+		return 0;
+	TAILQ_FOREACH(p, &ctx->pairs, entry)
+		if (p->up_idx == hi && zp_pair_can_move(p) &&
+		    zp_pair_plan_move(p, lo, ZP_MOVE_REBALANCE) == 0)
+			return 1;
+	return 0;
+}
+
+/* Which move --rebalance makes now; see pair.h. */
+int
+zp_rebalance_choose(const struct zp_upstreams *ups, const long *eff,
+    int *hip, int *lop)
+{
+	struct zp_upstream u;
+	size_t		 i, n = zp_upstreams_count(ups);
+	int		 hi = -1, lo = -1;
+
 	for (i = 0; i < n; i++) {
-		if (!up[i])
+		zp_upstream_get(ups, i, &u);
+		if (!u.up)
 			continue;
 		if (hi == -1 || eff[i] > eff[hi])
 			hi = (int)i;
@@ -1979,11 +1993,9 @@ zp_pairs_rebalance(struct zp_ctx *ctx)
 	}
 	if (hi == -1 || eff[hi] - eff[lo] < 2)
 		return 0;
-	TAILQ_FOREACH(p, &ctx->pairs, entry)
-		if (p->up_idx == hi && zp_pair_can_move(p) &&
-		    zp_pair_plan_move(p, lo, ZP_MOVE_REBALANCE) == 0)
-			return 1;
-	return 0;
+	*hip = hi;
+	*lop = lo;
+	return 1;
 }
 
 /* Start a pair for an accepted client socket. */

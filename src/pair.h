@@ -125,11 +125,19 @@ int	zp_pair_wind_down(struct zp_pair *, enum zp_end end);
 int	zp_pairs_upstream_down(struct zp_ctx *, int idx);
 
 /*
- * One step of --rebalance: while the busiest upstream that is up holds
- * at least 2 more streams than the idlest one, move one of its framed
- * streams there (the oldest that can move). Returns 1 when a move began.
+ * --rebalance, one step over every thread (worker.c, zp_ctx_rebalance):
+ * each upstream's open streams (eff[], from its active count), with the
+ * moves under way counted where they go (zp_pairs_moving, on each
+ * thread); while the busiest upstream that is up holds at least 2 more
+ * than the idlest one (zp_rebalance_choose: 1, and which), one framed
+ * stream of it moves there, the oldest that can of the first thread that
+ * has one (zp_pairs_move_one: 1 when a move began).
  */
-int	zp_pairs_rebalance(struct zp_ctx *);
+struct zp_upstreams;
+void	zp_pairs_moving(struct zp_ctx *, long *eff);
+int	zp_rebalance_choose(const struct zp_upstreams *, const long *eff,
+	    int *hi, int *lo);
+int	zp_pairs_move_one(struct zp_ctx *, int hi, int lo);
 
 /* "splice", "copy" or "mixed", from the pair's directions. */
 const char *zp_pair_mode(const struct zp_pair *);

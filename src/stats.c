@@ -230,6 +230,24 @@ stats_warn(struct zp_stats_server *s, const char *why)
 	    (unsigned long long)st->stats_timeouts);
 }
 
+/*
+ * Take an evhttp connection's socket out of the loop before evhttp closes
+ * it: libevent 2.1 closes first and deletes the events later, from its
+ * loop, so with --threads another thread could be given the number in
+ * between (ThreadSanitizer saw it; the late epoll_ctl fails, harmless but
+ * a race). The bufferevent is not told to close the socket itself
+ * (BEV_OPT_CLOSE_ON_FREE), which would defer the close to that later
+ * pass: the descriptors that shedding frees must be free at once.
+ */
+static void
+stats_evcon_quiet(struct evhttp_connection *evcon)
+{
+	struct bufferevent	*bev = evhttp_connection_get_bufferevent(evcon);
+
+	if (bev != NULL)
+		(void)bufferevent_disable(bev, EV_READ | EV_WRITE);
+}
+
 /* Unlink an adopted connection and free our part of it. */
 static void
 stats_conn_forget(struct stats_conn *c)
@@ -247,6 +265,7 @@ stats_conn_forget(struct stats_conn *c)
 static void
 stats_conn_closed_cb(struct evhttp_connection *evcon, void *arg)
 {
+	stats_evcon_quiet(evcon);
 	stats_conn_forget(arg);
 }
 
@@ -262,6 +281,7 @@ stats_conn_kill(struct stats_conn *c)
 
 	evhttp_connection_set_closecb(evcon, NULL, NULL);
 	stats_conn_forget(c);
+	stats_evcon_quiet(evcon);
 	evhttp_connection_free(evcon);
 }
 
@@ -359,6 +379,7 @@ stats_adopt(struct zp_stats_server *s)
 			why = -1;
 		if (why != -1) {
 			ctx->stats.stats_refused[why]++;
+			stats_evcon_quiet(c->evcon);
 			evhttp_connection_free(c->evcon);
 			event_free(c->deadline);
 			free(c);
@@ -405,14 +426,7 @@ stats_bev_cb(struct event_base *base, void *arg)
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return NULL;
 	c->s = s;
-	/*
-	 * CLOSE_ON_FREE: evhttp then leaves the close to the bufferevent,
-	 * which takes the socket out of epoll first. Without it evhttp
-	 * closes first, and with --threads another thread may be given the
-	 * number before the epoll_ctl(DEL) that follows: harmless (the DEL
-	 * fails), but a race all the same, and ThreadSanitizer says so.
-	 */
-	c->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+	c->bev = bufferevent_socket_new(base, -1, 0);
 	c->deadline = evtimer_new(base, stats_deadline_cb, c);
 	if (c->bev == NULL || c->deadline == NULL) {
 		if (c->bev != NULL)

@@ -29,6 +29,8 @@ struct zp_wmsg {
 	void		(*fn)(struct zp_worker *, struct zp_wmsg *);
 	int		 fd;		/* a client, for wmsg_start */
 	long		 arg;
+	int		(*call)(struct zp_ctx *, void *); /* wmsg_call */
+	void		*callarg;
 	struct sockaddr_storage ss;
 	socklen_t	 len;
 };
@@ -44,8 +46,8 @@ struct zp_worker {
 	pthread_cond_t	 cv;
 	struct zp_wmsg	*q;
 	size_t		 nq, capq;
-	struct zp_totals *snap;		/* where the snapshot adds to */
-	int		 snap_done;
+	int		 call_rc;	/* wmsg_call's answer */
+	int		 call_done;
 };
 
 struct zp_workers {
@@ -226,8 +228,6 @@ wmsg_drain(struct zp_worker *w, struct zp_wmsg *m)
 	struct zp_ctx	*ctx = &w->ctx;
 
 	ctx->stopping = 1;
-	if (ctx->rebalance_timer != NULL)
-		event_del(ctx->rebalance_timer);
 	if (m->arg)
 		zp_pairs_wind_down(ctx, ZP_END_SHUTDOWN);
 }
@@ -272,46 +272,114 @@ totals_add(struct zp_totals *t, struct zp_ctx *ctx, int i)
 	t->open[i] = ctx->stats.conns_open;
 }
 
+/* Run m->call on the worker's thread; the root waits for its answer. */
 static void
-wmsg_snap(struct zp_worker *w, struct zp_wmsg *m)
+wmsg_call(struct zp_worker *w, struct zp_wmsg *m)
 {
+	int	rc = m->call(&w->ctx, m->callarg);
+
 	pthread_mutex_lock(&w->mu);
-	totals_add(w->snap, &w->ctx, w->ctx.thread);
-	w->snap_done = 1;
+	w->call_rc = rc;
+	w->call_done = 1;
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+}
+
+/*
+ * fn(thread i's context, arg), run on that thread, and its answer: the
+ * root waits (nothing it holds is anything a worker waits for). Thread
+ * 0, and a worker whose thread is joined or never started, run here.
+ */
+static int
+ctx_call(struct zp_ctx *root, int i, int (*fn)(struct zp_ctx *, void *),
+    void *arg)
+{
+	struct zp_worker	*w;
+	struct zp_wmsg		 m;
+	int			 rc;
+
+	if (i == 0)
+		return fn(root, arg);
+	w = root->workers->w[i];
+	if (!w->running)
+		return fn(&w->ctx, arg);
+	memset(&m, 0, sizeof(m));
+	m.fn = wmsg_call;
+	m.call = fn;
+	m.callarg = arg;
+	pthread_mutex_lock(&w->mu);
+	w->call_done = 0;
+	pthread_mutex_unlock(&w->mu);
+	if (wmsg_post(w, &m) == -1)
+		return -1;
+	pthread_mutex_lock(&w->mu);
+	while (!w->call_done)
+		pthread_cond_wait(&w->cv, &w->mu);
+	rc = w->call_rc;
+	pthread_mutex_unlock(&w->mu);
+	return rc;
+}
+
+static int
+totals_fn(struct zp_ctx *ctx, void *arg)
+{
+	totals_add(arg, ctx, ctx->thread);
+	return 0;
 }
 
 void
 zp_ctx_totals(struct zp_ctx *root, struct zp_totals *t)
 {
-	struct zp_wmsg		 m;
-	struct zp_worker	*w;
-	int			 i;
+	int	i;
 
 	memset(t, 0, sizeof(*t));
 	t->threads = zp_ctx_threads(root);
-	totals_add(t, root, 0);
-	for (i = 1; i < t->threads; i++) {
-		w = root->workers->w[i];
-		if (!w->running) {
-			/* Joined, or never started: nothing else touches it. */
-			totals_add(t, &w->ctx, i);
-			continue;
-		}
-		memset(&m, 0, sizeof(m));
-		m.fn = wmsg_snap;
-		pthread_mutex_lock(&w->mu);
-		w->snap = t;
-		w->snap_done = 0;
-		pthread_mutex_unlock(&w->mu);
-		if (wmsg_post(w, &m) == -1)
-			continue;
-		pthread_mutex_lock(&w->mu);
-		while (!w->snap_done)
-			pthread_cond_wait(&w->cv, &w->mu);
-		pthread_mutex_unlock(&w->mu);
+	for (i = 0; i < t->threads; i++)
+		(void)ctx_call(root, i, totals_fn, t);
+}
+
+static int
+moving_fn(struct zp_ctx *ctx, void *eff)
+{
+	zp_pairs_moving(ctx, eff);
+	return 0;
+}
+
+static int
+move_one_fn(struct zp_ctx *ctx, void *arg)
+{
+	const int	*hl = arg;
+
+	return zp_pairs_move_one(ctx, hl[0], hl[1]) == 1;
+}
+
+/*
+ * One step of --rebalance over every thread: decided once, from every
+ * thread's moves under way, so that two threads never both make the
+ * move that one was due.
+ */
+int
+zp_ctx_rebalance(struct zp_ctx *root)
+{
+	struct zp_upstream	u;
+	long			eff[ZP_MAX_UPSTREAMS];
+	size_t			i, n = zp_upstreams_count(root->ups);
+	int			t, hl[2];
+
+	if (n < 2 || root->stopping)
+		return 0;
+	for (i = 0; i < n; i++) {
+		zp_upstream_get(root->ups, i, &u);
+		eff[i] = (long)u.active;
 	}
+	for (t = 0; t < zp_ctx_threads(root); t++)
+		(void)ctx_call(root, t, moving_fn, eff);
+	if (!zp_rebalance_choose(root->ups, eff, &hl[0], &hl[1]))
+		return 0;
+	for (t = 0; t < zp_ctx_threads(root); t++)
+		if (ctx_call(root, t, move_one_fn, hl) == 1)
+			return 1;
+	return 0;
 }
 
 /* Post m to every worker. */
@@ -392,12 +460,6 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 		    strerror(errno));
 		close(fd);
 	}
-}
-
-static void
-rebalance_cb(evutil_socket_t fd, short what, void *arg)
-{
-	(void)zp_pairs_rebalance(arg);
 }
 
 static void *
@@ -494,16 +556,6 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 		}
 		ctx->tee_pipe.rfd = fds[0];
 		ctx->tee_pipe.wfd = fds[1];
-	}
-	if (cfg->rebalance) {
-		struct timeval	tv = zp_seconds_tv(1.0 / cfg->rebalance_rate);
-
-		if ((ctx->rebalance_timer = event_new(ctx->base, -1,
-		    EV_PERSIST, rebalance_cb, ctx)) == NULL ||
-		    event_add(ctx->rebalance_timer, &tv) == -1) {
-			snprintf(err, errlen, "cannot start --rebalance");
-			goto fail;
-		}
 	}
 	return w;
 fail:

@@ -25,8 +25,8 @@
 
 /*
  * Make the contexts of threads 1 to n-1 from the root's, each with its
- * event base, its share of the pipes (the pool is made here) and its
- * timers; the threads start with zp_workers_start(). n must be 2 or
+ * event base and its share of the pipes (the pool is made here); the
+ * threads start with zp_workers_start(). n must be 2 or
  * more, and evthread_use_pthreads() must have been called before any
  * base was made. Returns 0, or -1 with err filled.
  */
@@ -52,6 +52,12 @@ int	zp_ctx_threads(const struct zp_ctx *);
  */
 void	zp_ctx_start_pair(struct zp_ctx *root, int fd,
 	    const struct sockaddr *, socklen_t);
+
+/*
+ * One step of --rebalance over every thread (pair.h says how); the main
+ * thread's timer runs it. Returns 1 when a move began.
+ */
+int	zp_ctx_rebalance(struct zp_ctx *root);
 
 /* On every thread: the health checks marked upstream idx down. */
 void	zp_ctx_upstream_down(struct zp_ctx *root, int idx);

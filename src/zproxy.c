@@ -244,11 +244,11 @@ cfg_framed(const struct zp_ctx *ctx)
 	return ctx->cfg->framing != ZP_FRAMING_NONE;
 }
 
-/* --rebalance: one step, --rebalance-rate times a second. */
+/* --rebalance: one step over every thread, --rebalance-rate a second. */
 static void
 rebalance_cb(evutil_socket_t fd, short what, void *arg)
 {
-	(void)zp_pairs_rebalance(arg);
+	(void)zp_ctx_rebalance(arg);
 }
 
 /* The drain ran out of time: close what is left. */
