@@ -34,8 +34,11 @@
  * same address again, in milliseconds: the listener's pause after EMFILE.
  */
 #define ZP_CONNECT_RETRY_MS	100
+/* ... and after asking the main thread to shed --stats clients. */
+#define ZP_SHED_RETRY_MS	5
 
 static void	pair_connect_next(struct zp_pair *);
+static void	pair_retry_cb(evutil_socket_t, short, void *);
 static void	pair_connect_upstream(struct zp_pair *);
 static void	pair_connect_cb(evutil_socket_t, short, void *);
 static void	pair_timer_cb(evutil_socket_t, short, void *);
@@ -1199,6 +1202,22 @@ pair_connect_wait(struct zp_pair *p, int err)
 	pair_set_waiting(p, 1);
 }
 
+/*
+ * The main thread was asked to shed --stats clients for this worker's
+ * connect: try the same address again on the next turns of the loop,
+ * which is when the descriptors are free.
+ */
+static void
+pair_shed_wait(struct zp_pair *p)
+{
+	struct timeval	tv = { 0, ZP_SHED_RETRY_MS * 1000 };
+
+	if (p->retry == NULL)
+		p->retry = evtimer_new(p->ctx->base, pair_retry_cb, p);
+	if (p->retry == NULL || evtimer_add(p->retry, &tv) == -1)
+		zp_pair_close(p, ZP_END_NOMEM);
+}
+
 /* The one-shot connect event fired: connected, refused or timed out. */
 static void
 pair_connect_cb(evutil_socket_t fd, short what, void *arg)
@@ -1277,11 +1296,20 @@ pair_connect_next(struct zp_pair *p)
 		rc = zp_connect_start_from(a, src, spoof, &fd);
 		/* Out of descriptors: stats clients give way to ours. */
 		if (rc == -1 && (errno == EMFILE || errno == ENFILE)) {
-			int	err = errno;
+			int	err = errno, shed = zp_ctx_shed(ctx);
 
-			if (zp_ctx_shed(ctx) > 0)
+			if (shed > 0)
 				rc = zp_connect_start_from(a, src, spoof, &fd);
-			else
+			else if (shed < 0 && !p->shed_asked) {
+				/*
+				 * A worker's: the main thread sheds on its
+				 * own thread. Try again in a moment, quietly,
+				 * as the main thread's own pairs would at once.
+				 */
+				p->shed_asked = 1;
+				pair_shed_wait(p);
+				return;
+			} else
 				errno = err;
 		}
 		if (rc == -1 && zp_connect_local_error(errno)) {

@@ -44,6 +44,9 @@ struct zp_pair {
 	struct event		*retry;		/* after a local fault */
 	struct timeval		 retry_until;	/* local faults' deadline */
 	int			 waiting;	/* retry is armed */
+	int			 shed_asked;	/* a worker out of descriptors
+						   asked the main thread to shed
+						   --stats clients, once */
 	struct timeval		 started;
 	struct timeval		 last_active;	/* a byte moved (loop time) */
 	struct timeval		 half_closed;	/* one direction done */

@@ -150,12 +150,12 @@ zp_ctx_shed(struct zp_ctx *ctx)
 {
 	if (ctx->root == NULL)
 		return zp_stats_shed(ctx->stats_server);
-	if (ctx->root->stats_server != NULL) {
-		__atomic_store_n(&ctx->root->workers->shed, 1,
-		    __ATOMIC_RELAXED);
-		event_active(ctx->root->workers->wake, EV_TIMEOUT, 0);
-	}
-	return 0;
+	/* The configuration, not the root's pointer: that is its own. */
+	if (!ctx->cfg->have_stats)
+		return 0;
+	__atomic_store_n(&ctx->root->workers->shed, 1, __ATOMIC_RELAXED);
+	event_active(ctx->root->workers->wake, EV_TIMEOUT, 0);
+	return -1;
 }
 
 /* Queue a message for worker w and wake its loop. */

@@ -86,7 +86,8 @@ void	zp_ctx_closed(struct zp_ctx *);
 
 /*
  * Out of descriptors: let the root's --stats clients give way. Returns
- * how many it closed now (a worker's request is served later: 0).
+ * how many it closed now; -1 from a worker when the root was asked to
+ * (it sheds on its own thread, in a moment); 0 when there is no --stats.
  */
 int	zp_ctx_shed(struct zp_ctx *);
 
