@@ -660,8 +660,12 @@ pool_setup(struct zp_ctx *ctx, int nthreads)
 	cap = (size_t)ctx->max_conns * 2;
 	if (cap > ctx->pipe_cap)
 		cap = ctx->pipe_cap;
-	/* Each thread has a pool of its own: the budget is shared out. */
-	cap /= (size_t)nthreads;
+	/*
+	 * Each thread has a pool of its own: the budget is shared out, in
+	 * whole pairs' worth, rounded up (--max-conns 3 on 2 threads: 2
+	 * pairs' pipes each, not 3 pipes, which would splice 1 pair).
+	 */
+	cap = (cap + 2 * (size_t)nthreads - 1) / (2 * (size_t)nthreads) * 2;
 	if (cap < 2)
 		cap = 2;
 	prepare = cap < ZP_POOL_PREPARE ? cap : ZP_POOL_PREPARE;
