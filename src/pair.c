@@ -47,13 +47,6 @@ static void	pair_connect_release(struct zp_pair *);
 static void	pair_next_drop(struct zp_pair *);
 static void	pair_move_log(struct zp_pair *, const struct zp_addr *);
 
-/* The root context: the per-source table and the listener are its. */
-static struct zp_ctx *
-pair_root(struct zp_ctx *ctx)
-{
-	return ctx->root != NULL ? ctx->root : ctx;
-}
-
 /* Name of an end reason; these words are what users grep logs for. */
 const char *
 zp_end_str(enum zp_end e)
@@ -452,7 +445,7 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	ctx->stats.conns_open--;
 	__atomic_sub_fetch(&ctx->load, 1, __ATOMIC_SEQ_CST);
 	if (p->source_counted)
-		zp_srctab_del(&pair_root(ctx)->sources,
+		zp_srctab_del(&zp_ctx_root(ctx)->sources,
 		    (struct sockaddr *)&p->client_addr.ss);
 	free(p);
 	zp_ctx_closed(ctx);	/* the listener may resume, a drain end */
@@ -1102,7 +1095,7 @@ pair_set_waiting(struct zp_pair *p, int on)
 		ctx->stats.conns_waiting++;
 	else
 		ctx->stats.conns_waiting--;
-	__atomic_add_fetch(&pair_root(ctx)->waiting_all, on ? 1 : -1,
+	__atomic_add_fetch(&zp_ctx_root(ctx)->waiting_all, on ? 1 : -1,
 	    __ATOMIC_RELAXED);
 	zp_ctx_changed(ctx);
 }
@@ -1503,7 +1496,7 @@ pair_begin(struct zp_pair *p)
 	 * The listener refused a source at its limit already; this is the
 	 * count itself, exact when several threads start pairs at once.
 	 */
-	switch (zp_srctab_take(&pair_root(ctx)->sources,
+	switch (zp_srctab_take(&zp_ctx_root(ctx)->sources,
 	    (struct sockaddr *)&p->client_addr.ss, max)) {
 	case -1:
 		zp_pair_close(p, ZP_END_NOMEM);

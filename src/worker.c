@@ -65,8 +65,8 @@ struct zp_workers {
 #define LOAD(x)		__atomic_load_n(&(x), __ATOMIC_SEQ_CST)
 #define ADD(x, v)	__atomic_add_fetch(&(x), (v), __ATOMIC_SEQ_CST)
 
-static struct zp_ctx *
-ctx_root(struct zp_ctx *ctx)
+struct zp_ctx *
+zp_ctx_root(struct zp_ctx *ctx)
 {
 	return ctx->root != NULL ? ctx->root : ctx;
 }
@@ -82,7 +82,7 @@ zp_ctx_threads(const struct zp_ctx *ctx)
 uint64_t
 zp_ctx_next_id(struct zp_ctx *ctx)
 {
-	return ADD(ctx_root(ctx)->next_id, 1);
+	return ADD(zp_ctx_root(ctx)->next_id, 1);
 }
 
 /* Open pairs here, and clients on their way here. */

@@ -43,6 +43,9 @@ int	zp_workers_start(struct zp_ctx *root, char *err, size_t errlen);
 void	zp_workers_stop(struct zp_ctx *root);
 void	zp_workers_free(struct zp_ctx *root);
 
+/* The root context (the main thread's): ctx itself, or what it points to. */
+struct zp_ctx *zp_ctx_root(struct zp_ctx *);
+
 /* How many threads relay (1 without workers). */
 int	zp_ctx_threads(const struct zp_ctx *);
 
