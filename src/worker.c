@@ -207,13 +207,19 @@ inbox_cb(evutil_socket_t fd, short what, void *arg)
 static void
 wmsg_start(struct zp_worker *w, struct zp_wmsg *m)
 {
-	ADD(w->ctx.queued, -1);
-	if (w->exiting) {
+	if (w->exiting)
 		close(m->fd);
-		return;
-	}
-	(void)zp_pair_start(&w->ctx, m->fd, (struct sockaddr *)&m->ss,
-	    m->len);
+	else
+		(void)zp_pair_start(&w->ctx, m->fd,
+		    (struct sockaddr *)&m->ss, m->len);
+	/*
+	 * Only now, with the pair counted in load: lowered first, the sum
+	 * the root checks --max-conns against dipped for a moment, and a
+	 * root accepting then took one client too many. A pair that ended
+	 * at once leaves room, which the root may be waiting for.
+	 */
+	ADD(w->ctx.queued, -1);
+	zp_ctx_closed(&w->ctx);
 }
 
 static void
