@@ -45,6 +45,7 @@ enum {
 	OPT_SEND_PROXY,
 	OPT_DNS_SERVER,
 	OPT_SOURCE,
+	OPT_MIRROR,
 	/* who may connect */
 	OPT_ALLOW,
 	OPT_DENY,
@@ -121,6 +122,8 @@ static int	opt_acl(struct zp_config *, const struct cli_opt *,
 static int	opt_allow_dst(struct zp_config *, const struct cli_opt *,
 		    const char *, char *, size_t);
 static int	opt_source(struct zp_config *, const struct cli_opt *,
+		    const char *, char *, size_t);
+static int	opt_mirror(struct zp_config *, const struct cli_opt *,
 		    const char *, char *, size_t);
 static int	opt_control(struct zp_config *, const struct cli_opt *,
 		    const char *, char *, size_t);
@@ -207,6 +210,7 @@ static const struct cli_opt cli_opts[] = {
 	    NULL, opt_dns_server, 0 },
 	{ "source", OPT_SOURCE, CLI_CALL, F(source), 0, 0, NULL, NULL,
 	    opt_source, 0 },
+	{ "mirror", OPT_MIRROR, CLI_CALL, 0, 0, 0, NULL, NULL, opt_mirror, 1 },
 	/* who may connect */
 	{ "allow", OPT_ALLOW, CLI_CALL, F(allow), 0, 0, NULL, NULL, opt_acl,
 	    1 },
@@ -325,6 +329,10 @@ zp_config_usage(FILE *fp, const char *prog)
 "                             address (needs CAP_NET_ADMIN or CAP_NET_RAW\n"
 "                             and a return path: see README); upstream\n"
 "                             addresses of the other family are skipped\n"
+"      --mirror HOST:PORT     send a copy of what each client sends to this\n"
+"                             collector too, over a connection of its own\n"
+"                             (up to 4; a slow one is dropped, never waited\n"
+"                             for; what it sends back is thrown away)\n"
 "\n"
 "Log streams:\n"
 "      --framing none|lf|octet|auto|nul\n"
@@ -589,6 +597,36 @@ opt_upstream(struct zp_config *cfg, const struct cli_opt *o, const char *s,
 	    errlen) == -1)
 		return -1;
 	cfg->nupstreams++;
+	return 0;
+}
+
+/* --mirror HOST:PORT: one more collector that gets a copy. */
+static int
+opt_mirror(struct zp_config *cfg, const struct cli_opt *o, const char *s,
+    char *err, size_t errlen)
+{
+	struct zp_mirror_spec	*m;
+	char			 e[ZP_ERRLEN];
+
+	(void)o;
+	if (cfg->nmirrors == ZP_MAX_MIRRORS) {
+		zp_seterr(err, errlen, "too many --mirror: at most %d",
+		    ZP_MAX_MIRRORS);
+		return -1;
+	}
+	m = &cfg->mirrors[cfg->nmirrors];
+	if (zp_parse_hostport(s, &m->to.host, m->to.port, sizeof(m->to.port),
+	    e, sizeof(e)) == -1) {
+		zp_seterr(err, errlen, "--mirror: %s", e);
+		return -1;
+	}
+	if ((m->arg = strdup(s)) == NULL) {
+		free(m->to.host);
+		m->to.host = NULL;
+		zp_seterr(err, errlen, "out of memory");
+		return -1;
+	}
+	cfg->nmirrors++;
 	return 0;
 }
 

@@ -61,6 +61,13 @@ zp_config_free(struct zp_config *cfg)
 		cfg->upstreams[i].naddrs = 0;
 	}
 	cfg->nupstreams = 0;
+	for (i = 0; i < cfg->nmirrors; i++) {
+		free(cfg->mirrors[i].arg);
+		free(cfg->mirrors[i].to.host);
+		free(cfg->mirrors[i].to.addrs);
+	}
+	memset(cfg->mirrors, 0, sizeof(cfg->mirrors));
+	cfg->nmirrors = 0;
 	free(cfg->log_file);
 	cfg->log_file = NULL;
 	free(cfg->user);
@@ -417,6 +424,13 @@ zp_addrs_from_ai(const struct addrinfo *res, struct zp_addr **vp, size_t *np)
 int
 zp_upstream_resolve(struct zp_upstream_spec *up, char *err, size_t errlen)
 {
+	return zp_peer_resolve(up, "upstream", err, errlen);
+}
+
+int
+zp_peer_resolve(struct zp_upstream_spec *up, const char *what, char *err,
+    size_t errlen)
+{
 	struct addrinfo	 hints, *res = NULL;
 	char		 q[ZP_ESCLEN];
 	int		 rc, e;
@@ -429,7 +443,7 @@ zp_upstream_resolve(struct zp_upstream_spec *up, char *err, size_t errlen)
 	rc = getaddrinfo(up->host, up->port, &hints, &res);
 	if (rc != 0) {
 		e = errno;
-		zp_seterr(err, errlen, "upstream '%s' does not resolve: %s",
+		zp_seterr(err, errlen, "%s '%s' does not resolve: %s", what,
 		    zp_escape(up->host, q, sizeof(q)), rc == EAI_SYSTEM ?
 		    strerror(e) : gai_strerror(rc));
 		return -1;
@@ -440,8 +454,8 @@ zp_upstream_resolve(struct zp_upstream_spec *up, char *err, size_t errlen)
 	rc = zp_addrs_from_ai(res, &up->addrs, &up->naddrs);
 	freeaddrinfo(res);
 	if (rc == -1) {
-		zp_seterr(err, errlen, "upstream '%s' does not resolve to a "
-		    "usable address", zp_escape(up->host, q, sizeof(q)));
+		zp_seterr(err, errlen, "%s '%s' does not resolve to a "
+		    "usable address", what, zp_escape(up->host, q, sizeof(q)));
 		return -1;
 	}
 	return 0;
@@ -456,6 +470,10 @@ zp_config_resolve(struct zp_config *cfg, char *err, size_t errlen)
 	for (i = 0; i < cfg->nupstreams; i++)
 		if (!cfg->upstreams[i].original &&
 		    zp_upstream_resolve(&cfg->upstreams[i], err, errlen) == -1)
+			return -1;
+	for (i = 0; i < cfg->nmirrors; i++)
+		if (zp_peer_resolve(&cfg->mirrors[i].to, "--mirror", err,
+		    errlen) == -1)
 			return -1;
 	return 0;
 }

@@ -70,6 +70,13 @@ struct zp_upstream_spec {
 };
 
 #define ZP_MAX_UPSTREAMS	64
+
+/* --mirror: as given (its metrics' label), and where it resolved. */
+#define ZP_MAX_MIRRORS		4
+struct zp_mirror_spec {
+	char			*arg;
+	struct zp_upstream_spec	 to;
+};
 #define ZP_THREADS_MAX		64	/* --threads; worker.h's ZP_MAX_THREADS */
 
 /* Where upstream connections come from: --source. */
@@ -144,6 +151,9 @@ struct zp_config {
 	int			rebalance;
 	int			rebalance_rate;	/* moves a second */
 	size_t			replay_window;	/* 0: no replay */
+	/* A copy of every client's stream: --mirror. */
+	struct zp_mirror_spec	mirrors[ZP_MAX_MIRRORS];
+	size_t			nmirrors;
 	/* Restarts that refuse no client: --control, --takeover, --daemon. */
 	char			*control;	/* hands the listeners over */
 	char			*takeover;	/* takes them from there */
@@ -179,6 +189,10 @@ int	zp_config_resolve(struct zp_config *, char *, size_t);
  * Resolve one upstream (blocking). Returns 0, or -1 with err filled.
  */
 int	zp_upstream_resolve(struct zp_upstream_spec *, char *, size_t);
+
+/* The same for another kind of peer, named so in err ("--mirror"). */
+int	zp_peer_resolve(struct zp_upstream_spec *, const char *what, char *,
+	    size_t);
 
 /*
  * The usable (AF_INET, AF_INET6) addresses of a getaddrinfo result, in a

@@ -14,6 +14,7 @@
 #include "acl.h"
 #include "config.h"
 #include "log.h"
+#include "mirror.h"
 #include "pipepool.h"
 #include "relay.h"
 #include "upstream.h"
@@ -76,6 +77,7 @@ struct zp_stats {
 	uint64_t	stats_open;	/* --stats connections */
 	uint64_t	stats_refused[ZP_STATS_REFUSED_MAX];
 	uint64_t	stats_timeouts;	/* closed by --stats-timeout */
+	struct zp_mirror_tally mirrors[ZP_MAX_MIRRORS];	/* --mirror */
 };
 
 TAILQ_HEAD(zp_pair_list, zp_pair);
@@ -122,6 +124,11 @@ struct zp_ctx {
 	int			 daemon_fd;	/* --daemon: the parent waits
 						   for a byte here; -1 */
 	struct zp_upstreams	*ups;
+	struct zp_mirrors	*mirrors;	/* the root's, shared */
+	struct zp_mirror_sets	 mirror_sets;	/* released, finishing */
+	int64_t			 mirror_said[ZP_MAX_MIRRORS]; /* drops: last
+						   logged (monotonic us) */
+	uint64_t		 mirror_unsaid[ZP_MAX_MIRRORS];	/* ... since */
 	struct zp_stats_server	*stats_server;	/* --stats */
 	struct zp_health	*health;	/* --check-interval */
 	struct zp_resolver	*resolver;	/* --resolve-interval */

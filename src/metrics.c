@@ -313,6 +313,43 @@ render_upstreams(struct render *r, struct zp_ctx *ctx,
 	free(names);
 }
 
+/* --mirror: each mirror's families, labelled with --mirror as given. */
+static void
+render_mirrors(struct render *r, struct zp_ctx *ctx,
+    const struct zp_stats *st)
+{
+	static const struct {
+		const char	*name, *type, *help;
+	} fam[] = {
+		{ "zproxy_mirror_up", "gauge", "Whether the mirror is taken "
+		    "to be up (1), or down for --fail-timeout after a failed "
+		    "connect (0)." },
+		{ "zproxy_mirror_streams_total", "counter", "Connections "
+		    "opened to the mirror, one per client connection." },
+		{ "zproxy_mirror_dropped_total", "counter", "Mirror streams "
+		    "that ended before their client's stream: too slow, "
+		    "failed, or the mirror was down." },
+		{ "zproxy_mirror_bytes_total", "counter", "Bytes of the "
+		    "clients' streams delivered to the mirror (PROXY headers "
+		    "included)." },
+	};
+	struct label	l = { "mirror", NULL };
+	size_t		f, i, n = zp_mirrors_count(ctx->mirrors);
+	uint64_t	v[4];
+
+	for (f = 0; f < 4; f++) {
+		family(r, fam[f].name, fam[f].type, fam[f].help);
+		for (i = 0; i < n; i++) {
+			v[0] = (uint64_t)zp_mirror_up(ctx->mirrors, i);
+			v[1] = st->mirrors[i].streams;
+			v[2] = st->mirrors[i].dropped;
+			v[3] = st->mirrors[i].bytes;
+			l.value = ctx->cfg->mirrors[i].arg;
+			sample_u64(r, fam[f].name, &l, 1, v[f]);
+		}
+	}
+}
+
 /*
  * Append the metrics, Prometheus text exposition format 0.0.4, to buf.
  * Returns 0, or -1 when out of memory (buf then holds part of them).
@@ -360,6 +397,8 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	    st->all.down.spliced);
 
 	render_upstreams(&r, ctx, st);
+	if (zp_mirrors_count(ctx->mirrors) > 0)
+		render_mirrors(&r, ctx, st);
 
 	family(&r, "zproxy_pairs", "gauge",
 	    "Open connections by data path: splice, copy, or mixed (one "

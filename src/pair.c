@@ -428,6 +428,8 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	default:
 		break;
 	}
+	zp_mirror_set_release(p->mir);
+	p->mir = p->up.mir = NULL;
 	zp_dir_release(ctx, &p->up);
 	zp_dir_release(ctx, &p->down);
 	/*
@@ -692,6 +694,8 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 		if (zp_dir_pump(ctx, &p->down, ctx->budget) & ZP_PUMP_DEAD)
 			(void)zp_dir_pump(ctx, &p->up, ctx->budget);
 	}
+	if (p->mir != NULL && p->up.done)
+		zp_mirror_set_end(p->mir);
 	if (!p->up.done || !p->down.done) {
 		if ((p->up.done || p->down.done) && !timerisset(&p->half_closed)) {
 			p->half_closed = p->last_active;
@@ -752,15 +756,15 @@ half_events(struct zp_pair *p, struct zp_half *h)
 }
 
 /*
- * Write the PROXY header before any client byte. A fresh socket's send
+ * Write the PROXY header before any client byte, and leave it in hdr
+ * (ZP_PROXY_MAX), *hlen long, for the mirrors. A fresh socket's send
  * buffer always takes ~100 bytes whole; anything else is a failure.
  */
 static int
-pair_send_proxy(struct zp_pair *p)
+pair_send_proxy(struct zp_pair *p, char *hdr, size_t *hlen)
 {
 	struct sockaddr_storage	 local;
 	socklen_t		 len = sizeof(local);
-	char			 hdr[ZP_PROXY_MAX];
 	ssize_t			 n, w;
 
 	/*
@@ -777,9 +781,10 @@ pair_send_proxy(struct zp_pair *p)
 		return -1;
 	n = zp_proxy_header(p->ctx->cfg->send_proxy,
 	    (struct sockaddr *)&p->client_addr.ss, (struct sockaddr *)&local,
-	    hdr, sizeof(hdr));
+	    hdr, ZP_PROXY_MAX);
 	if (n == -1)
 		return -1;
+	*hlen = (size_t)n;
 	do {
 		w = send(p->upstream.fd, hdr, (size_t)n, MSG_NOSIGNAL);
 	} while (w == -1 && errno == EINTR);
@@ -1018,6 +1023,8 @@ pair_connected(struct zp_pair *p)
 	struct zp_ctx		*ctx = p->ctx;
 	struct timeval		 now;
 	int			 moved = p->state == ZP_PAIR_MOVING;
+	char			 hdr[ZP_PROXY_MAX];
+	size_t			 hlen = 0;
 
 	/* As connected: a re-resolution may have changed the list since. */
 	p->up_addr = p->connecting_addr;
@@ -1030,10 +1037,13 @@ pair_connected(struct zp_pair *p)
 		pair_tally(p, &p->down, p->up_idx);
 	p->state = ZP_PAIR_RELAYING;
 	event_base_gettimeofday_cached(ctx->base, &p->up_since);
-	if (ctx->cfg->send_proxy && pair_send_proxy(p) == -1) {
+	if (ctx->cfg->send_proxy && pair_send_proxy(p, hdr, &hlen) == -1) {
 		zp_pair_close(p, ZP_END_PROXY_HEADER);
 		return;
 	}
+	/* A moved stream keeps its mirrors: they follow the client. */
+	if (!moved && p->mir == NULL)
+		p->mir = p->up.mir = zp_mirror_set_new(ctx, p->id, hdr, hlen);
 	/* Said once the cut is done: it may need the rest of a frame. */
 	p->move_log_due = moved;
 	event_base_gettimeofday_cached(ctx->base, &p->last_active);
@@ -1886,6 +1896,8 @@ pair_switch(struct zp_pair *p)
 	struct event_base	*base = ctx->base;
 	struct timeval		 tv, now;
 	short			 rflags = EV_READ | EV_PERSIST;
+	char			 hdr[ZP_PROXY_MAX];
+	size_t			 hlen;
 
 	fr->seek = 0;
 	p->move_from = p->up_addr;
@@ -1936,7 +1948,7 @@ pair_switch(struct zp_pair *p)
 	event_base_gettimeofday_cached(base, &p->up_since);
 	p->moves++;
 	ctx->stats.moves[p->move_reason]++;
-	if (ctx->cfg->send_proxy && pair_send_proxy(p) == -1) {
+	if (ctx->cfg->send_proxy && pair_send_proxy(p, hdr, &hlen) == -1) {
 		zp_pair_close(p, ZP_END_PROXY_HEADER);
 		return 1;
 	}
@@ -2120,4 +2132,6 @@ zp_pairs_close(struct zp_ctx *ctx, enum zp_end end)
 {
 	while (!TAILQ_EMPTY(&ctx->pairs))
 		zp_pair_close(TAILQ_FIRST(&ctx->pairs), end);
+	/* And the mirror streams of pairs gone that were still finishing. */
+	zp_mirror_sets_close(ctx);
 }

@@ -24,6 +24,7 @@ struct zp_pair {
 	struct zp_half		 upstream;
 	struct zp_dir		 up;		/* client -> upstream */
 	struct zp_dir		 down;		/* upstream -> client */
+	struct zp_mirror_set	*mir;		/* --mirror; up.mir too */
 	struct zp_addr		 client_addr;	/* the PROXY header's, if any */
 	struct zp_addr		 peer_addr;	/* the balancer that sent it */
 	struct zp_addr		 proxy_dst;	/* the header's destination */

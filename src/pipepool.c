@@ -13,14 +13,15 @@
 #include "pipepool_int.h"
 
 /* Close both ends of a pipe and mark it empty. */
-static void
-pipe_close(struct zp_pipe *p)
+void
+zp_pipe_close(struct zp_pipe *p)
 {
 	if (p->rfd != -1)
 		close(p->rfd);
 	if (p->wfd != -1)
 		close(p->wfd);
 	p->rfd = p->wfd = -1;
+	p->data = 0;
 }
 
 /*
@@ -46,14 +47,14 @@ pipe_make(struct zp_pipepool *pool, struct zp_pipe *p)
 		pool->last_errno = errno;
 		pool->shortage = (errno == EPERM || errno == EBUSY) ?
 		    ZP_PIPE_BUDGET : ZP_PIPE_ERROR;
-		pipe_close(p);
+		zp_pipe_close(p);
 		return -1;
 	}
 	got = fcntl(p->wfd, F_GETPIPE_SZ);
 	if (got == -1 || (size_t)got < pool->size) {
 		pool->last_errno = got == -1 ? errno : EPERM;
 		pool->shortage = ZP_PIPE_BUDGET;
-		pipe_close(p);
+		zp_pipe_close(p);
 		return -1;
 	}
 	pool->created++;
@@ -165,7 +166,7 @@ zp_pipepool_put(struct zp_pipepool *pool, struct zp_pipe *p)
 	} else {
 		if (p->data > 0)
 			pool->killed++;
-		pipe_close(p);
+		zp_pipe_close(p);
 		pool->nalive--;
 	}
 	p->data = 0;
@@ -176,7 +177,7 @@ zp_pipepool_put(struct zp_pipepool *pool, struct zp_pipe *p)
 	 */
 	while (pool->nfree > pool->keep &&
 	    pool->nfree > 2 * (pool->nalive - pool->nfree)) {
-		pipe_close(&pool->free[--pool->nfree]);
+		zp_pipe_close(&pool->free[--pool->nfree]);
 		pool->nalive--;
 	}
 }
@@ -186,7 +187,7 @@ void
 zp_pipepool_clear(struct zp_pipepool *pool)
 {
 	while (pool->nfree > 0) {
-		pipe_close(&pool->free[--pool->nfree]);
+		zp_pipe_close(&pool->free[--pool->nfree]);
 		pool->nalive--;
 	}
 	free(pool->free);

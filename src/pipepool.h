@@ -27,6 +27,9 @@ enum zp_pipe_shortage {
 	ZP_PIPE_ERROR,		/* anything else; errno kept in last_errno */
 };
 
+/* Close both ends of a pipe (-1 ends are fine); it holds nothing then. */
+void	zp_pipe_close(struct zp_pipe *);
+
 /* The pool is pipepool.c's (fields in pipepool_int.h, for its tests). */
 struct zp_pipepool;
 

@@ -589,6 +589,9 @@ dir_unpipe(struct zp_ctx *ctx, struct zp_dir *d)
 	}
 	d->pipe.data = 0;
 	zp_pipepool_put(ctx->pool, &d->pipe);
+	/* What the mirrors have not tee'd yet, they get from the copy. */
+	if (d->mir != NULL)
+		zp_mirror_unpipe(d->mir, buf, got);
 	d->ops = &zp_relay_copy;
 	d->buf = buf;
 	d->off = 0;

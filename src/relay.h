@@ -19,6 +19,7 @@
 
 struct zp_dir;
 struct zp_ctx;
+struct zp_mirror_set;
 
 /* fill() result that asks the relay loop to switch this direction to copy. */
 #define ZP_FILL_FALLBACK	(-2)
@@ -195,6 +196,8 @@ struct zp_dir {
 	unsigned			 hold_fin:1; /* src's EOF is not carried:
 						    the pair moves (down) */
 	struct zp_dframe		*fr;	/* NULL: a plain byte relay */
+	struct zp_mirror_set		*mir;	/* --mirror: what src sends
+						   goes there too; NULL */
 };
 
 /* What a pump left behind, for the pair to act on (bits). */

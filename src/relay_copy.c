@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ctx.h"
+#include "mirror.h"
 #include "relay.h"
 
 /*
@@ -77,6 +78,10 @@ copy_fill(struct zp_dir *d, size_t max)
 		n = recv(d->src->fd, d->buf + d->off + d->len, space, 0);
 	} while (n == -1 && errno == EINTR);
 	if (n > 0) {
+		/* As read: a move's cut or replay is not the client's. */
+		if (d->mir != NULL)
+			zp_mirror_copy(d->mir, d->buf + d->off + d->len,
+			    (size_t)n);
 		d->len += n;
 		if (d->fr != NULL && d->fr->cutting && copy_cut(d) == -1)
 			return -1;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ctx.h"
+#include "mirror.h"
 #include "relay.h"
 
 /*
@@ -285,10 +286,12 @@ splice_flush_once(struct zp_dir *d, size_t len)
 
 /*
  * Pipe -> socket. With a replay window a send may only take what the
- * replay kept (splice_keep); once all of that went, the rest is kept and
- * sent in the same flush, so that the cap is never taken for a full
- * destination (the pump waits for the write event after a short flush).
- * Returns bytes moved, or -1 with errno when none were.
+ * replay kept (splice_keep), and with --mirror only what every mirror
+ * stream took (tee(2) starts at the head, so the rest is tee'd once the
+ * head is out); once all of that went, the rest is kept and sent in the
+ * same flush, so that the cap is never taken for a full destination
+ * (the pump waits for the write event after a short flush). Returns
+ * bytes moved, or -1 with errno when none were.
  */
 static ssize_t
 splice_flush(struct zp_dir *d)
@@ -298,12 +301,16 @@ splice_flush(struct zp_dir *d)
 
 	for (;;) {
 		len = splice_keep(d);
+		if (d->mir != NULL)
+			len = zp_mirror_tee(d->mir, d->pipe.rfd, len);
 		n = splice_flush_once(d, len);
 		if (n <= 0)
 			return total > 0 ? total : n;
+		if (d->mir != NULL)
+			zp_mirror_sent(d->mir, (size_t)n);
 		total += n;
-		if (d->fr == NULL || d->fr->rp == NULL || (size_t)n < len ||
-		    d->pipe.data == 0)
+		if (((d->fr == NULL || d->fr->rp == NULL) && d->mir == NULL) ||
+		    (size_t)n < len || d->pipe.data == 0)
 			return total;
 	}
 }

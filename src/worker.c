@@ -532,6 +532,8 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	ctx->cfg = cfg;
 	ctx->log = root->log;
 	ctx->ups = root->ups;
+	ctx->mirrors = root->mirrors;
+	TAILQ_INIT(&ctx->mirror_sets);
 	ctx->devnull = root->devnull;
 	ctx->replay_roomy = root->replay_roomy;
 	ctx->daemon_fd = -1;

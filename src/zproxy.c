@@ -414,7 +414,9 @@ size_limits(struct zp_ctx *ctx, long nofile)
 	struct zp_config	*cfg = ctx->cfg;
 	long			 per = (cfg->mode == ZP_MODE_SPLICE ?
 				    ZP_FDS_SPLICE : ZP_FDS_COPY) +
-				    (cfg->replay_window > 0 ? 2 : 0);
+				    (cfg->replay_window > 0 ? 2 : 0) +
+				    /* a socket and a pipe per mirror */
+				    3 * (long)cfg->nmirrors;
 	/* Listener, stdio, epoll, signal pipe and some slack for libevent. */
 	long			 spare = 16 + nofile / 32;
 	/* --stats gets its own share, so that its clients never take ours. */
@@ -512,6 +514,11 @@ log_start(struct zp_ctx *ctx, long nofile, const char *privs)
 		    "address%s)", i ? ", " : "", zp_upstream_label(ctx->ups, i,
 		    name, sizeof(name)), naddrs, naddrs == 1 ? "" : "es");
 	}
+	for (i = 0; i < cfg->nmirrors && off < sizeof(ups); i++)
+		off += snprintf(ups + off, sizeof(ups) - off, "%s%s (%zu "
+		    "address%s)", i ? ", " : ", mirror ", cfg->mirrors[i].arg,
+		    cfg->mirrors[i].to.naddrs,
+		    cfg->mirrors[i].to.naddrs == 1 ? "" : "es");
 	/* --source ADDR: "ADDR:0", the port the kernel picks per connect. */
 	if (cfg->source == ZP_SOURCE_ADDR)
 		snprintf(src, sizeof(src), ", source %s",
@@ -841,6 +848,8 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	ctx->drain_timer = NULL;
 	zp_upstreams_free(ctx->ups);
 	ctx->ups = NULL;
+	zp_mirrors_free(ctx->mirrors);
+	ctx->mirrors = NULL;
 	zp_srctab_free(&ctx->sources);
 	for (i = 0; i < nsigs; i++)
 		if (sigs[i] != NULL)
@@ -1100,6 +1109,7 @@ zp_run(struct zp_config *cfg)
 	if (cfg->daemon && (rc = daemonize(&ctx.daemon_fd)) != 0)
 		return rc;
 	TAILQ_INIT(&ctx.pairs);
+	TAILQ_INIT(&ctx.mirror_sets);
 	ctx.cfg = cfg;
 	ctx.log = &log;
 	ctx.bufs.size = cfg->buffer_size;
@@ -1129,7 +1139,8 @@ zp_run(struct zp_config *cfg)
 	gettimeofday(&ctx.started, NULL);
 	if ((ctx.ups = zp_upstreams_new(cfg->upstreams, cfg->nupstreams,
 	    (enum zp_balance)cfg->balance, cfg->max_fails, cfg->fail_timeout,
-	    ctx.log)) == NULL) {
+	    ctx.log)) == NULL || (ctx.mirrors = zp_mirrors_new(cfg)) == NULL) {
+		zp_upstreams_free(ctx.ups);
 		zp_log(ctx.log, ZP_LOG_ERROR, "out of memory");
 		zp_log_close(ctx.log);
 		return ZP_EX_OSERR;

@@ -1,0 +1,665 @@
+/*
+ * mirror.c - --mirror: a copy of every client's stream to other
+ * collectors; see mirror.h.
+ *
+ * A stream's life: connecting (its pipe fills meanwhile), open (the pipe
+ * is spliced to the socket as the socket takes it), ending (the client's
+ * stream is over: the rest, then a FIN, then the mirror's EOF or
+ * --linger-timeout), closed. Dropped from any state: closed at once and
+ * counted.
+ */
+
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "ctx.h"
+#include "mirror.h"
+#include "net.h"
+
+/* Never SPLICE_F_MORE: a tail held back is a tail late. */
+#define ZP_MIRROR_SPLICE	(SPLICE_F_MOVE | SPLICE_F_NONBLOCK)
+
+struct zp_mirror_target {
+	const char	*label;		/* --mirror as given */
+	const struct zp_addr *addrs;	/* the configuration's */
+	size_t		 naddrs;
+	unsigned	 cursor;	/* atomic: the address to try next */
+	unsigned	 fails;		/* atomic: connects failed in a row */
+	int64_t		 down_until;	/* atomic: monotonic us; 0: up */
+};
+
+struct zp_mirrors {
+	size_t			 n;
+	double			 fail_timeout;
+	struct zp_mirror_target	 t[ZP_MAX_MIRRORS];
+};
+
+/* One mirror stream of a pair. */
+struct zp_mstream {
+	struct zp_mirror_set	*set;
+	size_t			 idx;		/* which --mirror */
+	int			 fd;		/* -1: closed */
+	struct zp_pipe		 pipe;		/* .data: bytes not sent yet */
+	struct event		*rev;		/* what it sends: discarded */
+	struct event		*wev;		/* connect, then room to send */
+	struct event		*timer;		/* connect, then the end */
+	size_t			 teed;		/* of the head of the pair's pipe */
+	unsigned		 connecting:1;
+	unsigned		 won:1;		/* wev is added */
+	unsigned		 wshut:1;	/* FIN sent */
+	unsigned		 rdeof:1;	/* the mirror's FIN came */
+};
+
+struct zp_mirror_set {
+	struct zp_ctx		*ctx;
+	uint64_t		 id;		/* the pair's conn= */
+	size_t			 n;
+	size_t			 open;		/* streams with fd != -1 */
+	unsigned		 ended:1;	/* the client's stream is over */
+	unsigned		 released:1;	/* the pair is gone: on the list */
+	TAILQ_ENTRY(zp_mirror_set) entry;
+	struct zp_mstream	 s[ZP_MAX_MIRRORS];
+};
+
+static void	mstream_drain(struct zp_mstream *);
+
+static int64_t
+mono_us(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+struct zp_mirrors *
+zp_mirrors_new(const struct zp_config *cfg)
+{
+	struct zp_mirrors	*ms;
+	size_t			 i;
+
+	if ((ms = calloc(1, sizeof(*ms))) == NULL)
+		return NULL;
+	ms->n = cfg->nmirrors;
+	ms->fail_timeout = cfg->fail_timeout;
+	for (i = 0; i < ms->n; i++) {
+		ms->t[i].label = cfg->mirrors[i].arg;
+		ms->t[i].addrs = cfg->mirrors[i].to.addrs;
+		ms->t[i].naddrs = cfg->mirrors[i].to.naddrs;
+	}
+	return ms;
+}
+
+void
+zp_mirrors_free(struct zp_mirrors *ms)
+{
+	free(ms);
+}
+
+size_t
+zp_mirrors_count(const struct zp_mirrors *ms)
+{
+	return ms != NULL ? ms->n : 0;
+}
+
+int
+zp_mirror_up(const struct zp_mirrors *ms, size_t i)
+{
+	return __atomic_load_n(&ms->t[i].down_until, __ATOMIC_RELAXED) <=
+	    mono_us();
+}
+
+/*
+ * A stream of mirror i ended early: counted, and said at most once a
+ * second per mirror and thread, with how many went unsaid.
+ */
+static void
+mirror_drop_log(struct zp_ctx *ctx, size_t i, uint64_t id, const char *why)
+{
+	int64_t		now = mono_us();
+	uint64_t	more = ctx->mirror_unsaid[i];
+
+	ctx->stats.mirrors[i].dropped++;
+	if (ctx->mirror_said[i] != 0 && now - ctx->mirror_said[i] < 1000000) {
+		ctx->mirror_unsaid[i]++;
+		return;
+	}
+	ctx->mirror_said[i] = now;
+	ctx->mirror_unsaid[i] = 0;
+	if (more > 0)
+		zp_log(ctx->log, ZP_LOG_WARN, "mirror %s conn=%llu dropped: "
+		    "%s (and %llu more since)", ctx->mirrors->t[i].label,
+		    (unsigned long long)id, why, (unsigned long long)more);
+	else
+		zp_log(ctx->log, ZP_LOG_WARN, "mirror %s conn=%llu dropped: "
+		    "%s", ctx->mirrors->t[i].label, (unsigned long long)id,
+		    why);
+}
+
+/* A set that is released and has no stream left is freed. */
+static void
+set_maybe_free(struct zp_mirror_set *set)
+{
+	if (!set->released || set->open > 0)
+		return;
+	TAILQ_REMOVE(&set->ctx->mirror_sets, set, entry);
+	free(set);
+}
+
+/* Close a stream: everything it holds. */
+static void
+mstream_close(struct zp_mstream *m)
+{
+	if (m->fd == -1)
+		return;
+	if (m->rev != NULL)
+		event_free(m->rev);
+	if (m->wev != NULL)
+		event_free(m->wev);
+	if (m->timer != NULL)
+		event_free(m->timer);
+	m->rev = m->wev = m->timer = NULL;
+	m->won = 0;
+	close(m->fd);
+	m->fd = -1;
+	zp_pipe_close(&m->pipe);
+	m->teed = 0;
+	m->set->open--;
+}
+
+/*
+ * A stream ends before its client's stream did. Nothing here frees the
+ * set: the event callbacks and the release look at it last.
+ */
+static void
+mstream_drop(struct zp_mstream *m, const char *why)
+{
+	if (m->fd == -1)
+		return;
+	mstream_close(m);
+	mirror_drop_log(m->set->ctx, m->idx, m->set->id, why);
+}
+
+static void
+mstream_want_write(struct zp_mstream *m, int on)
+{
+	if (on && !m->won && event_add(m->wev, NULL) == 0)
+		m->won = 1;
+	else if (!on && m->won) {
+		event_del(m->wev);
+		m->won = 0;
+	}
+}
+
+/* Wait for the end (the mirror's FIN) at most --linger-timeout. */
+static void
+mstream_end_timer(struct zp_mstream *m)
+{
+	struct timeval	tv = zp_seconds_tv(m->set->ctx->cfg->linger_timeout);
+
+	if (m->timer != NULL)
+		event_add(m->timer, &tv);
+}
+
+/* Everything is out: carry the client's FIN, or close when both are. */
+static void
+mstream_finish(struct zp_mstream *m)
+{
+	struct zp_mirror_set	*set = m->set;
+
+	if (!set->ended || m->pipe.data > 0 || m->connecting)
+		return;
+	if (!m->wshut) {
+		m->wshut = 1;
+		if (shutdown(m->fd, SHUT_WR) == -1 && errno != ENOTCONN) {
+			mstream_drop(m, strerror(errno));
+			return;
+		}
+		mstream_end_timer(m);
+	}
+	if (m->rdeof)
+		mstream_close(m);
+}
+
+/* The pipe to the socket, as far as the socket takes it. */
+static void
+mstream_drain(struct zp_mstream *m)
+{
+	struct zp_ctx	*ctx = m->set->ctx;
+	ssize_t		 n;
+
+	if (m->fd == -1 || m->connecting)
+		return;
+	while (m->pipe.data > 0) {
+		n = splice(m->pipe.rfd, NULL, m->fd, NULL, m->pipe.data,
+		    ZP_MIRROR_SPLICE);
+		if (n > 0) {
+			m->pipe.data -= (size_t)n;
+			ctx->stats.mirrors[m->idx].bytes += (uint64_t)n;
+		} else if (n == -1 && errno == EINTR)
+			continue;
+		else if (n == -1 && errno == EAGAIN) {
+			mstream_want_write(m, 1);
+			return;
+		} else {
+			mstream_drop(m, n == 0 ? "its pipe lost bytes" :
+			    strerror(errno));
+			return;
+		}
+	}
+	mstream_want_write(m, 0);
+	mstream_finish(m);
+}
+
+/* Bytes into a stream's pipe (copy mode, a move); a short write drops. */
+static void
+mstream_write(struct zp_mstream *m, const char *buf, size_t n)
+{
+	ssize_t	w;
+
+	while (n > 0 && m->fd != -1) {
+		/* An empty pipe of an open stream: straight to the socket. */
+		if (m->pipe.data == 0 && !m->connecting) {
+			w = send(m->fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (w > 0) {
+				m->set->ctx->stats.mirrors[m->idx].bytes +=
+				    (uint64_t)w;
+				buf += w;
+				n -= (size_t)w;
+				continue;
+			}
+			if (w == -1 && errno == EINTR)
+				continue;
+			if (w == -1 && errno != EAGAIN) {
+				mstream_drop(m, strerror(errno));
+				return;
+			}
+		}
+		w = write(m->pipe.wfd, buf, n);
+		if (w == -1 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			mstream_drop(m, "too slow");
+			return;
+		}
+		m->pipe.data += (size_t)w;
+		buf += w;
+		n -= (size_t)w;
+		/* While connecting, wev waits for the connect. */
+		if (!m->connecting)
+			mstream_want_write(m, 1);
+		if (n > 0) {
+			mstream_drop(m, "too slow");
+			return;
+		}
+	}
+}
+
+/* A connect failed: the address after it next time; down after all. */
+static void
+mirror_failed(struct zp_ctx *ctx, size_t i, int err)
+{
+	struct zp_mirror_target	*t = &ctx->mirrors->t[i];
+	int64_t			 now = mono_us(), was;
+	struct timeval		 tv = zp_seconds_tv(ctx->mirrors->fail_timeout);
+
+	__atomic_add_fetch(&t->cursor, 1, __ATOMIC_RELAXED);
+	if (__atomic_add_fetch(&t->fails, 1, __ATOMIC_RELAXED) < t->naddrs)
+		return;
+	__atomic_store_n(&t->fails, 0, __ATOMIC_RELAXED);
+	was = __atomic_exchange_n(&t->down_until, now +
+	    (int64_t)tv.tv_sec * 1000000 + tv.tv_usec, __ATOMIC_RELAXED);
+	if (was <= now)
+		zp_log(ctx->log, ZP_LOG_WARN, "mirror %s down for %gs: "
+		    "connect: %s", t->label, ctx->mirrors->fail_timeout,
+		    strerror(err));
+}
+
+static void
+mstream_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_mstream	*m = arg;
+	struct zp_mirror_set	*set = m->set;
+	ssize_t			 n;
+	int			 i;
+
+	/* A bounded pass: a mirror that talks fast must not hold the loop. */
+	for (i = 0; i < 16; i++) {
+		n = recv(m->fd, NULL, 65536, MSG_TRUNC | MSG_DONTWAIT);
+		if (n > 0)
+			continue;
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1 && errno == EAGAIN)
+			break;
+		if (n == 0) {
+			m->rdeof = 1;
+			event_del(m->rev);
+			if (m->wshut)
+				mstream_close(m);
+			break;
+		}
+		/* A reset: what it had not taken is lost to it. */
+		if (m->wshut && m->pipe.data == 0)
+			mstream_close(m);
+		else
+			mstream_drop(m, strerror(errno));
+		break;
+	}
+	set_maybe_free(set);
+}
+
+static void
+mstream_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_mstream	*m = arg;
+	struct zp_mirror_set	*set = m->set;
+
+	mstream_drain(m);
+	set_maybe_free(set);
+}
+
+static void
+mstream_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_mstream	*m = arg;
+	struct zp_mirror_set	*set = m->set;
+
+	if (m->connecting) {
+		mirror_failed(set->ctx, m->idx, ETIMEDOUT);
+		mstream_drop(m, "connect: timed out");
+	} else if (m->pipe.data > 0 || !m->wshut)
+		mstream_drop(m, "too slow");
+	else
+		mstream_close(m);	/* all delivered; its FIN never came */
+	set_maybe_free(set);
+}
+
+/* The connect answered: wev says when the socket takes more. */
+static int
+mstream_writer(struct zp_mstream *m)
+{
+	if (m->wev != NULL)
+		event_free(m->wev);
+	m->won = 0;
+	m->wev = event_new(m->set->ctx->base, m->fd, EV_WRITE | EV_PERSIST,
+	    mstream_write_cb, m);
+	return m->wev != NULL ? 0 : -1;
+}
+
+/* The connect answered: read and send from now on. */
+static void
+mstream_connected(struct zp_mstream *m)
+{
+	struct zp_ctx	*ctx = m->set->ctx;
+	short		 rflags = EV_READ | EV_PERSIST;
+
+	m->connecting = 0;
+	__atomic_store_n(&ctx->mirrors->t[m->idx].fails, 0, __ATOMIC_RELAXED);
+	event_del(m->timer);
+	m->rev = event_new(ctx->base, m->fd, rflags, mstream_read_cb, m);
+	if (m->rev == NULL || event_add(m->rev, NULL) == -1) {
+		mstream_drop(m, "out of memory");
+		return;
+	}
+	if (m->set->released)
+		mstream_end_timer(m);
+	mstream_drain(m);
+}
+
+static void
+mstream_connect_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_mstream	*m = arg;
+	struct zp_mirror_set	*set = m->set;
+	int			 err = zp_connect_result(fd, what);
+	char			 why[128];
+
+	/* One-shot: not pending any more. */
+	m->won = 0;
+	if (err != 0) {
+		mirror_failed(set->ctx, m->idx, err);
+		snprintf(why, sizeof(why), "connect: %s", strerror(err));
+		mstream_drop(m, why);
+	} else if (mstream_writer(m) == -1)
+		mstream_drop(m, "out of memory");
+	else
+		mstream_connected(m);
+	set_maybe_free(set);
+}
+
+/*
+ * A pipe for the stream: in splice mode as large as the pairs' (a tee
+ * takes a whole pipe's worth of the direction's), as the per-user pipe
+ * budget allows; copy mode's writes fit the default one.
+ */
+static int
+mstream_pipe(struct zp_ctx *ctx, struct zp_mstream *m)
+{
+	int	fds[2];
+
+	if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) == -1)
+		return -1;
+	m->pipe.rfd = fds[0];
+	m->pipe.wfd = fds[1];
+	m->pipe.data = 0;
+	if (ctx->pool != NULL)
+		(void)fcntl(fds[1], F_SETPIPE_SZ, (int)ctx->cfg->pipe_size);
+	return 0;
+}
+
+/* Begin stream i of set; 0, or -1 when it could not (counted). */
+static int
+mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
+    size_t hdrlen)
+{
+	struct zp_ctx		*ctx = set->ctx;
+	struct zp_mirror_target	*t = &ctx->mirrors->t[i];
+	struct zp_mstream	*m = &set->s[i];
+	struct timeval		 tv = zp_seconds_tv(ctx->cfg->connect_timeout);
+	unsigned		 k;
+	int			 rc, err;
+	char			 why[128];
+
+	m->set = set;
+	m->idx = i;
+	m->fd = -1;
+	m->pipe.rfd = m->pipe.wfd = -1;
+	if (!zp_mirror_up(ctx->mirrors, i)) {
+		mirror_drop_log(ctx, i, set->id, "down");
+		return -1;
+	}
+	k = __atomic_load_n(&t->cursor, __ATOMIC_RELAXED) % t->naddrs;
+	if ((rc = zp_connect_start(&t->addrs[k], &m->fd)) == -1) {
+		err = errno;
+		m->fd = -1;
+		if (!zp_connect_local_error(err))
+			mirror_failed(ctx, i, err);
+		snprintf(why, sizeof(why), "connect: %s", strerror(err));
+		mirror_drop_log(ctx, i, set->id, why);
+		return -1;
+	}
+	set->open++;
+	ctx->stats.mirrors[i].streams++;
+	m->connecting = 1;
+	if (mstream_pipe(ctx, m) == -1) {
+		snprintf(why, sizeof(why), "pipe: %s", strerror(errno));
+		mstream_drop(m, why);
+		return -1;
+	}
+	m->timer = event_new(ctx->base, -1, 0, mstream_timer_cb, m);
+	/* Connected at once (a local address): wev writes from now. */
+	if (rc == 1)
+		m->wev = event_new(ctx->base, m->fd, EV_WRITE,
+		    mstream_connect_cb, m);
+	if (m->timer == NULL || (rc == 1 ? m->wev == NULL :
+	    mstream_writer(m) == -1)) {
+		mstream_drop(m, "out of memory");
+		return -1;
+	}
+	if (hdrlen > 0 && (write(m->pipe.wfd, hdr, hdrlen) != (ssize_t)hdrlen)) {
+		mstream_drop(m, "its pipe refused the PROXY header");
+		return -1;
+	}
+	m->pipe.data = hdrlen;
+	if (rc == 0) {
+		mstream_connected(m);
+		return m->fd == -1 ? -1 : 0;
+	}
+	event_add(m->timer, &tv);
+	if (event_add(m->wev, NULL) == 0)
+		m->won = 1;
+	return 0;
+}
+
+struct zp_mirror_set *
+zp_mirror_set_new(struct zp_ctx *ctx, uint64_t id, const void *hdr,
+    size_t hdrlen)
+{
+	struct zp_mirror_set	*set;
+	size_t			 i, n = zp_mirrors_count(ctx->mirrors);
+
+	if (n == 0)
+		return NULL;
+	if ((set = calloc(1, sizeof(*set))) == NULL) {
+		for (i = 0; i < n; i++)
+			mirror_drop_log(ctx, i, id, "out of memory");
+		return NULL;
+	}
+	set->ctx = ctx;
+	set->id = id;
+	set->n = n;
+	for (i = 0; i < n; i++)
+		(void)mstream_start(set, i, hdr, hdrlen);
+	if (set->open == 0) {
+		free(set);
+		return NULL;
+	}
+	return set;
+}
+
+void
+zp_mirror_copy(struct zp_mirror_set *set, const void *buf, size_t n)
+{
+	size_t	i;
+
+	for (i = 0; i < set->n; i++)
+		if (set->s[i].fd != -1)
+			mstream_write(&set->s[i], buf, n);
+}
+
+size_t
+zp_mirror_tee(struct zp_mirror_set *set, int rfd, size_t len)
+{
+	struct zp_mstream	*m;
+	size_t			 i, may = len;
+	ssize_t			 n;
+
+	for (i = 0; i < set->n; i++) {
+		m = &set->s[i];
+		if (m->fd == -1)
+			continue;
+		if (m->teed == 0) {
+			do {
+				n = tee(rfd, m->pipe.wfd, len,
+				    SPLICE_F_NONBLOCK);
+			} while (n == -1 && errno == EINTR);
+			if (n <= 0) {
+				mstream_drop(m, n == -1 && errno != EAGAIN ?
+				    strerror(errno) : "too slow");
+				continue;
+			}
+			m->teed = (size_t)n;
+			m->pipe.data += (size_t)n;
+			mstream_drain(m);
+			if (m->fd == -1)
+				continue;
+		}
+		if (m->teed < may)
+			may = m->teed;
+	}
+	return may;
+}
+
+void
+zp_mirror_sent(struct zp_mirror_set *set, size_t n)
+{
+	size_t	i;
+
+	for (i = 0; i < set->n; i++)
+		if (set->s[i].fd != -1)
+			set->s[i].teed -= n < set->s[i].teed ? n :
+			    set->s[i].teed;
+}
+
+void
+zp_mirror_unpipe(struct zp_mirror_set *set, const void *buf, size_t len)
+{
+	struct zp_mstream	*m;
+	size_t			 i;
+
+	for (i = 0; i < set->n; i++) {
+		m = &set->s[i];
+		if (m->fd == -1)
+			continue;
+		if (m->teed < len)
+			mstream_write(m, (const char *)buf + m->teed,
+			    len - m->teed);
+		m->teed = 0;
+	}
+}
+
+void
+zp_mirror_set_end(struct zp_mirror_set *set)
+{
+	size_t	i;
+
+	if (set->ended)
+		return;
+	set->ended = 1;
+	for (i = 0; i < set->n; i++)
+		if (set->s[i].fd != -1)
+			mstream_finish(&set->s[i]);
+}
+
+void
+zp_mirror_set_release(struct zp_mirror_set *set)
+{
+	size_t	i;
+
+	if (set == NULL)
+		return;
+	set->released = 1;
+	TAILQ_INSERT_TAIL(&set->ctx->mirror_sets, set, entry);
+	zp_mirror_set_end(set);
+	/* Whatever is left has --linger-timeout to go out. */
+	for (i = 0; i < set->n; i++)
+		if (set->s[i].fd != -1 && !set->s[i].connecting &&
+		    !set->s[i].wshut)
+			mstream_end_timer(&set->s[i]);
+	set_maybe_free(set);
+}
+
+void
+zp_mirror_sets_close(struct zp_ctx *ctx)
+{
+	struct zp_mirror_set	*set;
+	size_t			 i;
+
+	while ((set = TAILQ_FIRST(&ctx->mirror_sets)) != NULL) {
+		for (i = 0; i < set->n; i++)
+			if (set->s[i].pipe.data > 0 || !set->s[i].wshut)
+				mstream_drop(&set->s[i], "zproxy is stopping");
+			else
+				mstream_close(&set->s[i]);
+		set_maybe_free(set);
+	}
+}
