@@ -52,7 +52,16 @@ struct zp_mstream {
 	struct event		*wev;		/* connect, then room to send */
 	struct event		*timer;		/* connect, then the end */
 	size_t			 teed;		/* of the head of the pair's pipe */
+	/* Stream offsets, the PROXY header's bytes included. */
+	uint64_t		 base;		/* the header's length */
+	uint64_t		 in;		/* handed to the stream */
+	uint64_t		 out;		/* delivered to the socket */
+	uint64_t		 cut_at;	/* cutting: where it ends */
+	char			*held;		/* cutting: its pipe, read out */
+	size_t			 held_len;
 	unsigned		 connecting:1;
+	unsigned		 cutting:1;	/* dropped: takes no more, ends at
+						   cut_at, a message boundary */
 	unsigned		 won:1;		/* wev is added */
 	unsigned		 wshut:1;	/* FIN sent */
 	unsigned		 rdeof:1;	/* the mirror's FIN came */
@@ -63,6 +72,16 @@ struct zp_mirror_set {
 	uint64_t		 id;		/* the pair's conn= */
 	size_t			 n;
 	size_t			 open;		/* streams with fd != -1 */
+	/*
+	 * --framing: the client's stream offset of the next byte handed to
+	 * the streams (copy: read; splice: the head of the pair's pipe),
+	 * the last two message boundaries known before it, and the framer
+	 * that finds them in copy mode.
+	 */
+	uint64_t		 off;
+	uint64_t		 bound[2];	/* [0] the last, [1] the one before */
+	int			 framed;
+	struct zp_framer	 f;
 	unsigned		 ended:1;	/* the client's stream is over */
 	unsigned		 released:1;	/* the pair is gone: on the list */
 	TAILQ_ENTRY(zp_mirror_set) entry;
@@ -154,6 +173,23 @@ set_maybe_free(struct zp_mirror_set *set)
 	free(set);
 }
 
+/* A stream that takes the client's bytes. */
+static int
+mstream_live(const struct zp_mstream *m)
+{
+	return m->fd != -1 && !m->cutting;
+}
+
+/* A message ended at the client's stream offset off. */
+static void
+set_bound(struct zp_mirror_set *set, uint64_t off)
+{
+	if (off == set->bound[0])
+		return;
+	set->bound[1] = set->bound[0];
+	set->bound[0] = off;
+}
+
 /* Close a stream: everything it holds. */
 static void
 mstream_close(struct zp_mstream *m)
@@ -171,13 +207,16 @@ mstream_close(struct zp_mstream *m)
 	close(m->fd);
 	m->fd = -1;
 	zp_pipe_close(&m->pipe);
+	free(m->held);
+	m->held = NULL;
 	m->teed = 0;
 	m->set->open--;
 }
 
 /*
  * A stream ends before its client's stream did. Nothing here frees the
- * set: the event callbacks and the release look at it last.
+ * set: the event callbacks and the release look at it last. One that was
+ * cut was counted then.
  */
 static void
 mstream_drop(struct zp_mstream *m, const char *why)
@@ -185,7 +224,82 @@ mstream_drop(struct zp_mstream *m, const char *why)
 	if (m->fd == -1)
 		return;
 	mstream_close(m);
-	mirror_drop_log(m->set->ctx, m->idx, m->set->id, why);
+	if (!m->cutting)
+		mirror_drop_log(m->set->ctx, m->idx, m->set->id, why);
+}
+
+static void	mstream_end_timer(struct zp_mstream *);
+
+/*
+ * lf and nul spliced blind: no boundary is known in what a stream holds.
+ * Its pipe is read out (tee'd pages fill a pipe beyond its size: it may
+ * hold megabytes), what comes up to the last delimiter in it is kept in
+ * m->held to be sent from there, the rest dropped. Returns the stream
+ * offset after that delimiter, or 0 when there is none (or the kind is
+ * not known yet, octet, or memory is short).
+ */
+static uint64_t
+mstream_last_delim(struct zp_mstream *m)
+{
+	struct zp_mirror_set	*set = m->set;
+	enum zp_framing		 k = zp_framer_kind(&set->f);
+	size_t			 len = m->pipe.data, got = 0;
+	char			*buf, *p;
+	ssize_t			 n;
+
+	if ((k != ZP_FRAMING_LF && k != ZP_FRAMING_NUL) || len == 0 ||
+	    (buf = malloc(len)) == NULL)
+		return 0;
+	while (got < len && ((n = read(m->pipe.rfd, buf + got, len - got)) > 0 ||
+	    (n == -1 && errno == EINTR)))
+		got += n > 0 ? (size_t)n : 0;
+	m->pipe.data -= got;
+	p = memrchr(buf, k == ZP_FRAMING_NUL ? '\0' : '\n', got);
+	if (p == NULL || m->pipe.data != 0) {
+		free(buf);
+		return 0;
+	}
+	m->held = buf;
+	m->held_len = (size_t)(p - buf) + 1;
+	return m->out + m->held_len;
+}
+
+/*
+ * Too slow. A framed stream takes no more and ends at the last message
+ * boundary known within what it was handed and has not sent yet: the
+ * collector never gets half a message (unless it had part of the one
+ * in progress already, or no boundary is known: then it ends where it
+ * stands).
+ */
+static void
+mstream_slow(struct zp_mstream *m)
+{
+	struct zp_mirror_set	*set = m->set;
+	uint64_t		 b;
+	int			 i;
+
+	if (m->fd == -1 || m->cutting)
+		return;
+	if (!set->framed) {
+		mstream_drop(m, "too slow");
+		return;
+	}
+	for (i = 0; i < 2; i++) {
+		b = m->base + set->bound[i];
+		if (b >= m->out && b <= m->in)
+			break;
+	}
+	if (i == 2 && (b = mstream_last_delim(m)) == 0) {
+		mstream_drop(m, "too slow, inside a message");
+		return;
+	}
+	mirror_drop_log(set->ctx, m->idx, set->id,
+	    "too slow; ends at a message boundary");
+	m->cutting = 1;
+	m->cut_at = b;
+	m->teed = 0;
+	mstream_end_timer(m);
+	mstream_drain(m);
 }
 
 static void
@@ -215,7 +329,8 @@ mstream_finish(struct zp_mstream *m)
 {
 	struct zp_mirror_set	*set = m->set;
 
-	if (!set->ended || m->pipe.data > 0 || m->connecting)
+	if ((!set->ended && !m->cutting) || m->pipe.data > 0 ||
+	    m->held != NULL || m->connecting)
 		return;
 	if (!m->wshut) {
 		m->wshut = 1;
@@ -229,21 +344,47 @@ mstream_finish(struct zp_mstream *m)
 		mstream_close(m);
 }
 
-/* The pipe to the socket, as far as the socket takes it. */
+/*
+ * The pipe to the socket, as far as the socket takes it; a stream cut
+ * at a boundary only up to cut_at, from what it held in memory if its
+ * pipe was read out.
+ */
 static void
 mstream_drain(struct zp_mstream *m)
 {
 	struct zp_ctx	*ctx = m->set->ctx;
+	size_t		 len;
 	ssize_t		 n;
 
 	if (m->fd == -1 || m->connecting)
 		return;
-	while (m->pipe.data > 0) {
-		n = splice(m->pipe.rfd, NULL, m->fd, NULL, m->pipe.data,
-		    ZP_MIRROR_SPLICE);
+	for (;;) {
+		if (m->held != NULL) {
+			len = (size_t)(m->cut_at - m->out);
+			n = send(m->fd, m->held + m->held_len - len, len,
+			    MSG_DONTWAIT | MSG_NOSIGNAL);
+		} else if (m->pipe.data > 0) {
+			len = m->pipe.data;
+			if (m->cutting && m->cut_at - m->out < len)
+				len = (size_t)(m->cut_at - m->out);
+			if (len == 0) {
+				/* At the boundary: the rest is not sent. */
+				zp_pipe_close(&m->pipe);
+				continue;
+			}
+			n = splice(m->pipe.rfd, NULL, m->fd, NULL, len,
+			    ZP_MIRROR_SPLICE);
+		} else
+			break;
 		if (n > 0) {
-			m->pipe.data -= (size_t)n;
+			if (m->held == NULL)
+				m->pipe.data -= (size_t)n;
+			m->out += (uint64_t)n;
 			ctx->stats.mirrors[m->idx].bytes += (uint64_t)n;
+			if (m->held != NULL && m->out == m->cut_at) {
+				free(m->held);
+				m->held = NULL;
+			}
 		} else if (n == -1 && errno == EINTR)
 			continue;
 		else if (n == -1 && errno == EAGAIN) {
@@ -259,19 +400,21 @@ mstream_drain(struct zp_mstream *m)
 	mstream_finish(m);
 }
 
-/* Bytes into a stream's pipe (copy mode, a move); a short write drops. */
+/* Bytes into a stream's pipe (copy mode, a move); short: too slow. */
 static void
 mstream_write(struct zp_mstream *m, const char *buf, size_t n)
 {
 	ssize_t	w;
 
-	while (n > 0 && m->fd != -1) {
+	while (n > 0 && mstream_live(m)) {
 		/* An empty pipe of an open stream: straight to the socket. */
 		if (m->pipe.data == 0 && !m->connecting) {
 			w = send(m->fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 			if (w > 0) {
 				m->set->ctx->stats.mirrors[m->idx].bytes +=
 				    (uint64_t)w;
+				m->in += (uint64_t)w;
+				m->out += (uint64_t)w;
 				buf += w;
 				n -= (size_t)w;
 				continue;
@@ -287,17 +430,18 @@ mstream_write(struct zp_mstream *m, const char *buf, size_t n)
 		if (w == -1 && errno == EINTR)
 			continue;
 		if (w <= 0) {
-			mstream_drop(m, "too slow");
+			mstream_slow(m);
 			return;
 		}
 		m->pipe.data += (size_t)w;
+		m->in += (uint64_t)w;
 		buf += w;
 		n -= (size_t)w;
 		/* While connecting, wev waits for the connect. */
 		if (!m->connecting)
 			mstream_want_write(m, 1);
 		if (n > 0) {
-			mstream_drop(m, "too slow");
+			mstream_slow(m);
 			return;
 		}
 	}
@@ -376,8 +520,8 @@ mstream_timer_cb(evutil_socket_t fd, short what, void *arg)
 	if (m->connecting) {
 		mirror_failed(set->ctx, m->idx, ETIMEDOUT);
 		mstream_drop(m, "connect: timed out");
-	} else if (m->pipe.data > 0 || !m->wshut)
-		mstream_drop(m, "too slow");
+	} else if (m->pipe.data > 0 || m->held != NULL || !m->wshut)
+		mstream_drop(m, m->cutting ? "" : "too slow");
 	else
 		mstream_close(m);	/* all delivered; its FIN never came */
 	set_maybe_free(set);
@@ -410,7 +554,7 @@ mstream_connected(struct zp_mstream *m)
 		mstream_drop(m, "out of memory");
 		return;
 	}
-	if (m->set->released)
+	if (m->set->released || m->cutting)
 		mstream_end_timer(m);
 	mstream_drain(m);
 }
@@ -510,6 +654,7 @@ mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
 		return -1;
 	}
 	m->pipe.data = hdrlen;
+	m->base = m->in = hdrlen;
 	if (rc == 0) {
 		mstream_connected(m);
 		return m->fd == -1 ? -1 : 0;
@@ -537,6 +682,9 @@ zp_mirror_set_new(struct zp_ctx *ctx, uint64_t id, const void *hdr,
 	set->ctx = ctx;
 	set->id = id;
 	set->n = n;
+	set->framed = ctx->cfg->framing != ZP_FRAMING_NONE &&
+	    zp_framer_init(&set->f, (enum zp_framing)ctx->cfg->framing,
+	    ctx->cfg->max_frame) == 0;
 	for (i = 0; i < n; i++)
 		(void)mstream_start(set, i, hdr, hdrlen);
 	if (set->open == 0) {
@@ -549,11 +697,13 @@ zp_mirror_set_new(struct zp_ctx *ctx, uint64_t id, const void *hdr,
 void
 zp_mirror_copy(struct zp_mirror_set *set, const void *buf, size_t n)
 {
-	size_t	i;
+	size_t	i, k;
 
+	if (set->framed && (k = zp_framer_feed(&set->f, buf, n)) > 0)
+		set_bound(set, set->off + k);
 	for (i = 0; i < set->n; i++)
-		if (set->s[i].fd != -1)
-			mstream_write(&set->s[i], buf, n);
+		mstream_write(&set->s[i], buf, n);
+	set->off += n;
 }
 
 size_t
@@ -565,22 +715,26 @@ zp_mirror_tee(struct zp_mirror_set *set, int rfd, size_t len)
 
 	for (i = 0; i < set->n; i++) {
 		m = &set->s[i];
-		if (m->fd == -1)
+		if (!mstream_live(m))
 			continue;
 		if (m->teed == 0) {
 			do {
 				n = tee(rfd, m->pipe.wfd, len,
 				    SPLICE_F_NONBLOCK);
 			} while (n == -1 && errno == EINTR);
+			if (n == -1 && errno != EAGAIN) {
+				mstream_drop(m, strerror(errno));
+				continue;
+			}
 			if (n <= 0) {
-				mstream_drop(m, n == -1 && errno != EAGAIN ?
-				    strerror(errno) : "too slow");
+				mstream_slow(m);
 				continue;
 			}
 			m->teed = (size_t)n;
 			m->pipe.data += (size_t)n;
+			m->in += (uint64_t)n;
 			mstream_drain(m);
-			if (m->fd == -1)
+			if (!mstream_live(m))
 				continue;
 		}
 		if (m->teed < may)
@@ -590,31 +744,45 @@ zp_mirror_tee(struct zp_mirror_set *set, int rfd, size_t len)
 }
 
 void
-zp_mirror_sent(struct zp_mirror_set *set, size_t n)
+zp_mirror_sent(struct zp_mirror_set *set, size_t n, size_t whole)
 {
 	size_t	i;
 
+	if (whole > 0)
+		set_bound(set, set->off + whole);
+	set->off += n;
 	for (i = 0; i < set->n; i++)
-		if (set->s[i].fd != -1)
+		if (mstream_live(&set->s[i]))
 			set->s[i].teed -= n < set->s[i].teed ? n :
 			    set->s[i].teed;
 }
 
 void
-zp_mirror_unpipe(struct zp_mirror_set *set, const void *buf, size_t len)
+zp_mirror_unpipe(struct zp_mirror_set *set, const void *buf, size_t len,
+    const struct zp_framer *f)
 {
 	struct zp_mstream	*m;
 	size_t			 i;
 
 	for (i = 0; i < set->n; i++) {
 		m = &set->s[i];
-		if (m->fd == -1)
+		if (!mstream_live(m))
 			continue;
 		if (m->teed < len)
 			mstream_write(m, (const char *)buf + m->teed,
 			    len - m->teed);
 		m->teed = 0;
 	}
+	set->off += len;
+	if (f != NULL)
+		zp_mirror_follow(set, f);
+}
+
+void
+zp_mirror_follow(struct zp_mirror_set *set, const struct zp_framer *f)
+{
+	if (set->framed)
+		set->f = *f;
 }
 
 void
@@ -656,7 +824,8 @@ zp_mirror_sets_close(struct zp_ctx *ctx)
 
 	while ((set = TAILQ_FIRST(&ctx->mirror_sets)) != NULL) {
 		for (i = 0; i < set->n; i++)
-			if (set->s[i].pipe.data > 0 || !set->s[i].wshut)
+			if (set->s[i].pipe.data > 0 || set->s[i].held != NULL ||
+			    !set->s[i].wshut)
 				mstream_drop(&set->s[i], "zproxy is stopping");
 			else
 				mstream_close(&set->s[i]);

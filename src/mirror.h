@@ -73,15 +73,28 @@ void	zp_mirror_copy(struct zp_mirror_set *, const void *buf, size_t n);
  */
 size_t	zp_mirror_tee(struct zp_mirror_set *, int rfd, size_t len);
 
-/* Splice mode: n bytes left the head of the pipe for the upstream. */
-void	zp_mirror_sent(struct zp_mirror_set *, size_t n);
+/*
+ * Splice mode: n bytes left the head of the pipe for the upstream, the
+ * first `whole` of them ending at a message boundary (--framing; 0: no
+ * boundary known among them). A stream that is too slow ends at the
+ * last boundary known in what it holds unsent.
+ */
+void	zp_mirror_sent(struct zp_mirror_set *, size_t n, size_t whole);
 
 /*
  * The pipe was read into buf (len bytes, a move to copy): the streams
- * get what of it they have not had.
+ * get what of it they have not had. f (or NULL): the direction's framer,
+ * which stands after those bytes.
  */
+struct zp_framer;
 void	zp_mirror_unpipe(struct zp_mirror_set *, const void *buf,
-	    size_t len);
+	    size_t len, const struct zp_framer *f);
+
+/*
+ * A framed direction goes from splice to copy with an empty pipe: the
+ * set finds the boundaries itself again, from where f stands.
+ */
+void	zp_mirror_follow(struct zp_mirror_set *, const struct zp_framer *f);
 
 /* The client's stream is over: a FIN after what the pipes hold. */
 void	zp_mirror_set_end(struct zp_mirror_set *);

@@ -121,6 +121,9 @@ dir_to_copy(struct zp_ctx *ctx, struct zp_dir *d)
 	d->ops = &zp_relay_copy;
 	d->bufsize = ctx->cfg->buffer_size;
 	d->full = 0;
+	/* Copy mode shows the mirrors their boundaries from here. */
+	if (d->mir != NULL && d->fr != NULL)
+		zp_mirror_follow(d->mir, &d->fr->f);
 }
 
 /* Splice was refused on this direction's sockets: carry on with copy. */
@@ -591,7 +594,8 @@ dir_unpipe(struct zp_ctx *ctx, struct zp_dir *d)
 	zp_pipepool_put(ctx->pool, &d->pipe);
 	/* What the mirrors have not tee'd yet, they get from the copy. */
 	if (d->mir != NULL)
-		zp_mirror_unpipe(d->mir, buf, got);
+		zp_mirror_unpipe(d->mir, buf, got,
+		    d->fr != NULL ? &d->fr->f : NULL);
 	d->ops = &zp_relay_copy;
 	d->buf = buf;
 	d->off = 0;

@@ -285,6 +285,31 @@ splice_flush_once(struct zp_dir *d, size_t len)
 }
 
 /*
+ * For the mirrors: how many of the n bytes just sent end at the last
+ * message boundary among them, 0 when none is known: an octet frame's
+ * end (the mark passed, `mark` the last one before), or for lf and nul
+ * the delimiter seen last in a pipe that emptied (splice_flush_tail).
+ */
+static size_t
+splice_whole(const struct zp_dir *d, size_t n, uint64_t mark)
+{
+	const struct zp_dframe	*fr = d->fr;
+	uint64_t		 from;
+	enum zp_framing		 k;
+
+	if (fr == NULL || zp_framer_error(&fr->f, NULL) != NULL)
+		return 0;
+	from = fr->sent - n;
+	k = zp_framer_kind(&fr->f);
+	if (fr->last_mark != mark && fr->last_mark > from)
+		return (size_t)(fr->last_mark - from);
+	if ((k == ZP_FRAMING_LF || k == ZP_FRAMING_NUL) && fr->tail_delim &&
+	    fr->tail_at == fr->sent)
+		return n;
+	return 0;
+}
+
+/*
  * Pipe -> socket. With a replay window a send may only take what the
  * replay kept (splice_keep), and with --mirror only what every mirror
  * stream took (tee(2) starts at the head, so the rest is tee'd once the
@@ -296,18 +321,21 @@ splice_flush_once(struct zp_dir *d, size_t len)
 static ssize_t
 splice_flush(struct zp_dir *d)
 {
-	ssize_t	n, total = 0;
-	size_t	len;
+	ssize_t		n, total = 0;
+	size_t		len;
+	uint64_t	mark;
 
 	for (;;) {
 		len = splice_keep(d);
 		if (d->mir != NULL)
 			len = zp_mirror_tee(d->mir, d->pipe.rfd, len);
+		mark = d->fr != NULL ? d->fr->last_mark : 0;
 		n = splice_flush_once(d, len);
 		if (n <= 0)
 			return total > 0 ? total : n;
 		if (d->mir != NULL)
-			zp_mirror_sent(d->mir, (size_t)n);
+			zp_mirror_sent(d->mir, (size_t)n,
+			    splice_whole(d, (size_t)n, mark));
 		total += n;
 		if (((d->fr == NULL || d->fr->rp == NULL) && d->mir == NULL) ||
 		    (size_t)n < len || d->pipe.data == 0)
