@@ -476,8 +476,8 @@ mstream_read_cb(evutil_socket_t fd, short what, void *arg)
 	int			 i;
 
 	/* A bounded pass: a mirror that talks fast must not hold the loop. */
-	for (i = 0; i < 16; i++) {
-		n = recv(m->fd, NULL, 65536, MSG_TRUNC | MSG_DONTWAIT);
+	for (i = 0; i < 4; i++) {
+		n = zp_sock_drop(m->fd, ZP_DROP_CHUNK);
 		if (n > 0)
 			continue;
 		if (n == -1 && errno == EINTR)

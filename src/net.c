@@ -462,3 +462,17 @@ zp_connect_local_error(int err)
 	}
 	return 0;
 }
+
+ssize_t
+zp_sock_drop(int fd, size_t max)
+{
+	/*
+	 * Never written (MSG_TRUNC): a valid buffer of max bytes only so
+	 * that a memory checker does not take NULL for a bad one.
+	 */
+	char	buf[ZP_DROP_CHUNK];
+
+	if (max > sizeof(buf))
+		max = sizeof(buf);
+	return recv(fd, buf, max, MSG_TRUNC | MSG_DONTWAIT);
+}

@@ -8,6 +8,7 @@
 #ifndef ZP_NET_H
 #define ZP_NET_H
 
+#include <sys/types.h>
 #include <stddef.h>
 
 #include "config.h"
@@ -99,5 +100,13 @@ int	zp_connect_result(int fd, short what);
  * (EADDRNOTAVAIL, EADDRINUSE). Such an error never counts against an upstream.
  */
 int	zp_connect_local_error(int err);
+
+/*
+ * Read at most max bytes from a non-blocking socket and throw them away:
+ * MSG_TRUNC makes TCP drop them without copying. Each call takes at most
+ * ZP_DROP_CHUNK. Returns what recv(2) returns.
+ */
+#define ZP_DROP_CHUNK	(256 * 1024)
+ssize_t	zp_sock_drop(int fd, size_t max);
 
 #endif

@@ -160,7 +160,7 @@ sock_discard(int fd)
 	int		i;
 
 	for (i = 0; i < 64; i++) {
-		ssize_t n = recv(fd, NULL, 1 << 20, MSG_TRUNC | MSG_DONTWAIT);
+		ssize_t n = zp_sock_drop(fd, ZP_DROP_CHUNK);
 
 		if (n > 0)
 			total += n;

@@ -12,6 +12,7 @@
 #include <event2/event.h>
 
 #include "ctx.h"
+#include "net.h"
 #include "relay.h"
 
 /*
@@ -87,9 +88,7 @@ dir_discard(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 		d->done = 1;
 	}
 	while (!d->eof && moved < budget) {
-		/* MSG_TRUNC: TCP drops the bytes without copying them. */
-		n = recv(d->src->fd, NULL, budget - moved, MSG_TRUNC |
-		    MSG_DONTWAIT);
+		n = zp_sock_drop(d->src->fd, budget - moved);
 		if (n > 0) {
 			moved += n;
 			d->discarded += n;
