@@ -99,12 +99,14 @@ struct zp_ctx {
 	int			 thread;	/* 0: the root */
 	struct zp_workers	*workers;	/* the root's; NULL: 1 thread */
 	/*
-	 * Atomics: open pairs here (zp_pair_start to zp_pair_close), and
-	 * clients handed here but not started yet; the least loaded
-	 * context gets the next client, --max-conns counts them all.
+	 * Atomic: open pairs here (zp_pair_start to zp_pair_close), and
+	 * clients handed here but not started yet, one counter: the root
+	 * counts a client when it hands it over, the pair keeps it. The
+	 * least loaded context gets the next client, --max-conns counts
+	 * them all. (Two counters, one raised as the other fell, let the
+	 * sum seem one off for a moment, and an accept slip past the cap.)
 	 */
 	long			 load;
-	long			 queued;
 	long			 waiting_all;	/* root: pairs waiting, every
 						   thread's (the listener) */
 	int			 close_wake;	/* root, atomic: wake me at

@@ -2034,7 +2034,7 @@ zp_rebalance_choose(const struct zp_upstreams *ups, const long *eff,
 /* Start a pair for an accepted client socket. */
 int
 zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
-    socklen_t salen)
+    socklen_t salen, int counted)
 {
 	struct zp_pair	*p;
 	size_t		 bufsize = ctx->cfg->buffer_size;
@@ -2043,6 +2043,10 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 		zp_log(ctx->log, ZP_LOG_WARN, "dropping a client: %s",
 		    strerror(errno));
 		close(fd);
+		if (counted) {
+			__atomic_sub_fetch(&ctx->load, 1, __ATOMIC_SEQ_CST);
+			zp_ctx_closed(ctx);
+		}
 		return -1;
 	}
 	p->ctx = ctx;
@@ -2060,7 +2064,8 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	TAILQ_INSERT_TAIL(&ctx->pairs, p, entry);
 	ctx->stats.conns_total++;
 	ctx->stats.conns_open++;
-	__atomic_add_fetch(&ctx->load, 1, __ATOMIC_RELAXED);
+	if (!counted)
+		__atomic_add_fetch(&ctx->load, 1, __ATOMIC_RELAXED);
 	sock_tune(ctx, fd);
 
 	dir_init(&p->up, &p->client, &p->upstream, &zp_relay_copy, bufsize);

@@ -66,10 +66,12 @@ struct zp_pair;
  * Start a pair for an accepted, non-blocking client socket: read its
  * PROXY header first under --accept-proxy; then take pipes (or fall back
  * to copy) and begin connecting upstream. Takes ownership of fd in every
- * case; returns 0, or -1 when the pair was closed already.
+ * case; returns 0, or -1 when the pair was closed already. The pair
+ * counts in ctx->load until it closes; `counted`: the client counts there
+ * already (the root counted it when it handed it to this thread).
  */
 int	zp_pair_start(struct zp_ctx *, int fd, const struct sockaddr *,
-	    socklen_t);
+	    socklen_t, int counted);
 
 /* End a pair in any state, log it, free everything it owns. */
 void	zp_pair_close(struct zp_pair *, enum zp_end);

@@ -89,7 +89,7 @@ zp_ctx_next_id(struct zp_ctx *ctx)
 static long
 ctx_load(const struct zp_ctx *ctx)
 {
-	return LOAD(ctx->load) + LOAD(ctx->queued);
+	return LOAD(ctx->load);
 }
 
 long
@@ -207,18 +207,14 @@ inbox_cb(evutil_socket_t fd, short what, void *arg)
 static void
 wmsg_start(struct zp_worker *w, struct zp_wmsg *m)
 {
-	if (w->exiting)
-		close(m->fd);
-	else
+	if (!w->exiting) {
+		/* Counted in load by the root already. */
 		(void)zp_pair_start(&w->ctx, m->fd,
-		    (struct sockaddr *)&m->ss, m->len);
-	/*
-	 * Only now, with the pair counted in load: lowered first, the sum
-	 * the root checks --max-conns against dipped for a moment, and a
-	 * root accepting then took one client too many. A pair that ended
-	 * at once leaves room, which the root may be waiting for.
-	 */
-	ADD(w->ctx.queued, -1);
+		    (struct sockaddr *)&m->ss, m->len, 1);
+		return;
+	}
+	close(m->fd);
+	ADD(w->ctx.load, -1);
 	zp_ctx_closed(&w->ctx);
 }
 
@@ -437,7 +433,7 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 	int			 i, best = 0;
 
 	if (ws == NULL) {
-		(void)zp_pair_start(root, fd, sa, len);
+		(void)zp_pair_start(root, fd, sa, len, 0);
 		return;
 	}
 	/* The fewest open pairs; ties go to the lowest thread. */
@@ -448,7 +444,7 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 			best = i;
 		}
 	if (best == 0) {
-		(void)zp_pair_start(root, fd, sa, len);
+		(void)zp_pair_start(root, fd, sa, len, 0);
 		return;
 	}
 	w = ws->w[best];
@@ -459,9 +455,9 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 		len = sizeof(m.ss);
 	memcpy(&m.ss, sa, len);
 	m.len = len;
-	ADD(w->ctx.queued, 1);
+	ADD(w->ctx.load, 1);	/* the pair keeps it: see wmsg_start */
 	if (wmsg_post(w, &m) == -1) {
-		ADD(w->ctx.queued, -1);
+		ADD(w->ctx.load, -1);
 		zp_log(root->log, ZP_LOG_WARN, "dropping a client: %s",
 		    strerror(errno));
 		close(fd);

@@ -162,7 +162,7 @@ h_client_via(struct harness *h, int handed)
 		zp_ctx_start_pair(&h->ctx, a, (struct sockaddr *)&sin, len);
 	else
 		assert_int_equal(zp_pair_start(&h->ctx, a,
-		    (struct sockaddr *)&sin, len), 0);
+		    (struct sockaddr *)&sin, len, 0), 0);
 	return c;
 }
 
@@ -571,6 +571,7 @@ test_client_reset(void **state)
 }
 
 static struct zp_totals	tot;
+
 
 /* Every thread's totals: 4 open, 2 on each, 4000 bytes up. */
 static int
