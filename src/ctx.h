@@ -117,7 +117,8 @@ struct zp_ctx {
 	struct zp_pipe		 tee_pipe;	/* --framing lf/nul: a pipe's
 						   last byte is looked at here */
 	int			 devnull;	/* --replay-window drops here */
-	int			 replay_roomy;	/* root, no --user: 4 x pieces */
+	int			 pipes_roomy;	/* root, no --user: the per-user
+						   pipe budget does not bind */
 	struct zp_listener	*listener;	/* a list: several -l */
 	struct zp_addr		 listen_addrs[ZP_MAX_LISTEN_SOCKETS];	/* kept after
 						   they close */

@@ -582,8 +582,10 @@ mstream_connect_cb(evutil_socket_t fd, short what, void *arg)
 
 /*
  * A pipe for the stream: in splice mode as large as the pairs' (a tee
- * takes a whole pipe's worth of the direction's), as the per-user pipe
- * budget allows; copy mode's writes fit the default one.
+ * takes a whole pipe's worth of the direction's) where the per-user pipe
+ * budget does not bind (root, no --user); else the default size, so that
+ * the mirrors do not take the pool's share of that budget (it counts
+ * capacity, not use). Copy mode's writes fit the default one.
  */
 static int
 mstream_pipe(struct zp_ctx *ctx, struct zp_mstream *m)
@@ -595,7 +597,7 @@ mstream_pipe(struct zp_ctx *ctx, struct zp_mstream *m)
 	m->pipe.rfd = fds[0];
 	m->pipe.wfd = fds[1];
 	m->pipe.data = 0;
-	if (ctx->pool != NULL)
+	if (ctx->pool != NULL && ctx->pipes_roomy)
 		(void)fcntl(fds[1], F_SETPIPE_SZ, (int)ctx->cfg->pipe_size);
 	return 0;
 }

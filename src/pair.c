@@ -2091,7 +2091,7 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 				return -1;
 			}
 			zp_replay_init(p->up.fr->rp, ctx->cfg->replay_window,
-			    ctx->devnull, ctx->replay_roomy);
+			    ctx->devnull, ctx->pipes_roomy);
 		}
 	}
 	if (ctx->pool != NULL && ctx->cfg->splice_min > 0)

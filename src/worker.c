@@ -531,7 +531,7 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	ctx->mirrors = root->mirrors;
 	TAILQ_INIT(&ctx->mirror_sets);
 	ctx->devnull = root->devnull;
-	ctx->replay_roomy = root->replay_roomy;
+	ctx->pipes_roomy = root->pipes_roomy;
 	ctx->daemon_fd = -1;
 	TAILQ_INIT(&ctx->pairs);
 	ctx->max_conns = root->max_conns;

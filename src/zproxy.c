@@ -740,10 +740,13 @@ pool_setup(struct zp_ctx *ctx, int nthreads)
 static int
 replay_setup(struct zp_ctx *ctx)
 {
+	/*
+	 * Decided here, for the replay's and the mirrors' pipes: the
+	 * sandbox refuses geteuid() later.
+	 */
+	ctx->pipes_roomy = ctx->cfg->user == NULL && geteuid() == 0;
 	if (ctx->cfg->replay_window == 0)
 		return 0;
-	/* Decided here: the sandbox refuses geteuid() later. */
-	ctx->replay_roomy = ctx->cfg->user == NULL && geteuid() == 0;
 	if ((ctx->devnull = open("/dev/null", O_WRONLY | O_CLOEXEC)) == -1) {
 		zp_log(ctx->log, ZP_LOG_ERROR, "/dev/null: %s",
 		    strerror(errno));
