@@ -269,36 +269,44 @@ mstream_last_delim(struct zp_mstream *m)
  * boundary known within what it was handed and has not sent yet: the
  * collector never gets half a message (unless it had part of the one
  * in progress already, or no boundary is known: then it ends where it
- * stands).
+ * stands). One still connecting (its pipe filled meanwhile) waits for
+ * the connect's outcome, so that a mirror that never answers is marked
+ * down all the same; if it answers, it gets what it holds (framed: up to
+ * the boundary), then a FIN.
  */
 static void
 mstream_slow(struct zp_mstream *m)
 {
 	struct zp_mirror_set	*set = m->set;
-	uint64_t		 b;
-	int			 i;
+	uint64_t		 b = m->in;
+	int			 i, whole = 0;	/* b ends a message */
 
 	if (m->fd == -1 || m->cutting)
 		return;
-	if (!set->framed) {
-		mstream_drop(m, "too slow");
+	if (set->framed) {
+		for (i = 0; i < 2 && !whole; i++) {
+			b = m->base + set->bound[i];
+			whole = b >= m->out && b <= m->in;
+		}
+		if (!whole && (b = mstream_last_delim(m)) != 0)
+			whole = 1;
+		if (!whole)
+			b = m->in;
+	}
+	if (!m->connecting && !whole) {
+		mstream_drop(m, set->framed ? "too slow, inside a message" :
+		    "too slow");
 		return;
 	}
-	for (i = 0; i < 2; i++) {
-		b = m->base + set->bound[i];
-		if (b >= m->out && b <= m->in)
-			break;
-	}
-	if (i == 2 && (b = mstream_last_delim(m)) == 0) {
-		mstream_drop(m, "too slow, inside a message");
-		return;
-	}
-	mirror_drop_log(set->ctx, m->idx, set->id,
+	mirror_drop_log(set->ctx, m->idx, set->id, m->connecting ?
+	    "too slow while it connects" :
 	    "too slow; ends at a message boundary");
 	m->cutting = 1;
 	m->cut_at = b;
 	m->teed = 0;
-	mstream_end_timer(m);
+	/* Connecting, the timer bounds the connect; connected, the end. */
+	if (!m->connecting)
+		mstream_end_timer(m);
 	mstream_drain(m);
 }
 

@@ -550,6 +550,31 @@ promcheck() {
 		fail "$1: promtool check metrics (status $rc): $out"
 }
 
+# val SERIES: the value of one series ('name{labels}') in $T/metrics.
+val() { awk -v k="$1" '$1 == k { print $2; f = 1 } END { exit !f }' "$T/metrics"; }
+
+# expect SERIES OP N WHAT: assert the scraped value compares (awk: ==, >=...).
+expect() {
+	local v
+	v=$(val "$1") || fail "$4: no series $1 in /metrics"
+	awk -v a="$v" -v b="$3" "BEGIN { exit !(a $2 b) }" ||
+		fail "$4: $1 is $v, want $2 $3"
+}
+
+# wait_metric SERIES OP N SECS WHAT: scrape ($SCRAPE_FN, stats_scrape by
+# default) until it holds.
+wait_metric() {
+	local deadline=$(( $(now_ms) + $4 * 1000 )) v
+	while :; do
+		"${SCRAPE_FN:-stats_scrape}"
+		v=$(val "$1") && awk -v a="$v" -v b="$3" "BEGIN { exit !(a $2 b) }" &&
+			return 0
+		[ "$(now_ms)" -ge "$deadline" ] &&
+			fail "$5: $1 is ${v:-missing} after ${4}s, want $2 $3"
+		sleep 0.05
+	done
+}
+
 # stats_is SERIES WANT WHAT: after stats_scrape, SERIES must be WANT.
 stats_is() {
 	local v

@@ -59,9 +59,6 @@ scrape_when_back() {
 	done
 }
 
-# val SERIES: the value of one series in $T/metrics.
-val() { awk -v k="$1" '$1 == k { print $2; f = 1 } END { exit !f }' "$T/metrics"; }
-
 # tval KEY: a field of the trickle summary line.
 tval() { sed -n "s/.* $1=\\([0-9.]*\\).*/\\1/p" "$T/trickle.out"; }
 

@@ -14,6 +14,9 @@
  *   zp-peer blackhole [-b ADDR]          a listener whose accept queue is full:
  *                                        new SYNs are dropped, connects hang
  *   zp-peer port [-b ADDR]               print a port free right now, exit
+ *   zp-peer gen -g N [options]           write the --send-gen stream of
+ *                                        connections 0..--conns-1 to files
+ *                                        (or stdout): what connect -g sent
  *   zp-peer trickle HOST PORT [options]  an attack on an HTTP endpoint: keep
  *                                        --conns connections open, each
  *                                        sending one header byte a tick, and
@@ -85,6 +88,7 @@ enum mode {
 	MODE_TRICKLE,
 	MODE_CHURN,
 	MODE_ACTIVATE,
+	MODE_GEN,
 };
 
 struct opts {
@@ -189,6 +193,7 @@ static void usage(FILE *fp)
 "       zp-peer connect HOST PORT [options]\n"
 "       zp-peer blackhole [-b ADDR] [-p PORT]\n"
 "       zp-peer port [-b ADDR]\n"
+"       zp-peer gen -g N [--seed N] [-n N] [-o FILE]\n"
 "       zp-peer trickle HOST PORT [-n N] [--duration SEC] [--interval SEC]\n"
 "                       [--deadline SEC] [--garbage-every K]\n"
 "       zp-peer activate [-b ADDR] [-p PORT] -- CMD [ARGS...]\n"
@@ -204,6 +209,10 @@ static void usage(FILE *fp)
 "           that new SYNs are dropped; print the port, wait until killed\n"
 "port       print a TCP port that is free now on ADDR (default :: dual stack,\n"
 "           else 0.0.0.0) and exit\n"
+"gen        write the --send-gen N stream of each connection index 0 to\n"
+"           --conns - 1 (1) to --recv FILE (%d: the index; default stdout,\n"
+"           one connection only): the bytes connect -g N --seed S sent on\n"
+"           each, to compare with what a peer behind a proxy received\n"
 "trickle    for --duration SEC (10), keep --conns connections (1) to an HTTP\n"
 "           server, opened over the first second, each sending one byte of a\n"
 "           request that never ends every --interval SEC (1); every\n"
@@ -1150,6 +1159,55 @@ static int run_sessions(int lfd)
 	return 0;
 }
 
+/* Mode gen: the --send-gen stream of each index into its --recv file. */
+static int run_gen(void)
+{
+	long idx;
+
+	for (idx = 0; idx < o.conns; idx++) {
+		struct rng r;
+		uint64_t left = o.send_gen;
+		int fd = STDOUT_FILENO;
+		char name[4096];
+
+		if (o.recv_file != NULL && strcmp(o.recv_file, "-") != 0) {
+			const char *p = strstr(o.recv_file, "%d");
+
+			if (p != NULL)
+				snprintf(name, sizeof(name), "%.*s%ld%s",
+				    (int)(p - o.recv_file), o.recv_file, idx,
+				    p + 2);
+			else
+				snprintf(name, sizeof(name), "%s",
+				    o.recv_file);
+			fd = open(name, O_WRONLY | O_CREAT | O_TRUNC |
+			    O_CLOEXEC, 0644);
+			if (fd == -1)
+				die("%s: %s", name, strerror(errno));
+		}
+		rng_init(&r, o.seed, idx);
+		while (left > 0) {
+			size_t n = left < RBUF_SIZE ? (size_t)left : RBUF_SIZE;
+			size_t off = 0;
+
+			rng_fill(&r, rbuf, n);
+			while (off < n) {
+				ssize_t w = write(fd, rbuf + off, n - off);
+
+				if (w == -1 && errno == EINTR)
+					continue;
+				if (w == -1)
+					die("gen: write: %s", strerror(errno));
+				off += (size_t)w;
+			}
+			left -= n;
+		}
+		if (fd != STDOUT_FILENO && close(fd) == -1)
+			die("gen: close: %s", strerror(errno));
+	}
+	return 0;
+}
+
 static int run_listen(void)
 {
 	const char *addr = o.bind_addr ? o.bind_addr : "127.0.0.1";
@@ -1885,7 +1943,7 @@ static void parse_args(int argc, char **argv)
 
 	if (argc < 2)
 		usage_error("missing mode: listen, connect, blackhole, port, "
-		    "trickle, churn or activate");
+		    "gen, trickle, churn or activate");
 	m = argv[1];
 	if (strcmp(m, "-h") == 0 || strcmp(m, "--help") == 0) {
 		usage(stdout);
@@ -1905,6 +1963,8 @@ static void parse_args(int argc, char **argv)
 		o.mode = MODE_CHURN;
 	else if (strcmp(m, "activate") == 0)
 		o.mode = MODE_ACTIVATE;
+	else if (strcmp(m, "gen") == 0)
+		o.mode = MODE_GEN;
 	else
 		usage_error("unknown mode '%s'", m);
 
@@ -2068,6 +2128,17 @@ static void parse_args(int argc, char **argv)
 		o.have_send_gen = o.have_expect_gen = 1;
 		o.send_gen = o.expect_gen = (uint64_t)o.pingpong * o.msg_size;
 	}
+	if (o.mode == MODE_GEN) {
+		if (!o.have_send_gen || o.send_file || o.echo ||
+		    o.have_expect_gen || o.pingpong)
+			usage_error("gen takes --send-gen N, --seed, --conns, "
+			    "--recv only");
+		if (o.conns < 1)
+			usage_error("gen --conns must be at least 1");
+		if (o.conns > 1 && o.recv_file == NULL)
+			usage_error("gen with several connections needs "
+			    "--recv FILE with %%d");
+	}
 	if (o.accept_delay > 0 && o.mode != MODE_LISTEN)
 		usage_error("--accept-delay is for listen");
 	if ((o.rate > 0 || o.max_open > 0) && o.mode != MODE_CHURN)
@@ -2114,6 +2185,8 @@ int main(int argc, char **argv)
 		return run_churn();
 	case MODE_ACTIVATE:
 		return run_activate();
+	case MODE_GEN:
+		return run_gen();
 	}
 	return 2;
 }
