@@ -5,8 +5,11 @@
  * A stream's life: connecting (its pipe fills meanwhile), open (the pipe
  * is spliced to the socket as the socket takes it), ending (the client's
  * stream is over: the rest, then a FIN, then the mirror's EOF or
- * --linger-timeout), closed. Dropped from any state: closed at once and
- * counted.
+ * --linger-timeout), closed. An error drops it from any state: closed at
+ * once and counted. Too slow (its pipe full), it is counted as dropped
+ * and takes no more: closed at once, or, framed or still connecting,
+ * "cutting": sent what it holds up to a message boundary (cut_at), then
+ * a FIN.
  */
 
 #include <sys/socket.h>
@@ -709,6 +712,8 @@ zp_mirror_copy(struct zp_mirror_set *set, const void *buf, size_t n)
 {
 	size_t	i, k;
 
+	if (set->open == 0)
+		return;		/* every stream is gone: nothing to follow */
 	if (set->framed && (k = zp_framer_feed(&set->f, buf, n)) > 0)
 		set_bound(set, set->off + k);
 	for (i = 0; i < set->n; i++)
