@@ -335,9 +335,9 @@ render_mirrors(struct render *r, struct zp_ctx *ctx,
 	};
 	struct label	l = { "mirror", NULL };
 	size_t		f, i, n = zp_mirrors_count(ctx->mirrors);
-	uint64_t	v[4];
+	uint64_t	v[sizeof(fam) / sizeof(fam[0])];
 
-	for (f = 0; f < 4; f++) {
+	for (f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
 		family(r, fam[f].name, fam[f].type, fam[f].help);
 		for (i = 0; i < n; i++) {
 			v[0] = (uint64_t)zp_mirror_up(ctx->mirrors, i);

@@ -532,7 +532,7 @@ mstream_timer_cb(evutil_socket_t fd, short what, void *arg)
 		mirror_failed(set->ctx, m->idx, ETIMEDOUT);
 		mstream_drop(m, "connect: timed out");
 	} else if (m->pipe.data > 0 || m->held != NULL || !m->wshut)
-		mstream_drop(m, m->cutting ? "" : "too slow");
+		mstream_drop(m, "too slow");	/* said already if cutting */
 	else
 		mstream_close(m);	/* all delivered; its FIN never came */
 	set_maybe_free(set);

@@ -740,11 +740,6 @@ pool_setup(struct zp_ctx *ctx, int nthreads)
 static int
 replay_setup(struct zp_ctx *ctx)
 {
-	/*
-	 * Decided here, for the replay's and the mirrors' pipes: the
-	 * sandbox refuses geteuid() later.
-	 */
-	ctx->pipes_roomy = ctx->cfg->user == NULL && geteuid() == 0;
 	if (ctx->cfg->replay_window == 0)
 		return 0;
 	if ((ctx->devnull = open("/dev/null", O_WRONLY | O_CLOEXEC)) == -1) {
@@ -1181,6 +1176,12 @@ zp_run(struct zp_config *cfg)
 	if ((rc = listeners_setup(&ctx, cfg->takeover != NULL ? &offer :
 	    NULL)) != 0)
 		goto out;
+	/*
+	 * The replay's and the mirrors' pipes may grow where the per-user
+	 * pipe budget does not bind. Decided now: the sandbox refuses
+	 * geteuid() later.
+	 */
+	ctx.pipes_roomy = cfg->user == NULL && geteuid() == 0;
 	if ((cfg->mode == ZP_MODE_SPLICE && (rc = pool_setup(&ctx,
 	    nthreads)) != 0) ||
 	    (rc = replay_setup(&ctx)) != 0)

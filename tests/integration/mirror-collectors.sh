@@ -83,29 +83,37 @@ no_mirror_conns() {
 	done
 }
 
+# setup NAME MODE: rsyslog as the upstream (UP_LOG), syslog-ng as the
+# mirror (M_PORT, M_LOG, M_PID), zproxy between them in MODE with
+# --framing lf and --stats ($SPORT).
+setup() {
+	local up_port
+	set_mode "$2"
+	start_collector rsyslog "$1-up"
+	up_port=$C_PORT UP_LOG=$C_LOG
+	start_collector syslog-ng "$1-mirror"
+	M_PORT=$C_PORT M_LOG=$C_LOG M_PID=$C_PID
+	SPORT=$(free_port)
+	start_zproxy -v "${MODE_ARGS[@]}" --framing lf -u "127.0.0.1:$up_port" \
+	    --mirror "127.0.0.1:$M_PORT" --stats "127.0.0.1:$SPORT"
+}
+
 whole_copy() {
 	local mode=$1 what n=50000 name up mbytes
 	what="$mode: rsyslog upstream, syslog-ng mirror, 20 x 2500 messages"
 	name=a-$mode
-	set_mode "$mode"
-	start_collector rsyslog "$name-up"
-	local up_port=$C_PORT up_log=$C_LOG
-	start_collector syslog-ng "$name-mirror"
-	local m_port=$C_PORT m_log=$C_LOG
-	SPORT=$(free_port)
-	start_zproxy -v "${MODE_ARGS[@]}" --framing lf -u "127.0.0.1:$up_port" \
-	    --mirror "127.0.0.1:$m_port" --stats "127.0.0.1:$SPORT"
+	setup "$name" "$mode"
 	send "$name" 20 2500 600
-	no_mirror_conns "$m_port" 30
-	wait_lines "$up_log" "$n" 30 || true
-	wait_lines "$m_log" "$n" 30 || true
-	verify "$what: upstream" "$name-up" 20 2500 --exactly-once "$up_log"
-	verify "$what: mirror" "$name-mirror" 20 2500 --exactly-once "$m_log"
+	no_mirror_conns "$M_PORT" 30
+	wait_lines "$UP_LOG" "$n" 30 || true
+	wait_lines "$M_LOG" "$n" 30 || true
+	verify "$what: upstream" "$name-up" 20 2500 --exactly-once "$UP_LOG"
+	verify "$what: mirror" "$name-mirror" 20 2500 --exactly-once "$M_LOG"
 	stats_scrape
-	stats_is "zproxy_mirror_streams_total{mirror=\"127.0.0.1:$m_port\"}" 20 "$what"
-	stats_is "zproxy_mirror_dropped_total{mirror=\"127.0.0.1:$m_port\"}" 0 "$what"
-	up=$(awk '$1 == "zproxy_bytes_total{direction=\"up\"}" { print $2 }' "$T/metrics")
-	mbytes=$(awk -v k="zproxy_mirror_bytes_total{mirror=\"127.0.0.1:$m_port\"}" '$1 == k { print $2 }' "$T/metrics")
+	stats_is "zproxy_mirror_streams_total{mirror=\"127.0.0.1:$M_PORT\"}" 20 "$what"
+	stats_is "zproxy_mirror_dropped_total{mirror=\"127.0.0.1:$M_PORT\"}" 0 "$what"
+	up=$(val 'zproxy_bytes_total{direction="up"}')
+	mbytes=$(val "zproxy_mirror_bytes_total{mirror=\"127.0.0.1:$M_PORT\"}")
 	[ -n "$up" ] && [ "$up" = "$mbytes" ] ||
 		fail "$what: $mbytes bytes to the mirror, $up up"
 	stop_zproxy
@@ -113,32 +121,24 @@ whole_copy() {
 }
 
 slow_mirror() {
-	local mode=$1 what name mpid got
+	local mode=$1 what name got
 	what="$mode: the syslog-ng mirror stops reading during 4 x 10000 messages of up to 2000 bytes"
 	name=b-$mode
-	set_mode "$mode"
-	start_collector rsyslog "$name-up"
-	local up_port=$C_PORT up_log=$C_LOG
-	start_collector syslog-ng "$name-mirror"
-	local m_port=$C_PORT m_log=$C_LOG
-	mpid=$C_PID
-	SPORT=$(free_port)
-	start_zproxy -v "${MODE_ARGS[@]}" --framing lf -u "127.0.0.1:$up_port" \
-	    --mirror "127.0.0.1:$m_port" --stats "127.0.0.1:$SPORT"
-	kill -STOP "$mpid"
+	setup "$name" "$mode"
+	kill -STOP "$M_PID"
 	send "$name" 4 10000 2000
-	kill -CONT "$mpid"
-	wait_lines "$up_log" 40000 60 || true
-	verify "$what: upstream" "$name-up" 4 10000 --exactly-once "$up_log"
+	kill -CONT "$M_PID"
+	wait_lines "$UP_LOG" 40000 60 || true
+	verify "$what: upstream" "$name-up" 4 10000 --exactly-once "$UP_LOG"
 	stats_scrape
-	stats_is "zproxy_mirror_dropped_total{mirror=\"127.0.0.1:$m_port\"}" 4 "$what"
-	grep -q "mirror 127.0.0.1:$m_port conn=[0-9]* dropped: too slow; ends at a message boundary" "$ZLOG" ||
+	stats_is "zproxy_mirror_dropped_total{mirror=\"127.0.0.1:$M_PORT\"}" 4 "$what"
+	grep -q "mirror 127.0.0.1:$M_PORT conn=[0-9]* dropped: too slow; ends at a message boundary" "$ZLOG" ||
 		fail "$what: no drop at a message boundary logged: $(grep -m 2 'mirror' "$ZLOG")"
-	no_mirror_conns "$m_port" 40
-	settled "$m_log" 10 || fail "$what: the mirror's file still grows"
-	got=$(lines "$m_log")
+	no_mirror_conns "$M_PORT" 40
+	settled "$M_LOG" 10 || fail "$what: the mirror's file still grows"
+	got=$(lines "$M_LOG")
 	[ "$got" -gt 0 ] || fail "$what: the mirror wrote nothing"
-	verify "$what: mirror" "$name-mirror" 4 10000 --max-missing 40000 "$m_log"
+	verify "$what: mirror" "$name-mirror" 4 10000 --max-missing 40000 "$M_LOG"
 	stop_zproxy
 	ok "$what: upstream got all 40000 exactly once; the mirror's 4 streams dropped, its $got lines each one whole message, none twice ($VERIFIED)"
 }

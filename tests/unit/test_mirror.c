@@ -182,6 +182,26 @@ read_to_eof(struct fx *fx, size_t i, char *buf, size_t got, size_t cap)
 	}
 }
 
+/*
+ * A pattern of len bytes (i * a + i / b), and in dst[] room for what two
+ * mirrors get of it, a header included.
+ */
+static char *
+bufs_new(size_t len, size_t a, size_t b, char *dst[2])
+{
+	char	*src = malloc(len);
+	size_t	 i;
+
+	dst[0] = malloc(len + 64);
+	dst[1] = malloc(len + 64);
+	assert_non_null(src);
+	assert_non_null(dst[0]);
+	assert_non_null(dst[1]);
+	for (i = 0; i < len; i++)
+		src[i] = (char)(i * a + i / b);
+	return src;
+}
+
 /* Log lines, each "message N" and a newline. */
 static size_t
 lines(char *buf, size_t cap)
@@ -205,16 +225,9 @@ test_copy_whole_stream(void **state)
 	struct fx		*fx = fx_new(2, ZP_FRAMING_NONE);
 	struct zp_mirror_set	*set;
 	size_t			 len = 300 * KIB, off, n, i, got[2] = { 0, 0 };
-	char			*src = malloc(len), *dst[2];
+	char			*dst[2], *src = bufs_new(len, 7, 251, dst);
 
 	(void)state;
-	dst[0] = malloc(len + 64);
-	dst[1] = malloc(len + 64);
-	assert_non_null(src);
-	assert_non_null(dst[0]);
-	assert_non_null(dst[1]);
-	for (i = 0; i < len; i++)
-		src[i] = (char)(i * 7 + i / 251);
 	set = zp_mirror_set_new(&fx->ctx, 7, "HDR\r\n", 5);
 	assert_non_null(set);
 	accept_peer(fx, 0);
@@ -271,18 +284,11 @@ test_tee_accounting(void **state)
 	int			 p[2];
 	size_t			 len = 200 * KIB, in = 0, out = 0, may, k, i;
 	size_t			 got[2] = { 0, 0 };
-	char			*src = malloc(len), *dst[2];
+	char			*dst[2], *src = bufs_new(len, 13, 509, dst);
 	char			 sink[4 * KIB];
 	ssize_t			 n;
 
 	(void)state;
-	dst[0] = malloc(len + 64);
-	dst[1] = malloc(len + 64);
-	assert_non_null(src);
-	assert_non_null(dst[0]);
-	assert_non_null(dst[1]);
-	for (i = 0; i < len; i++)
-		src[i] = (char)(i * 13 + i / 509);
 	assert_int_equal(pipe2(p, O_NONBLOCK), 0);
 	set = zp_mirror_set_new(&fx->ctx, 8, NULL, 0);
 	assert_non_null(set);
