@@ -68,6 +68,10 @@ enum {
 	OPT_REBALANCE,
 	OPT_REBALANCE_RATE,
 	OPT_REPLAY_WINDOW,
+	OPT_SPOOL,
+	OPT_SPOOL_MAX,
+	OPT_SPOOL_SENDERS,
+	OPT_SPOOL_SYNC,
 	/* restarts */
 	OPT_CONTROL,
 	OPT_TAKEOVER,
@@ -127,6 +131,8 @@ static int	opt_mirror(struct zp_config *, const struct cli_opt *,
 		    const char *, char *, size_t);
 static int	opt_control(struct zp_config *, const struct cli_opt *,
 		    const char *, char *, size_t);
+static int	opt_spool_max(struct zp_config *, const struct cli_opt *,
+		    const char *, char *, size_t);
 static int	word_mode(const char *);
 static int	word_log_format(const char *);
 static int	word_send_proxy(const char *);
@@ -157,6 +163,14 @@ static const struct cli_opt cli_opts[] = {
 	    1, 1000, NULL, NULL, NULL, 0 },
 	{ "replay-window", OPT_REPLAY_WINDOW, CLI_SIZE, F(replay_window), 0,
 	    ZP_REPLAY_WINDOW_MAX, "64M", NULL, NULL, 0 },
+	{ "spool", OPT_SPOOL, CLI_STRING, F(spool_dir), 0, 0, "directory",
+	    NULL, NULL, 0 },
+	{ "spool-max", OPT_SPOOL_MAX, CLI_CALL, F(spool_max), 0, 0, NULL,
+	    NULL, opt_spool_max, 0 },
+	{ "spool-senders", OPT_SPOOL_SENDERS, CLI_INT, F(spool_senders), 1,
+	    64, NULL, NULL, NULL, 0 },
+	{ "spool-sync", OPT_SPOOL_SYNC, CLI_SECONDS, F(spool_sync), 0, 0,
+	    NULL, NULL, NULL, 0 },
 	{ "max-conns", OPT_MAX_CONNS, CLI_LONG, F(max_conns), 1,
 	    ZP_MAX_CONNS_LIMIT, NULL, NULL, NULL, 0 },
 	{ "threads", OPT_THREADS, CLI_INT, F(threads), 1, ZP_THREADS_MAX,
@@ -356,6 +370,15 @@ zp_config_usage(FILE *fp, const char *prog)
 "                             each stream, and send them again to the next\n"
 "                             one from their first whole message when it\n"
 "                             fails: at least once (default 0: off)\n"
+"      --spool DIR            when no upstream takes a client, write its\n"
+"                             stream to files in DIR and send them on once\n"
+"                             one answers, in order (needs --framing)\n"
+"      --spool-max BYTES      most the spool holds (default 1G); the file\n"
+"                             system keeps 4M free; beyond, clients are\n"
+"                             refused as without --spool\n"
+"      --spool-senders N      files sent at once (default 4)\n"
+"      --spool-sync SEC       fdatasync spool files this often (default 1):\n"
+"                             a crash loses at most this much\n"
 "\n"
 "Who may connect:\n"
 "      --allow CIDR           relay only clients in these networks (repeat it;\n"
@@ -598,6 +621,20 @@ opt_upstream(struct zp_config *cfg, const struct cli_opt *o, const char *s,
 		return -1;
 	cfg->nupstreams++;
 	return 0;
+}
+
+/* --spool-max BYTES: beyond 1G, unlike the other sizes. */
+static int
+opt_spool_max(struct zp_config *cfg, const struct cli_opt *o, const char *s,
+    char *err, size_t errlen)
+{
+	char	why[ZP_ERRLEN];
+
+	if (zp_parse_bytes(s, &cfg->spool_max, ZP_SPOOL_MAX_LIMIT, "16T",
+	    why, sizeof(why)) == 0)
+		return 0;
+	zp_seterr(err, errlen, "--%s: %s", o->name, why);
+	return -1;
 }
 
 /* --mirror HOST:PORT: one more collector that gets a copy. */
@@ -1010,6 +1047,26 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		    cfg->rebalance ? "rebalance" :
 		    cfg->replay_window > 0 ? "replay-window" :
 		    "rebalance-rate");
+		return ZP_PARSE_ERROR;
+	}
+	/* A spool file is cut, and a spooled stream sent on, at messages. */
+	if (cfg->spool_dir != NULL && cfg->framing == ZP_FRAMING_NONE) {
+		zp_seterr(err, errlen, "--spool needs --framing");
+		return ZP_PARSE_ERROR;
+	}
+	if (cfg->spool_dir == NULL && (given_opt(given, OPT_SPOOL_MAX) ||
+	    given_opt(given, OPT_SPOOL_SENDERS) ||
+	    given_opt(given, OPT_SPOOL_SYNC))) {
+		zp_seterr(err, errlen, "--%s needs --spool",
+		    given_opt(given, OPT_SPOOL_MAX) ? "spool-max" :
+		    given_opt(given, OPT_SPOOL_SENDERS) ? "spool-senders" :
+		    "spool-sync");
+		return ZP_PARSE_ERROR;
+	}
+	/* Sent on later to "the upstream": -u original has none to name. */
+	if (cfg->spool_dir != NULL && cfg->original) {
+		zp_seterr(err, errlen, "--spool cannot be used with "
+		    "-u original");
 		return ZP_PARSE_ERROR;
 	}
 	if (given_opt(given, OPT_REBALANCE_RATE) && !cfg->rebalance) {

@@ -45,6 +45,9 @@ zp_config_init(struct zp_config *cfg)
 	cfg->stats_timeout = ZP_DEFAULT_STATS_TIMEOUT;
 	cfg->proxy_timeout = ZP_DEFAULT_PROXY_TIMEOUT;
 	cfg->rebalance_rate = ZP_DEFAULT_REBALANCE_RATE;
+	cfg->spool_max = ZP_DEFAULT_SPOOL_MAX;
+	cfg->spool_senders = ZP_DEFAULT_SPOOL_SENDERS;
+	cfg->spool_sync = ZP_DEFAULT_SPOOL_SYNC;
 }
 
 /* Free what cfg owns. */
@@ -70,6 +73,8 @@ zp_config_free(struct zp_config *cfg)
 	cfg->nmirrors = 0;
 	free(cfg->log_file);
 	cfg->log_file = NULL;
+	free(cfg->spool_dir);
+	cfg->spool_dir = NULL;
 	free(cfg->user);
 	cfg->user = NULL;
 	free(cfg->group);
@@ -105,6 +110,18 @@ bad:
 int
 zp_parse_size(const char *s, size_t *out, char *err, size_t errlen)
 {
+	uint64_t	v;
+
+	if (zp_parse_bytes(s, &v, ZP_MAX_SIZE, "1G", err, errlen) == -1)
+		return -1;
+	*out = (size_t)v;
+	return 0;
+}
+
+int
+zp_parse_bytes(const char *s, uint64_t *out, uint64_t limit,
+    const char *limit_str, char *err, size_t errlen)
+{
 	unsigned long long	 v, mult = 1;
 	char			*end, q[ZP_ESCLEN];
 
@@ -129,6 +146,10 @@ zp_parse_size(const char *s, size_t *out, char *err, size_t errlen)
 		mult = 1024ULL * 1024 * 1024;
 		end++;
 		break;
+	case 't': case 'T':
+		mult = 1024ULL * 1024 * 1024 * 1024;
+		end++;
+		break;
 	default:
 		goto bad;
 	}
@@ -143,17 +164,17 @@ zp_parse_size(const char *s, size_t *out, char *err, size_t errlen)
 		    zp_escape(s, q, sizeof(q)));
 		return -1;
 	}
-	if (v > ZP_MAX_SIZE / mult) {
+	if (v > limit / mult) {
 		zp_seterr(err, errlen,
-		    "invalid size '%s': above the limit of 1G",
-		    zp_escape(s, q, sizeof(q)));
+		    "invalid size '%s': above the limit of %s",
+		    zp_escape(s, q, sizeof(q)), limit_str);
 		return -1;
 	}
-	*out = (size_t)(v * mult);
+	*out = (uint64_t)(v * mult);
 	return 0;
 bad:
 	zp_seterr(err, errlen, "invalid size '%s': expected a number with an "
-	    "optional K, M or G suffix", zp_escape(s, q, sizeof(q)));
+	    "optional K, M, G or T suffix", zp_escape(s, q, sizeof(q)));
 	return -1;
 }
 

@@ -11,6 +11,7 @@
 #include <sys/time.h>
 #include <netdb.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "acl.h"
@@ -154,6 +155,11 @@ struct zp_config {
 	/* A copy of every client's stream: --mirror. */
 	struct zp_mirror_spec	mirrors[ZP_MAX_MIRRORS];
 	size_t			nmirrors;
+	/* Keep what no upstream takes: --spool and its bounds. */
+	char			*spool_dir;	/* NULL: refuse, as ever */
+	uint64_t		spool_max;	/* bytes */
+	int			spool_senders;	/* files sent at once */
+	double			spool_sync;	/* fdatasync this often */
 	/* Restarts that refuse no client: --control, --takeover, --daemon. */
 	char			*control;	/* hands the listeners over */
 	char			*takeover;	/* takes them from there */
@@ -175,6 +181,10 @@ struct zp_config {
 #define ZP_DEFAULT_PROXY_TIMEOUT 3.0
 #define ZP_DEFAULT_REBALANCE_RATE 10	/* HAProxy's timeout client-ish bound */
 #define ZP_MAX_SIZE		(1024UL * 1024 * 1024)
+#define ZP_DEFAULT_SPOOL_MAX	(1024ULL * 1024 * 1024)
+#define ZP_SPOOL_MAX_LIMIT	(16ULL << 40)	/* 16T */
+#define ZP_DEFAULT_SPOOL_SENDERS 4
+#define ZP_DEFAULT_SPOOL_SYNC	1.0
 
 /* Fill cfg with defaults; cfg owns nothing yet. */
 void	zp_config_init(struct zp_config *);
@@ -205,11 +215,15 @@ int	zp_addrs_from_ai(const struct addrinfo *, struct zp_addr **, size_t *);
 void	zp_config_free(struct zp_config *);
 
 /*
- * Parse a size: decimal digits with an optional K, M or G suffix (powers of
- * 1024, either case, optional trailing "B"/"iB"). Returns 0, or -1 with err
- * filled when empty, malformed, zero, or above ZP_MAX_SIZE.
+ * Parse a size: decimal digits with an optional K, M, G or T suffix
+ * (powers of 1024, either case, optional trailing "B"/"iB"). Returns 0,
+ * or -1 with err filled when empty, malformed, zero, or above ZP_MAX_SIZE.
  */
 int	zp_parse_size(const char *, size_t *, char *, size_t);
+
+/* The same up to limit, named limit_str in the message ("16T"). */
+int	zp_parse_bytes(const char *, uint64_t *, uint64_t limit,
+	    const char *limit_str, char *, size_t);
 
 /*
  * Parse a port "1".."65535". Returns 0, or -1 with err filled.

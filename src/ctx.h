@@ -29,6 +29,7 @@ struct zp_resolver;
 struct zp_sandbox;
 struct zp_notify;
 struct zp_workers;
+struct zp_spool;
 
 /* Why a pair relays in copy mode although splice was asked for. */
 enum zp_fallback {
@@ -128,6 +129,7 @@ struct zp_ctx {
 						   for a byte here; -1 */
 	struct zp_upstreams	*ups;
 	struct zp_mirrors	*mirrors;	/* the root's, shared */
+	struct zp_spool		*spool;		/* --spool: the root's, shared */
 	struct zp_mirror_sets	 mirror_sets;	/* released, finishing */
 	int64_t			 mirror_said[ZP_MAX_MIRRORS]; /* drops: last
 						   logged (monotonic us) */

@@ -23,6 +23,7 @@
 #include "pair.h"
 #include "pipepool.h"
 #include "relay.h"
+#include "spool.h"
 #include "upstream.h"
 #include "worker.h"
 
@@ -313,6 +314,31 @@ render_upstreams(struct render *r, struct zp_ctx *ctx,
 	free(names);
 }
 
+/* --spool: what it holds, took, sent on and refused. */
+static void
+render_spool(struct render *r, const struct zp_spool *sp)
+{
+	struct zp_spool_tally	t;
+
+	zp_spool_tally(sp, &t);
+	single_u64(r, "zproxy_spool_bytes", "gauge", "Bytes in the spool's "
+	    "files now (headers too), of --spool-max.", t.bytes);
+	single_u64(r, "zproxy_spool_files", "gauge", "Files in the spool now, "
+	    "those being written too.", t.files);
+	single_u64(r, "zproxy_spool_streams", "gauge", "Clients whose stream "
+	    "is being written to the spool now.", t.streams);
+	single_u64(r, "zproxy_spooled_bytes_total", "counter", "Client bytes "
+	    "written to the spool.", t.spooled);
+	single_u64(r, "zproxy_spool_replayed_bytes_total", "counter",
+	    "Client bytes of spool files delivered to an upstream (a file "
+	    "counts once it was acknowledged and closed).", t.replayed);
+	single_u64(r, "zproxy_spool_delivered_files_total", "counter",
+	    "Spool files delivered and removed.", t.delivered);
+	single_u64(r, "zproxy_spool_refused_total", "counter", "Clients "
+	    "refused because no upstream answered and the spool was full.",
+	    t.refused);
+}
+
 /* --mirror: each mirror's families, labelled with --mirror as given. */
 static void
 render_mirrors(struct render *r, struct zp_ctx *ctx,
@@ -399,6 +425,8 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	render_upstreams(&r, ctx, st);
 	if (zp_mirrors_count(ctx->mirrors) > 0)
 		render_mirrors(&r, ctx, st);
+	if (ctx->spool != NULL)
+		render_spool(&r, ctx->spool);
 
 	family(&r, "zproxy_pairs", "gauge",
 	    "Open connections by data path: splice, copy, or mixed (one "

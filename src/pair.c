@@ -25,6 +25,7 @@
 #include "pair.h"
 #include "pair_int.h"
 #include "proxyproto.h"
+#include "spool.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -71,6 +72,8 @@ zp_end_str(enum zp_end e)
 	case ZP_END_SOURCE_LIMIT:	return "source-limit";
 	case ZP_END_BAD_DST:		return "bad-destination";
 	case ZP_END_SOURCE_FAMILY:	return "source-family";
+	case ZP_END_SPOOLED:		return "spooled";
+	case ZP_END_SPOOL_FAILED:	return "spool-failed";
 	}
 	return "unknown";
 }
@@ -311,6 +314,10 @@ pair_log(struct zp_pair *p, enum zp_end end)
 		level = ZP_LOG_CONN;
 		err = p->client.err;
 		break;
+	case ZP_END_SPOOL_FAILED:
+		level = ZP_LOG_ERROR;
+		err = p->client.err;
+		break;
 	case ZP_END_UPSTREAM_RESET:
 	case ZP_END_UPSTREAM_ERROR:
 		level = ZP_LOG_CONN;
@@ -415,6 +422,8 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	else if (end == ZP_END_SOURCE_LIMIT)
 		ctx->stats.clients_source_limited++;
 	free(p->hdr);
+	zp_spool_writer_free(p->spool);
+	p->spool = NULL;
 	pair_connect_release(p);
 	if (p->timer != NULL)
 		event_free(p->timer);
@@ -1359,6 +1368,67 @@ pair_connect_next(struct zp_pair *p)
 	pair_connect_upstream(p);
 }
 
+/* The spool's writer is done with the client's stream. */
+static void
+pair_spool_done(void *arg, int err, int disk)
+{
+	struct zp_pair	*p = arg;
+
+	p->up.bytes = zp_spool_writer_bytes(p->spool);
+	p->client.err = err;
+	if (err == 0)
+		zp_pair_close(p, ZP_END_SPOOLED);
+	else
+		zp_pair_close(p, disk ? ZP_END_SPOOL_FAILED :
+		    zp_half_end(&p->client, 1));
+}
+
+/*
+ * --spool: no upstream took the client: its stream goes into files, to
+ * be sent on when one answers. The PROXY header they will get is the one
+ * this pair would have sent. Returns 0, or -1 when the spool is full or
+ * failed (the pair is refused as without it).
+ */
+static int
+pair_spool(struct zp_pair *p)
+{
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_addr		 dst;
+	char			 cbuf[ZP_ADDRSTRLEN];
+	int			 err = p->connect_err;
+
+	memset(&dst, 0, sizeof(dst));
+	if (p->proxy_dst.len > 0)
+		dst = p->proxy_dst;
+	else if (p->dst.len > 0)
+		dst = p->dst;
+	else {
+		dst.len = sizeof(dst.ss);
+		if (getsockname(p->client.fd, (struct sockaddr *)&dst.ss,
+		    &dst.len) == -1)
+			dst.len = 0;
+	}
+	zp_addr_unmap(&dst);
+	if ((p->spool = zp_spool_writer_new(ctx, p->client.fd, p->id,
+	    &p->client_addr, &dst, pair_spool_done, p)) == NULL) {
+		zp_log(ctx->log, errno == ENOSPC ? ZP_LOG_WARN : ZP_LOG_ERROR,
+		    "connection %llu: no upstream answered (%s) and the spool "
+		    "%s: client %s refused", (unsigned long long)p->id,
+		    strerror(err), errno == ENOSPC ? "is full" :
+		    "failed", zp_addr_str(&p->client_addr, cbuf,
+		    sizeof(cbuf)));
+		p->connect_err = err;
+		return -1;
+	}
+	p->state = ZP_PAIR_SPOOLING;
+	zp_log(ctx->log, ZP_LOG_NOTICE, "connection %llu: no upstream "
+	    "answered (%s); spooling client %s to %s",
+	    (unsigned long long)p->id, strerror(err),
+	    zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)),
+	    ctx->cfg->spool_dir);
+	return 0;
+}
+
 /*
  * Choose an upstream not tried yet and start on its first address. With
  * none left (or --retries spent), end the pair: the client sent nothing
@@ -1401,6 +1471,9 @@ pair_connect_upstream(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_SOURCE_FAMILY);
 		return;
 	}
+	if (ctx->spool != NULL && p->state == ZP_PAIR_CONNECTING &&
+	    pair_spool(p) == 0)
+		return;
 	switch (p->connect_err) {
 	case ECONNREFUSED:
 		zp_pair_close(p, ZP_END_REFUSED);
@@ -1687,6 +1760,13 @@ zp_pair_wind_down(struct zp_pair *p, enum zp_end end)
 {
 	struct zp_ctx	*ctx = p->ctx;
 
+	/* A spooling client hears a FIN; what it still sends is kept. */
+	if (p->state == ZP_PAIR_SPOOLING && !p->winding) {
+		p->winding = end;
+		if (shutdown(p->client.fd, SHUT_WR) == 0)
+			p->client.wshut = 1;
+		return 0;
+	}
 	/* A client that said all it had needs no telling. */
 	if (p->up.fr == NULL || p->state != ZP_PAIR_RELAYING || p->up.done)
 		return -1;

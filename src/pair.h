@@ -21,6 +21,8 @@ enum zp_pair_state {
 	ZP_PAIR_RELAYING,
 	ZP_PAIR_LINGERING,	/* one side reset; the survivor acknowledges */
 	ZP_PAIR_MOVING,		/* --framing: connecting to the next upstream */
+	ZP_PAIR_SPOOLING,	/* --spool: no upstream; the client's stream
+				   goes into files */
 };
 
 /* How a pair ended, for the log line. */
@@ -44,6 +46,8 @@ enum zp_end {
 	ZP_END_SOURCE_LIMIT,	/* ... or --max-conns-per-source */
 	ZP_END_BAD_DST,		/* -u original: a loop, or not --allow-dst */
 	ZP_END_SOURCE_FAMILY,	/* --source: no upstream address of its family */
+	ZP_END_SPOOLED,		/* --spool: the client's stream ended, in files */
+	ZP_END_SPOOL_FAILED,	/* --spool: a file could not be written */
 };
 
 /* Why a framed stream moved to another upstream. */

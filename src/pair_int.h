@@ -15,6 +15,7 @@
 
 struct zp_ctx;
 struct event;
+struct zp_spool_writer;
 
 struct zp_pair {
 	struct zp_ctx		*ctx;
@@ -84,6 +85,7 @@ struct zp_pair {
 	struct event		*retire_timer;	/* --drain-timeout */
 	int			 winding;	/* 0, or the end its wind-down
 						   stands for (idle, shutdown) */
+	struct zp_spool_writer	*spool;		/* ZP_PAIR_SPOOLING */
 	TAILQ_ENTRY(zp_pair)	 entry;
 };
 

@@ -4,8 +4,8 @@
  * The list holds what the loop does after start-up: epoll, accept,
  * connect (upstreams, health checks; bind for --source), splice and pipes, send/recv,
  * socket options and queue ioctls, the evdns UDP exchange, syslog's
- * reconnect, the log file's reopen at SIGHUP, malloc and the signals
- * libevent catches. It was taken from strace -f of zproxy under the
+ * reconnect, the log file's reopen at SIGHUP, --spool's files, malloc
+ * and the signals libevent catches. It was taken from strace -f of zproxy under the
  * integration suite, not guessed; tests/integration/lib.sh fails a test
  * whose zproxy logged a refused call, so a missing one shows up there.
  *
@@ -126,6 +126,10 @@ static const char *const sb_calls[] = {
 	"openat", "newfstatat", "fstat", "lseek",
 	/* --control: its socket's path, removed at exit while still ours */
 	"unlink", "unlinkat",
+	/* --spool: its files made, synced, renamed, listed, sent, and the
+	 * room left on their file system */
+	"fdatasync", "fsync", "rename", "renameat", "renameat2",
+	"getdents64", "pread64", "sendfile", "fstatfs", "statfs",
 	/* malloc */
 	"brk", "munmap", "mremap", "madvise",
 	/* signals: libevent's handlers, ours, abort() */

@@ -529,6 +529,7 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	ctx->log = root->log;
 	ctx->ups = root->ups;
 	ctx->mirrors = root->mirrors;
+	ctx->spool = root->spool;
 	TAILQ_INIT(&ctx->mirror_sets);
 	ctx->devnull = root->devnull;
 	ctx->pipes_roomy = root->pipes_roomy;

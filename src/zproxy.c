@@ -32,6 +32,7 @@
 #include "notify.h"
 #include "pair.h"
 #include "privs.h"
+#include "spool.h"
 #include "replay.h"
 #include "resolver.h"
 #include "sandbox.h"
@@ -848,6 +849,8 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	ctx->ups = NULL;
 	zp_mirrors_free(ctx->mirrors);
 	ctx->mirrors = NULL;
+	zp_spool_free(ctx->spool);
+	ctx->spool = NULL;
 	zp_srctab_free(&ctx->sources);
 	for (i = 0; i < nsigs; i++)
 		if (sigs[i] != NULL)
@@ -1186,6 +1189,12 @@ zp_run(struct zp_config *cfg)
 	    nthreads)) != 0) ||
 	    (rc = replay_setup(&ctx)) != 0)
 		goto out;
+	if (cfg->spool_dir != NULL && (ctx.spool = zp_spool_new(&ctx, err,
+	    sizeof(err))) == NULL) {
+		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
+		rc = ZP_EX_CANTCREAT;
+		goto out;
+	}
 	sigs[0] = evsignal_new(ctx.base, SIGTERM, signal_stop_cb, &ctx);
 	sigs[1] = evsignal_new(ctx.base, SIGINT, signal_stop_cb, &ctx);
 	sigs[2] = evsignal_new(ctx.base, SIGUSR1, signal_stats_cb, &ctx);
@@ -1262,6 +1271,13 @@ zp_run(struct zp_config *cfg)
 	if ((rc = confine(&ctx, &pv, privs, sizeof(privs))) != 0 ||
 	    (rc = replay_probe(&ctx)) != 0)
 		goto out;
+	/* As who we are now: the files are that user's. */
+	if (ctx.spool != NULL && zp_spool_start(ctx.spool, err,
+	    sizeof(err)) == -1) {
+		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
+		rc = ZP_EX_CANTCREAT;
+		goto out;
+	}
 	/* What confine() kept must still do: a --user drop bug shows here. */
 	if ((rc = zp_source_check(cfg, 1, err, sizeof(err))) != 0) {
 		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);

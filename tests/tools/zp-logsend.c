@@ -105,6 +105,7 @@ struct opts {
 	int		 tail_ok;
 	int		 streams;
 	int		 runs;		/* --runs: streams cut by moves */
+	int		 ordered;	/* --ordered: each conn's in order */
 	int		 early_fin_ok;	/* a FIN before ours: send on */
 	int		 verbose;
 };
@@ -158,7 +159,8 @@ static void usage(FILE *fp)
 "                  [--lag BYTES]\n"
 "       zp-logsend verify --conns N --msgs M [--framing lf|octet] [--raw]\n"
 "                  [--exactly-once|--at-least-once] [--max-missing K]\n"
-"                  [--tail-ok] [--streams|--runs] [-v] FILE...\n"
+"                  [--tail-ok] [--streams|--runs] [--ordered] [-v]\n"
+"                  FILE...\n"
 "\n"
 "A message: \"<13>zptest: c=CONN s=SEQ n=LEN k=CRC PAYLOAD\", CONN 0..N-1,\n"
 "SEQ 0..M-1, PAYLOAD LEN printable bytes (seeded by seed+CONN), CRC its\n"
@@ -206,6 +208,10 @@ static void usage(FILE *fp)
 "                    in order, without a gap, from any one to any later\n"
 "                    (what moves between upstreams leave; with\n"
 "                    --exactly-once: each message whole, once, in order)\n"
+"  --ordered         each connection's messages come in the order sent,\n"
+"                    over the FILEs in the order given (a collector's one\n"
+"                    file of every client's lines); prints\n"
+"                    \"out-of-order=K\" on a second line\n"
 "\n"
 "Exit status: 0 as asked, 1 otherwise (one line on stderr), 2 usage error.\n",
 	    fp);
@@ -898,6 +904,9 @@ struct tally {
 	uint8_t		*seen;		/* a count per id, saturating at 255 */
 	uint64_t	 received, bad, truncated, out_of_range;
 	uint64_t	 not_streams;	/* --streams: files that are not one */
+	int64_t		*last;		/* --ordered: each conn's last s */
+	uint64_t	 disorder;	/* --ordered: messages before their
+					   conn's last one */
 	int64_t		 f_conn;	/* --streams: this file's connection */
 	int64_t		 f_next;	/* and the sequence number due next */
 	const char	*first_bad;	/* why the first bad one was bad */
@@ -1024,6 +1033,14 @@ static void check_msg(const char *file, uint64_t where, const char *p,
 	}
 	if (o.streams || o.runs)
 		stream_step(file, c, s);
+	if (o.ordered) {
+		if ((int64_t)s <= tl.last[c] && tl.disorder++ == 0)
+			fprintf(stderr, "zp-logsend: %s at byte %" PRIu64
+			    ": c=%" PRIu64 " s=%" PRIu64 " after s=%" PRId64
+			    " of that connection\n", file, where, c, s,
+			    tl.last[c]);
+		tl.last[c] = (int64_t)s;
+	}
 	tl.received++;
 	if (tl.seen[c * (uint64_t)o.msgs + s] < 255)
 		tl.seen[c * (uint64_t)o.msgs + s]++;
@@ -1138,8 +1155,12 @@ static int run_verify(int nfiles, char **files)
 	uint64_t unique = 0, dups = 0, missing = 0;
 	int f, shown, rc = 0;
 
-	if ((tl.seen = calloc(total ? total : 1, 1)) == NULL)
+	if ((tl.seen = calloc(total ? total : 1, 1)) == NULL ||
+	    (tl.last = malloc(((size_t)o.conns + 1) * sizeof(*tl.last))) ==
+	    NULL)
 		die("out of memory");
+	for (i = 0; i < (uint64_t)o.conns; i++)
+		tl.last[i] = -1;
 	for (f = 0; f < nfiles; f++) {
 		size_t len;
 		char *buf = slurp(files[f], &len);
@@ -1191,7 +1212,9 @@ static int run_verify(int nfiles, char **files)
 		    "first: %s\n", tl.bad, tl.first_bad);
 		rc = 1;
 	}
-	if (tl.out_of_range > 0 || tl.not_streams > 0)
+	if (o.ordered)
+		printf("out-of-order=%" PRIu64 "\n", tl.disorder);
+	if (tl.out_of_range > 0 || tl.not_streams > 0 || tl.disorder > 0)
 		rc = 1;
 	if (o.expect == EXPECT_EXACTLY_ONCE && (dups > 0 || missing > 0)) {
 		fprintf(stderr, "zp-logsend: not exactly once: %" PRIu64
@@ -1209,6 +1232,7 @@ static int run_verify(int nfiles, char **files)
 		rc = 1;
 	}
 	free(tl.seen);
+	free(tl.last);
 	return rc;
 }
 
@@ -1233,6 +1257,7 @@ enum {
 	OPT_TAIL_OK,
 	OPT_STREAMS,
 	OPT_RUNS,
+	OPT_ORDERED,
 	OPT_EARLY_FIN_OK,
 };
 
@@ -1258,6 +1283,7 @@ static const struct option longopts[] = {
 	{ "tail-ok",		no_argument,	   NULL, OPT_TAIL_OK },
 	{ "streams",		no_argument,	   NULL, OPT_STREAMS },
 	{ "runs",		no_argument,	   NULL, OPT_RUNS },
+	{ "ordered",		no_argument,	   NULL, OPT_ORDERED },
 	{ "early-fin-ok",	no_argument,	   NULL, OPT_EARLY_FIN_OK },
 	{ "verbose",		no_argument,	   NULL, 'v' },
 	{ "help",		no_argument,	   NULL, 'h' },
@@ -1361,6 +1387,7 @@ static int parse_args(int argc, char **argv, char ***posp)
 		case OPT_TAIL_OK: o.tail_ok = 1; break;
 		case OPT_STREAMS: o.streams = 1; break;
 		case OPT_RUNS: o.runs = 1; break;
+		case OPT_ORDERED: o.ordered = 1; break;
 		case OPT_EARLY_FIN_OK: o.early_fin_ok = 1; break;
 		case 'v': o.verbose = 1; break;
 		case 'h': usage(stdout); exit(0);

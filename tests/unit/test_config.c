@@ -170,12 +170,19 @@ test_size_suffixes(void **state)
 		{ "2kib", 2048 }, { "4MiB", 4194304 }, { "4MB", 4194304 },
 		{ "1GiB", 1073741824UL }, { "1GB", 1073741824UL },
 		{ "1024M", 1073741824UL }, { "1048576K", 1073741824UL },
+		{ "1T", 0 },	/* a suffix of --spool-max's, over 1G here */
 	};
 	char	err[ZP_ERRLEN];
 	size_t	i, v;
 
 	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
 		v = 0;
+		if (ok[i].v == 0) {
+			assert_int_equal(zp_parse_size(ok[i].s, &v, err,
+			    sizeof(err)), -1);
+			assert_errmsg(err, "above the limit of 1G");
+			continue;
+		}
 		if (zp_parse_size(ok[i].s, &v, err, sizeof(err)) != 0)
 			fail_msg("'%s' refused: %s", ok[i].s, err);
 		if (v != ok[i].v)
@@ -1837,6 +1844,63 @@ test_replay_window(void **state)
 	assert_errmsg(s->err, "--replay-window");
 }
 
+/*
+ * --spool DIR and its bounds: framed streams only, not with -u original;
+ * --spool-max beyond the 1G of other sizes, up to 16T; the others need
+ * --spool.
+ */
+static void
+test_spool(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_null(s->cfg.spool_dir);
+	assert_true(s->cfg.spool_max == 1024ULL * 1024 * 1024);
+	assert_int_equal(s->cfg.spool_senders, 4);
+	assert_true(s->cfg.spool_sync == 1.0);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--spool", "/var/spool/zproxy", "--spool-max", "20G",
+	    "--spool-senders", "2", "--spool-sync", "0.5", NULL),
+	    ZP_PARSE_OK);
+	assert_string_equal(s->cfg.spool_dir, "/var/spool/zproxy");
+	assert_true(s->cfg.spool_max == 20ULL * 1024 * 1024 * 1024);
+	assert_int_equal(s->cfg.spool_senders, 2);
+	assert_true(s->cfg.spool_sync == 0.5);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--spool", "/s", "--spool-max", "16T", NULL), ZP_PARSE_OK);
+	assert_true(s->cfg.spool_max == 16ULL << 40);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--spool", "/s", "--spool-max", "17T", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--spool-max: invalid size '17T': above the "
+	    "limit of 16T");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--spool", "/s", "--spool-max", "0", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--spool-max");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--spool", "/s",
+	    NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--spool needs --framing");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--spool-max", "1G", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--spool-max needs --spool");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--spool-sync", "2", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--spool-sync needs --spool");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--spool", "/s", "--spool-senders", "0", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "spool-senders");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "original", "--framing",
+	    "lf", "--spool", "/s", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--spool cannot be used with -u original");
+}
+
 int
 main(void)
 {
@@ -1919,6 +1983,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_planned_moves, cfg_setup,
 		    cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_replay_window, cfg_setup,
+		    cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_spool, cfg_setup,
 		    cfg_teardown),
 	};
 

@@ -1,0 +1,1367 @@
+/*
+ * spool.c - --spool DIR: framed client streams kept in files while no
+ * upstream answers, and sent on once one does (spool.h).
+ *
+ * Written socket -> pipe -> file with splice(2) (the file is created by
+ * us alone and written at its own position: splice refuses O_APPEND
+ * targets, and nothing else writes it), synced with fdatasync(2) at most
+ * every --spool-sync seconds and before a file is renamed whole. Sent
+ * file -> socket with sendfile(2), a file over a connection of its own,
+ * and unlinked only once the upstream acknowledged every byte
+ * (SIOCOUTQ 0 after our FIN) and closed: a failure or a crash before that
+ * sends the whole file again (at least once).
+ */
+#include <sys/types.h>
+#include <sys/ioctl.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <linux/sockios.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "ctx.h"
+#include "framing.h"
+#include "log.h"
+#include "net.h"
+#include "pipepool.h"
+#include "proxyproto.h"
+#include "spool.h"
+#include "upstream.h"
+#include "worker.h"
+
+/* How often a writer looks at its file (sync, age) and at the room. */
+#define SPOOL_TICK_MS		250
+/* How often the sender looks for files, and at a closing upstream. */
+#define SENDER_TICK_MS		1000
+#define SENDER_POLL_MS		20
+
+/* ---- the header and the names -------------------------------------- */
+
+/* "1.2.3.4:80", "[::1]:80", "-" for none. */
+static int
+addr_fmt(const struct zp_addr *a, char *buf, size_t len)
+{
+	const struct sockaddr_in	*s4 = (const void *)&a->ss;
+	const struct sockaddr_in6	*s6 = (const void *)&a->ss;
+	char				 h[INET6_ADDRSTRLEN];
+	int				 n;
+
+	if (a->len == 0)
+		n = snprintf(buf, len, "-");
+	else if (a->ss.ss_family == AF_INET &&
+	    inet_ntop(AF_INET, &s4->sin_addr, h, sizeof(h)) != NULL)
+		n = snprintf(buf, len, "%s:%u", h, ntohs(s4->sin_port));
+	else if (a->ss.ss_family == AF_INET6 &&
+	    inet_ntop(AF_INET6, &s6->sin6_addr, h, sizeof(h)) != NULL)
+		n = snprintf(buf, len, "[%s]:%u", h, ntohs(s6->sin6_port));
+	else
+		return -1;
+	return n < 0 || (size_t)n >= len ? -1 : n;
+}
+
+int
+zp_spool_hdr_format(const struct zp_spool_hdr *h, char *buf, size_t len)
+{
+	char	c[64], d[64];
+	int	n;
+
+	if (addr_fmt(&h->client, c, sizeof(c)) == -1 ||
+	    addr_fmt(&h->dst, d, sizeof(d)) == -1)
+		return -1;
+	n = snprintf(buf, len, "ZPSPOOL 1 client=%s dst=%s framing=%s "
+	    "started=%llu\n", c, d, zp_framing_name(h->framing),
+	    (unsigned long long)h->started_ms);
+	if (n < 0 || (size_t)n >= len || n > ZP_SPOOL_HDR_MAX)
+		return -1;
+	return n;
+}
+
+/* 1 to maxd decimal digits, exactly s[0..n), into *v. */
+static int
+parse_digits(const char *s, size_t n, unsigned maxd, uint64_t *v)
+{
+	size_t	i;
+
+	if (n == 0 || n > maxd)
+		return -1;
+	*v = 0;
+	for (i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		*v = *v * 10 + (uint64_t)(s[i] - '0');
+	}
+	return 0;
+}
+
+/* "1.2.3.4:80" or "[v6]:80" (or "-" when dash) in s[0..n). */
+static int
+parse_addr(const char *s, size_t n, struct zp_addr *a, int dash)
+{
+	struct sockaddr_in	*s4 = (void *)&a->ss;
+	struct sockaddr_in6	*s6 = (void *)&a->ss;
+	char			 h[INET6_ADDRSTRLEN + 1];
+	const char		*colon;
+	size_t			 hl;
+	uint64_t		 port;
+
+	memset(a, 0, sizeof(*a));
+	if (dash && n == 1 && s[0] == '-')
+		return 0;
+	if ((colon = memrchr(s, ':', n)) == NULL ||
+	    parse_digits(colon + 1, n - (size_t)(colon + 1 - s), 5,
+	    &port) == -1 || port > 65535)
+		return -1;
+	hl = (size_t)(colon - s);
+	if (hl >= 2 && s[0] == '[' && s[hl - 1] == ']') {
+		if (hl - 2 >= sizeof(h))
+			return -1;
+		memcpy(h, s + 1, hl - 2);
+		h[hl - 2] = '\0';
+		if (inet_pton(AF_INET6, h, &s6->sin6_addr) != 1)
+			return -1;
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)port);
+		a->len = sizeof(*s6);
+		return 0;
+	}
+	if (hl == 0 || hl >= sizeof(h))
+		return -1;
+	memcpy(h, s, hl);
+	h[hl] = '\0';
+	if (inet_pton(AF_INET, h, &s4->sin_addr) != 1)
+		return -1;
+	s4->sin_family = AF_INET;
+	s4->sin_port = htons((uint16_t)port);
+	a->len = sizeof(*s4);
+	return 0;
+}
+
+/* The next space-separated word of [*p, end): exactly "key=" first. */
+static int
+next_field(const char **p, const char *end, const char *key,
+    const char **v, size_t *vn)
+{
+	const char	*sp;
+	size_t		 kl = strlen(key);
+
+	if ((size_t)(end - *p) < kl || memcmp(*p, key, kl) != 0)
+		return -1;
+	*v = *p + kl;
+	sp = memchr(*v, ' ', (size_t)(end - *v));
+	*vn = (size_t)((sp != NULL ? sp : end) - *v);
+	*p = sp != NULL ? sp + 1 : end;
+	/* A space must separate two fields, and end none. */
+	if (sp != NULL && *p == end)
+		return -1;
+	return 0;
+}
+
+int
+zp_spool_hdr_parse(const void *vbuf, size_t len, struct zp_spool_hdr *h)
+{
+	static const char	 magic[] = "ZPSPOOL 1 ";
+	const char		*buf = vbuf, *nl, *p, *v;
+	size_t			 vn, n = len < ZP_SPOOL_HDR_MAX ? len :
+				     ZP_SPOOL_HDR_MAX;
+	char			 fw[16];
+	int			 fr;
+
+	memset(h, 0, sizeof(*h));
+	/* A wrong start says so early, even before the line is whole. */
+	if (memcmp(buf, magic, n < sizeof(magic) - 1 ? n :
+	    sizeof(magic) - 1) != 0)
+		return -1;
+	if ((nl = memchr(buf, '\n', n)) == NULL)
+		return len < ZP_SPOOL_HDR_MAX ? 0 : -1;
+	if ((size_t)(nl - buf) < sizeof(magic) - 1 ||
+	    memchr(buf, '\0', (size_t)(nl - buf)) != NULL)
+		return -1;
+	p = buf + sizeof(magic) - 1;
+	if (next_field(&p, nl, "client=", &v, &vn) == -1 ||
+	    parse_addr(v, vn, &h->client, 0) == -1 ||
+	    next_field(&p, nl, "dst=", &v, &vn) == -1 ||
+	    parse_addr(v, vn, &h->dst, 1) == -1 ||
+	    next_field(&p, nl, "framing=", &v, &vn) == -1 ||
+	    vn == 0 || vn >= sizeof(fw))
+		return -1;
+	memcpy(fw, v, vn);
+	fw[vn] = '\0';
+	if ((fr = zp_framing_parse(fw)) == -1 || fr == ZP_FRAMING_NONE)
+		return -1;
+	h->framing = fr;
+	if (next_field(&p, nl, "started=", &v, &vn) == -1 ||
+	    parse_digits(v, vn, 19, &h->started_ms) == -1 || p != nl)
+		return -1;
+	return (int)(nl - buf) + 1;
+}
+
+int
+zp_spool_name(char *buf, size_t len, uint64_t ms,
+    const struct zp_addr *client, uint64_t conn, unsigned seq,
+    const char *suffix)
+{
+	const struct sockaddr_in	*s4 = (const void *)&client->ss;
+	const struct sockaddr_in6	*s6 = (const void *)&client->ss;
+	char				 h[INET6_ADDRSTRLEN] = "unknown";
+	unsigned			 port = 0;
+	time_t				 t = (time_t)(ms / 1000);
+	struct tm			 tm;
+	int				 n;
+
+	if (client->len > 0 && client->ss.ss_family == AF_INET) {
+		inet_ntop(AF_INET, &s4->sin_addr, h, sizeof(h));
+		port = ntohs(s4->sin_port);
+	} else if (client->len > 0 && client->ss.ss_family == AF_INET6) {
+		inet_ntop(AF_INET6, &s6->sin6_addr, h, sizeof(h));
+		port = ntohs(s6->sin6_port);
+	}
+	if (gmtime_r(&t, &tm) == NULL)
+		return -1;
+	n = snprintf(buf, len, "%04d%02d%02dT%02d%02d%02d.%03uZ-%s_%u-c%llu-"
+	    "%06u.%s", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+	    tm.tm_hour, tm.tm_min, tm.tm_sec, (unsigned)(ms % 1000), h, port,
+	    (unsigned long long)conn, seq, suffix);
+	return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+/* The suffix of a name ("spool"), or NULL. */
+static const char *
+name_suffix(const char *name)
+{
+	const char	*dot = strrchr(name, '.');
+
+	return dot != NULL && strrchr(name, '-') != NULL ? dot + 1 : NULL;
+}
+
+/* A stream's key is its files' name up to the last '-'. */
+static size_t
+name_key_len(const char *name)
+{
+	const char	*dash = strrchr(name, '-');
+
+	return dash != NULL ? (size_t)(dash - name) : strlen(name);
+}
+
+static int
+is_ours(const char *suffix)
+{
+	return suffix != NULL && (strcmp(suffix, "spool") == 0 ||
+	    strcmp(suffix, "partial") == 0 || strcmp(suffix, "open") == 0);
+}
+
+/* ---- the spool ----------------------------------------------------- */
+
+enum sender_phase {
+	SENDER_IDLE = 0,
+	SENDER_CONNECTING,
+	SENDER_SENDING,
+	SENDER_CLOSING,		/* FIN sent: wait for the ack and theirs */
+};
+
+/* One file on its way to an upstream (the main thread's). */
+struct zp_sender {
+	struct zp_spool		*sp;
+	enum sender_phase	 phase;
+	char			 name[ZP_SPOOL_NAME_MAX];
+	int			 file;
+	int			 sock;
+	struct event		*ev;
+	struct event		*timer;
+	off_t			 off;
+	off_t			 size;
+	off_t			 hdrlen;
+	int			 up_idx;
+	struct zp_addr		 to;
+	struct timeval		 since;		/* the phase began */
+	int			 eof;		/* the upstream closed */
+};
+
+struct zp_spool {
+	struct zp_ctx		*ctx;		/* the root */
+	int			 dirfd;
+	/* Shared by every thread's writers: atomics. */
+	uint64_t		 bytes, files, streams, spooled, replayed;
+	uint64_t		 refused, delivered;
+	/* The main thread's. */
+	struct event		*tick;
+	struct zp_sender	*senders;
+	int			 nsenders;
+	unsigned		 attempt;	/* rotates upstream addresses */
+	struct timeval		 failed_at;	/* last send that failed */
+	char			**names;	/* the last scan */
+	size_t			 nnames, cap;
+};
+
+static void	sender_tick_cb(evutil_socket_t, short, void *);
+
+static uint64_t
+ld(const uint64_t *v)
+{
+	return __atomic_load_n(v, __ATOMIC_RELAXED);
+}
+
+static void
+add(uint64_t *v, int64_t n)
+{
+	__atomic_add_fetch(v, (uint64_t)n, __ATOMIC_RELAXED);
+}
+
+void
+zp_spool_tally(const struct zp_spool *sp, struct zp_spool_tally *t)
+{
+	memset(t, 0, sizeof(*t));
+	if (sp == NULL)
+		return;
+	t->bytes = ld(&sp->bytes);
+	t->files = ld(&sp->files);
+	t->streams = ld(&sp->streams);
+	t->spooled = ld(&sp->spooled);
+	t->replayed = ld(&sp->replayed);
+	t->refused = ld(&sp->refused);
+	t->delivered = ld(&sp->delivered);
+}
+
+/*
+ * May the spool take more: under --spool-max, and the file system keeps
+ * ZP_SPOOL_RESERVE free (for us: f_bavail).
+ */
+static int
+spool_room(struct zp_spool *sp)
+{
+	struct statvfs	vfs;
+
+	if (ld(&sp->bytes) >= sp->ctx->cfg->spool_max)
+		return 0;
+	if (fstatvfs(sp->dirfd, &vfs) == -1)
+		return 1;	/* the writes will say */
+	return (uint64_t)vfs.f_bavail * vfs.f_frsize >= ZP_SPOOL_RESERVE;
+}
+
+static int
+strp_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void
+names_clear(struct zp_spool *sp)
+{
+	size_t	i;
+
+	for (i = 0; i < sp->nnames; i++)
+		free(sp->names[i]);
+	sp->nnames = 0;
+}
+
+/* Read DIR's files of ours into sp->names, sorted. Returns 0 or -1. */
+static int
+spool_scan(struct zp_spool *sp)
+{
+	struct dirent	*de;
+	DIR		*dir;
+	char		**v;
+	int		 fd;
+
+	names_clear(sp);
+	if ((fd = openat(sp->dirfd, ".", O_RDONLY | O_DIRECTORY |
+	    O_CLOEXEC)) == -1)
+		return -1;
+	if ((dir = fdopendir(fd)) == NULL) {
+		close(fd);
+		return -1;
+	}
+	while ((de = readdir(dir)) != NULL) {
+		if (!is_ours(name_suffix(de->d_name)) ||
+		    strlen(de->d_name) >= ZP_SPOOL_NAME_MAX)
+			continue;
+		if (sp->nnames == sp->cap) {
+			size_t	ncap = sp->cap ? sp->cap * 2 : 64;
+
+			if ((v = realloc(sp->names, ncap * sizeof(*v))) ==
+			    NULL)
+				break;
+			sp->names = v;
+			sp->cap = ncap;
+		}
+		if ((sp->names[sp->nnames] = strdup(de->d_name)) == NULL)
+			break;
+		sp->nnames++;
+	}
+	closedir(dir);
+	if (sp->nnames > 0)
+		qsort(sp->names, sp->nnames, sizeof(*sp->names), strp_cmp);
+	return 0;
+}
+
+/* Rename DIR/name to the same name with another suffix. */
+static int
+spool_rename(struct zp_spool *sp, const char *name, const char *suffix)
+{
+	char	to[ZP_SPOOL_NAME_MAX + 16];
+	size_t	stem = (size_t)(strrchr(name, '.') - name);
+
+	if (snprintf(to, sizeof(to), "%.*s.%s", (int)stem, name, suffix) >=
+	    (int)sizeof(to))
+		return -1;
+	return renameat(sp->dirfd, name, sp->dirfd, to);
+}
+
+struct zp_spool *
+zp_spool_new(struct zp_ctx *ctx, char *err, size_t errlen)
+{
+	const char		*dir = ctx->cfg->spool_dir;
+	struct zp_spool		*sp;
+	struct stat		 st;
+	size_t			 i;
+	int			 partial = 0;
+
+	if ((sp = calloc(1, sizeof(*sp))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	sp->ctx = ctx;
+	if ((sp->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) ==
+	    -1) {
+		snprintf(err, errlen, "--spool %s: %s", dir, strerror(errno));
+		free(sp);
+		return NULL;
+	}
+	if (spool_scan(sp) == -1) {
+		snprintf(err, errlen, "--spool %s: cannot read it: %s", dir,
+		    strerror(errno));
+		zp_spool_free(sp);
+		return NULL;
+	}
+	for (i = 0; i < sp->nnames; i++) {
+		if (fstatat(sp->dirfd, sp->names[i], &st,
+		    AT_SYMLINK_NOFOLLOW) == -1 || !S_ISREG(st.st_mode))
+			continue;
+		/* Its writer died with the last run: it may end mid-frame. */
+		if (strcmp(name_suffix(sp->names[i]), "open") == 0) {
+			if (spool_rename(sp, sp->names[i], "partial") == -1) {
+				snprintf(err, errlen, "--spool %s: cannot "
+				    "rename %s: %s", dir, sp->names[i],
+				    strerror(errno));
+				zp_spool_free(sp);
+				return NULL;
+			}
+			partial++;
+		}
+		sp->bytes += (uint64_t)st.st_size;
+		sp->files++;
+	}
+	names_clear(sp);
+	if (sp->files > 0)
+		zp_log(ctx->log, ZP_LOG_NOTICE, "spool %s: %llu files "
+		    "(%llu bytes) left by a previous run, %d of them cut "
+		    "short: they are sent first", dir,
+		    (unsigned long long)sp->files,
+		    (unsigned long long)sp->bytes, partial);
+	return sp;
+}
+
+int
+zp_spool_start(struct zp_spool *sp, char *err, size_t errlen)
+{
+	struct zp_ctx	*ctx = sp->ctx;
+	struct timeval	 tv = { SENDER_TICK_MS / 1000,
+			    (SENDER_TICK_MS % 1000) * 1000 };
+	char		 probe[64];
+	int		 fd, i;
+
+	snprintf(probe, sizeof(probe), ".zproxy-probe.%ld", (long)getpid());
+	if ((fd = openat(sp->dirfd, probe, O_WRONLY | O_CREAT | O_TRUNC |
+	    O_CLOEXEC, 0600)) == -1) {
+		snprintf(err, errlen, "--spool %s: cannot create a file "
+		    "there: %s", ctx->cfg->spool_dir, strerror(errno));
+		return -1;
+	}
+	close(fd);
+	unlinkat(sp->dirfd, probe, 0);
+	sp->nsenders = ctx->cfg->spool_senders;
+	if ((sp->senders = calloc((size_t)sp->nsenders,
+	    sizeof(*sp->senders))) == NULL)
+		goto nomem;
+	for (i = 0; i < sp->nsenders; i++) {
+		sp->senders[i].sp = sp;
+		sp->senders[i].file = sp->senders[i].sock = -1;
+	}
+	if ((sp->tick = event_new(ctx->base, -1, EV_PERSIST, sender_tick_cb,
+	    sp)) == NULL || event_add(sp->tick, &tv) == -1)
+		goto nomem;
+	/* What a previous run left goes at once. */
+	event_active(sp->tick, EV_TIMEOUT, 0);
+	return 0;
+nomem:
+	snprintf(err, errlen, "--spool: out of memory");
+	return -1;
+}
+
+static void	sender_reset(struct zp_sender *);
+
+void
+zp_spool_free(struct zp_spool *sp)
+{
+	int	i;
+
+	if (sp == NULL)
+		return;
+	for (i = 0; i < sp->nsenders; i++)
+		sender_reset(&sp->senders[i]);
+	free(sp->senders);
+	if (sp->tick != NULL)
+		event_free(sp->tick);
+	names_clear(sp);
+	free(sp->names);
+	if (sp->dirfd != -1)
+		close(sp->dirfd);
+	free(sp);
+}
+
+/* ---- the writer ---------------------------------------------------- */
+
+struct zp_spool_writer {
+	struct zp_ctx		*ctx;
+	struct zp_spool		*sp;
+	int			 sock;
+	struct event		*rev;
+	struct event		*timer;
+	int			 ron;
+	struct zp_pipe		 pipe;		/* rfd -1: none */
+	char			*buf;
+	size_t			 bufsize;
+	struct zp_framer	 f;
+	struct zp_spool_hdr	 hdr;
+	uint64_t		 conn;
+	unsigned		 seq;
+	int			 fd;		/* the open file, or -1 */
+	char			 name[ZP_SPOOL_NAME_MAX];
+	uint64_t		 fsize;		/* header included */
+	uint64_t		 hdrlen;
+	struct timeval		 fopened;
+	struct timeval		 synced;
+	int			 dirty;		/* written since synced */
+	int			 paused;	/* full: the timer resumes */
+	int			 finished;
+	int			 disk;		/* the spool failed, not fd */
+	uint64_t		 bytes;
+	zp_spool_done_fn	 done;
+	void			*arg;
+};
+
+static struct zp_spool *
+ctx_spool(struct zp_ctx *ctx)
+{
+	return zp_ctx_root(ctx)->spool;
+}
+
+/*
+ * Begin the stream's next file: only when the spool has room, but for
+ * the rest of a read that a cut split (room: 0). Returns 0, or -1 with
+ * errno.
+ */
+static int
+writer_open(struct zp_spool_writer *w, int room)
+{
+	char	hb[ZP_SPOOL_HDR_MAX + 1];
+	int	n;
+	ssize_t	wr;
+
+	w->disk = 1;		/* until it is open */
+	if (room && !spool_room(w->sp)) {
+		errno = ENOSPC;
+		return -1;
+	}
+	w->seq++;
+	if (zp_spool_name(w->name, sizeof(w->name), w->hdr.started_ms,
+	    &w->hdr.client, w->conn, w->seq, "open") == -1 ||
+	    (n = zp_spool_hdr_format(&w->hdr, hb, sizeof(hb))) == -1) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	if ((w->fd = openat(w->sp->dirfd, w->name, O_RDWR | O_CREAT |
+	    O_EXCL | O_CLOEXEC, 0600)) == -1)
+		return -1;
+	add(&w->sp->files, 1);
+	wr = write(w->fd, hb, (size_t)n);
+	if (wr > 0)
+		add(&w->sp->bytes, wr);
+	w->fsize = w->hdrlen = wr > 0 ? (uint64_t)wr : 0;
+	if (wr != n) {
+		if (wr >= 0)
+			errno = ENOSPC;
+		return -1;
+	}
+	gettimeofday(&w->fopened, NULL);
+	w->dirty = 1;
+	w->disk = 0;
+	return 0;
+}
+
+/*
+ * Close the open file: gone when it holds no client byte, else synced
+ * and renamed "spool" (whole frames) or "partial".
+ */
+static int
+writer_close_file(struct zp_spool_writer *w, int whole)
+{
+	struct zp_spool	*sp = w->sp;
+	int		 rc = 0, err = 0;
+
+	if (w->fd == -1)
+		return 0;
+	w->disk = 1;		/* what fails here is the spool's */
+	if (w->fsize <= w->hdrlen) {
+		unlinkat(sp->dirfd, w->name, 0);
+		add(&sp->files, -1);
+		add(&sp->bytes, -(int64_t)w->fsize);
+	} else {
+		if (fdatasync(w->fd) == -1 || spool_rename(sp, w->name,
+		    whole ? "spool" : "partial") == -1) {
+			err = errno;
+			rc = -1;
+		}
+	}
+	close(w->fd);
+	w->fd = -1;
+	w->dirty = 0;
+	w->disk = rc == -1;
+	errno = err;
+	return rc;
+}
+
+/* The delimiter of a delimited framing, or -1. */
+static int
+writer_delim(const struct zp_spool_writer *w)
+{
+	switch (zp_framer_kind(&w->f)) {
+	case ZP_FRAMING_LF:
+		return '\n';
+	case ZP_FRAMING_NUL:
+		return '\0';
+	default:
+		return -1;
+	}
+}
+
+/*
+ * Is the stream at a frame boundary now? The framer knows when it saw
+ * the bytes; after a spliced (blind) stretch of a delimited stream, the
+ * file's last byte says: a delimiter ends a frame. A stream whose
+ * framing failed is plain bytes: any point will do.
+ */
+static int
+writer_at_boundary(struct zp_spool_writer *w)
+{
+	unsigned char	c;
+	int		delim = writer_delim(w);
+
+	if (zp_framer_error(&w->f, NULL) != NULL ||
+	    zp_framer_at_boundary(&w->f))
+		return 1;
+	if (delim == -1 || w->fd == -1 || w->fsize <= w->hdrlen ||
+	    pread(w->fd, &c, 1, (off_t)w->fsize - 1) != 1 || c != delim)
+		return 0;
+	/* Known again: follow it exactly from here. */
+	(void)zp_framer_resume(&w->f, zp_framer_kind(&w->f),
+	    w->ctx->cfg->max_frame, zp_framer_offset(&w->f), 1);
+	return 1;
+}
+
+/* Should the open file be closed at the next boundary? */
+static int
+writer_due(struct zp_spool_writer *w)
+{
+	struct timeval	now, dt;
+	size_t		i, n;
+	struct zp_upstream u;
+
+	if (w->fd == -1 || w->fsize <= w->hdrlen)
+		return 0;
+	if (w->fsize >= ZP_SPOOL_FILE_MAX)
+		return 1;
+	event_base_gettimeofday_cached(w->ctx->base, &now);
+	timersub(&now, &w->fopened, &dt);
+	if (dt.tv_sec * 1000 + dt.tv_usec / 1000 < ZP_SPOOL_FILE_AGE_MS)
+		return 0;
+	/* Old enough to send: worth closing if some upstream may take it. */
+	n = zp_upstreams_count(w->ctx->ups);
+	for (i = 0; i < n; i++) {
+		zp_upstream_get(w->ctx->ups, i, &u);
+		if (u.up)
+			return 1;
+	}
+	return 0;
+}
+
+/* n bytes of the stream went into the file. */
+static void
+writer_wrote(struct zp_spool_writer *w, size_t n)
+{
+	w->fsize += n;
+	w->bytes += n;
+	w->dirty = 1;
+	add(&w->sp->bytes, (int64_t)n);
+	add(&w->sp->spooled, (int64_t)n);
+}
+
+static int
+write_all(struct zp_spool_writer *w, const char *b, size_t n)
+{
+	ssize_t	wr;
+
+	while (n > 0) {
+		if ((wr = write(w->fd, b, n)) == -1) {
+			if (errno == EINTR)
+				continue;
+			w->disk = 1;
+			return -1;
+		}
+		if (wr == 0) {
+			errno = ENOSPC;
+			w->disk = 1;
+			return -1;
+		}
+		writer_wrote(w, (size_t)wr);
+		b += wr;
+		n -= (size_t)wr;
+	}
+	return 0;
+}
+
+/* A file is open to write into (a cut closed the last one). */
+static int
+writer_ensure(struct zp_spool_writer *w)
+{
+	return w->fd != -1 ? 0 : writer_open(w, 1);
+}
+
+/*
+ * Splice what the socket holds (up to max) into the file, blind. Returns
+ * the bytes moved, 0 at EOF, -1 with errno.
+ */
+static ssize_t
+writer_splice(struct zp_spool_writer *w, size_t max)
+{
+	ssize_t	n, m;
+	size_t	left;
+
+	n = splice(w->sock, NULL, w->pipe.wfd, NULL, max,
+	    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	if (n <= 0)
+		return n;
+	for (left = (size_t)n; left > 0; left -= (size_t)m) {
+		m = splice(w->pipe.rfd, NULL, w->fd, NULL, left,
+		    SPLICE_F_MOVE);
+		if (m == -1 && errno == EINTR) {
+			m = 0;
+			continue;
+		}
+		if (m <= 0) {
+			if (m == 0)
+				errno = EIO;
+			w->disk = 1;
+			/* What the pipe still holds is lost: the stream ends. */
+			return -1;
+		}
+		writer_wrote(w, (size_t)m);
+	}
+	(void)zp_framer_skip(&w->f, (uint64_t)n);
+	return n;
+}
+
+/*
+ * Read into the buffer and write it, seen by the framer; when the file
+ * is due, close it at the first boundary within what was read. Returns
+ * the bytes read, 0 at EOF, -1 with errno.
+ */
+static ssize_t
+writer_copy(struct zp_spool_writer *w, int due)
+{
+	ssize_t	n;
+	size_t	cut = 0;
+
+	if (w->buf == NULL) {
+		w->bufsize = w->ctx->cfg->buffer_size;
+		if ((w->buf = zp_buf_get(&w->ctx->bufs, w->bufsize)) ==
+		    NULL) {
+			errno = ENOMEM;
+			return -1;
+		}
+	}
+	do {
+		n = recv(w->sock, w->buf, w->bufsize, 0);
+	} while (n == -1 && errno == EINTR);
+	if (n <= 0)
+		return n;
+	if (due && (cut = zp_framer_next(&w->f, w->buf, (size_t)n)) > 0) {
+		(void)zp_framer_feed(&w->f, w->buf, cut);
+		if (write_all(w, w->buf, cut) == -1 ||
+		    writer_close_file(w, 1) == -1 || writer_open(w, 0) == -1)
+			return -1;
+	}
+	(void)zp_framer_feed(&w->f, w->buf + cut, (size_t)n - cut);
+	if (write_all(w, w->buf + cut, (size_t)n - cut) == -1)
+		return -1;
+	return n;
+}
+
+static void
+writer_want_read(struct zp_spool_writer *w, int on)
+{
+	if (on == w->ron)
+		return;
+	if (on ? event_add(w->rev, NULL) : event_del(w->rev))
+		return;
+	w->ron = on;
+}
+
+/* The stream is over (err 0: the client's EOF): close, tell the pair. */
+static void
+writer_finish(struct zp_spool_writer *w, int err)
+{
+	int	whole = writer_at_boundary(w), disk = err != 0 && w->disk;
+
+	writer_want_read(w, 0);
+	if (writer_close_file(w, whole) == -1 && err == 0) {
+		err = errno;
+		disk = 1;
+	}
+	w->finished = 1;
+	w->done(w->arg, err, disk);
+}
+
+static void
+writer_pump(struct zp_spool_writer *w)
+{
+	size_t	moved = 0, budget = w->ctx->budget;
+	ssize_t	n;
+	int	due, blind;
+
+	if (!spool_room(w->sp)) {
+		/* Full: the client waits in its socket; the timer looks. */
+		w->paused = 1;
+		writer_want_read(w, 0);
+		return;
+	}
+	w->paused = 0;
+	while (moved < budget) {
+		if ((due = writer_due(w)) && writer_at_boundary(w)) {
+			if (writer_close_file(w, 1) == -1) {
+				writer_finish(w, errno);
+				return;
+			}
+			due = 0;
+		}
+		if (writer_ensure(w) == -1) {
+			if (errno == ENOSPC) {
+				w->paused = 1;
+				writer_want_read(w, 0);
+				return;
+			}
+			writer_finish(w, errno);
+			return;
+		}
+		blind = w->pipe.rfd != -1 && !due && (writer_delim(w) != -1 ||
+		    zp_framer_error(&w->f, NULL) != NULL);
+		n = blind ? writer_splice(w, budget - moved) :
+		    writer_copy(w, due);
+		if (n > 0) {
+			moved += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			writer_finish(w, 0);
+		else if (errno != EAGAIN)
+			writer_finish(w, errno);
+		return;
+	}
+}
+
+static void
+writer_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	writer_pump(arg);
+}
+
+static void
+writer_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_spool_writer	*w = arg;
+	struct timeval		 now, dt, sync;
+
+	gettimeofday(&now, NULL);
+	sync = zp_seconds_tv(w->ctx->cfg->spool_sync);
+	timersub(&now, &w->synced, &dt);
+	if (w->dirty && w->fd != -1 && !timercmp(&dt, &sync, <)) {
+		if (fdatasync(w->fd) == -1) {
+			w->disk = 1;
+			writer_finish(w, errno);
+			return;
+		}
+		w->dirty = 0;
+		w->synced = now;
+	}
+	/* An idle stream's old file goes when it ends a frame. */
+	if (writer_due(w) && writer_at_boundary(w) &&
+	    writer_close_file(w, 1) == -1) {
+		writer_finish(w, errno);
+		return;
+	}
+	if (w->paused && spool_room(w->sp)) {
+		writer_want_read(w, 1);
+		writer_pump(w);
+	}
+}
+
+struct zp_spool_writer *
+zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
+    const struct zp_addr *client, const struct zp_addr *dst,
+    zp_spool_done_fn done, void *arg)
+{
+	struct zp_spool_writer	*w;
+	struct zp_spool		*sp = ctx_spool(ctx);
+	struct timeval		 tv = { 0, SPOOL_TICK_MS * 1000 }, now;
+	struct timeval		 sync = zp_seconds_tv(ctx->cfg->spool_sync);
+	int			 err;
+
+	if ((w = calloc(1, sizeof(*w))) == NULL)
+		return NULL;
+	w->ctx = ctx;
+	w->sp = sp;
+	w->sock = fd;
+	w->fd = -1;
+	w->pipe.rfd = w->pipe.wfd = -1;
+	w->conn = conn;
+	w->done = done;
+	w->arg = arg;
+	w->hdr.client = *client;
+	w->hdr.dst = *dst;
+	w->hdr.framing = ctx->cfg->framing;
+	gettimeofday(&now, NULL);
+	w->synced = now;
+	w->hdr.started_ms = (uint64_t)now.tv_sec * 1000 +
+	    (uint64_t)now.tv_usec / 1000;
+	add(&sp->streams, 1);
+	if (zp_framer_init(&w->f, (enum zp_framing)ctx->cfg->framing,
+	    ctx->cfg->max_frame) == -1) {
+		errno = EINVAL;
+		goto fail;
+	}
+	if (writer_open(w, 1) == -1) {
+		if (errno == ENOSPC)
+			add(&sp->refused, 1);
+		goto fail;
+	}
+	/* No pipe to be had: read and write, as copy mode does. */
+	if (ctx->pool != NULL && zp_pipepool_get(ctx->pool, &w->pipe) == -1)
+		w->pipe.rfd = w->pipe.wfd = -1;
+	if ((w->rev = event_new(ctx->base, fd, EV_READ | EV_PERSIST,
+	    writer_read_cb, w)) == NULL ||
+	    (w->timer = event_new(ctx->base, -1, EV_PERSIST, writer_timer_cb,
+	    w)) == NULL || event_add(w->timer, timercmp(&sync, &tv, <) ?
+	    &sync : &tv) == -1) {
+		errno = ENOMEM;
+		goto fail;
+	}
+	writer_want_read(w, 1);
+	return w;
+fail:
+	err = errno;
+	zp_spool_writer_free(w);
+	errno = err;
+	return NULL;
+}
+
+uint64_t
+zp_spool_writer_bytes(const struct zp_spool_writer *w)
+{
+	return w->bytes;
+}
+
+void
+zp_spool_writer_free(struct zp_spool_writer *w)
+{
+	if (w == NULL)
+		return;
+	if (!w->finished)
+		(void)writer_close_file(w, writer_at_boundary(w));
+	if (w->rev != NULL)
+		event_free(w->rev);
+	if (w->timer != NULL)
+		event_free(w->timer);
+	if (w->pipe.rfd != -1)
+		zp_pipepool_put(w->ctx->pool, &w->pipe);
+	zp_buf_put(&w->ctx->bufs, w->buf, w->bufsize);
+	add(&w->sp->streams, -1);
+	free(w);
+}
+
+/* ---- the sender ---------------------------------------------------- */
+
+static int
+sender_key_busy(const struct zp_spool *sp, const char *name)
+{
+	size_t	kl = name_key_len(name);
+	int	i;
+
+	for (i = 0; i < sp->nsenders; i++)
+		if (sp->senders[i].phase != SENDER_IDLE &&
+		    name_key_len(sp->senders[i].name) == kl &&
+		    strncmp(sp->senders[i].name, name, kl) == 0)
+			return 1;
+	return 0;
+}
+
+static void
+sender_reset(struct zp_sender *s)
+{
+	if (s->ev != NULL)
+		event_free(s->ev);
+	if (s->timer != NULL)
+		event_free(s->timer);
+	s->ev = s->timer = NULL;
+	if (s->sock != -1)
+		close(s->sock);
+	if (s->file != -1)
+		close(s->file);
+	s->sock = s->file = -1;
+	s->phase = SENDER_IDLE;
+	s->eof = 0;
+}
+
+static const char *
+sender_to(struct zp_sender *s, char *buf, size_t len)
+{
+	return zp_addr_str(&s->to, buf, len);
+}
+
+/* The file stays for the next try (another upstream, maybe). */
+static void
+sender_fail(struct zp_sender *s, int err, const char *what)
+{
+	struct zp_spool	*sp = s->sp;
+	char		 to[ZP_ADDRSTRLEN];
+
+	gettimeofday(&sp->failed_at, NULL);
+	if (s->phase == SENDER_CONNECTING)
+		zp_upstream_report(sp->ctx->ups, (size_t)s->up_idx, 0, err,
+		    &sp->failed_at);
+	zp_log(sp->ctx->log, ZP_LOG_WARN, "spool: %s not delivered to %s "
+	    "(%s: %s); kept for the next try", s->name,
+	    sender_to(s, to, sizeof(to)), what, strerror(err));
+	sender_reset(s);
+}
+
+static void
+sender_delivered(struct zp_sender *s)
+{
+	struct zp_spool	*sp = s->sp;
+	struct timeval	 now, dt;
+	char		 to[ZP_ADDRSTRLEN];
+
+	if (unlinkat(sp->dirfd, s->name, 0) == -1) {
+		sender_fail(s, errno, "unlink");
+		return;
+	}
+	add(&sp->files, -1);
+	add(&sp->bytes, -(int64_t)s->size);
+	add(&sp->replayed, (int64_t)(s->size - s->hdrlen));
+	add(&sp->delivered, 1);
+	gettimeofday(&now, NULL);
+	timersub(&now, &s->since, &dt);
+	zp_log(sp->ctx->log, ZP_LOG_NOTICE, "spool: %s delivered to %s "
+	    "(%lld bytes)", s->name, sender_to(s, to, sizeof(to)),
+	    (long long)(s->size - s->hdrlen));
+	sender_reset(s);
+	/* The stream's next file, or the next stream, without waiting. */
+	event_active(sp->tick, EV_TIMEOUT, 0);
+}
+
+static int
+sock_outq(int fd)
+{
+	int	n = 0;
+
+	return ioctl(fd, SIOCOUTQ, &n) == -1 ? -1 : n;
+}
+
+/*
+ * Our FIN went: read (and drop) what the upstream says until it closes;
+ * the file is delivered once it closed and acknowledged everything
+ * (SIOCOUTQ 0, our FIN too), or has acknowledged everything and stays
+ * open past --linger-timeout.
+ */
+static void
+sender_closing_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_sender	*s = arg;
+	struct timeval		 now, dt, lim;
+	char			 b[4096];
+	ssize_t			 n = -1;
+	int			 outq;
+
+	while (!s->eof && (n = recv(s->sock, b, sizeof(b), 0)) != 0) {
+		if (n > 0)
+			continue;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN)
+			break;
+		sender_fail(s, errno, "closing");
+		return;
+	}
+	if (n == 0 && !s->eof) {
+		s->eof = 1;
+		event_del(s->ev);
+	}
+	if ((outq = sock_outq(s->sock)) == 0 && s->eof) {
+		sender_delivered(s);
+		return;
+	}
+	gettimeofday(&now, NULL);
+	timersub(&now, &s->since, &dt);
+	lim = zp_seconds_tv(s->sp->ctx->cfg->linger_timeout);
+	if (timercmp(&dt, &lim, <))
+		return;
+	if (outq == 0)
+		sender_delivered(s);
+	else
+		sender_fail(s, ETIMEDOUT, "acknowledgement");
+}
+
+static void
+sender_send_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_sender	*s = arg;
+	struct zp_ctx		*ctx = s->sp->ctx;
+	struct timeval		 tv = { 0, SENDER_POLL_MS * 1000 };
+	size_t			 left = ctx->budget;
+	ssize_t			 n;
+
+	/* One budget a wake-up: live pairs come between. */
+	while (s->off < s->size && left > 0) {
+		n = sendfile(s->sock, s->file, &s->off,
+		    (size_t)(s->size - s->off) < left ?
+		    (size_t)(s->size - s->off) : left);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1 && errno == EAGAIN)
+			return;
+		if (n <= 0) {
+			sender_fail(s, n == 0 ? EIO : errno, "sendfile");
+			return;
+		}
+		left -= (size_t)n;
+	}
+	if (s->off < s->size)
+		return;
+	if (shutdown(s->sock, SHUT_WR) == -1) {
+		sender_fail(s, errno, "shutdown");
+		return;
+	}
+	event_free(s->ev);
+	s->phase = SENDER_CLOSING;
+	gettimeofday(&s->since, NULL);
+	if ((s->ev = event_new(ctx->base, s->sock, EV_READ | EV_PERSIST,
+	    sender_closing_cb, s)) == NULL ||
+	    (s->timer = event_new(ctx->base, -1, EV_PERSIST,
+	    sender_closing_cb, s)) == NULL || event_add(s->ev, NULL) == -1 ||
+	    event_add(s->timer, &tv) == -1)
+		sender_fail(s, ENOMEM, "events");
+}
+
+/* Connected: the PROXY header, then the file. */
+static void
+sender_connected(struct zp_sender *s)
+{
+	struct zp_spool		*sp = s->sp;
+	struct zp_ctx		*ctx = sp->ctx;
+	struct zp_spool_hdr	 h;
+	char			 b[ZP_SPOOL_HDR_MAX], ph[ZP_PROXY_MAX];
+	ssize_t			 n, w;
+	struct timeval		 now;
+
+	gettimeofday(&now, NULL);
+	zp_upstream_report(ctx->ups, (size_t)s->up_idx, 1, 0, &now);
+	s->phase = SENDER_SENDING;
+	if (ctx->cfg->send_proxy) {
+		n = pread(s->file, b, sizeof(b), 0);
+		if (n <= 0 || zp_spool_hdr_parse(b, (size_t)n, &h) <= 0 ||
+		    (n = zp_proxy_header(ctx->cfg->send_proxy,
+		    (struct sockaddr *)&h.client.ss,
+		    (struct sockaddr *)&h.dst.ss, ph, sizeof(ph))) == -1) {
+			sender_fail(s, EINVAL, "PROXY header");
+			return;
+		}
+		w = send(s->sock, ph, (size_t)n, MSG_NOSIGNAL);
+		if (w != n) {
+			sender_fail(s, w == -1 ? errno : EAGAIN,
+			    "PROXY header");
+			return;
+		}
+	}
+	if (s->ev != NULL)
+		event_free(s->ev);
+	if ((s->ev = event_new(ctx->base, s->sock, EV_WRITE | EV_PERSIST,
+	    sender_send_cb, s)) == NULL || event_add(s->ev, NULL) == -1)
+		sender_fail(s, ENOMEM, "events");
+}
+
+static void
+sender_connect_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_sender	*s = arg;
+	int			 err = zp_connect_result(fd, what);
+
+	if (err != 0)
+		sender_fail(s, err, "connect");
+	else
+		sender_connected(s);
+}
+
+/*
+ * Send file name (whole: its header checked) to the balancer's choice.
+ * Returns 0 when it began, 1 when the file was skipped (gone, or set
+ * aside: no header), -1 when no upstream could be tried (logged).
+ */
+static int
+sender_start(struct zp_sender *s, const char *name)
+{
+	struct zp_spool		*sp = s->sp;
+	struct zp_ctx		*ctx = sp->ctx;
+	struct zp_spool_hdr	 h;
+	struct stat		 st;
+	struct timeval		 now, tv;
+	unsigned char		 tried[ZP_MAX_UPSTREAMS];
+	char			 b[ZP_SPOOL_HDR_MAX];
+	ssize_t			 n;
+	size_t			 na;
+	int			 rc, hl;
+
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	if ((s->file = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC)) ==
+	    -1 || fstat(s->file, &st) == -1) {
+		sender_reset(s);
+		return 1;
+	}
+	s->size = st.st_size;
+	n = pread(s->file, b, sizeof(b), 0);
+	if (n < 0 || (hl = zp_spool_hdr_parse(b, (size_t)n, &h)) <= 0) {
+		/* Not ours to send: set aside, no longer counted. */
+		zp_log(ctx->log, ZP_LOG_WARN, "spool: %s has no valid "
+		    "header; renamed .bad, not sent", name);
+		if (spool_rename(sp, name, "bad") == 0) {
+			add(&sp->files, -1);
+			add(&sp->bytes, -(int64_t)s->size);
+		}
+		sender_reset(s);
+		return 1;
+	}
+	s->hdrlen = s->off = hl;
+	memset(tried, 0, sizeof(tried));
+	gettimeofday(&now, NULL);
+	s->since = now;
+	if ((s->up_idx = zp_upstream_pick(ctx->ups, &h.client, tried,
+	    &now)) < 0 || (na = zp_upstream_addr(ctx->ups,
+	    (size_t)s->up_idx, 0, &s->to)) == 0) {
+		sender_reset(s);
+		return -1;
+	}
+	(void)zp_upstream_addr(ctx->ups, (size_t)s->up_idx,
+	    sp->attempt++ % na, &s->to);
+	s->phase = SENDER_CONNECTING;
+	if ((rc = zp_connect_start(&s->to, &s->sock)) == -1) {
+		sender_fail(s, errno, "connect");
+		return -1;
+	}
+	if (rc == 0) {
+		sender_connected(s);
+		return 0;
+	}
+	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
+	if ((s->ev = event_new(ctx->base, s->sock, EV_WRITE,
+	    sender_connect_cb, s)) == NULL || event_add(s->ev, &tv) == -1) {
+		sender_fail(s, ENOMEM, "events");
+		return -1;
+	}
+	return 0;
+}
+
+/* Is any upstream up, so that files may go; else one try now and then. */
+static int
+sender_may(struct zp_spool *sp, int *probe)
+{
+	struct zp_ctx		*ctx = sp->ctx;
+	struct zp_upstream	 u;
+	struct timeval		 now, dt, wait;
+	size_t			 i, n = zp_upstreams_count(ctx->ups);
+
+	*probe = 0;
+	for (i = 0; i < n; i++) {
+		zp_upstream_get(ctx->ups, i, &u);
+		if (u.up)
+			return 1;
+	}
+	gettimeofday(&now, NULL);
+	timersub(&now, &sp->failed_at, &dt);
+	wait = zp_seconds_tv(ctx->cfg->fail_timeout);
+	if (timercmp(&dt, &wait, <))
+		return 0;
+	*probe = 1;
+	return 1;
+}
+
+/* Every second, and when a file was delivered: start what may start. */
+static void
+sender_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_spool	*sp = arg;
+	size_t		 i, kl, okl = 0;
+	const char	*other = NULL;
+	int		 k, rc, probe, started = 0;
+
+	for (k = 0; k < sp->nsenders; k++)
+		if (sp->senders[k].phase == SENDER_IDLE)
+			break;
+	if (k == sp->nsenders || ld(&sp->files) == 0 ||
+	    !sender_may(sp, &probe) || spool_scan(sp) == -1)
+		return;
+	for (i = 0; i < sp->nnames && k < sp->nsenders; i++) {
+		const char	*name = sp->names[i];
+
+		kl = name_key_len(name);
+		/* Only a stream's first file left; none still written. */
+		if ((other != NULL && kl == okl &&
+		    strncmp(other, name, kl) == 0) ||
+		    strcmp(name_suffix(name), "open") == 0 ||
+		    sender_key_busy(sp, name)) {
+			other = name;
+			okl = kl;
+			continue;
+		}
+		other = name;
+		okl = kl;
+		if ((rc = sender_start(&sp->senders[k], name)) == 0)
+			started++;
+		/* A failed connect waits for the next tick. */
+		if (rc == -1 || (probe && started > 0))
+			break;
+		while (k < sp->nsenders && sp->senders[k].phase !=
+		    SENDER_IDLE)
+			k++;
+	}
+	names_clear(sp);
+}
