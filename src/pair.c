@@ -357,7 +357,7 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	if (p->dst.len > 0)
 		rec.dst = zp_addr_str(&p->dst, dbuf, sizeof(dbuf));
 	rec.mode = zp_pair_mode(p);
-	rec.up = p->up.bytes;
+	rec.up = p->up.bytes + p->spooled;
 	rec.down = p->down.bytes;
 	rec.duration = dt.tv_sec + dt.tv_usec / 1e6;
 	rec.end = zp_end_str(end);
@@ -1368,19 +1368,44 @@ pair_connect_next(struct zp_pair *p)
 	pair_connect_upstream(p);
 }
 
-/* The spool's writer is done with the client's stream. */
+/*
+ * The spool's writer is done with the client's stream: it ended, or an
+ * upstream took every file of it and the client goes on live, from a
+ * frame boundary, as a new connect (the balancer's choice); should that
+ * fail too, it spools again.
+ */
 static void
-pair_spool_done(void *arg, int err, int disk)
+pair_spool_done(void *arg, enum zp_spool_end end, int err)
 {
 	struct zp_pair	*p = arg;
+	struct zp_ctx	*ctx = p->ctx;
 
-	p->up.bytes = zp_spool_writer_bytes(p->spool);
+	p->spooled += zp_spool_writer_bytes(p->spool);
 	p->client.err = err;
-	if (err == 0)
+	switch (end) {
+	case ZP_SPOOL_ENDED:
 		zp_pair_close(p, ZP_END_SPOOLED);
-	else
-		zp_pair_close(p, disk ? ZP_END_SPOOL_FAILED :
-		    zp_half_end(&p->client, 1));
+		return;
+	case ZP_SPOOL_DISK_FAILED:
+		zp_pair_close(p, ZP_END_SPOOL_FAILED);
+		return;
+	case ZP_SPOOL_CLIENT_FAILED:
+		zp_pair_close(p, zp_half_end(&p->client, 1));
+		return;
+	case ZP_SPOOL_LIVE:
+		break;
+	}
+	zp_log(ctx->log, ZP_LOG_NOTICE, "connection %llu: its spool was "
+	    "delivered (%llu bytes); it goes on to an upstream",
+	    (unsigned long long)p->id, (unsigned long long)p->spooled);
+	zp_spool_writer_free(p->spool);
+	p->spool = NULL;
+	p->state = ZP_PAIR_CONNECTING;
+	memset(p->tried, 0, sizeof(p->tried));
+	p->attempts = 0;
+	p->connect_err = 0;
+	timerclear(&p->retry_until);
+	pair_connect_upstream(p);
 }
 
 /*

@@ -295,7 +295,8 @@ struct zp_spool {
 	uint64_t		 bytes, files, streams, spooled, replayed;
 	uint64_t		 refused, delivered;
 	/* The main thread's. */
-	struct event		*tick;
+	struct event		*tick;		/* every second */
+	struct event		*kick;		/* now: a file went */
 	struct zp_sender	*senders;
 	int			 nsenders;
 	unsigned		 attempt;	/* rotates upstream addresses */
@@ -498,11 +499,14 @@ zp_spool_start(struct zp_spool *sp, char *err, size_t errlen)
 		sp->senders[i].sp = sp;
 		sp->senders[i].file = sp->senders[i].sock = -1;
 	}
+	/* A persistent timer made active by hand loses its period. */
 	if ((sp->tick = event_new(ctx->base, -1, EV_PERSIST, sender_tick_cb,
-	    sp)) == NULL || event_add(sp->tick, &tv) == -1)
+	    sp)) == NULL || event_add(sp->tick, &tv) == -1 ||
+	    (sp->kick = event_new(ctx->base, -1, 0, sender_tick_cb, sp)) ==
+	    NULL)
 		goto nomem;
 	/* What a previous run left goes at once. */
-	event_active(sp->tick, EV_TIMEOUT, 0);
+	event_active(sp->kick, EV_TIMEOUT, 0);
 	return 0;
 nomem:
 	snprintf(err, errlen, "--spool: out of memory");
@@ -523,6 +527,8 @@ zp_spool_free(struct zp_spool *sp)
 	free(sp->senders);
 	if (sp->tick != NULL)
 		event_free(sp->tick);
+	if (sp->kick != NULL)
+		event_free(sp->kick);
 	names_clear(sp);
 	free(sp->names);
 	if (sp->dirfd != -1)
@@ -556,10 +562,20 @@ struct zp_spool_writer {
 	int			 paused;	/* full: the timer resumes */
 	int			 finished;
 	int			 disk;		/* the spool failed, not fd */
+	enum {
+		W_WRITING = 0,
+		W_SEEKING,	/* an upstream takes the files: read up to
+				   the next boundary, exactly */
+		W_STOPPED,	/* at it: wait for the last file's delivery */
+	}			 phase;
+	unsigned		 delivered;	/* files (by seq) known gone */
 	uint64_t		 bytes;
 	zp_spool_done_fn	 done;
 	void			*arg;
 };
+
+static void	writer_want_read(struct zp_spool_writer *, int);
+static int	writer_stop(struct zp_spool_writer *);
 
 static struct zp_spool *
 ctx_spool(struct zp_ctx *ctx)
@@ -680,13 +696,26 @@ writer_at_boundary(struct zp_spool_writer *w)
 	return 1;
 }
 
+/* Does some upstream look up (it may take files)? */
+static int
+upstream_up(struct zp_ctx *ctx)
+{
+	struct zp_upstream	u;
+	size_t			i, n = zp_upstreams_count(ctx->ups);
+
+	for (i = 0; i < n; i++) {
+		zp_upstream_get(ctx->ups, i, &u);
+		if (u.up)
+			return 1;
+	}
+	return 0;
+}
+
 /* Should the open file be closed at the next boundary? */
 static int
 writer_due(struct zp_spool_writer *w)
 {
 	struct timeval	now, dt;
-	size_t		i, n;
-	struct zp_upstream u;
 
 	if (w->fd == -1 || w->fsize <= w->hdrlen)
 		return 0;
@@ -697,13 +726,63 @@ writer_due(struct zp_spool_writer *w)
 	if (dt.tv_sec * 1000 + dt.tv_usec / 1000 < ZP_SPOOL_FILE_AGE_MS)
 		return 0;
 	/* Old enough to send: worth closing if some upstream may take it. */
-	n = zp_upstreams_count(w->ctx->ups);
-	for (i = 0; i < n; i++) {
-		zp_upstream_get(w->ctx->ups, i, &u);
-		if (u.up)
-			return 1;
+	return upstream_up(w->ctx);
+}
+
+/* Has every closed file of the stream been delivered (is gone)? */
+static int
+writer_delivered(struct zp_spool_writer *w)
+{
+	static const char *const suffixes[] = { "spool", "partial" };
+	unsigned	closed = w->fd != -1 ? w->seq - 1 : w->seq;
+	char		name[ZP_SPOOL_NAME_MAX];
+	struct stat	st;
+	size_t		i;
+
+	for (; w->delivered < closed; w->delivered++)
+		for (i = 0; i < 2; i++)
+			if (zp_spool_name(name, sizeof(name),
+			    w->hdr.started_ms, &w->hdr.client, w->conn,
+			    w->delivered + 1, suffixes[i]) == 0 &&
+			    fstatat(w->sp->dirfd, name, &st, 0) == 0)
+				return 0;
+	return 1;
+}
+
+/*
+ * The way back to a live upstream, a step each tick: once one is up and
+ * every closed file of the stream was delivered, end the open file at a
+ * boundary (seeking one first) and read nothing more; once that file too
+ * was delivered, hand the client back (ZP_SPOOL_LIVE). An upstream down
+ * again meanwhile: spool on. Returns 1 when the writer is done.
+ */
+static int
+writer_live_step(struct zp_spool_writer *w)
+{
+	if (!upstream_up(w->ctx)) {
+		if (w->phase != W_WRITING) {
+			w->phase = W_WRITING;
+			if (!w->paused)
+				writer_want_read(w, 1);
+		}
+		return 0;
 	}
-	return 0;
+	if (w->phase == W_SEEKING || !writer_delivered(w))
+		return 0;
+	if (w->phase == W_WRITING) {
+		if (!writer_at_boundary(w)) {
+			/* The pump stops at the next one. */
+			w->phase = W_SEEKING;
+			return 0;
+		}
+		if (writer_stop(w) == -1)
+			return 1;
+		if (!writer_delivered(w))
+			return 0;
+	}
+	w->finished = 1;
+	w->done(w->arg, ZP_SPOOL_LIVE, 0);
+	return 1;
 }
 
 /* n bytes of the stream went into the file. */
@@ -782,6 +861,17 @@ writer_splice(struct zp_spool_writer *w, size_t max)
 	return n;
 }
 
+static int
+writer_buf(struct zp_spool_writer *w)
+{
+	w->bufsize = w->ctx->cfg->buffer_size;
+	if ((w->buf = zp_buf_get(&w->ctx->bufs, w->bufsize)) == NULL) {
+		errno = ENOMEM;
+		return -1;
+	}
+	return 0;
+}
+
 /*
  * Read into the buffer and write it, seen by the framer; when the file
  * is due, close it at the first boundary within what was read. Returns
@@ -793,14 +883,6 @@ writer_copy(struct zp_spool_writer *w, int due)
 	ssize_t	n;
 	size_t	cut = 0;
 
-	if (w->buf == NULL) {
-		w->bufsize = w->ctx->cfg->buffer_size;
-		if ((w->buf = zp_buf_get(&w->ctx->bufs, w->bufsize)) ==
-		    NULL) {
-			errno = ENOMEM;
-			return -1;
-		}
-	}
 	do {
 		n = recv(w->sock, w->buf, w->bufsize, 0);
 	} while (n == -1 && errno == EINTR);
@@ -840,7 +922,51 @@ writer_finish(struct zp_spool_writer *w, int err)
 		disk = 1;
 	}
 	w->finished = 1;
-	w->done(w->arg, err, disk);
+	w->done(w->arg, err == 0 ? ZP_SPOOL_ENDED : disk ?
+	    ZP_SPOOL_DISK_FAILED : ZP_SPOOL_CLIENT_FAILED, err);
+}
+
+/* At a boundary: the file goes to be sent, nothing more is read. */
+static int
+writer_stop(struct zp_spool_writer *w)
+{
+	writer_want_read(w, 0);
+	w->phase = W_STOPPED;
+	if (writer_close_file(w, 1) == -1) {
+		writer_finish(w, errno);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * W_SEEKING: read exactly up to the next boundary (peeked first), and
+ * stop there; what follows stays in the socket for the live upstream.
+ * Returns the bytes read, 0 at EOF, -1 with errno.
+ */
+static ssize_t
+writer_seek(struct zp_spool_writer *w)
+{
+	ssize_t	n;
+	size_t	cut;
+
+	do {
+		n = recv(w->sock, w->buf, w->bufsize, MSG_PEEK);
+	} while (n == -1 && errno == EINTR);
+	if (n <= 0)
+		return n;
+	cut = zp_framer_next(&w->f, w->buf, (size_t)n);
+	do {
+		n = recv(w->sock, w->buf, cut > 0 ? cut : (size_t)n, 0);
+	} while (n == -1 && errno == EINTR);
+	if (n <= 0)
+		return n;
+	(void)zp_framer_feed(&w->f, w->buf, (size_t)n);
+	if (write_all(w, w->buf, (size_t)n) == -1)
+		return -1;
+	if (cut > 0 && (size_t)n == cut && writer_stop(w) == -1)
+		return -2;	/* finished */
+	return n;
 }
 
 static void
@@ -857,7 +983,7 @@ writer_pump(struct zp_spool_writer *w)
 		return;
 	}
 	w->paused = 0;
-	while (moved < budget) {
+	while (moved < budget && w->phase != W_STOPPED) {
 		if ((due = writer_due(w)) && writer_at_boundary(w)) {
 			if (writer_close_file(w, 1) == -1) {
 				writer_finish(w, errno);
@@ -876,8 +1002,19 @@ writer_pump(struct zp_spool_writer *w)
 		}
 		blind = w->pipe.rfd != -1 && !due && (writer_delim(w) != -1 ||
 		    zp_framer_error(&w->f, NULL) != NULL);
-		n = blind ? writer_splice(w, budget - moved) :
-		    writer_copy(w, due);
+		if ((!blind || w->phase == W_SEEKING) && w->buf == NULL &&
+		    writer_buf(w) == -1) {
+			writer_finish(w, errno);
+			return;
+		}
+		if (w->phase == W_SEEKING)
+			n = writer_seek(w);
+		else if (blind)
+			n = writer_splice(w, budget - moved);
+		else
+			n = writer_copy(w, due);
+		if (n == -2)
+			return;
 		if (n > 0) {
 			moved += (size_t)n;
 			continue;
@@ -920,7 +1057,9 @@ writer_timer_cb(evutil_socket_t fd, short what, void *arg)
 		writer_finish(w, errno);
 		return;
 	}
-	if (w->paused && spool_room(w->sp)) {
+	if (writer_live_step(w))
+		return;
+	if (w->paused && w->phase != W_STOPPED && spool_room(w->sp)) {
 		writer_want_read(w, 1);
 		writer_pump(w);
 	}
@@ -1087,7 +1226,7 @@ sender_delivered(struct zp_sender *s)
 	    (long long)(s->size - s->hdrlen));
 	sender_reset(s);
 	/* The stream's next file, or the next stream, without waiting. */
-	event_active(sp->tick, EV_TIMEOUT, 0);
+	event_active(sp->kick, EV_TIMEOUT, 0);
 }
 
 static int
@@ -1336,8 +1475,9 @@ sender_tick_cb(evutil_socket_t fd, short what, void *arg)
 	for (k = 0; k < sp->nsenders; k++)
 		if (sp->senders[k].phase == SENDER_IDLE)
 			break;
-	if (k == sp->nsenders || ld(&sp->files) == 0 ||
-	    !sender_may(sp, &probe) || spool_scan(sp) == -1)
+	if (k == sp->nsenders || ld(&sp->files) == 0)
+		return;
+	if (!sender_may(sp, &probe) || spool_scan(sp) == -1)
 		return;
 	for (i = 0; i < sp->nnames && k < sp->nsenders; i++) {
 		const char	*name = sp->names[i];

@@ -116,13 +116,22 @@ void	zp_spool_tally(const struct zp_spool *, struct zp_spool_tally *);
 
 struct zp_spool_writer;
 
+/* How a writer is done with its client's stream. */
+enum zp_spool_end {
+	ZP_SPOOL_ENDED = 0,	/* the client's EOF: all it sent is in files */
+	ZP_SPOOL_CLIENT_FAILED,	/* its socket failed (err) */
+	ZP_SPOOL_DISK_FAILED,	/* a file could not be written (err) */
+	ZP_SPOOL_LIVE,		/* an upstream took every file: the client
+				   goes on live from this frame boundary */
+};
+
 /*
- * The writer calls this once, when the stream is over: err 0 at the
- * client's EOF (everything it sent is in files, synced), else the errno
- * that ended it, the client's socket's, or the spool's when disk is set.
- * The pair then frees it.
+ * The writer calls this once, when it is done; the pair then frees it.
+ * ZP_SPOOL_LIVE: the stream stopped at a frame boundary (nothing after
+ * it was read) once an upstream was up and had taken every file of it,
+ * so that what the client sends next follows them in order.
  */
-typedef void	(*zp_spool_done_fn)(void *arg, int err, int disk);
+typedef void	(*zp_spool_done_fn)(void *arg, enum zp_spool_end, int err);
 
 /*
  * Spool client socket fd of connection conn (ctx: the pair's thread):
