@@ -12,6 +12,7 @@
  * sends the whole file again (at least once).
  */
 #include <sys/types.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -366,13 +367,20 @@ names_clear(struct zp_spool *sp)
 	sp->nnames = 0;
 }
 
-/* Read DIR's files of ours into sp->names, sorted. Returns 0 or -1. */
+/*
+ * Read DIR's files of ours into sp->names, sorted, and count them and
+ * their bytes into the gauges: the directory is the truth (a takeover's
+ * old zproxy may still write and send there, and delete what it sent).
+ * Returns 0 or -1.
+ */
 static int
 spool_scan(struct zp_spool *sp)
 {
 	struct dirent	*de;
+	struct stat	 st;
 	DIR		*dir;
 	char		**v;
+	uint64_t	 bytes = 0, files = 0;
 	int		 fd;
 
 	names_clear(sp);
@@ -399,11 +407,30 @@ spool_scan(struct zp_spool *sp)
 		if ((sp->names[sp->nnames] = strdup(de->d_name)) == NULL)
 			break;
 		sp->nnames++;
+		if (fstatat(sp->dirfd, de->d_name, &st,
+		    AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+			bytes += (uint64_t)st.st_size;
+			files++;
+		}
 	}
 	closedir(dir);
 	if (sp->nnames > 0)
 		qsort(sp->names, sp->nnames, sizeof(*sp->names), strp_cmp);
+	__atomic_store_n(&sp->bytes, bytes, __ATOMIC_RELAXED);
+	__atomic_store_n(&sp->files, files, __ATOMIC_RELAXED);
 	return 0;
+}
+
+/*
+ * Take the lock of a spool file: its writer holds it while it writes, a
+ * sender while it sends (another zproxy's too, during a takeover), and a
+ * dead process holds none. Returns 0, or -1 (EWOULDBLOCK: someone has
+ * it).
+ */
+static int
+file_lock(int fd)
+{
+	return flock(fd, LOCK_EX | LOCK_NB);
 }
 
 /* Rename DIR/name to the same name with another suffix. */
@@ -424,9 +451,8 @@ zp_spool_new(struct zp_ctx *ctx, char *err, size_t errlen)
 {
 	const char		*dir = ctx->cfg->spool_dir;
 	struct zp_spool		*sp;
-	struct stat		 st;
 	size_t			 i;
-	int			 partial = 0;
+	int			 partial = 0, fd, busy;
 
 	if ((sp = calloc(1, sizeof(*sp))) == NULL) {
 		snprintf(err, errlen, "out of memory");
@@ -446,11 +472,16 @@ zp_spool_new(struct zp_ctx *ctx, char *err, size_t errlen)
 		return NULL;
 	}
 	for (i = 0; i < sp->nnames; i++) {
-		if (fstatat(sp->dirfd, sp->names[i], &st,
-		    AT_SYMLINK_NOFOLLOW) == -1 || !S_ISREG(st.st_mode))
+		if (strcmp(name_suffix(sp->names[i]), "open") != 0)
 			continue;
+		/* Still written: by the zproxy we take over from. */
+		if ((fd = openat(sp->dirfd, sp->names[i], O_RDONLY |
+		    O_CLOEXEC | O_NOFOLLOW)) == -1)
+			continue;
+		busy = file_lock(fd) == -1;
+		close(fd);
 		/* Its writer died with the last run: it may end mid-frame. */
-		if (strcmp(name_suffix(sp->names[i]), "open") == 0) {
+		if (!busy) {
 			if (spool_rename(sp, sp->names[i], "partial") == -1) {
 				snprintf(err, errlen, "--spool %s: cannot "
 				    "rename %s: %s", dir, sp->names[i],
@@ -460,14 +491,12 @@ zp_spool_new(struct zp_ctx *ctx, char *err, size_t errlen)
 			}
 			partial++;
 		}
-		sp->bytes += (uint64_t)st.st_size;
-		sp->files++;
 	}
 	names_clear(sp);
 	if (sp->files > 0)
 		zp_log(ctx->log, ZP_LOG_NOTICE, "spool %s: %llu files "
-		    "(%llu bytes) left by a previous run, %d of them cut "
-		    "short: they are sent first", dir,
+		    "(%llu bytes) found, %d of them cut short by the end "
+		    "of a previous run: they are sent first", dir,
 		    (unsigned long long)sp->files,
 		    (unsigned long long)sp->bytes, partial);
 	return sp;
@@ -611,6 +640,8 @@ writer_open(struct zp_spool_writer *w, int room)
 	    O_EXCL | O_CLOEXEC, 0600)) == -1)
 		return -1;
 	add(&w->sp->files, 1);
+	if (file_lock(w->fd) == -1)
+		return -1;
 	wr = write(w->fd, hb, (size_t)n);
 	if (wr > 0)
 		add(&w->sp->bytes, wr);
@@ -853,6 +884,7 @@ writer_splice(struct zp_spool_writer *w, size_t max)
 				errno = EIO;
 			w->disk = 1;
 			/* What the pipe still holds is lost: the stream ends. */
+			w->pipe.data = left;
 			return -1;
 		}
 		writer_wrote(w, (size_t)m);
@@ -1382,7 +1414,7 @@ sender_start(struct zp_sender *s, const char *name)
 	struct zp_spool		*sp = s->sp;
 	struct zp_ctx		*ctx = sp->ctx;
 	struct zp_spool_hdr	 h;
-	struct stat		 st;
+	struct stat		 st, cur;
 	struct timeval		 now, tv;
 	unsigned char		 tried[ZP_MAX_UPSTREAMS];
 	char			 b[ZP_SPOOL_HDR_MAX];
@@ -1391,8 +1423,15 @@ sender_start(struct zp_sender *s, const char *name)
 	int			 rc, hl;
 
 	snprintf(s->name, sizeof(s->name), "%s", name);
-	if ((s->file = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC)) ==
-	    -1 || fstat(s->file, &st) == -1) {
+	/*
+	 * Another sender has it (a takeover's other zproxy), or it went
+	 * between the listing and the lock: not ours now.
+	 */
+	if ((s->file = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC |
+	    O_NOFOLLOW)) == -1 || file_lock(s->file) == -1 ||
+	    fstat(s->file, &st) == -1 || fstatat(sp->dirfd, name, &cur,
+	    AT_SYMLINK_NOFOLLOW) == -1 || cur.st_ino != st.st_ino ||
+	    cur.st_dev != st.st_dev) {
 		sender_reset(s);
 		return 1;
 	}
@@ -1475,10 +1514,12 @@ sender_tick_cb(evutil_socket_t fd, short what, void *arg)
 	for (k = 0; k < sp->nsenders; k++)
 		if (sp->senders[k].phase == SENDER_IDLE)
 			break;
-	if (k == sp->nsenders || ld(&sp->files) == 0)
+	/* The gauges are counted again, whatever happens next. */
+	if (spool_scan(sp) == -1 || k == sp->nsenders || sp->nnames == 0 ||
+	    !sender_may(sp, &probe)) {
+		names_clear(sp);
 		return;
-	if (!sender_may(sp, &probe) || spool_scan(sp) == -1)
-		return;
+	}
 	for (i = 0; i < sp->nnames && k < sp->nsenders; i++) {
 		const char	*name = sp->names[i];
 
