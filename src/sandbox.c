@@ -129,7 +129,8 @@ static const char *const sb_calls[] = {
 	/* --spool: its files made, synced, renamed, listed, sent, and the
 	 * room left on their file system */
 	"fdatasync", "fsync", "rename", "renameat", "renameat2",
-	"getdents64", "pread64", "sendfile", "fstatfs", "statfs", "flock",
+	"getdents64", "pread64", "pwrite64", "sendfile", "fstatfs", "statfs",
+	"flock",
 	/* malloc */
 	"brk", "munmap", "mremap", "madvise",
 	/* signals: libevent's handlers, ours, abort() */

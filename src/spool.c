@@ -82,8 +82,9 @@ zp_spool_hdr_format(const struct zp_spool_hdr *h, char *buf, size_t len)
 	    addr_fmt(&h->dst, d, sizeof(d)) == -1)
 		return -1;
 	n = snprintf(buf, len, "ZPSPOOL 1 client=%s dst=%s framing=%s "
-	    "started=%llu\n", c, d, zp_framing_name(h->framing),
-	    (unsigned long long)h->started_ms);
+	    "started=%llu sent=%0*llu\n", c, d, zp_framing_name(h->framing),
+	    (unsigned long long)h->started_ms, ZP_SPOOL_SENT_DIGITS,
+	    (unsigned long long)h->sent);
 	if (n < 0 || (size_t)n >= len || n > ZP_SPOOL_HDR_MAX)
 		return -1;
 	return n;
@@ -203,8 +204,11 @@ zp_spool_hdr_parse(const void *vbuf, size_t len, struct zp_spool_hdr *h)
 		return -1;
 	h->framing = fr;
 	if (next_field(&p, nl, "started=", &v, &vn) == -1 ||
-	    parse_digits(v, vn, 19, &h->started_ms) == -1 || p != nl)
+	    parse_digits(v, vn, 19, &h->started_ms) == -1 ||
+	    next_field(&p, nl, "sent=", &v, &vn) == -1 ||
+	    parse_digits(v, vn, 19, &h->sent) == -1 || p != nl)
 		return -1;
+	h->sent_fixed = vn == ZP_SPOOL_SENT_DIGITS;
 	return (int)(nl - buf) + 1;
 }
 
@@ -283,6 +287,15 @@ struct zp_sender {
 	off_t			 off;
 	off_t			 size;
 	off_t			 hdrlen;
+	off_t			 start;		/* this connection's first byte */
+	/* Checkpoints: how far the upstream has it, to a boundary. */
+	int			 ck_ok;		/* sent= can be written */
+	int			 delim;		/* lf, nul; -1: the framer */
+	off_t			 ck;		/* sent= says up to here */
+	struct timeval		 ck_at;
+	struct zp_framer	 fr;		/* octet, auto: fed up to fr_off */
+	off_t			 fr_off;
+	off_t			 fr_last;	/* its last boundary */
 	int			 up_idx;
 	struct zp_addr		 to;
 	struct timeval		 since;		/* the phase began */
@@ -307,6 +320,8 @@ struct zp_spool {
 };
 
 static void	sender_tick_cb(evutil_socket_t, short, void *);
+static void	sender_checkpoint(struct zp_sender *);
+static void	sender_ck_cb(evutil_socket_t, short, void *);
 
 static uint64_t
 ld(const uint64_t *v)
@@ -1249,13 +1264,13 @@ sender_delivered(struct zp_sender *s)
 	}
 	add(&sp->files, -1);
 	add(&sp->bytes, -(int64_t)s->size);
-	add(&sp->replayed, (int64_t)(s->size - s->hdrlen));
+	add(&sp->replayed, (int64_t)(s->size - s->start));
 	add(&sp->delivered, 1);
 	gettimeofday(&now, NULL);
 	timersub(&now, &s->since, &dt);
 	zp_log(sp->ctx->log, ZP_LOG_NOTICE, "spool: %s delivered to %s "
 	    "(%lld bytes)", s->name, sender_to(s, to, sizeof(to)),
-	    (long long)(s->size - s->hdrlen));
+	    (long long)(s->size - s->start));
 	sender_reset(s);
 	/* The stream's next file, or the next stream, without waiting. */
 	event_active(sp->kick, EV_TIMEOUT, 0);
@@ -1302,6 +1317,8 @@ sender_closing_cb(evutil_socket_t fd, short what, void *arg)
 		sender_delivered(s);
 		return;
 	}
+	/* All of it is in the socket; the upstream may still be slow. */
+	sender_checkpoint(s);
 	gettimeofday(&now, NULL);
 	timersub(&now, &s->since, &dt);
 	lim = zp_seconds_tv(s->sp->ctx->cfg->linger_timeout);
@@ -1337,6 +1354,7 @@ sender_send_cb(evutil_socket_t fd, short what, void *arg)
 		}
 		left -= (size_t)n;
 	}
+	sender_checkpoint(s);
 	if (s->off < s->size)
 		return;
 	if (shutdown(s->sock, SHUT_WR) == -1) {
@@ -1344,6 +1362,9 @@ sender_send_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	event_free(s->ev);
+	if (s->timer != NULL)
+		event_free(s->timer);
+	s->timer = NULL;
 	s->phase = SENDER_CLOSING;
 	gettimeofday(&s->since, NULL);
 	if ((s->ev = event_new(ctx->base, s->sock, EV_READ | EV_PERSIST,
@@ -1352,6 +1373,79 @@ sender_send_cb(evutil_socket_t fd, short what, void *arg)
 	    sender_closing_cb, s)) == NULL || event_add(s->ev, NULL) == -1 ||
 	    event_add(s->timer, &tv) == -1)
 		sender_fail(s, ENOMEM, "events");
+}
+
+/*
+ * The last frame boundary at or before file offset `acked`, past the
+ * last checkpoint; or the last checkpoint when none is known. Delimited
+ * streams look back for a delimiter; octet (and auto) follow the frames
+ * with a framer over what was sent, read again.
+ */
+static off_t
+sender_boundary(struct zp_sender *s, off_t acked)
+{
+	char		 b[64 * 1024];
+	const char	*d;
+	size_t		 m, r;
+	ssize_t		 n;
+
+	if (s->delim != -1) {
+		m = acked - s->ck < (off_t)sizeof(b) ? (size_t)(acked - s->ck) :
+		    sizeof(b);
+		if ((n = pread(s->file, b, m, acked - (off_t)m)) != (ssize_t)m ||
+		    (d = memrchr(b, s->delim, m)) == NULL)
+			return s->ck;
+		return acked - (off_t)m + (d - b) + 1;
+	}
+	while (s->fr_off < acked) {
+		m = acked - s->fr_off < (off_t)sizeof(b) ?
+		    (size_t)(acked - s->fr_off) : sizeof(b);
+		if ((n = pread(s->file, b, m, s->fr_off)) <= 0)
+			break;
+		if ((r = zp_framer_feed(&s->fr, b, (size_t)n)) > 0)
+			s->fr_last = s->fr_off + (off_t)r;
+		s->fr_off += n;
+	}
+	/* A framing error: no boundary is known any more. */
+	if (zp_framer_error(&s->fr, NULL) != NULL)
+		s->ck_ok = 0;
+	return s->fr_last > s->ck ? s->fr_last : s->ck;
+}
+
+/*
+ * Write down, in the file's header, how far the upstream acknowledged
+ * it, to a frame boundary, at most every --spool-sync: a send that fails
+ * or a zproxy that dies resumes there, and what reaches the collector
+ * twice is at most what came after.
+ */
+static void
+sender_checkpoint(struct zp_sender *s)
+{
+	struct timeval	now, dt, every;
+	char		digits[ZP_SPOOL_SENT_DIGITS + 1];
+	off_t		acked, b;
+	int		outq;
+
+	if (!s->ck_ok)
+		return;
+	gettimeofday(&now, NULL);
+	timersub(&now, &s->ck_at, &dt);
+	every = zp_seconds_tv(s->sp->ctx->cfg->spool_sync);
+	if (timercmp(&dt, &every, <) || (outq = sock_outq(s->sock)) < 0)
+		return;
+	s->ck_at = now;
+	acked = s->off - outq;
+	if (acked <= s->ck || (b = sender_boundary(s, acked)) <= s->ck)
+		return;
+	snprintf(digits, sizeof(digits), "%0*llu", ZP_SPOOL_SENT_DIGITS,
+	    (unsigned long long)(b - s->hdrlen));
+	if (pwrite(s->file, digits, ZP_SPOOL_SENT_DIGITS, s->hdrlen - 1 -
+	    ZP_SPOOL_SENT_DIGITS) != ZP_SPOOL_SENT_DIGITS ||
+	    fdatasync(s->file) == -1) {
+		s->ck_ok = 0;
+		return;
+	}
+	s->ck = b;
 }
 
 /* Connected: the PROXY header, then the file. */
@@ -1363,7 +1457,7 @@ sender_connected(struct zp_sender *s)
 	struct zp_spool_hdr	 h;
 	char			 b[ZP_SPOOL_HDR_MAX], ph[ZP_PROXY_MAX];
 	ssize_t			 n, w;
-	struct timeval		 now;
+	struct timeval		 now, every;
 
 	gettimeofday(&now, NULL);
 	zp_upstream_report(ctx->ups, (size_t)s->up_idx, 1, 0, &now);
@@ -1386,9 +1480,19 @@ sender_connected(struct zp_sender *s)
 	}
 	if (s->ev != NULL)
 		event_free(s->ev);
+	/* A checkpoint also while the upstream reads too slowly to wake us. */
+	every = zp_seconds_tv(ctx->cfg->spool_sync);
 	if ((s->ev = event_new(ctx->base, s->sock, EV_WRITE | EV_PERSIST,
-	    sender_send_cb, s)) == NULL || event_add(s->ev, NULL) == -1)
+	    sender_send_cb, s)) == NULL || event_add(s->ev, NULL) == -1 ||
+	    (s->timer = event_new(ctx->base, -1, EV_PERSIST, sender_ck_cb,
+	    s)) == NULL || event_add(s->timer, &every) == -1)
 		sender_fail(s, ENOMEM, "events");
+}
+
+static void
+sender_ck_cb(evutil_socket_t fd, short what, void *arg)
+{
+	sender_checkpoint(arg);
 }
 
 static void
@@ -1427,7 +1531,7 @@ sender_start(struct zp_sender *s, const char *name)
 	 * Another sender has it (a takeover's other zproxy), or it went
 	 * between the listing and the lock: not ours now.
 	 */
-	if ((s->file = openat(sp->dirfd, name, O_RDONLY | O_CLOEXEC |
+	if ((s->file = openat(sp->dirfd, name, O_RDWR | O_CLOEXEC |
 	    O_NOFOLLOW)) == -1 || file_lock(s->file) == -1 ||
 	    fstat(s->file, &st) == -1 || fstatat(sp->dirfd, name, &cur,
 	    AT_SYMLINK_NOFOLLOW) == -1 || cur.st_ino != st.st_ino ||
@@ -1449,6 +1553,19 @@ sender_start(struct zp_sender *s, const char *name)
 		return 1;
 	}
 	s->hdrlen = s->off = hl;
+	/* Acknowledged before: a failed send, or a run that died. */
+	if (h.sent > 0 && h.sent <= (uint64_t)(s->size - hl)) {
+		s->off += (off_t)h.sent;
+		zp_log(ctx->log, ZP_LOG_NOTICE, "spool: %s resumes after "
+		    "the %llu bytes an upstream had already", name,
+		    (unsigned long long)h.sent);
+	}
+	s->start = s->ck = s->fr_off = s->fr_last = s->off;
+	gettimeofday(&s->ck_at, NULL);
+	s->delim = h.framing == ZP_FRAMING_LF ? '\n' :
+	    h.framing == ZP_FRAMING_NUL ? '\0' : -1;
+	s->ck_ok = h.sent_fixed && zp_framer_init(&s->fr, h.framing,
+	    ctx->cfg->max_frame) == 0;
 	memset(tried, 0, sizeof(tried));
 	gettimeofday(&now, NULL);
 	s->since = now;

@@ -34,18 +34,24 @@ struct zp_ctx;
 /* ---- the header ---------------------------------------------------- */
 
 /*
- * "ZPSPOOL 1 client=ADDR:PORT dst=ADDR:PORT framing=F started=MS\n":
- * ADDR an IPv4 literal or a bracketed IPv6 one, dst "-" when unknown, F
- * a --framing name, MS the Unix time in milliseconds. Never longer than
- * ZP_SPOOL_HDR_MAX.
+ * "ZPSPOOL 1 client=ADDR:PORT dst=ADDR:PORT framing=F started=MS
+ * sent=N\n": ADDR an IPv4 literal or a bracketed IPv6 one, dst "-" when
+ * unknown, F a --framing name, MS the Unix time in milliseconds, N how
+ * many of the client's bytes after the header an upstream acknowledged
+ * already, up to a frame boundary: written as ZP_SPOOL_SENT_DIGITS
+ * digits, so that the sender can update it in place, and a send that
+ * failed or a restart resumes there. Never longer than ZP_SPOOL_HDR_MAX.
  */
 #define ZP_SPOOL_HDR_MAX	200
+#define ZP_SPOOL_SENT_DIGITS	16
 
 struct zp_spool_hdr {
 	struct zp_addr	client;
 	struct zp_addr	dst;		/* len 0: unknown */
 	int		framing;	/* enum zp_framing */
 	uint64_t	started_ms;
+	uint64_t	sent;		/* delivered already, from the start */
+	int		sent_fixed;	/* sent= has ZP_SPOOL_SENT_DIGITS */
 };
 
 /* Write h into buf (ZP_SPOOL_HDR_MAX); returns its length, or -1. */

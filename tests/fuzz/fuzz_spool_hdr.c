@@ -13,7 +13,8 @@
  *     fewer of them being pending (0);
  *   - a header read has a client address of AF_INET or AF_INET6, a
  *     destination of those or none, a framing other than none; written
- *     again with zp_spool_hdr_format() it reads back to the same.
+ *     again with zp_spool_hdr_format() it reads back to the same, its
+ *     sent= of the fixed width the sender writes over in place.
  */
 
 #include <sys/socket.h>
@@ -91,7 +92,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(parse(data, (size_t)rc, &h2) == rc);
 	FUZZ_CHECK(same_addr(&h.client, &h2.client) &&
 	    same_addr(&h.dst, &h2.dst) && h.framing == h2.framing &&
-	    h.started_ms == h2.started_ms);
+	    h.started_ms == h2.started_ms && h.sent == h2.sent);
 	FUZZ_CHECK(parse(data, (size_t)rc - 1, &h2) == 0);
 	/* Written again, read again. */
 	n = zp_spool_hdr_format(&h, out, sizeof(out));
@@ -100,5 +101,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(same_addr(&h.client, &h3.client) &&
 	    same_addr(&h.dst, &h3.dst) && h.framing == h3.framing &&
 	    h.started_ms == h3.started_ms);
+	/* The width the sender writes over in place, when it fits. */
+	if (h.sent < 10000000000000000ULL)
+		FUZZ_CHECK(h3.sent == h.sent && h3.sent_fixed);
 	return 0;
 }

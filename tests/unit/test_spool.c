@@ -77,7 +77,8 @@ test_hdr_round_trip(void **state)
 	h.started_ms = 1796510350959ULL;
 	n = zp_spool_hdr_format(&h, buf, sizeof(buf));
 	assert_string_equal(buf, "ZPSPOOL 1 client=192.0.2.7:50350 "
-	    "dst=127.0.0.1:514 framing=lf started=1796510350959\n");
+	    "dst=127.0.0.1:514 framing=lf started=1796510350959 "
+	    "sent=0000000000000000\n");
 	assert_int_equal(n, (int)strlen(buf));
 	/* The client's bytes follow the header in the file. */
 	strcat(buf, "<13>hello\n");
@@ -86,18 +87,28 @@ test_hdr_round_trip(void **state)
 	assert_same_addr(&r.dst, &h.dst);
 	assert_int_equal(r.framing, ZP_FRAMING_LF);
 	assert_true(r.started_ms == 1796510350959ULL);
+	assert_true(r.sent == 0);
+	assert_true(r.sent_fixed);
 
 	h.client = v6("2001:db8::1", 6514);
 	h.dst.len = 0;
 	h.framing = ZP_FRAMING_OCTET;
 	h.started_ms = 0;
+	h.sent = 8388608;
 	n = zp_spool_hdr_format(&h, buf, sizeof(buf));
 	assert_string_equal(buf, "ZPSPOOL 1 client=[2001:db8::1]:6514 dst=- "
-	    "framing=octet started=0\n");
+	    "framing=octet started=0 sent=0000000008388608\n");
 	assert_int_equal(zp_spool_hdr_parse(buf, (size_t)n, &r), n);
 	assert_same_addr(&r.client, &h.client);
 	assert_int_equal(r.dst.len, 0);
 	assert_int_equal(r.framing, ZP_FRAMING_OCTET);
+	assert_true(r.sent == 8388608);
+	assert_true(r.sent_fixed);
+	/* Any width is read; only the fixed one is written over in place. */
+	assert_true(zp_spool_hdr_parse("ZPSPOOL 1 client=1.2.3.4:5 dst=- "
+	    "framing=lf started=1 sent=12\n", 62, &r) == 62);
+	assert_true(r.sent == 12);
+	assert_false(r.sent_fixed);
 }
 
 /* A file cut short by a crash inside its header: pending, not bad. */
@@ -105,7 +116,7 @@ static void
 test_hdr_pending(void **state)
 {
 	static const char	 full[] = "ZPSPOOL 1 client=10.0.0.1:1 dst=- "
-	    "framing=nul started=5\n";
+	    "framing=nul started=5 sent=0000000000000000\n";
 	struct zp_spool_hdr	 r;
 	size_t			 i;
 
@@ -144,6 +155,12 @@ test_hdr_refused(void **state)
 		"ZPSPOOL 1 client=1.2.3.4:5 dst=- framing=lf "
 		    "started=12345678901234567890\n",
 		"ZPSPOOL 1 dst=- client=1.2.3.4:5 framing=lf started=1\n",
+		"ZPSPOOL 1 client=1.2.3.4:5 dst=- framing=lf started=1\n",
+		"ZPSPOOL 1 client=1.2.3.4:5 dst=- framing=lf started=1 sent=\n",
+		"ZPSPOOL 1 client=1.2.3.4:5 dst=- framing=lf started=1 "
+		    "sent=x000000000000000\n",
+		"ZPSPOOL 1 client=1.2.3.4:5 dst=- framing=lf started=1 "
+		    "sent=0 extra=1\n",
 		"GET / HTTP/1.1\n",
 	};
 	static const char	nul[] = "ZPSPOOL 1 client=1.2.3.4:5\0dst=- "
