@@ -654,6 +654,7 @@ writer_open(struct zp_spool_writer *w, int room)
 	if ((w->fd = openat(w->sp->dirfd, w->name, O_RDWR | O_CREAT |
 	    O_EXCL | O_CLOEXEC, 0600)) == -1)
 		return -1;
+	w->fsize = w->hdrlen = 0;
 	add(&w->sp->files, 1);
 	if (file_lock(w->fd) == -1)
 		return -1;
@@ -1255,7 +1256,6 @@ static void
 sender_delivered(struct zp_sender *s)
 {
 	struct zp_spool	*sp = s->sp;
-	struct timeval	 now, dt;
 	char		 to[ZP_ADDRSTRLEN];
 
 	if (unlinkat(sp->dirfd, s->name, 0) == -1) {
@@ -1266,8 +1266,6 @@ sender_delivered(struct zp_sender *s)
 	add(&sp->bytes, -(int64_t)s->size);
 	add(&sp->replayed, (int64_t)(s->size - s->start));
 	add(&sp->delivered, 1);
-	gettimeofday(&now, NULL);
-	timersub(&now, &s->since, &dt);
 	zp_log(sp->ctx->log, ZP_LOG_NOTICE, "spool: %s delivered to %s "
 	    "(%lld bytes)", s->name, sender_to(s, to, sizeof(to)),
 	    (long long)(s->size - s->start));
