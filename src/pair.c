@@ -74,6 +74,7 @@ zp_end_str(enum zp_end e)
 	case ZP_END_SOURCE_FAMILY:	return "source-family";
 	case ZP_END_SPOOLED:		return "spooled";
 	case ZP_END_SPOOL_FAILED:	return "spool-failed";
+	case ZP_END_SPOOL_FULL:		return "spool-full";
 	}
 	return "unknown";
 }
@@ -318,6 +319,12 @@ pair_log(struct zp_pair *p, enum zp_end end)
 		level = ZP_LOG_ERROR;
 		err = p->client.err;
 		break;
+	case ZP_END_SPOOL_FULL:
+		/* Why no upstream took it; refusals are rate-limited. */
+		level = ZP_LOG_WARN;
+		err = p->connect_err;
+		limited = 1;
+		break;
 	case ZP_END_UPSTREAM_RESET:
 	case ZP_END_UPSTREAM_ERROR:
 		level = ZP_LOG_CONN;
@@ -432,6 +439,7 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	case ZP_END_REFUSED:
 	case ZP_END_TIMEOUT:
 	case ZP_END_UNREACHABLE:
+	case ZP_END_SPOOL_FULL:
 		ctx->stats.conns_failed++;
 		break;
 	default:
@@ -1411,8 +1419,8 @@ pair_spool_done(void *arg, enum zp_spool_end end, int err)
 /*
  * --spool: no upstream took the client: its stream goes into files, to
  * be sent on when one answers. The PROXY header they will get is the one
- * this pair would have sent. Returns 0, or -1 when the spool is full or
- * failed (the pair is refused as without it).
+ * this pair would have sent. Returns 0, or -1 with errno (ENOSPC: the
+ * spool is full) when the pair is to be refused as without it.
  */
 static int
 pair_spool(struct zp_pair *p)
@@ -1420,7 +1428,7 @@ pair_spool(struct zp_pair *p)
 	struct zp_ctx		*ctx = p->ctx;
 	struct zp_addr		 dst;
 	char			 cbuf[ZP_ADDRSTRLEN];
-	int			 err = p->connect_err;
+	int			 err = p->connect_err, spool_err;
 
 	memset(&dst, 0, sizeof(dst));
 	if (p->proxy_dst.len > 0)
@@ -1436,13 +1444,15 @@ pair_spool(struct zp_pair *p)
 	zp_addr_unmap(&dst);
 	if ((p->spool = zp_spool_writer_new(ctx, p->client.fd, p->id,
 	    &p->client_addr, &dst, pair_spool_done, p)) == NULL) {
-		zp_log(ctx->log, errno == ENOSPC ? ZP_LOG_WARN : ZP_LOG_ERROR,
-		    "connection %llu: no upstream answered (%s) and the spool "
-		    "%s: client %s refused", (unsigned long long)p->id,
-		    strerror(err), errno == ENOSPC ? "is full" :
-		    "failed", zp_addr_str(&p->client_addr, cbuf,
-		    sizeof(cbuf)));
+		/* Full: the connection's line says so (end=spool-full). */
+		if ((spool_err = errno) != ENOSPC)
+			zp_log(ctx->log, ZP_LOG_ERROR, "connection %llu: no "
+			    "upstream answered (%s) and the spool failed (%s): "
+			    "client %s refused", (unsigned long long)p->id,
+			    strerror(err), strerror(spool_err),
+			    zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)));
 		p->connect_err = err;
+		errno = spool_err;
 		return -1;
 	}
 	p->state = ZP_PAIR_SPOOLING;
@@ -1496,9 +1506,14 @@ pair_connect_upstream(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_SOURCE_FAMILY);
 		return;
 	}
-	if (ctx->spool != NULL && p->state == ZP_PAIR_CONNECTING &&
-	    pair_spool(p) == 0)
-		return;
+	if (ctx->spool != NULL && p->state == ZP_PAIR_CONNECTING) {
+		if (pair_spool(p) == 0)
+			return;
+		if (errno == ENOSPC) {
+			zp_pair_close(p, ZP_END_SPOOL_FULL);
+			return;
+		}
+	}
 	switch (p->connect_err) {
 	case ECONNREFUSED:
 		zp_pair_close(p, ZP_END_REFUSED);

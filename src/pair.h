@@ -48,6 +48,7 @@ enum zp_end {
 	ZP_END_SOURCE_FAMILY,	/* --source: no upstream address of its family */
 	ZP_END_SPOOLED,		/* --spool: the client's stream ended, in files */
 	ZP_END_SPOOL_FAILED,	/* --spool: a file could not be written */
+	ZP_END_SPOOL_FULL,	/* --spool: no upstream, and the spool full */
 };
 
 /* Why a framed stream moved to another upstream. */

@@ -315,6 +315,10 @@ struct zp_spool {
 	int			 nsenders;
 	unsigned		 attempt;	/* rotates upstream addresses */
 	struct timeval		 failed_at;	/* last send that failed */
+	int			 probe_fd;	/* a connect to see an upstream
+						   up, with nothing to send */
+	int			 probe_idx;
+	struct event		*probe_ev;
 	char			**names;	/* the last scan */
 	size_t			 nnames, cap;
 };
@@ -322,6 +326,7 @@ struct zp_spool {
 static void	sender_tick_cb(evutil_socket_t, short, void *);
 static void	sender_checkpoint(struct zp_sender *);
 static void	sender_ck_cb(evutil_socket_t, short, void *);
+static void	spool_probe(struct zp_spool *);
 
 static uint64_t
 ld(const uint64_t *v)
@@ -474,6 +479,7 @@ zp_spool_new(struct zp_ctx *ctx, char *err, size_t errlen)
 		return NULL;
 	}
 	sp->ctx = ctx;
+	sp->probe_fd = -1;
 	if ((sp->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) ==
 	    -1) {
 		snprintf(err, errlen, "--spool %s: %s", dir, strerror(errno));
@@ -573,6 +579,10 @@ zp_spool_free(struct zp_spool *sp)
 		event_free(sp->tick);
 	if (sp->kick != NULL)
 		event_free(sp->kick);
+	if (sp->probe_ev != NULL)
+		event_free(sp->probe_ev);
+	if (sp->probe_fd != -1)
+		close(sp->probe_fd);
 	names_clear(sp);
 	free(sp->names);
 	if (sp->dirfd != -1)
@@ -818,8 +828,9 @@ writer_live_step(struct zp_spool_writer *w)
 		return 0;
 	if (w->phase == W_WRITING) {
 		if (!writer_at_boundary(w)) {
-			/* The pump stops at the next one. */
+			/* The pump stops at the next one, full or not. */
 			w->phase = W_SEEKING;
+			writer_want_read(w, 1);
 			return 0;
 		}
 		if (writer_stop(w) == -1)
@@ -1024,7 +1035,8 @@ writer_pump(struct zp_spool_writer *w)
 	ssize_t	n;
 	int	due, blind;
 
-	if (!spool_room(w->sp)) {
+	/* Seeking reads one message more at most, room or not. */
+	if (w->phase != W_SEEKING && !spool_room(w->sp)) {
 		/* Full: the client waits in its socket; the timer looks. */
 		w->paused = 1;
 		writer_want_read(w, 0);
@@ -1235,13 +1247,37 @@ sender_to(struct zp_sender *s, char *buf, size_t len)
 	return zp_addr_str(&s->to, buf, len);
 }
 
-/* The file stays for the next try (another upstream, maybe). */
+/* Write sent= (file offset off, a boundary) and sync it. */
+static int
+sender_write_sent(struct zp_sender *s, off_t off)
+{
+	char	digits[ZP_SPOOL_SENT_DIGITS + 1];
+
+	snprintf(digits, sizeof(digits), "%0*llu", ZP_SPOOL_SENT_DIGITS,
+	    (unsigned long long)(off - s->hdrlen));
+	if (pwrite(s->file, digits, ZP_SPOOL_SENT_DIGITS, s->hdrlen - 1 -
+	    ZP_SPOOL_SENT_DIGITS) != ZP_SPOOL_SENT_DIGITS ||
+	    fdatasync(s->file) == -1) {
+		s->ck_ok = 0;
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The file stays for the next try (another upstream, maybe), from where
+ * this connection began: what this upstream's kernel acknowledged may
+ * have died with it unread. (The checkpoints are for a zproxy that
+ * dies, leaving its upstream to read what it has.)
+ */
 static void
 sender_fail(struct zp_sender *s, int err, const char *what)
 {
 	struct zp_spool	*sp = s->sp;
 	char		 to[ZP_ADDRSTRLEN];
 
+	if (s->ck_ok && s->ck > s->start)
+		(void)sender_write_sent(s, s->start);
 	gettimeofday(&sp->failed_at, NULL);
 	if (s->phase == SENDER_CONNECTING)
 		zp_upstream_report(sp->ctx->ups, (size_t)s->up_idx, 0, err,
@@ -1285,8 +1321,9 @@ sock_outq(int fd)
 /*
  * Our FIN went: read (and drop) what the upstream says until it closes;
  * the file is delivered once it closed and acknowledged everything
- * (SIOCOUTQ 0, our FIN too), or has acknowledged everything and stays
- * open past --linger-timeout.
+ * (SIOCOUTQ 0, our FIN too). Its kernel's acknowledgement alone is not
+ * enough (the collector may die before it reads): one that has not
+ * closed within --linger-timeout failed, and the file is sent again.
  */
 static void
 sender_closing_cb(evutil_socket_t fd, short what, void *arg)
@@ -1320,12 +1357,9 @@ sender_closing_cb(evutil_socket_t fd, short what, void *arg)
 	gettimeofday(&now, NULL);
 	timersub(&now, &s->since, &dt);
 	lim = zp_seconds_tv(s->sp->ctx->cfg->linger_timeout);
-	if (timercmp(&dt, &lim, <))
-		return;
-	if (outq == 0)
-		sender_delivered(s);
-	else
-		sender_fail(s, ETIMEDOUT, "acknowledgement");
+	if (!timercmp(&dt, &lim, <))
+		sender_fail(s, ETIMEDOUT, outq == 0 ? "the upstream's close" :
+		    "acknowledgement");
 }
 
 static void
@@ -1420,7 +1454,6 @@ static void
 sender_checkpoint(struct zp_sender *s)
 {
 	struct timeval	now, dt, every;
-	char		digits[ZP_SPOOL_SENT_DIGITS + 1];
 	off_t		acked, b;
 	int		outq;
 
@@ -1433,16 +1466,9 @@ sender_checkpoint(struct zp_sender *s)
 		return;
 	s->ck_at = now;
 	acked = s->off - outq;
-	if (acked <= s->ck || (b = sender_boundary(s, acked)) <= s->ck)
+	if (acked <= s->ck || (b = sender_boundary(s, acked)) <= s->ck ||
+	    sender_write_sent(s, b) == -1)
 		return;
-	snprintf(digits, sizeof(digits), "%0*llu", ZP_SPOOL_SENT_DIGITS,
-	    (unsigned long long)(b - s->hdrlen));
-	if (pwrite(s->file, digits, ZP_SPOOL_SENT_DIGITS, s->hdrlen - 1 -
-	    ZP_SPOOL_SENT_DIGITS) != ZP_SPOOL_SENT_DIGITS ||
-	    fdatasync(s->file) == -1) {
-		s->ck_ok = 0;
-		return;
-	}
 	s->ck = b;
 }
 
@@ -1617,6 +1643,63 @@ sender_may(struct zp_spool *sp, int *probe)
 	return 1;
 }
 
+static void
+probe_done(struct zp_spool *sp, int err)
+{
+	struct timeval	now;
+
+	gettimeofday(&now, NULL);
+	zp_upstream_report(sp->ctx->ups, (size_t)sp->probe_idx, err == 0, err,
+	    &now);
+	if (err != 0)
+		sp->failed_at = now;
+	if (sp->probe_ev != NULL)
+		event_free(sp->probe_ev);
+	sp->probe_ev = NULL;
+	close(sp->probe_fd);
+	sp->probe_fd = -1;
+}
+
+static void
+probe_cb(evutil_socket_t fd, short what, void *arg)
+{
+	probe_done(arg, zp_connect_result(fd, what));
+}
+
+/* A connect to the balancer's choice, only to report how it went. */
+static void
+spool_probe(struct zp_spool *sp)
+{
+	struct zp_ctx	*ctx = sp->ctx;
+	struct zp_addr	 any, a;
+	struct timeval	 now, tv;
+	unsigned char	 tried[ZP_MAX_UPSTREAMS];
+	int		 rc;
+
+	if (sp->probe_fd != -1)
+		return;
+	memset(&any, 0, sizeof(any));
+	memset(tried, 0, sizeof(tried));
+	gettimeofday(&now, NULL);
+	if ((sp->probe_idx = zp_upstream_pick(ctx->ups, &any, tried,
+	    &now)) < 0 || zp_upstream_addr(ctx->ups, (size_t)sp->probe_idx,
+	    0, &a) == 0)
+		return;
+	if ((rc = zp_connect_start(&a, &sp->probe_fd)) == -1) {
+		sp->probe_fd = -1;
+		sp->failed_at = now;
+		return;
+	}
+	if (rc == 0) {
+		probe_done(sp, 0);
+		return;
+	}
+	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
+	if ((sp->probe_ev = event_new(ctx->base, sp->probe_fd, EV_WRITE,
+	    probe_cb, sp)) == NULL || event_add(sp->probe_ev, &tv) == -1)
+		probe_done(sp, ENOMEM);
+}
+
 /* Every second, and when a file was delivered: start what may start. */
 static void
 sender_tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -1624,7 +1707,7 @@ sender_tick_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_spool	*sp = arg;
 	size_t		 i, kl, okl = 0;
 	const char	*other = NULL;
-	int		 k, rc, probe, started = 0;
+	int		 k, rc = 0, probe, started = 0;
 
 	for (k = 0; k < sp->nsenders; k++)
 		if (sp->senders[k].phase == SENDER_IDLE)
@@ -1660,4 +1743,11 @@ sender_tick_cb(evutil_socket_t fd, short what, void *arg)
 			k++;
 	}
 	names_clear(sp);
+	/*
+	 * Nothing to send yet (files still written) while every upstream
+	 * looks down: see whether one is back, so that the writers may cut
+	 * their files and go live; else nothing would ever tell.
+	 */
+	if (probe && started == 0 && rc != -1)
+		spool_probe(sp);
 }

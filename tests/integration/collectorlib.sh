@@ -136,3 +136,28 @@ kill_collector() {
 		sleep 0.02
 	done
 }
+
+# ---- what they wrote -----------------------------------------------------
+
+# lines FILE: how many lines FILE holds now.
+lines() { wc -l <"$1" 2>/dev/null || echo 0; }
+
+# wait_lines FILE N SECS: until FILE has N lines (or more).
+wait_lines() {
+	local deadline=$(( $(now_ms) + $3 * 1000 ))
+	until [ "$(lines "$1")" -ge "$2" ]; do
+		[ "$(now_ms)" -ge "$deadline" ] && return 1
+		sleep 0.05
+	done
+}
+
+# logsend_verify WHAT NAME CONNS MSGS ARGS... FILE...: zp-logsend verify
+# -v must pass (ZP_LOGSEND); its summary, on one line, in VERIFIED.
+logsend_verify() {
+	local what=$1 name=$2 conns=$3 msgs=$4
+	shift 4
+	"$ZP_LOGSEND" verify -v --conns "$conns" --msgs "$msgs" "$@" \
+	    >"$T/$name.verify.out" 2>"$T/$name.verify.err" ||
+		fail "$what: $(tr '\n' ' ' <"$T/$name.verify.out"): $(head -n 4 "$T/$name.verify.err" | tr '\n' ' ')"
+	VERIFIED=$(tr '\n' ' ' <"$T/$name.verify.out" | sed 's/ $//')
+}

@@ -78,15 +78,6 @@ check_relay() {
 		fail "$what: zproxy relayed up=$up bytes in all, the sender sent $bytes"
 }
 
-# wait_lines FILE N SECS: until FILE has N lines (or more).
-wait_lines() {
-	local deadline=$(( $(now_ms) + $3 * 1000 ))
-	until [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -ge "$2" ]; do
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.05
-	done
-}
-
 # verify WHAT NAME MSGS ARGS... FILES: zp-logsend verify must pass; its
 # summary line is noted.
 verify() {

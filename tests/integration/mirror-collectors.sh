@@ -36,18 +36,6 @@ send() {
 	esac
 }
 
-# wait_lines FILE N SECS: until FILE has N lines (or more).
-wait_lines() {
-	local deadline=$(( $(now_ms) + $3 * 1000 ))
-	until [ "$(lines "$1")" -ge "$2" ]; do
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.05
-	done
-}
-
-# lines FILE: how many lines FILE holds now.
-lines() { wc -l <"$1" 2>/dev/null || echo 0; }
-
 # settled FILE SECS: wait until FILE stops growing (the same line count
 # twice, 0.3 s apart), at most SECS.
 settled() {
@@ -60,16 +48,6 @@ settled() {
 		[ "$(now_ms)" -ge "$deadline" ] && return 1
 		a=$b
 	done
-}
-
-# verify WHAT NAME CONNS MSGS ARGS... FILE: zp-logsend verify must pass.
-verify() {
-	local what=$1 name=$2 conns=$3 msgs=$4
-	shift 4
-	"$ZP_LOGSEND" verify -v --conns "$conns" --msgs "$msgs" "$@" \
-	    >"$T/$name.verify.out" 2>"$T/$name.verify.err" ||
-		fail "$what: $(cat "$T/$name.verify.out"): $(head -n 3 "$T/$name.verify.err" | tr '\n' ' ')"
-	VERIFIED=$(cat "$T/$name.verify.out")
 }
 
 # no_mirror_conns PORT SECS: wait until no connection to the mirror's
@@ -107,8 +85,8 @@ whole_copy() {
 	no_mirror_conns "$M_PORT" 30
 	wait_lines "$UP_LOG" "$n" 30 || true
 	wait_lines "$M_LOG" "$n" 30 || true
-	verify "$what: upstream" "$name-up" 20 2500 --exactly-once "$UP_LOG"
-	verify "$what: mirror" "$name-mirror" 20 2500 --exactly-once "$M_LOG"
+	logsend_verify "$what: upstream" "$name-up" 20 2500 --exactly-once "$UP_LOG"
+	logsend_verify "$what: mirror" "$name-mirror" 20 2500 --exactly-once "$M_LOG"
 	stats_scrape
 	stats_is "zproxy_mirror_streams_total{mirror=\"127.0.0.1:$M_PORT\"}" 20 "$what"
 	stats_is "zproxy_mirror_dropped_total{mirror=\"127.0.0.1:$M_PORT\"}" 0 "$what"
@@ -129,7 +107,7 @@ slow_mirror() {
 	send "$name" 4 10000 2000
 	kill -CONT "$M_PID"
 	wait_lines "$UP_LOG" 40000 60 || true
-	verify "$what: upstream" "$name-up" 4 10000 --exactly-once "$UP_LOG"
+	logsend_verify "$what: upstream" "$name-up" 4 10000 --exactly-once "$UP_LOG"
 	stats_scrape
 	stats_is "zproxy_mirror_dropped_total{mirror=\"127.0.0.1:$M_PORT\"}" 4 "$what"
 	grep -q "mirror 127.0.0.1:$M_PORT conn=[0-9]* dropped: too slow; ends at a message boundary" "$ZLOG" ||
@@ -138,7 +116,7 @@ slow_mirror() {
 	settled "$M_LOG" 10 || fail "$what: the mirror's file still grows"
 	got=$(lines "$M_LOG")
 	[ "$got" -gt 0 ] || fail "$what: the mirror wrote nothing"
-	verify "$what: mirror" "$name-mirror" 4 10000 --max-missing 40000 "$M_LOG"
+	logsend_verify "$what: mirror" "$name-mirror" 4 10000 --max-missing 40000 "$M_LOG"
 	stop_zproxy
 	ok "$what: upstream got all 40000 exactly once; the mirror's 4 streams dropped, its $got lines each one whole message, none twice ($VERIFIED)"
 }
