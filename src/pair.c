@@ -47,6 +47,7 @@ static int	pair_timer_update(struct zp_pair *);
 static void	pair_connect_release(struct zp_pair *);
 static void	pair_next_drop(struct zp_pair *);
 static void	pair_move_log(struct zp_pair *, const struct zp_addr *);
+static int	pair_spool(struct zp_pair *);
 
 /* Name of an end reason; these words are what users grep logs for. */
 const char *
@@ -1403,12 +1404,19 @@ pair_spool_done(void *arg, enum zp_spool_end end, int err)
 	case ZP_SPOOL_LIVE:
 		break;
 	}
-	zp_log(ctx->log, ZP_LOG_NOTICE, "connection %llu: its spool was "
-	    "delivered (%llu bytes); it goes on to an upstream",
-	    (unsigned long long)p->id, (unsigned long long)p->spooled);
 	zp_spool_writer_free(p->spool);
 	p->spool = NULL;
 	p->state = ZP_PAIR_CONNECTING;
+	/* Told to finish (the drain): it does so into the spool. */
+	if (p->winding) {
+		if (pair_spool(p) == -1)
+			zp_pair_close(p, errno == ENOSPC ? ZP_END_SPOOL_FULL :
+			    ZP_END_SPOOL_FAILED);
+		return;
+	}
+	zp_log(ctx->log, ZP_LOG_NOTICE, "connection %llu: its spool was "
+	    "delivered (%llu bytes); it goes on to an upstream",
+	    (unsigned long long)p->id, (unsigned long long)p->spooled);
 	memset(p->tried, 0, sizeof(p->tried));
 	p->attempts = 0;
 	p->connect_err = 0;
@@ -1456,9 +1464,10 @@ pair_spool(struct zp_pair *p)
 		return -1;
 	}
 	p->state = ZP_PAIR_SPOOLING;
-	zp_log(ctx->log, ZP_LOG_NOTICE, "connection %llu: no upstream "
-	    "answered (%s); spooling client %s to %s",
-	    (unsigned long long)p->id, strerror(err),
+	zp_log(ctx->log, ZP_LOG_NOTICE, "connection %llu: %s%s%s; spooling "
+	    "client %s to %s", (unsigned long long)p->id, err != 0 ?
+	    "no upstream answered (" : "zproxy is stopping",
+	    err != 0 ? strerror(err) : "", err != 0 ? ")" : "",
 	    zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)),
 	    ctx->cfg->spool_dir);
 	return 0;
