@@ -2,7 +2,9 @@
  * net.c - listening sockets, addresses and outgoing connects. See net.h.
  */
 
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <errno.h>
@@ -475,4 +477,12 @@ zp_sock_drop(int fd, size_t max)
 	if (max > sizeof(buf))
 		max = sizeof(buf);
 	return recv(fd, buf, max, MSG_TRUNC | MSG_DONTWAIT);
+}
+
+int
+zp_sock_outq(int fd)
+{
+	int	n = 0;
+
+	return ioctl(fd, SIOCOUTQ, &n) == -1 ? -1 : n;
 }

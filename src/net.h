@@ -109,4 +109,10 @@ int	zp_connect_local_error(int err);
 #define ZP_DROP_CHUNK	(256 * 1024)
 ssize_t	zp_sock_drop(int fd, size_t max);
 
+/*
+ * Bytes of a socket's send queue its peer has not acknowledged yet
+ * (SIOCOUTQ; a FIN we queued counts one), or -1 with errno.
+ */
+int	zp_sock_outq(int fd);
+
 #endif

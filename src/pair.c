@@ -184,7 +184,7 @@ sock_unacked(const struct zp_half *h, int with_fin)
 {
 	int	n = 0;
 
-	if (h->fd == -1 || ioctl(h->fd, SIOCOUTQ, &n) == -1 || n < 0)
+	if (h->fd == -1 || (n = zp_sock_outq(h->fd)) < 0)
 		return 0;
 	if (!with_fin && h->fin && n > 0)
 		n--;

@@ -13,12 +13,10 @@
  */
 #include <sys/types.h>
 #include <sys/file.h>
-#include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <linux/sockios.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <dirent.h>
@@ -47,39 +45,24 @@
 /* How often the sender looks for files, and at a closing upstream. */
 #define SENDER_TICK_MS		1000
 #define SENDER_POLL_MS		20
+/* How often the file system's free space is looked at, at most. */
+#define SPOOL_FREE_MS		100
 
 /* ---- the header and the names -------------------------------------- */
-
-/* "1.2.3.4:80", "[::1]:80", "-" for none. */
-static int
-addr_fmt(const struct zp_addr *a, char *buf, size_t len)
-{
-	const struct sockaddr_in	*s4 = (const void *)&a->ss;
-	const struct sockaddr_in6	*s6 = (const void *)&a->ss;
-	char				 h[INET6_ADDRSTRLEN];
-	int				 n;
-
-	if (a->len == 0)
-		n = snprintf(buf, len, "-");
-	else if (a->ss.ss_family == AF_INET &&
-	    inet_ntop(AF_INET, &s4->sin_addr, h, sizeof(h)) != NULL)
-		n = snprintf(buf, len, "%s:%u", h, ntohs(s4->sin_port));
-	else if (a->ss.ss_family == AF_INET6 &&
-	    inet_ntop(AF_INET6, &s6->sin6_addr, h, sizeof(h)) != NULL)
-		n = snprintf(buf, len, "[%s]:%u", h, ntohs(s6->sin6_port));
-	else
-		return -1;
-	return n < 0 || (size_t)n >= len ? -1 : n;
-}
 
 int
 zp_spool_hdr_format(const struct zp_spool_hdr *h, char *buf, size_t len)
 {
-	char	c[64], d[64];
+	char	c[ZP_ADDRSTRLEN], d[ZP_ADDRSTRLEN];
 	int	n;
 
-	if (addr_fmt(&h->client, c, sizeof(c)) == -1 ||
-	    addr_fmt(&h->dst, d, sizeof(d)) == -1)
+	/* "1.2.3.4:80" (v4-mapped too), "[::1]:80"; dst "-" for none. */
+	zp_addr_str(&h->client, c, sizeof(c));
+	if (h->dst.len > 0)
+		zp_addr_str(&h->dst, d, sizeof(d));
+	else
+		snprintf(d, sizeof(d), "-");
+	if (c[0] == '?' || d[0] == '?')
 		return -1;
 	n = snprintf(buf, len, "ZPSPOOL 1 client=%s dst=%s framing=%s "
 	    "started=%llu sent=%0*llu\n", c, d, zp_framing_name(h->framing),
@@ -136,6 +119,8 @@ parse_addr(const char *s, size_t n, struct zp_addr *a, int dash)
 		s6->sin6_family = AF_INET6;
 		s6->sin6_port = htons((uint16_t)port);
 		a->len = sizeof(*s6);
+		/* As written, and as a PROXY header says it: IPv4. */
+		zp_addr_unmap(a);
 		return 0;
 	}
 	if (hl == 0 || hl >= sizeof(h))
@@ -308,6 +293,9 @@ struct zp_spool {
 	/* Shared by every thread's writers: atomics. */
 	uint64_t		 bytes, files, streams, spooled, replayed;
 	uint64_t		 refused, delivered;
+	int64_t			 free_at;	/* ms, monotonic: last looked */
+	uint64_t		 free_bytes;	/* for us on DIR's file system */
+	uint64_t		 free_base;	/* bytes (above) then */
 	/* The main thread's. */
 	struct event		*tick;		/* every second */
 	struct event		*kick;		/* now: a file went */
@@ -357,18 +345,35 @@ zp_spool_tally(const struct zp_spool *sp, struct zp_spool_tally *t)
 
 /*
  * May the spool take more: under --spool-max, and the file system keeps
- * ZP_SPOOL_RESERVE free (for us: f_bavail).
+ * ZP_SPOOL_RESERVE free (for us: f_bavail). Every writer asks before
+ * each read, so the free space is looked at once per SPOOL_FREE_MS at
+ * most (by whichever thread asks first), less what the spool wrote
+ * since.
  */
 static int
 spool_room(struct zp_spool *sp)
 {
 	struct statvfs	vfs;
+	struct timespec	ts;
+	int64_t		now, last;
+	uint64_t	freeb, bytes, since;
 
-	if (ld(&sp->bytes) >= sp->ctx->cfg->spool_max)
+	if ((bytes = ld(&sp->bytes)) >= sp->ctx->cfg->spool_max)
 		return 0;
-	if (fstatvfs(sp->dirfd, &vfs) == -1)
-		return 1;	/* the writes will say */
-	return (uint64_t)vfs.f_bavail * vfs.f_frsize >= ZP_SPOOL_RESERVE;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	last = __atomic_load_n(&sp->free_at, __ATOMIC_RELAXED);
+	if (now - last >= SPOOL_FREE_MS && __atomic_compare_exchange_n(
+	    &sp->free_at, &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+		/* Unknown: the writes will say. */
+		freeb = fstatvfs(sp->dirfd, &vfs) == -1 ? UINT64_MAX :
+		    (uint64_t)vfs.f_bavail * vfs.f_frsize;
+		__atomic_store_n(&sp->free_base, bytes, __ATOMIC_RELAXED);
+		__atomic_store_n(&sp->free_bytes, freeb, __ATOMIC_RELAXED);
+	}
+	freeb = ld(&sp->free_bytes);
+	since = bytes > ld(&sp->free_base) ? bytes - ld(&sp->free_base) : 0;
+	return freeb > since && freeb - since >= ZP_SPOOL_RESERVE;
 }
 
 static int
@@ -480,6 +485,7 @@ zp_spool_new(struct zp_ctx *ctx, char *err, size_t errlen)
 	}
 	sp->ctx = ctx;
 	sp->probe_fd = -1;
+	sp->free_bytes = UINT64_MAX;	/* until looked at */
 	if ((sp->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) ==
 	    -1) {
 		snprintf(err, errlen, "--spool %s: %s", dir, strerror(errno));
@@ -1310,14 +1316,6 @@ sender_delivered(struct zp_sender *s)
 	event_active(sp->kick, EV_TIMEOUT, 0);
 }
 
-static int
-sock_outq(int fd)
-{
-	int	n = 0;
-
-	return ioctl(fd, SIOCOUTQ, &n) == -1 ? -1 : n;
-}
-
 /*
  * Our FIN went: read (and drop) what the upstream says until it closes;
  * the file is delivered once it closed and acknowledged everything
@@ -1348,7 +1346,7 @@ sender_closing_cb(evutil_socket_t fd, short what, void *arg)
 		s->eof = 1;
 		event_del(s->ev);
 	}
-	if ((outq = sock_outq(s->sock)) == 0 && s->eof) {
+	if ((outq = zp_sock_outq(s->sock)) == 0 && s->eof) {
 		sender_delivered(s);
 		return;
 	}
@@ -1462,7 +1460,7 @@ sender_checkpoint(struct zp_sender *s)
 	gettimeofday(&now, NULL);
 	timersub(&now, &s->ck_at, &dt);
 	every = zp_seconds_tv(s->sp->ctx->cfg->spool_sync);
-	if (timercmp(&dt, &every, <) || (outq = sock_outq(s->sock)) < 0)
+	if (timercmp(&dt, &every, <) || (outq = zp_sock_outq(s->sock)) < 0)
 		return;
 	s->ck_at = now;
 	acked = s->off - outq;
@@ -1624,16 +1622,11 @@ static int
 sender_may(struct zp_spool *sp, int *probe)
 {
 	struct zp_ctx		*ctx = sp->ctx;
-	struct zp_upstream	 u;
 	struct timeval		 now, dt, wait;
-	size_t			 i, n = zp_upstreams_count(ctx->ups);
 
 	*probe = 0;
-	for (i = 0; i < n; i++) {
-		zp_upstream_get(ctx->ups, i, &u);
-		if (u.up)
-			return 1;
-	}
+	if (upstream_up(ctx))
+		return 1;
 	gettimeofday(&now, NULL);
 	timersub(&now, &sp->failed_at, &dt);
 	wait = zp_seconds_tv(ctx->cfg->fail_timeout);

@@ -11,8 +11,8 @@
  *   - -1 stays -1 with one more byte (a refused start is not taken back),
  *     and a header reads the same from exactly its own bytes, one byte
  *     fewer of them being pending (0);
- *   - a header read has a client address of AF_INET or AF_INET6, a
- *     destination of those or none, a framing other than none; written
+ *   - a header read has a client address of AF_INET or AF_INET6 (a
+ *     v4-mapped one is read as IPv4), a destination of those or none, a framing other than none; written
  *     again with zp_spool_hdr_format() it reads back to the same, its
  *     sent= of the fixed width the sender writes over in place.
  */

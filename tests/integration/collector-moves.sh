@@ -153,8 +153,8 @@ series() { awk -v k="$1" '$1 == k { print $2 }' "$T/metrics"; }
 # each move says replayed= more than 0.
 case_kill() {
 	local mode=$1 fr=$2 kkind=$3 skind=$4 window=${5:-} what name seed go
-	local kpid kport klog sport slog nk ns moves n want ids bad spid rc out
-	local unacked cut lines v sent_bytes after deadline replayed
+	local kpid kport klog sport slog nk ns moves n ids bad spid rc
+	local unacked cut lines v after deadline replayed
 	what="$mode, $fr: kill -9 $kkind, $skind survives${window:+, --replay-window $window}"
 	name=$mode-$fr-$kkind${window:+-replay}
 	seed=$RANDOM
@@ -199,13 +199,8 @@ case_kill() {
 	rc=$?
 	[ "$rc" = 0 ] ||
 		fail "$what: the sender failed (status $rc): a client was dropped? $(tail -n 1 "$T/$name.send.err")"
-	out=$(tail -n 1 "$T/$name.send.out")
-	want="connects=$CONNS messages=$((CONNS * MSGS)) bytes="
-	case $out in
-	"$want"[0-9]*) sent_bytes=${out#"$want"} ;;
-	*) fail "$what: zp-logsend send said '$out', want '$want...'" ;;
-	esac
-	ok "$what: the sender sent $((CONNS * MSGS)) messages ($sent_bytes bytes) on $CONNS connections and read each to EOF ($nk were on $kkind at the kill)"
+	logsend_sent "$what" "$name" "$CONNS" "$MSGS"
+	ok "$what: the sender sent $((CONNS * MSGS)) messages ($SENT_BYTES bytes) on $CONNS connections and read each to EOF ($nk were on $kkind at the kill)"
 
 	# a. every connection ended closed, on the survivor
 	deadline=$(( $(now_ms) + 15000 ))

@@ -151,6 +151,17 @@ wait_lines() {
 	done
 }
 
+# logsend_sent WHAT NAME CONNS MSGS: $T/NAME.send.out's last line must be
+# zp-logsend send's summary of all CONNS x MSGS messages. Sets SENT_BYTES.
+logsend_sent() {
+	local out want="connects=$3 messages=$(($3 * $4)) bytes="
+	out=$(tail -n 1 "$T/$2.send.out")
+	case $out in
+	"$want"[0-9]*) SENT_BYTES=${out#"$want"} ;;
+	*) fail "$1: zp-logsend send said '$out', want '$want...'" ;;
+	esac
+}
+
 # logsend_verify WHAT NAME CONNS MSGS ARGS... FILE...: zp-logsend verify
 # -v must pass (ZP_LOGSEND); its summary, on one line, in VERIFIED.
 logsend_verify() {

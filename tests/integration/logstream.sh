@@ -38,18 +38,13 @@ RUN=$(date +%s)x$$
 # CONNS x MSGS to zproxy at HOST; it must succeed and say so. Sets
 # SENT_BYTES.
 send_stream() {
-	local name=$1 msgs=$2 fr=$3 seed=$4 host=$5 out want
+	local name=$1 msgs=$2 fr=$3 seed=$4 host=$5
 	shift 5
 	timeout -k 5 90 "$ZP_LOGSEND" send "$host" "$ZPORT" --conns "$CONNS" \
 	    --msgs "$msgs" --framing "$fr" --seed "$seed" --timeout 60 "$@" \
 	    >"$T/$name.send.out" 2>"$T/$name.send.err" ||
 		fail "$name: zp-logsend send failed (status $?): $(tail -n 1 "$T/$name.send.err")"
-	out=$(tail -n 1 "$T/$name.send.out")
-	want="connects=$CONNS messages=$((CONNS * msgs)) bytes="
-	case $out in
-	"$want"[0-9]*) SENT_BYTES=${out#"$want"} ;;
-	*) fail "$name: zp-logsend send said '$out', want '$want...'" ;;
-	esac
+	logsend_sent "$name" "$name" "$CONNS" "$msgs"
 }
 
 # check_relay WHAT N BYTES: zproxy logged N connections (within 15 s),

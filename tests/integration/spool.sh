@@ -121,17 +121,12 @@ send_bg() {
 # within SECS (every connection read to EOF) and say it sent them all.
 # Sets SENT_BYTES.
 send_done() {
-	local name=$1 conns=$2 msgs=$3 rc out want
+	local name=$1 conns=$2 msgs=$3 rc
 	peer_wait "$SEND_PID" "$name.send" "$4"
 	rc=$?
 	[ "$rc" = 0 ] ||
 		fail "$name: zp-logsend send failed (status $rc): $(tail -n 1 "$T/$name.send.err")"
-	out=$(tail -n 1 "$T/$name.send.out")
-	want="connects=$conns messages=$((conns * msgs)) bytes="
-	case $out in
-	"$want"[0-9]*) SENT_BYTES=${out#"$want"} ;;
-	*) fail "$name: zp-logsend send said '$out', want '$want...'" ;;
-	esac
+	logsend_sent "$name" "$name" "$conns" "$msgs"
 }
 
 # collect NAME PORT [ARGS...]: a mini collector on 127.0.0.1:PORT
@@ -157,6 +152,19 @@ next_refused_try() {
 			fail "$2: no refused try of port $1 within 10s"
 		sleep 0.02
 	done
+}
+
+# all_delivered WHAT NAME CONNS MSGS WHEN: the spool empties (within
+# 60 s: WHEN says on what), the collector writes CONNS x MSGS lines to
+# C_LOG (30 s), each message exactly once, each connection's in order;
+# DIR is empty. VERIFIED is verify's summary.
+all_delivered() {
+	local n=$(($3 * $4))
+	wait_metric zproxy_spool_files == 0 60 "$1: $5"
+	wait_lines "$C_LOG" "$n" 30 ||
+		note "$1: $(lines "$C_LOG") of $n lines within 30s"
+	logsend_verify "$1" "$2" "$3" "$4" --exactly-once --ordered "$C_LOG"
+	spool_empty "$SDIR" "$1"
 }
 
 # metric SERIES: its value in a new scrape.
@@ -396,11 +404,7 @@ case_crash_spooling() {
 		[ "$LEFT_CUT" = "$nopen" ] ||
 		fail "$what: '$LEFT_LINE', want $SP_FILES files ($pre bytes), $nopen cut short"
 	ok "$what: restarted on the same spool: '${LEFT_LINE#*: spool }'"
-	wait_metric zproxy_spool_files == 0 60 "$what: the spool empties after the restart"
-	wait_lines "$C_LOG" $((conns * k)) 30 ||
-		note "$what: $(lines "$C_LOG") of $((conns * k)) lines within 30s"
-	logsend_verify "$what" "$name" "$conns" "$k" --exactly-once --ordered "$C_LOG"
-	spool_empty "$SDIR" "$what"
+	all_delivered "$what" "$name" "$conns" "$k" "the spool empties after the restart"
 	stats_scrape
 	stats_is zproxy_spool_replayed_bytes_total "$want" "$what"
 	stats_is zproxy_spool_delivered_files_total "$SP_FILES" "$what"
@@ -637,11 +641,7 @@ case_full_open() {
 	wait_metric zproxy_spool_delivered_files_total '>=' 1 15 \
 	    "$what: a file delivered once rsyslog is up (the spool holds: $(ls -A "$SDIR" | sed 's/.*-c/c/' | tr '\n' ' '))"
 	send_done "$name" "$conns" "$msgs" 60
-	wait_metric zproxy_spool_files == 0 60 "$what: the spool empties"
-	wait_lines "$C_LOG" $((conns * msgs)) 30 ||
-		note "$what: $(lines "$C_LOG") of $((conns * msgs)) lines within 30s"
-	logsend_verify "$what" "$name" "$conns" "$msgs" --exactly-once --ordered "$C_LOG"
-	spool_empty "$SDIR" "$what"
+	all_delivered "$what" "$name" "$conns" "$msgs" "the spool empties"
 	ok "$what: once rsyslog was up the clients finished, each message exactly once, in order ($VERIFIED)"
 	note "$what: $((conns * msgs)) messages"
 	stop_zproxy
@@ -665,11 +665,7 @@ case_octet() {
 	files=$SP_FILES
 	[ "$SP_STREAMS" = "$conns" ] || fail "$what: $SP_STREAMS streams in the spool"
 	start_collector syslog-ng "$name" "$up" octet
-	wait_metric zproxy_spool_files == 0 60 "$what: the spool empties once syslog-ng is up"
-	wait_lines "$C_LOG" $((conns * msgs)) 30 ||
-		note "$what: $(lines "$C_LOG") of $((conns * msgs)) lines within 30s"
-	logsend_verify "$what" "$name" "$conns" "$msgs" --exactly-once --ordered "$C_LOG"
-	spool_empty "$SDIR" "$what"
+	all_delivered "$what" "$name" "$conns" "$msgs" "the spool empties once syslog-ng is up"
 	stats_scrape
 	stats_is zproxy_spool_replayed_bytes_total "$SENT_BYTES" "$what"
 	ok "$what: $files files delivered, each message exactly once, in order ($VERIFIED)"

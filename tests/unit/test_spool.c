@@ -104,6 +104,11 @@ test_hdr_round_trip(void **state)
 	assert_int_equal(r.framing, ZP_FRAMING_OCTET);
 	assert_true(r.sent == 8388608);
 	assert_true(r.sent_fixed);
+	/* A v4-mapped address is read as the IPv4 one it is. */
+	assert_true(zp_spool_hdr_parse("ZPSPOOL 1 client=[::ffff:1.2.3.4]:5 "
+	    "dst=- framing=lf started=1 sent=0\n", 70, &r) == 70);
+	assert_int_equal(r.client.ss.ss_family, AF_INET);
+	assert_int_equal(r.client.len, sizeof(struct sockaddr_in));
 	/* Any width is read; only the fixed one is written over in place. */
 	assert_true(zp_spool_hdr_parse("ZPSPOOL 1 client=1.2.3.4:5 dst=- "
 	    "framing=lf started=1 sent=12\n", 62, &r) == 62);
