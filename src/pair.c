@@ -38,9 +38,15 @@
 /* ... and after asking the main thread to shed --stats clients. */
 #define ZP_SHED_RETRY_MS	5
 
-static void	pair_connect_next(struct zp_pair *);
+/*
+ * Each function below that may free the pair (or hand it on to a move or
+ * a connect) returns nonzero when it did, and is ZP_MAY_FREE: its caller
+ * returns at once then, and an event callback that ends with one checks
+ * the pair's invariants when it is still there (pair_check).
+ */
+static int	pair_connect_next(struct zp_pair *) ZP_MAY_FREE;
 static void	pair_retry_cb(evutil_socket_t, short, void *);
-static void	pair_connect_upstream(struct zp_pair *);
+static int	pair_connect_upstream(struct zp_pair *) ZP_MAY_FREE;
 static void	pair_connect_cb(evutil_socket_t, short, void *);
 static void	pair_timer_cb(evutil_socket_t, short, void *);
 static int	pair_timer_update(struct zp_pair *);
@@ -482,7 +488,7 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
  * it is 0 (the FIN too) or --linger-timeout passes without progress.
  * Returns 1 when the pair was freed.
  */
-static int
+static int ZP_MAY_FREE
 pair_finish(struct zp_pair *p)
 {
 	struct zp_ctx	*ctx = p->ctx;
@@ -625,8 +631,8 @@ pair_framing_error(struct zp_pair *p)
 	    (unsigned long long)p->id, (unsigned long long)off, why);
 }
 
-static int	pair_move(struct zp_pair *);
-static int	pair_switch(struct zp_pair *);
+static int	pair_move(struct zp_pair *) ZP_MAY_FREE;
+static int	pair_switch(struct zp_pair *) ZP_MAY_FREE;
 static void	pair_retire_done(struct zp_pair *, int);
 
 /*
@@ -653,7 +659,7 @@ pair_hold(struct zp_pair *p)
  * failed. Returns 1 when the pair was freed or moved on: the caller must
  * not touch it.
  */
-static int
+static int ZP_MAY_FREE
 pair_run(struct zp_pair *p, struct zp_dir *d)
 {
 	struct zp_ctx	*ctx = p->ctx;
@@ -728,6 +734,29 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 }
 
 /*
+ * What holds of a pair that is still there after an event was handled:
+ * each descriptor has one owner (a copy of one in two halves would be
+ * closed twice, the second time perhaps another connection's), and what
+ * the state says is so. Asserted: a bug, not a condition to handle.
+ */
+static void
+pair_check(const struct zp_pair *p)
+{
+	int	fds[4] = { p->client.fd, p->upstream.fd, p->retiring.fd,
+		    p->next_fd };
+	int	i, j;
+
+	for (i = 0; i < 4; i++)
+		for (j = i + 1; j < 4; j++)
+			assert(fds[i] == -1 || fds[i] != fds[j]);
+	assert(p->state != ZP_PAIR_RELAYING || p->upstream.fd != -1);
+	assert(p->retiring.fd == -1 || p->down.src == &p->retiring ||
+	    p->state == ZP_PAIR_MOVING);
+	assert(p->spool == NULL || p->state == ZP_PAIR_SPOOLING);
+	(void)fds;
+}
+
+/*
  * A half is readable: the bytes it brings go the other way (nginx's
  * ngx_stream_proxy_process(s, from_upstream) shape). The half is told
  * by its descriptor: the client's and the upstream's are never the same.
@@ -740,7 +769,8 @@ half_read_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (what & EV_CLOSED)
 		(from_upstream ? &p->upstream : &p->client)->rdhup = 1;
-	(void)pair_run(p, from_upstream ? &p->down : &p->up);
+	if (pair_run(p, from_upstream ? &p->down : &p->up) == 0)
+		pair_check(p);
 }
 
 /* A half is writable again: the direction towards it goes on. */
@@ -751,7 +781,8 @@ half_write_cb(evutil_socket_t fd, short what, void *arg)
 	int		 to_upstream = fd != p->client.fd;
 
 	(to_upstream ? &p->upstream : &p->client)->wblocked = 0;
-	(void)pair_run(p, to_upstream ? &p->up : &p->down);
+	if (pair_run(p, to_upstream ? &p->up : &p->down) == 0)
+		pair_check(p);
 }
 
 /*
@@ -828,7 +859,8 @@ pair_timer_cb(evutil_socket_t fd, short what, void *arg)
 	double			 idle;
 
 	if (p->state == ZP_PAIR_LINGERING) {
-		(void)pair_finish(p);
+		if (pair_finish(p) == 0)
+			pair_check(p);
 		return;
 	}
 	event_base_gettimeofday_cached(p->ctx->base, &now);
@@ -1030,12 +1062,16 @@ pair_move(struct zp_pair *p)
 	p->tried[old] = 1;
 	p->attempts = 1;
 	timerclear(&p->retry_until);
-	pair_connect_upstream(p);
-	return 1;
+	if (pair_connect_upstream(p) != 0)
+		return 1;	/* freed */
+	return 1;		/* connecting: the connect's events have it */
 }
 
-/* The upstream answered: set up events and move what is waiting. */
-static void
+/*
+ * The upstream answered: set up events and move what is waiting.
+ * Returns 1 when the pair was freed (or moved on).
+ */
+static int ZP_MAY_FREE
 pair_connected(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
@@ -1057,7 +1093,7 @@ pair_connected(struct zp_pair *p)
 	event_base_gettimeofday_cached(ctx->base, &p->up_since);
 	if (ctx->cfg->send_proxy && pair_send_proxy(p, hdr, &hlen) == -1) {
 		zp_pair_close(p, ZP_END_PROXY_HEADER);
-		return;
+		return 1;
 	}
 	/* A moved stream keeps its mirrors: they follow the client. */
 	if (!moved && p->mir == NULL)
@@ -1067,22 +1103,24 @@ pair_connected(struct zp_pair *p)
 	event_base_gettimeofday_cached(ctx->base, &p->last_active);
 	if (pair_timer_update(p) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
-		return;
+		return 1;
 	}
 	if ((!moved && half_events(p, &p->client) == -1) ||
 	    half_events(p, &p->upstream) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
-		return;
+		return 1;
 	}
 	/*
 	 * Try both directions before arming any event: the client has
 	 * usually sent its first bytes while we were connecting. A framed
-	 * stream that comes to an upstream during the drain winds down.
+	 * stream that comes to an upstream during the drain winds down;
+	 * that may end it (a client that reset meanwhile).
 	 */
-	if (ctx->stopping)
-		(void)zp_pair_wind_down(p, ZP_END_SHUTDOWN);
-	if (pair_run(p, &p->up) == 0)
-		pair_run(p, &p->down);
+	if (ctx->stopping && zp_pair_wind_down(p, ZP_END_SHUTDOWN) == 1)
+		return 1;
+	if (pair_run(p, &p->up) != 0)
+		return 1;
+	return pair_run(p, &p->down);
 }
 
 /* Close the upstream socket of a connect that did not succeed. */
@@ -1097,14 +1135,17 @@ pair_connect_drop(struct zp_pair *p)
 	p->upstream.fd = -1;
 }
 
-/* Give up on the current upstream address and try the next one. */
-static void
+/*
+ * Give up on the current upstream address and try the next one. Returns
+ * 1 when the pair was freed.
+ */
+static int ZP_MAY_FREE
 pair_connect_failed(struct zp_pair *p, int err)
 {
 	pair_connect_drop(p);
 	p->connect_err = err;
 	p->addr_idx++;
-	pair_connect_next(p);
+	return pair_connect_next(p);
 }
 
 /*
@@ -1178,7 +1219,8 @@ pair_retry_cb(evutil_socket_t fd, short what, void *arg)
 	/* A re-resolution may have shortened the list meanwhile. */
 	if (p->addr_idx >= pair_naddrs(p))
 		p->addr_idx = 0;
-	pair_connect_next(p);
+	if (pair_connect_next(p) == 0)
+		pair_check(p);
 }
 
 /*
@@ -1189,9 +1231,10 @@ pair_retry_cb(evutil_socket_t fd, short what, void *arg)
  * client's bytes waiting in its socket, until --connect-timeout has
  * passed since its first such fault; then it ends with local-resource.
  * While any pair waits, the listener accepts nothing: a new client would
- * take the descriptor a waiting one needs.
+ * take the descriptor a waiting one needs. Returns 1 when the pair was
+ * freed.
  */
-static void
+static int ZP_MAY_FREE
 pair_connect_wait(struct zp_pair *p, int err)
 {
 	struct zp_ctx	*ctx = p->ctx;
@@ -1209,7 +1252,7 @@ pair_connect_wait(struct zp_pair *p, int err)
 	if (!timercmp(&now, &p->retry_until, <)) {
 		ctx->stats.conns_local_failed++;
 		zp_pair_close(p, ZP_END_LOCAL_RESOURCE);
-		return;
+		return 1;
 	}
 	timersub(&p->retry_until, &now, &tv);
 	if (timercmp(&tv, &pause, >))
@@ -1218,25 +1261,30 @@ pair_connect_wait(struct zp_pair *p, int err)
 		p->retry = evtimer_new(ctx->base, pair_retry_cb, p);
 	if (p->retry == NULL || evtimer_add(p->retry, &tv) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
-		return;
+		return 1;
 	}
 	pair_set_waiting(p, 1);
+	return 0;
 }
 
 /*
  * The main thread was asked to shed --stats clients for this worker's
  * connect: try the same address again on the next turns of the loop,
- * which is when the descriptors are free.
+ * which is when the descriptors are free. Returns 1 when the pair was
+ * freed.
  */
-static void
+static int ZP_MAY_FREE
 pair_shed_wait(struct zp_pair *p)
 {
 	struct timeval	tv = { 0, ZP_SHED_RETRY_MS * 1000 };
 
 	if (p->retry == NULL)
 		p->retry = evtimer_new(p->ctx->base, pair_retry_cb, p);
-	if (p->retry == NULL || evtimer_add(p->retry, &tv) == -1)
+	if (p->retry == NULL || evtimer_add(p->retry, &tv) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
+		return 1;
+	}
+	return 0;
 }
 
 /* The one-shot connect event fired: connected, refused or timed out. */
@@ -1244,19 +1292,19 @@ static void
 pair_connect_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair	*p = arg;
-	int		 err = zp_connect_result(fd, what);
+	int		 err = zp_connect_result(fd, what), gone;
 
-	if (zp_connect_local_error(err)) {
-		pair_connect_wait(p, err);
-		return;
+	if (zp_connect_local_error(err))
+		gone = pair_connect_wait(p, err);
+	else if (err != 0)
+		gone = pair_connect_failed(p, err);
+	else {
+		event_free(p->upstream.wev);
+		p->upstream.wev = NULL;
+		gone = pair_connected(p);
 	}
-	if (err != 0) {
-		pair_connect_failed(p, err);
-		return;
-	}
-	event_free(p->upstream.wev);
-	p->upstream.wev = NULL;
-	pair_connected(p);
+	if (!gone)
+		pair_check(p);
 }
 
 /*
@@ -1291,9 +1339,10 @@ pair_source(struct zp_pair *p, const struct zp_addr *a, struct zp_addr *buf,
 /*
  * Start a non-blocking connect to the current address, skipping addresses
  * that fail at once; with none left, end the pair and say why. A local
- * fault (pair_connect_wait) stays on the address.
+ * fault (pair_connect_wait) stays on the address. Returns 1 when the pair
+ * was freed (or moved on, once connected).
  */
-static void
+static int
 pair_connect_next(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
@@ -1328,15 +1377,12 @@ pair_connect_next(struct zp_pair *p)
 				 * as the main thread's own pairs would at once.
 				 */
 				p->shed_asked = 1;
-				pair_shed_wait(p);
-				return;
+				return pair_shed_wait(p);
 			} else
 				errno = err;
 		}
-		if (rc == -1 && zp_connect_local_error(errno)) {
-			pair_connect_wait(p, errno);
-			return;
-		}
+		if (rc == -1 && zp_connect_local_error(errno))
+			return pair_connect_wait(p, errno);
 		pair_set_waiting(p, 0);
 		if (rc == -1) {
 			p->connect_err = errno;
@@ -1345,19 +1391,15 @@ pair_connect_next(struct zp_pair *p)
 		p->upstream.fd = fd;
 		p->connecting_addr = *a;
 		sock_tune(ctx, fd);
-		if (rc == 0) {
-			pair_connected(p);
-			return;
-		}
+		if (rc == 0)
+			return pair_connected(p);
 		p->upstream.wev = event_new(ctx->base, fd, EV_WRITE,
 		    pair_connect_cb, p);
 		tv = zp_seconds_tv(t);
 		if (p->upstream.wev == NULL || event_add(p->upstream.wev,
-		    &tv) == -1) {
-			pair_connect_wait(p, ENOMEM);
-			return;
-		}
-		return;
+		    &tv) == -1)
+			return pair_connect_wait(p, ENOMEM);
+		return 0;
 	}
 	/*
 	 * Every address of this upstream failed: it counts as one failure;
@@ -1374,7 +1416,7 @@ pair_connect_next(struct zp_pair *p)
 			    p->connect_err, &now);
 		}
 	}
-	pair_connect_upstream(p);
+	return pair_connect_upstream(p);
 }
 
 /*
@@ -1421,7 +1463,8 @@ pair_spool_done(void *arg, enum zp_spool_end end, int err)
 	p->attempts = 0;
 	p->connect_err = 0;
 	timerclear(&p->retry_until);
-	pair_connect_upstream(p);
+	if (pair_connect_upstream(p) == 0)
+		pair_check(p);
 }
 
 /*
@@ -1477,8 +1520,9 @@ pair_spool(struct zp_pair *p)
  * Choose an upstream not tried yet and start on its first address. With
  * none left (or --retries spent), end the pair: the client sent nothing
  * that was forwarded, so closing it loses nothing it cannot resend.
+ * Returns 1 when the pair was freed (or moved on, once connected).
  */
-static void
+static int
 pair_connect_upstream(struct zp_pair *p)
 {
 	struct zp_ctx	*ctx = p->ctx;
@@ -1496,8 +1540,7 @@ pair_connect_upstream(struct zp_pair *p)
 		p->up_idx = idx;
 		p->addr_idx = 0;
 		p->addr_tried = 0;
-		pair_connect_next(p);
-		return;
+		return pair_connect_next(p);
 	}
 	if (p->state == ZP_PAIR_MOVING) {
 		pair_move_log(p, NULL);
@@ -1506,21 +1549,21 @@ pair_connect_upstream(struct zp_pair *p)
 			p->upstream.err = p->move_err;
 			zp_pair_close(p, p->move_err == 0 ? ZP_END_CLOSED :
 			    zp_half_end(&p->upstream, 0));
-			return;
+			return 1;
 		}
 	}
 	/* --source skipped every address: nothing was tried. */
 	if (p->connect_err == EAFNOSUPPORT && ctx->cfg->source !=
 	    ZP_SOURCE_NONE) {
 		zp_pair_close(p, ZP_END_SOURCE_FAMILY);
-		return;
+		return 1;
 	}
 	if (ctx->spool != NULL && p->state == ZP_PAIR_CONNECTING) {
 		if (pair_spool(p) == 0)
-			return;
+			return 0;
 		if (errno == ENOSPC) {
 			zp_pair_close(p, ZP_END_SPOOL_FULL);
-			return;
+			return 1;
 		}
 	}
 	switch (p->connect_err) {
@@ -1534,6 +1577,7 @@ pair_connect_upstream(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_UNREACHABLE);
 		break;
 	}
+	return 1;
 }
 
 /* Set up a direction from src to dst with the given backend. */
@@ -1581,10 +1625,10 @@ pair_loops(const struct zp_ctx *ctx, const struct zp_addr *dst)
  * client's own is kept for the log (dst=), not zproxy's own address. With
  * -u original, one that would come back to zproxy (a client that came to
  * it directly, or a redirect to its own port) or that --allow-dst does
- * not hold ends the pair before anything is connected. Returns 0, or -1
- * when the pair was closed.
+ * not hold ends the pair before anything is connected. Returns 1 when
+ * the pair was freed.
  */
-static int
+static int ZP_MAY_FREE
 pair_dst(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
@@ -1607,17 +1651,17 @@ pair_dst(struct zp_pair *p)
 			p->connect_err = errno;
 		ctx->stats.bad_destinations++;
 		zp_pair_close(p, ZP_END_BAD_DST);
-		return -1;
+		return 1;
 	}
 	return 0;
 }
 
 /*
  * The client may be relayed: count it under its source, take pipes (or
- * fall back to copy), start connecting. Returns 0, or -1 when the pair
- * was closed.
+ * fall back to copy), start connecting. Returns 1 when the pair was
+ * freed (or moved on, once connected).
  */
-static int
+static int ZP_MAY_FREE
 pair_begin(struct zp_pair *p)
 {
 	struct zp_ctx	*ctx = p->ctx;
@@ -1632,10 +1676,10 @@ pair_begin(struct zp_pair *p)
 	    (struct sockaddr *)&p->client_addr.ss, max)) {
 	case -1:
 		zp_pair_close(p, ZP_END_NOMEM);
-		return -1;
+		return 1;
 	case 1:
 		zp_pair_close(p, ZP_END_SOURCE_LIMIT);
-		return -1;
+		return 1;
 	}
 	p->source_counted = 1;
 	p->state = ZP_PAIR_CONNECTING;
@@ -1647,10 +1691,9 @@ pair_begin(struct zp_pair *p)
 			pair_no_pipe(p);
 		}
 	}
-	if (pair_dst(p) == -1)
-		return -1;
-	pair_connect_upstream(p);
-	return 0;
+	if (pair_dst(p) != 0)
+		return 1;
+	return pair_connect_upstream(p);
 }
 
 /* ---- --accept-proxy: the PROXY header before anything else ---------- */
@@ -1667,9 +1710,10 @@ header_refuse(struct zp_pair *p, const char *why)
  * The header named the client: it stands for the peer from now on, in
  * the log, the balancer, --send-proxy and the access rules, which are
  * checked here rather than at accept. LOCAL (a balancer's own health
- * check) and UNKNOWN keep the connection's addresses.
+ * check) and UNKNOWN keep the connection's addresses. Returns 1 when the
+ * pair was freed (or moved on, once connected).
  */
-static void
+static int ZP_MAY_FREE
 header_done(struct zp_pair *p, const struct zp_proxy_info *info)
 {
 	struct zp_ctx		*ctx = p->ctx;
@@ -1705,9 +1749,9 @@ header_done(struct zp_pair *p, const struct zp_proxy_info *info)
 	sa = (const struct sockaddr *)&p->client_addr.ss;
 	if (!zp_acl_permits(&cfg->allow, &cfg->deny, sa)) {
 		zp_pair_close(p, ZP_END_DENIED);
-		return;
+		return 1;
 	}
-	(void)pair_begin(p);	/* --max-conns-per-source: counted there */
+	return pair_begin(p);	/* --max-conns-per-source: counted there */
 }
 
 /*
@@ -1768,7 +1812,8 @@ header_read_cb(evutil_socket_t fd, short what, void *arg)
 		}
 		p->hdr_len += want;
 		if (hl > 0) {
-			header_done(p, &info);
+			if (header_done(p, &info) == 0)
+				pair_check(p);
 			return;
 		}
 	}
@@ -1782,8 +1827,11 @@ header_read_cb(evutil_socket_t fd, short what, void *arg)
 		zp_pair_close(p, ZP_END_NOMEM);
 }
 
-/* Wait for the client's PROXY header, for --proxy-timeout at most. */
-static int
+/*
+ * Wait for the client's PROXY header, for --proxy-timeout at most.
+ * Returns 1 when the pair was freed.
+ */
+static int ZP_MAY_FREE
 header_start(struct zp_pair *p)
 {
 	struct zp_ctx	*ctx = p->ctx;
@@ -1798,7 +1846,7 @@ header_start(struct zp_pair *p)
 	    header_read_cb, p)) == NULL ||
 	    event_add(p->client.rev, &tv) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
-		return -1;
+		return 1;
 	}
 	return 0;
 }
@@ -1897,7 +1945,8 @@ pair_next_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	/* Until the boundary, the current upstream gets the frame in hand. */
 	p->up.fr->seek = 1;
-	(void)pair_run(p, &p->up);
+	if (pair_run(p, &p->up) == 0)
+		pair_check(p);
 }
 
 int
@@ -1959,7 +2008,8 @@ retiring_read_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (what & EV_CLOSED)
 		p->retiring.rdhup = 1;
-	(void)pair_run(p, &p->down);
+	if (pair_run(p, &p->down) == 0)
+		pair_check(p);
 }
 
 /* The old upstream did not close within --drain-timeout: close it. */
@@ -1969,7 +2019,8 @@ retire_timer_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_pair	*p = arg;
 
 	pair_retire_done(p, 1);
-	(void)pair_run(p, &p->down);
+	if (pair_run(p, &p->down) == 0)
+		pair_check(p);
 }
 
 /*
@@ -2086,8 +2137,9 @@ pair_switch(struct zp_pair *p)
 		return 1;
 	}
 	pair_move_log(p, &p->up_addr);
-	if (pair_run(p, &p->up) == 0)
-		(void)pair_run(p, &p->down);
+	/* Freed or not, the pair was handed on (pair_run's contract). */
+	if (pair_run(p, &p->up) == 0 && pair_run(p, &p->down) == 0)
+		pair_check(p);
 	return 1;
 }
 
@@ -2226,8 +2278,8 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	if (ctx->pool != NULL && ctx->cfg->splice_min > 0)
 		p->up.lazy = p->down.lazy = 1;
 	if (ctx->cfg->accept_proxy)
-		return header_start(p);
-	return pair_begin(p);
+		return header_start(p) != 0 ? -1 : 0;
+	return pair_begin(p) != 0 ? -1 : 0;
 }
 
 /* Open pairs by mode; see pair.h. */
@@ -2257,7 +2309,8 @@ zp_pairs_wind_down(struct zp_ctx *ctx, enum zp_end end)
 
 	for (p = TAILQ_FIRST(&ctx->pairs); p != NULL; p = next) {
 		next = TAILQ_NEXT(p, entry);
-		(void)zp_pair_wind_down(p, end);
+		if (zp_pair_wind_down(p, end) == 0)
+			pair_check(p);
 	}
 }
 

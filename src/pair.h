@@ -12,6 +12,12 @@
 #include <sys/socket.h>
 #include <stdint.h>
 
+/*
+ * On a function that may free the pair it is given: it returns nonzero
+ * when it did (or handed the pair on), and no caller may ignore that.
+ */
+#define ZP_MAY_FREE	__attribute__((warn_unused_result))
+
 struct zp_ctx;
 struct zp_half;
 
@@ -71,7 +77,8 @@ struct zp_pair;
  * Start a pair for an accepted, non-blocking client socket: read its
  * PROXY header first under --accept-proxy; then take pipes (or fall back
  * to copy) and begin connecting upstream. Takes ownership of fd in every
- * case; returns 0, or -1 when the pair was closed already. The pair
+ * case; returns 0, or -1 when the pair was closed already (or, connected
+ * at once, moved on: no caller holds the pair either way). The pair
  * counts in ctx->load until it closes; `counted`: the client counts there
  * already (the root counted it when it handed it to this thread).
  */
@@ -121,7 +128,7 @@ int	zp_pair_plan_move(struct zp_pair *, int idx, int reason);
  * there is nothing to do (not framed, not relaying, or the client is done
  * already).
  */
-int	zp_pair_wind_down(struct zp_pair *, enum zp_end end);
+int	zp_pair_wind_down(struct zp_pair *, enum zp_end end) ZP_MAY_FREE;
 
 /*
  * The health checks marked upstream idx down: move every framed stream on

@@ -5,16 +5,18 @@
  * the log. The integration tests see the same through the binary; these
  * see the counters and the pair itself, where they are decided.
  *
- * Each test builds a context as zp_run() does (copy mode: no pipe pool),
- * makes a client socket by connecting to a listener of its own and
- * hands the accepted end to zp_pair_start(); upstreams are listeners of
- * the test's, accepted from with a deadline.
+ * Each test builds a context as zp_run() does (copy mode: no pipe pool;
+ * -m splice: a pool of its own), makes a client socket by connecting to
+ * a listener of its own and hands the accepted end to zp_pair_start();
+ * upstreams are listeners of the test's, accepted from with a deadline.
+ * The tests of the pair's seams (moves, the drain) run in both modes.
  */
 
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,11 +38,98 @@
 #include "log.h"
 #include "pair.h"
 #include "pair_int.h"
+#include "pipepool.h"
 #include "upstream.h"
 #include "upstream_int.h"
 #include "worker.h"
 
 #define MAXARGS	16
+
+/*
+ * Faults the tests inject where zproxy meets the system (linked with
+ * --wrap): a non-blocking connect that completes at once is reported as
+ * in progress (connect() and getpeername() of a non-blocking socket) (loopback usually completes it inside connect(), and the
+ * seams between a connect and what happens meanwhile need the loop in
+ * between); shutdown() of one descriptor fails as for a dead socket;
+ * event_new() fails for one descriptor; close() is counted for one
+ * descriptor.
+ */
+int	__real_connect(int, const struct sockaddr *, socklen_t);
+int	__real_getpeername(int, struct sockaddr *, socklen_t *);
+struct event *__real_event_new(struct event_base *, evutil_socket_t, short,
+	    event_callback_fn, void *);
+int	__real_close(int);
+int	__real_shutdown(int, int);
+int	__wrap_connect(int, const struct sockaddr *, socklen_t);
+int	__wrap_getpeername(int, struct sockaddr *, socklen_t *);
+struct event *__wrap_event_new(struct event_base *, evutil_socket_t, short,
+	    event_callback_fn, void *);
+int	__wrap_close(int);
+int	__wrap_shutdown(int, int);
+
+static int	connect_async;		/* every connect is "in progress" */
+static int	shutdown_fail_fd = -1;	/* shutdown() of it fails */
+static int	event_fail_fd = -1;	/* event_new() on it fails */
+static int	close_watch_fd = -1;	/* close() of it is counted */
+static int	close_watch_n;
+
+int
+__wrap_connect(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	int	rc = __real_connect(fd, sa, len);
+
+	/* Only zproxy's sockets: the tests' own connect blocking. */
+	if (rc == 0 && connect_async && (fcntl(fd, F_GETFL) & O_NONBLOCK)) {
+		errno = EINPROGRESS;
+		return -1;
+	}
+	return rc;
+}
+
+/* zp_connect_start_from() asks whether the handshake is over already. */
+int
+__wrap_getpeername(int fd, struct sockaddr *sa, socklen_t *len)
+{
+	if (connect_async && (fcntl(fd, F_GETFL) & O_NONBLOCK)) {
+		errno = ENOTCONN;
+		return -1;
+	}
+	return __real_getpeername(fd, sa, len);
+}
+
+/*
+ * Linux says ENOTCONN for a socket that was reset, which relay.c takes
+ * for a FIN nobody needs; any other error kills the half (EPIPE here).
+ */
+int
+__wrap_shutdown(int fd, int how)
+{
+	if (fd != -1 && fd == shutdown_fail_fd) {
+		errno = EPIPE;
+		return -1;
+	}
+	return __real_shutdown(fd, how);
+}
+
+struct event *
+__wrap_event_new(struct event_base *base, evutil_socket_t fd, short what,
+    event_callback_fn cb, void *arg)
+{
+	if (fd != -1 && fd == event_fail_fd) {
+		event_fail_fd = -1;
+		errno = ENOMEM;
+		return NULL;
+	}
+	return __real_event_new(base, fd, what, cb, arg);
+}
+
+int
+__wrap_close(int fd)
+{
+	if (fd != -1 && fd == close_watch_fd)
+		close_watch_n++;
+	return __real_close(fd);
+}
 
 struct harness {
 	struct zp_config	 cfg;
@@ -122,6 +211,14 @@ h_init(struct harness *h, ...)
 	assert_non_null(h->ctx.ups = zp_upstreams_new(h->cfg.upstreams,
 	    h->cfg.nupstreams, (enum zp_balance)h->cfg.balance,
 	    h->cfg.max_fails, h->cfg.fail_timeout, h->ctx.log));
+	if (h->cfg.mode == ZP_MODE_SPLICE) {
+		int	shortage;
+
+		h->ctx.pool = zp_pipepool_new(h->cfg.pipe_size, 16, 4,
+		    &shortage, err, sizeof(err));
+		if (h->ctx.pool == NULL)
+			fail_msg("pipe pool: %s", err);
+	}
 	h->front = listen_any(&port);
 }
 
@@ -131,19 +228,32 @@ h_free(struct harness *h)
 	while (!TAILQ_EMPTY(&h->ctx.pairs))
 		zp_pair_close(TAILQ_FIRST(&h->ctx.pairs), ZP_END_SHUTDOWN);
 	zp_upstreams_free(h->ctx.ups);
+	zp_pipepool_free(h->ctx.pool);
 	event_base_free(h->ctx.base);
 	zp_config_free(&h->cfg);
 	close(h->front);
 	fclose(h->log);
 }
 
+/* Reset a socket of the test's: close() with SO_LINGER 0 sends an RST. */
+static void
+reset_close(int fd)
+{
+	struct linger	lg = { 1, 0 };
+
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg,
+	    sizeof(lg)), 0);
+	close(fd);
+}
+
 /*
  * A client: its own end (returned) and a pair on the accepted end,
  * started here (zp_pair_start) or, handed, where the listener would start
- * it (zp_ctx_start_pair: the least loaded thread).
+ * it (zp_ctx_start_pair: the least loaded thread); reset: the client
+ * resets first, and what zp_pair_start() returned is returned.
  */
 static int
-h_client_via(struct harness *h, int handed)
+h_client_how(struct harness *h, int handed, int reset)
 {
 	struct sockaddr_in	sin;
 	socklen_t		len = sizeof(sin);
@@ -158,12 +268,23 @@ h_client_via(struct harness *h, int handed)
 	a = accept4(h->front, (struct sockaddr *)&sin, &len,
 	    SOCK_NONBLOCK | SOCK_CLOEXEC);
 	assert_true(a != -1);
+	if (reset)
+		reset_close(c);	/* before zproxy looks at it */
 	if (handed)
 		zp_ctx_start_pair(&h->ctx, a, (struct sockaddr *)&sin, len);
+	else if (reset)
+		return zp_pair_start(&h->ctx, a, (struct sockaddr *)&sin, len,
+		    0);
 	else
 		assert_int_equal(zp_pair_start(&h->ctx, a,
 		    (struct sockaddr *)&sin, len, 0), 0);
 	return c;
+}
+
+static int
+h_client_via(struct harness *h, int handed)
+{
+	return h_client_how(h, handed, 0);
 }
 
 static int
@@ -172,15 +293,21 @@ h_client(struct harness *h)
 	return h_client_via(h, 0);
 }
 
-/* Run the loop until cond(h) holds or ms pass; returns cond(h). */
+/*
+ * Run the loop until cond(h) holds or ms pass; returns cond(h). Each
+ * turn runs what is ready and what that made ready, unless flags has
+ * EVLOOP_ONCE: then only what was ready (a state between two events can
+ * be seen).
+ */
 static int
-h_run(struct harness *h, int (*cond)(struct harness *), int ms)
+h_run_flags(struct harness *h, int (*cond)(struct harness *), int ms,
+    int flags)
 {
 	struct timespec	t0, t;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		(void)event_base_loop(h->ctx.base, EVLOOP_NONBLOCK);
+		(void)event_base_loop(h->ctx.base, EVLOOP_NONBLOCK | flags);
 		if (cond(h))
 			return 1;
 		clock_gettime(CLOCK_MONOTONIC, &t);
@@ -189,6 +316,12 @@ h_run(struct harness *h, int (*cond)(struct harness *), int ms)
 			return cond(h);
 		(void)poll(NULL, 0, 1);
 	}
+}
+
+static int
+h_run(struct harness *h, int (*cond)(struct harness *), int ms)
+{
+	return h_run_flags(h, cond, ms, 0);
 }
 
 /* Accept on an upstream listener, running the loop meanwhile. */
@@ -570,6 +703,81 @@ test_client_reset(void **state)
 	close(s);
 }
 
+/* The mode a seam test runs in: its prestate, "splice" or "copy". */
+static char *
+mode_of(void **state)
+{
+	return *state != NULL ? *state : (char *)"copy";
+}
+
+/*
+ * A framed client that resets while its upstream connect is in progress,
+ * during the drain: the connect's completion winds the stream down
+ * (zproxy is stopping), and the wind-down meets the reset (its FIN to
+ * the client fails) and frees the pair. Nothing may touch the pair after
+ * that (pair_connected() went on to pump it: a use after free under
+ * ASan). The pair ends once, as the client's error, and the upstream's
+ * count is back to 0.
+ */
+static void
+test_drain_connect_reset(void **state)
+{
+	struct harness	 h;
+	char		 up[32];
+	unsigned short	 port;
+	int		 s, u;
+
+	s = listen_any(&port);
+	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
+	h_init(&h, "-u", up, "-m", mode_of(state), "--framing", "lf", NULL);
+	/*
+	 * No linger (below what --linger-timeout takes): a pair whose
+	 * client failed closes as soon as both ways are done, whatever its
+	 * upstream did not acknowledge yet (its FIN).
+	 */
+	h.cfg.linger_timeout = 0;
+	h.ctx.stopping = 1;
+	connect_async = 1;
+	(void)h_client_how(&h, 0, 1);
+	connect_async = 0;
+	assert_int_equal(TAILQ_FIRST(&h.ctx.pairs)->state, ZP_PAIR_CONNECTING);
+	shutdown_fail_fd = TAILQ_FIRST(&h.ctx.pairs)->client.fd;
+	u = h_accept(&h, s);
+	assert_true(h_run(&h, no_pairs, 3000));
+	shutdown_fail_fd = -1;
+	assert_non_null(strstr(h_log(&h), "end=client-"));
+	assert_int_equal(h.ctx.ups->v[0].active, 0);
+	close(u);
+	h_free(&h);
+	close(s);
+}
+
+/*
+ * zp_pair_start()'s contract: -1 when the pair is gone already. Here the
+ * connect completes inside the start (loopback), the client had reset,
+ * and with no linger the pair ends before the start returns.
+ */
+static void
+test_start_gone(void **state)
+{
+	struct harness	 h;
+	char		 up[32];
+	unsigned short	 port;
+	int		 s, u;
+
+	s = listen_any(&port);
+	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
+	h_init(&h, "-u", up, "-m", mode_of(state), NULL);
+	h.cfg.linger_timeout = 0;
+	assert_int_equal(h_client_how(&h, 0, 1), -1);
+	assert_true(TAILQ_EMPTY(&h.ctx.pairs));
+	assert_non_null(strstr(h_log(&h), "end=client-reset"));
+	u = h_accept(&h, s);
+	close(u);
+	h_free(&h);
+	close(s);
+}
+
 static struct zp_totals	tot;
 
 
@@ -647,6 +855,10 @@ main(void)
 		cmocka_unit_test(test_client_reset),
 		cmocka_unit_test(test_buffer_cache),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test_prestate(test_drain_connect_reset, (char *)"splice"),
+		cmocka_unit_test_prestate(test_drain_connect_reset, (char *)"copy"),
+		cmocka_unit_test_prestate(test_start_gone, (char *)"splice"),
+		cmocka_unit_test_prestate(test_start_gone, (char *)"copy"),
 	};
 
 	/* As zp_run() does with --threads above 1, before any base. */
