@@ -667,8 +667,13 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 	int		 i, rc;
 
 	event_base_gettimeofday_cached(ctx->base, &p->last_active);
-	/* A death can wake the other direction, whose failure wakes back. */
-	for (i = 0; i < 3; i++) {
+	/*
+	 * A death can wake the other direction, whose failure wakes back;
+	 * the end of a retiring upstream makes the next one the client's
+	 * source, pumped here like any: its FIN and its failure move the
+	 * stream as any upstream's do.
+	 */
+	for (i = 0; i < 4; i++) {
 		pair_hold(p);
 		rc = zp_dir_pump(ctx, d, ctx->budget);
 		pair_framing_error(p);
@@ -692,6 +697,14 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 			    "by the kernel; relaying in copy mode",
 			    (unsigned long long)p->id);
 		}
+		if (p->down.src == &p->retiring && p->down.eof &&
+		    p->down.ops->pending(&p->down) == 0) {
+			/* The old upstream said all it had: read the new one. */
+			pair_retire_done(p, 0);
+			d = &p->down;
+			other = &p->up;
+			continue;
+		}
 		if (!(rc & ZP_PUMP_DEAD))
 			break;
 		d = other;
@@ -704,13 +717,6 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 	if (p->move_log_due && !p->up.fr->cutting) {
 		p->move_log_due = 0;
 		pair_move_log(p, &p->up_addr);
-	}
-	if (p->down.src == &p->retiring && p->down.eof &&
-	    p->down.ops->pending(&p->down) == 0) {
-		/* The old upstream said all it had: read the new one. */
-		pair_retire_done(p, 0);
-		pair_hold(p);
-		(void)zp_dir_pump(ctx, &p->down, ctx->budget);
 	}
 	if (p->down.hold_fin && p->down.eof && !p->down.done &&
 	    p->down.src != &p->retiring && !pair_movable(p)) {
@@ -2064,8 +2070,11 @@ pair_retire_done(struct zp_pair *p, int timed_out)
  * the current upstream, nothing after. That one gets its FIN and becomes
  * the retiring upstream (read until it closes, so that what it still
  * sends reaches the client before anything of the new one); the next
- * upstream takes the stream from here. Always returns 1 (pair_run's
- * contract: the pair was handed on).
+ * upstream takes the stream from here. What can fail is made first,
+ * while the pair is as it was; then each descriptor changes owner in one
+ * step (the old upstream's from upstream to retiring, the next one's
+ * from next_fd to upstream). Always returns 1 (pair_run's contract: the
+ * pair was handed on).
  */
 static int
 pair_switch(struct zp_pair *p)
@@ -2074,11 +2083,25 @@ pair_switch(struct zp_pair *p)
 	struct zp_dframe	*fr = p->up.fr;
 	struct zp_half		*h = &p->upstream, *r = &p->retiring;
 	struct event_base	*base = ctx->base;
+	struct event		*rev, *timer = NULL;
 	struct timeval		 tv, now;
 	short			 rflags = EV_READ | EV_PERSIST;
 	char			 hdr[ZP_PROXY_MAX];
 	size_t			 hlen;
 
+	if (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE)
+		rflags |= EV_CLOSED;
+	tv = zp_seconds_tv(ctx->cfg->drain_timeout);
+	if ((rev = event_new(base, h->fd, rflags, retiring_read_cb, p)) ==
+	    NULL || (timer = evtimer_new(base, retire_timer_cb, p)) == NULL ||
+	    evtimer_add(timer, &tv) == -1) {
+		if (rev != NULL)
+			event_free(rev);
+		if (timer != NULL)
+			event_free(timer);
+		zp_pair_close(p, ZP_END_NOMEM);
+		return 1;
+	}
 	fr->seek = 0;
 	p->move_from = p->up_addr;
 	p->move_err = 0;
@@ -2100,21 +2123,14 @@ pair_switch(struct zp_pair *p)
 		event_free(h->wev);
 	h->rev = h->wev = NULL;
 	h->ron = h->won = 0;
+	/* The old upstream is the retiring one's, and only its. */
 	*r = *h;
+	r->rev = rev;
+	p->retire_timer = timer;
 	p->retiring_idx = p->up_idx;
 	p->retiring_addr = p->up_addr;
-	if (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE)
-		rflags |= EV_CLOSED;
-	tv = zp_seconds_tv(ctx->cfg->drain_timeout);
-	if ((r->rev = event_new(base, r->fd, rflags, retiring_read_cb,
-	    p)) == NULL || (p->retire_timer = evtimer_new(base,
-	    retire_timer_cb, p)) == NULL ||
-	    evtimer_add(p->retire_timer, &tv) == -1) {
-		zp_pair_close(p, ZP_END_NOMEM);
-		return 1;
-	}
 	p->down.src = r;
-	/* The next one. */
+	/* The next one is the upstream's, and only its. */
 	memset(h, 0, sizeof(*h));
 	h->fd = p->next_fd;
 	p->next_fd = -1;

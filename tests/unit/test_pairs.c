@@ -778,6 +778,113 @@ test_start_gone(void **state)
 	close(s);
 }
 
+/*
+ * A planned move reaches its boundary (at once: nothing is in flight)
+ * and the old upstream is to become the retiring one, but the event that
+ * would read it cannot be made. The pair ends (no memory), and every
+ * descriptor is closed once: the old upstream's was copied into the
+ * retiring half and closed twice, the second time perhaps another
+ * connection's (with threads, a socket another thread just opened). Each
+ * upstream's count of open connections is back to 0 (the old one's was
+ * released twice).
+ */
+static void
+test_switch_nomem(void **state)
+{
+	struct harness	 h;
+	struct zp_pair	*p;
+	char		 u1[32], u2[32];
+	unsigned short	 p1, p2;
+	int		 s1, s2, c, a, b;
+
+	s1 = listen_any(&p1);
+	s2 = listen_any(&p2);
+	snprintf(u1, sizeof(u1), "127.0.0.1:%u", p1);
+	snprintf(u2, sizeof(u2), "127.0.0.1:%u", p2);
+	h_init(&h, "-u", u1, "-u", u2, "--balance", "first", "-m",
+	    mode_of(state), "--framing", "lf", NULL);
+	c = h_client(&h);
+	a = h_accept(&h, s1);
+	assert_true(h_run(&h, relaying, 2000));
+	p = TAILQ_FIRST(&h.ctx.pairs);
+	assert_int_equal(zp_pair_plan_move(p, 1, ZP_MOVE_REBALANCE), 0);
+	event_fail_fd = close_watch_fd = p->upstream.fd;
+	close_watch_n = 0;
+	b = h_accept(&h, s2);
+	assert_true(h_run(&h, no_pairs, 3000));
+	assert_int_equal(close_watch_n, 1);
+	close_watch_fd = event_fail_fd = -1;
+	assert_non_null(strstr(h_log(&h), "end=out-of-memory"));
+	assert_int_equal(h.ctx.ups->v[0].active, 0);
+	assert_int_equal(h.ctx.ups->v[1].active, 0);
+	close(c);
+	close(a);
+	close(b);
+	h_free(&h);
+	close(s1);
+	close(s2);
+}
+
+static int
+retiring(struct harness *h)
+{
+	struct zp_pair	*p = TAILQ_FIRST(&h->ctx.pairs);
+
+	return p != NULL && p->retiring.fd != -1;
+}
+
+/*
+ * A planned move switched from A to B at a boundary; A is retiring (it
+ * got its FIN and is read until it closes). B closes too, before A has:
+ * when A's FIN arrives, the client's source becomes B, whose FIN is read
+ * in the same turn. That FIN must move the stream at once (a collector
+ * that closed reads no more), as any upstream's FIN does: it was
+ * dropped, and the client's next bytes went to the closed B and were
+ * lost at its reset. Here the stream moves back to A (a new connection,
+ * B was the one that failed) before the client writes, and the client's
+ * next line arrives there.
+ */
+static void
+test_retire_fin(void **state)
+{
+	struct harness	 h;
+	struct zp_pair	*p;
+	char		 u1[32], u2[32], buf[16];
+	unsigned short	 p1, p2;
+	int		 s1, s2, c, a, a2, b;
+
+	s1 = listen_any(&p1);
+	s2 = listen_any(&p2);
+	snprintf(u1, sizeof(u1), "127.0.0.1:%u", p1);
+	snprintf(u2, sizeof(u2), "127.0.0.1:%u", p2);
+	h_init(&h, "-u", u1, "-u", u2, "--balance", "first", "-m",
+	    mode_of(state), "--framing", "lf", NULL);
+	c = h_client(&h);
+	a = h_accept(&h, s1);
+	assert_true(h_run(&h, relaying, 2000));
+	p = TAILQ_FIRST(&h.ctx.pairs);
+	assert_int_equal(zp_pair_plan_move(p, 1, ZP_MOVE_REBALANCE), 0);
+	b = h_accept(&h, s2);
+	assert_true(h_run(&h, retiring, 2000));
+	/* A has its FIN: it says all it had, after B closed. */
+	assert_int_equal(read(a, buf, sizeof(buf)), 0);
+	close(b);
+	close(a);
+	a2 = h_accept(&h, s1);
+	assert_true(h_run(&h, relaying, 2000));
+	assert_int_equal(write(c, "x\n", 2), 2);
+	h_recv(&h, a2, 2);
+	assert_non_null(strstr(h_log(&h), "reason=upstream-failed"));
+	close(c);
+	close(a2);
+	assert_true(h_run(&h, no_pairs, 3000));
+	assert_int_equal(h.ctx.ups->v[0].active, 0);
+	assert_int_equal(h.ctx.ups->v[1].active, 0);
+	h_free(&h);
+	close(s1);
+	close(s2);
+}
+
 static struct zp_totals	tot;
 
 
@@ -859,6 +966,10 @@ main(void)
 		cmocka_unit_test_prestate(test_drain_connect_reset, (char *)"copy"),
 		cmocka_unit_test_prestate(test_start_gone, (char *)"splice"),
 		cmocka_unit_test_prestate(test_start_gone, (char *)"copy"),
+		cmocka_unit_test_prestate(test_switch_nomem, (char *)"splice"),
+		cmocka_unit_test_prestate(test_switch_nomem, (char *)"copy"),
+		cmocka_unit_test_prestate(test_retire_fin, (char *)"splice"),
+		cmocka_unit_test_prestate(test_retire_fin, (char *)"copy"),
 	};
 
 	/* As zp_run() does with --threads above 1, before any base. */
