@@ -20,6 +20,7 @@
 #define ZP_EX_NOUSER	67	/* sysexits.h EX_NOUSER: no such --user/--group */
 #define ZP_EX_NOHOST	68	/* sysexits.h EX_NOHOST: name did not resolve */
 #define ZP_EX_UNAVAILABLE 69	/* EX_UNAVAILABLE: no zproxy to take over from */
+#define ZP_EX_SOFTWARE	70	/* sysexits.h EX_SOFTWARE: a thread's loop died */
 #define ZP_EX_OSERR	71	/* sysexits.h EX_OSERR: a system call failed */
 #define ZP_EX_CANTCREAT	73	/* sysexits.h EX_CANTCREAT: cannot open the log */
 #define ZP_EX_NOPERM	77	/* sysexits.h EX_NOPERM: cannot become --user */

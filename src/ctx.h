@@ -155,6 +155,9 @@ struct zp_ctx {
 	struct timeval		 started;
 	struct timeval		 local_warned;	/* last local-fault warning */
 	int			 stopping;
+	int			 exit_status;	/* root: what zp_run() returns
+						   after a clean stop (a worker
+						   died: ZP_EX_SOFTWARE) */
 };
 
 #endif

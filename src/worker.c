@@ -39,7 +39,11 @@ struct zp_worker {
 	struct zp_ctx	 ctx;
 	pthread_t	 tid;
 	int		 started;	/* pthread_create succeeded */
-	int		 running;	/* its loop may still take messages */
+	int		 running;	/* under mu: its loop may still take
+					   messages (0 once it died) */
+	int		 died;		/* atomic: its loop ended unasked, and
+					   the root was not told yet */
+	int		 died_seen;	/* atomic: ... ever (no clients) */
 	int		 exiting;	/* wmsg_exit ran: start nothing more */
 	struct event	*inbox;
 	pthread_mutex_t	 mu;		/* the queue, the snapshot's reply */
@@ -55,6 +59,8 @@ struct zp_workers {
 	struct zp_worker *w[ZP_MAX_THREADS];	/* [0] unused: the root */
 	struct event	*wake;		/* on the root's base: see changed */
 	int		 shed;		/* atomic: a worker is out of fds */
+	int		 dead;		/* atomic: a worker died, not told */
+	void		(*on_death)(struct zp_ctx *, int);
 };
 
 /*
@@ -104,6 +110,29 @@ zp_ctx_open_all(const struct zp_ctx *root)
 	return n;
 }
 
+/*
+ * On the root's thread: a worker's loop ended without being asked to.
+ * It gets no more clients or messages (ctx_call runs what concerns it
+ * here, its thread being gone); what the root does then is the
+ * composition root's (on_death: drain the others and exit non-zero).
+ */
+static void
+root_deaths(struct zp_ctx *root)
+{
+	struct zp_workers	*ws = root->workers;
+	int			 i;
+
+	for (i = 1; i < ws->n; i++)
+		if (__atomic_exchange_n(&ws->w[i]->died, 0, __ATOMIC_SEQ_CST)) {
+			zp_log(root->log, ZP_LOG_ERROR, "thread %d: its event "
+			    "loop ended; its %ld connections are stalled and "
+			    "it gets no more clients", i,
+			    ctx_load(&ws->w[i]->ctx));
+			if (ws->on_death != NULL)
+				ws->on_death(root, i);
+		}
+}
+
 /* On the root's thread: look at what the workers' changes allow. */
 static void
 root_changed(struct zp_ctx *root)
@@ -111,6 +140,9 @@ root_changed(struct zp_ctx *root)
 	if (root->workers != NULL &&
 	    __atomic_exchange_n(&root->workers->shed, 0, __ATOMIC_RELAXED))
 		(void)zp_stats_shed(root->stats_server);
+	if (root->workers != NULL &&
+	    __atomic_exchange_n(&root->workers->dead, 0, __ATOMIC_SEQ_CST))
+		root_deaths(root);
 	if (root->listener != NULL) {
 		zp_listener_resume(root->listener);
 		zp_listener_update(root->listener);
@@ -158,7 +190,10 @@ zp_ctx_shed(struct zp_ctx *ctx)
 	return -1;
 }
 
-/* Queue a message for worker w and wake its loop. */
+/*
+ * Queue a message for worker w and wake its loop. Returns 0, or -1 when
+ * it could not be queued (ESRCH: its loop ended).
+ */
 static int
 wmsg_post(struct zp_worker *w, const struct zp_wmsg *m)
 {
@@ -166,6 +201,11 @@ wmsg_post(struct zp_worker *w, const struct zp_wmsg *m)
 	size_t		 cap;
 
 	pthread_mutex_lock(&w->mu);
+	if (!w->running) {
+		pthread_mutex_unlock(&w->mu);
+		errno = ESRCH;
+		return -1;
+	}
 	if (w->nq == w->capq) {
 		cap = w->capq > 0 ? w->capq * 2 : 64;
 		if ((q = realloc(w->q, cap * sizeof(*q))) == NULL) {
@@ -303,8 +343,6 @@ ctx_call(struct zp_ctx *root, int i, int (*fn)(struct zp_ctx *, void *),
 	if (i == 0)
 		return fn(root, arg);
 	w = root->workers->w[i];
-	if (!w->running)
-		return fn(&w->ctx, arg);
 	memset(&m, 0, sizeof(m));
 	m.fn = wmsg_call;
 	m.call = fn;
@@ -312,8 +350,12 @@ ctx_call(struct zp_ctx *root, int i, int (*fn)(struct zp_ctx *, void *),
 	pthread_mutex_lock(&w->mu);
 	w->call_done = 0;
 	pthread_mutex_unlock(&w->mu);
-	if (wmsg_post(w, &m) == -1)
+	if (wmsg_post(w, &m) == -1) {
+		/* Its loop ended: nothing runs there now but this. */
+		if (errno == ESRCH)
+			return fn(&w->ctx, arg);
 		return -1;
+	}
 	pthread_mutex_lock(&w->mu);
 	while (!w->call_done)
 		pthread_cond_wait(&w->cv, &w->mu);
@@ -393,8 +435,8 @@ post_all(struct zp_ctx *root, struct zp_wmsg *m)
 	if (root->workers == NULL)
 		return;
 	for (i = 1; i < root->workers->n; i++)
-		if (root->workers->w[i]->running &&
-		    wmsg_post(root->workers->w[i], m) == -1)
+		if (wmsg_post(root->workers->w[i], m) == -1 &&
+		    errno != ESRCH)
 			zp_log(root->log, ZP_LOG_ERROR, "thread %d: cannot "
 			    "queue a message: %s", i, strerror(errno));
 }
@@ -439,7 +481,8 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 	/* The fewest open pairs; ties go to the lowest thread. */
 	least = ctx_load(root);
 	for (i = 1; i < ws->n; i++)
-		if ((l = ctx_load(&ws->w[i]->ctx)) < least) {
+		if (!LOAD(ws->w[i]->died_seen) &&
+		    (l = ctx_load(&ws->w[i]->ctx)) < least) {
 			least = l;
 			best = i;
 		}
@@ -458,10 +501,47 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 	ADD(w->ctx.load, 1);	/* the pair keeps it: see wmsg_start */
 	if (wmsg_post(w, &m) == -1) {
 		ADD(w->ctx.load, -1);
+		if (errno == ESRCH) {
+			/* Its loop ended just now: the root takes it. */
+			(void)zp_pair_start(root, fd, sa, len, 0);
+			return;
+		}
 		zp_log(root->log, ZP_LOG_WARN, "dropping a client: %s",
 		    strerror(errno));
 		close(fd);
 	}
+}
+
+/*
+ * A worker's loop ended without wmsg_exit (it failed): take no more
+ * messages; a call the root waits for is answered (-1), clients queued
+ * for it are closed (they were never started: their connect is the
+ * next one's), and the root is told, on its own thread (root_deaths).
+ */
+static void
+worker_died(struct zp_worker *w)
+{
+	struct zp_workers	*ws = w->ctx.root->workers;
+	long			 dropped = 0;
+	size_t			 i;
+
+	pthread_mutex_lock(&w->mu);
+	w->running = 0;
+	for (i = 0; i < w->nq; i++)
+		if (w->q[i].fn == wmsg_start) {
+			close(w->q[i].fd);
+			dropped++;
+		}
+	w->nq = 0;
+	w->call_rc = -1;
+	w->call_done = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	ADD(w->ctx.load, -dropped);
+	__atomic_store_n(&w->died_seen, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&w->died, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&ws->dead, 1, __ATOMIC_SEQ_CST);
+	event_active(ws->wake, EV_TIMEOUT, 0);
 }
 
 static void *
@@ -469,9 +549,9 @@ worker_main(void *arg)
 {
 	struct zp_worker	*w = arg;
 
-	if (event_base_loop(w->ctx.base, EVLOOP_NO_EXIT_ON_EMPTY) == -1)
-		zp_log(w->ctx.log, ZP_LOG_ERROR, "thread %d: event loop "
-		    "failed", w->ctx.thread);
+	(void)event_base_loop(w->ctx.base, EVLOOP_NO_EXIT_ON_EMPTY);
+	if (!w->exiting)
+		worker_died(w);
 	return NULL;
 }
 
@@ -619,10 +699,14 @@ zp_workers_start(struct zp_ctx *root, char *err, size_t errlen)
 	sigdelset(&all, SIGABRT);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	for (i = 1; i < ws->n; i++) {
+		pthread_mutex_lock(&ws->w[i]->mu);
 		ws->w[i]->running = 1;
+		pthread_mutex_unlock(&ws->w[i]->mu);
 		if ((rc = pthread_create(&ws->w[i]->tid, NULL, worker_main,
 		    ws->w[i])) != 0) {
+			pthread_mutex_lock(&ws->w[i]->mu);
 			ws->w[i]->running = 0;
+			pthread_mutex_unlock(&ws->w[i]->mu);
 			snprintf(err, errlen, "thread %d: pthread_create: %s",
 			    i, strerror(rc));
 			break;
@@ -651,8 +735,23 @@ zp_workers_stop(struct zp_ctx *root)
 			event_base_loopbreak(ws->w[i]->ctx.base);
 		pthread_join(ws->w[i]->tid, NULL);
 		ws->w[i]->started = 0;
+		pthread_mutex_lock(&ws->w[i]->mu);
 		ws->w[i]->running = 0;
+		pthread_mutex_unlock(&ws->w[i]->mu);
+		/* A loop that died left its pairs: they end here, joined. */
+		if (!ws->w[i]->exiting) {
+			ws->w[i]->exiting = 1;
+			ws->w[i]->ctx.stopping = 1;
+			zp_pairs_close(&ws->w[i]->ctx, ZP_END_SHUTDOWN);
+		}
 	}
+}
+
+void
+zp_workers_on_death(struct zp_ctx *root, void (*cb)(struct zp_ctx *, int))
+{
+	if (root->workers != NULL)
+		root->workers->on_death = cb;
 }
 
 void

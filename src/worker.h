@@ -43,6 +43,16 @@ int	zp_workers_start(struct zp_ctx *root, char *err, size_t errlen);
 void	zp_workers_stop(struct zp_ctx *root);
 void	zp_workers_free(struct zp_ctx *root);
 
+/*
+ * What the root does when a worker's loop ended without being asked to
+ * (on the root's thread, once per worker, after that worker was taken
+ * out of the hand-out of clients and its clients still queued closed):
+ * zproxy drains the others and exits non-zero. The dead thread's pairs
+ * are closed by zp_workers_stop().
+ */
+void	zp_workers_on_death(struct zp_ctx *root,
+	    void (*cb)(struct zp_ctx *root, int thread));
+
 /* The root context (the main thread's): ctx itself, or what it points to. */
 struct zp_ctx *zp_ctx_root(struct zp_ctx *);
 

@@ -302,6 +302,24 @@ ctx_drain(struct zp_ctx *ctx, const char *why)
 }
 
 /*
+ * A worker thread's loop ended (worker.c said so and took it out of the
+ * hand-out): its connections are stalled, so the others drain and
+ * zproxy exits non-zero, for the service manager to start it again.
+ */
+static void
+worker_death_cb(struct zp_ctx *ctx, int thread)
+{
+	char	why[48];
+
+	ctx->exit_status = ZP_EX_SOFTWARE;
+	if (ctx->stopping)
+		return;
+	zp_notify_stopping(ctx->notify);
+	snprintf(why, sizeof(why), "thread %d failed", thread);
+	ctx_drain(ctx, why);
+}
+
+/*
  * SIGTERM/SIGINT: drain; a second signal ends at once.
  */
 static void
@@ -1249,6 +1267,7 @@ zp_run(struct zp_config *cfg)
 		rc = ZP_EX_OSERR;
 		goto out;
 	}
+	zp_workers_on_death(&ctx, worker_death_cb);
 
 	/* Opened as who we start as: the manager's socket may be root's. */
 	ctx.notify = zp_notify_new(ctx.base, ctx.log, notify_status, &ctx,
@@ -1308,6 +1327,8 @@ zp_run(struct zp_config *cfg)
 	zp_workers_stop(&ctx);
 	zp_pairs_close(&ctx, ZP_END_SHUTDOWN);
 	log_stats(&ctx, "stopping");
+	if (rc == 0)
+		rc = ctx.exit_status;
 out:
 	zp_offer_free(&offer);
 	if (ctx.daemon_fd != -1)

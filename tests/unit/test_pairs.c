@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <pthread.h>
 #include <event2/event.h>
 #include <event2/thread.h>
 
@@ -52,7 +53,7 @@
  * seams between a connect and what happens meanwhile need the loop in
  * between); shutdown() of one descriptor fails as for a dead socket;
  * event_new() fails for one descriptor; close() is counted for one
- * descriptor.
+ * descriptor; a worker thread's event loop fails once it is told to.
  */
 int	__real_connect(int, const struct sockaddr *, socklen_t);
 int	__real_getpeername(int, struct sockaddr *, socklen_t *);
@@ -60,6 +61,8 @@ struct event *__real_event_new(struct event_base *, evutil_socket_t, short,
 	    event_callback_fn, void *);
 int	__real_close(int);
 int	__real_shutdown(int, int);
+int	__real_event_base_loop(struct event_base *, int);
+int	__wrap_event_base_loop(struct event_base *, int);
 int	__wrap_connect(int, const struct sockaddr *, socklen_t);
 int	__wrap_getpeername(int, struct sockaddr *, socklen_t *);
 struct event *__wrap_event_new(struct event_base *, evutil_socket_t, short,
@@ -72,6 +75,8 @@ static int	shutdown_fail_fd = -1;	/* shutdown() of it fails */
 static int	event_fail_fd = -1;	/* event_new() on it fails */
 static int	close_watch_fd = -1;	/* close() of it is counted */
 static int	close_watch_n;
+static pthread_t main_thread;
+static int	kill_workers;		/* atomic: worker loops fail */
 
 int
 __wrap_connect(int fd, const struct sockaddr *sa, socklen_t len)
@@ -121,6 +126,27 @@ __wrap_event_new(struct event_base *base, evutil_socket_t fd, short what,
 		return NULL;
 	}
 	return __real_event_new(base, fd, what, cb, arg);
+}
+
+/*
+ * A worker's loop (any thread but the tests' own) runs a turn at a time
+ * and returns -1, as a failed epoll_wait() would, once kill_workers is
+ * set and something woke it; a loopbreak (the end) returns as usual.
+ */
+int
+__wrap_event_base_loop(struct event_base *base, int flags)
+{
+	int	rc;
+
+	if (pthread_equal(pthread_self(), main_thread))
+		return __real_event_base_loop(base, flags);
+	for (;;) {
+		rc = __real_event_base_loop(base, flags | EVLOOP_ONCE);
+		if (rc == -1 || event_base_got_break(base))
+			return rc;
+		if (__atomic_load_n(&kill_workers, __ATOMIC_SEQ_CST))
+			return -1;
+	}
 }
 
 int
@@ -950,6 +976,93 @@ test_threads(void **state)
 	close(s);
 }
 
+static int	deaths, death_thread;
+
+static void
+death_cb(struct zp_ctx *root, int thread)
+{
+	(void)root;
+	deaths++;
+	death_thread = thread;
+}
+
+static int
+death_told(struct harness *h)
+{
+	(void)h;
+	return deaths > 0;
+}
+
+/*
+ * --threads 2, and the worker's event loop fails with two clients of its
+ * own: the root hears of it on its own thread, once (the callback the
+ * composition root registers: zproxy drains and exits non-zero), every
+ * later client goes to the root, the totals do not wait for the dead
+ * thread (they hung: the root waited on a condition variable for a
+ * reply that never came), and the stop closes its stalled pairs, logged.
+ * An alarm bounds the test: a hang fails it.
+ */
+static void
+test_worker_dies(void **state)
+{
+	struct harness	 h;
+	char		 up[32], buf[1000], err[ZP_ERRLEN];
+	unsigned short	 port;
+	int		 s, c[7], u[7], i;
+
+	(void)state;
+	alarm(30);
+	deaths = 0;
+	s = listen_any(&port);
+	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
+	h_init(&h, "-u", up, "-m", "copy", NULL);
+	assert_int_equal(zp_workers_new(&h.ctx, 2, err, sizeof(err)), 0);
+	zp_workers_on_death(&h.ctx, death_cb);
+	assert_int_equal(zp_workers_start(&h.ctx, err, sizeof(err)), 0);
+	memset(buf, 'x', sizeof(buf));
+	for (i = 0; i < 4; i++) {
+		c[i] = h_client_via(&h, 1);
+		u[i] = h_accept(&h, s);
+		assert_int_equal(write(c[i], buf, sizeof(buf)), sizeof(buf));
+	}
+	assert_true(h_run(&h, spread_and_counted, 5000));
+	/*
+	 * The next client goes to the root (a tie), the one after wakes the
+	 * worker, whose loop then fails (that client was started there or
+	 * is closed: its upstream connection is accepted or not).
+	 */
+	__atomic_store_n(&kill_workers, 1, __ATOMIC_SEQ_CST);
+	c[4] = h_client_via(&h, 1);
+	u[4] = h_accept(&h, s);
+	c[5] = h_client_via(&h, 1);
+	u[5] = -1;
+	assert_true(h_run(&h, death_told, 5000));
+	assert_int_equal(deaths, 1);
+	assert_int_equal(death_thread, 1);
+	assert_non_null(strstr(h_log(&h), "thread 1: its event loop ended"));
+	/* The worker had the fewest: the root takes it all the same. */
+	c[6] = h_client_via(&h, 1);
+	u[6] = h_accept(&h, s);
+	assert_int_equal(h.ctx.stats.conns_open, 4);
+	zp_ctx_totals(&h.ctx, &tot);
+	assert_int_equal(tot.open[0], 4);
+	zp_workers_stop(&h.ctx);
+	assert_int_equal(deaths, 1);
+	zp_ctx_totals(&h.ctx, &tot);
+	assert_int_equal(tot.open[1], 0);
+	assert_int_equal(zp_ctx_open_all(&h.ctx), 4);
+	zp_workers_free(&h.ctx);
+	__atomic_store_n(&kill_workers, 0, __ATOMIC_SEQ_CST);
+	for (i = 0; i < 7; i++) {
+		close(c[i]);
+		if (u[i] != -1)
+			close(u[i]);
+	}
+	h_free(&h);
+	close(s);
+	alarm(0);
+}
+
 int
 main(void)
 {
@@ -970,8 +1083,10 @@ main(void)
 		cmocka_unit_test_prestate(test_switch_nomem, (char *)"copy"),
 		cmocka_unit_test_prestate(test_retire_fin, (char *)"splice"),
 		cmocka_unit_test_prestate(test_retire_fin, (char *)"copy"),
+		cmocka_unit_test(test_worker_dies),
 	};
 
+	main_thread = pthread_self();
 	/* As zp_run() does with --threads above 1, before any base. */
 	if (evthread_use_pthreads() == -1)
 		return 1;
