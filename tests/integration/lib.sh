@@ -146,11 +146,13 @@ note() { echo "# $*"; }
 # Milliseconds since the epoch.
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
+# proc_state PID: its state letter (R, S, T stopped, Z...), or nothing.
+proc_state() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }
+
 # True while PID exists and is not a zombie.
 alive() {
 	local st
-	[ -r "/proc/$1/stat" ] || return 1
-	st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+	st=$(proc_state "$1")
 	[ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
 }
 
