@@ -146,6 +146,12 @@ note() { echo "# $*"; }
 # Milliseconds since the epoch.
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
+# sleep_until MS: sleep until now_ms reaches MS (return at once if it has).
+sleep_until() {
+	local d=$(( $1 - $(now_ms) ))
+	[ "$d" -le 0 ] || sleep "$(awk -v d="$d" 'BEGIN { printf "%.3f", d / 1000 }')"
+}
+
 # proc_state PID: its state letter (R, S, T stopped, Z...), or nothing.
 proc_state() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }
 
