@@ -7,8 +7,12 @@
 #      the next connection is relayed byte-exact;
 #   b. a name with several addresses, the first refusing: only 127.0.0.1
 #      listens, the name resolves to ::1 and 127.0.0.1; the connect must
-#      still succeed (and with nothing listening: end=upstream-refused). Uses localhost when it has both addresses, else a
-#      private /etc/hosts in a mount namespace (unshare); else skipped;
+#      still succeed (and with nothing listening: end=upstream-refused).
+#      Uses localhost when it has both addresses, else a private
+#      /etc/hosts in a mount namespace (unshare -m) naming ::1 and
+#      127.0.0.1, or, without IPv6, 127.0.0.1 (which glibc sorts first)
+#      and 127.0.0.2 with only 127.0.0.2 listening; a SKIP (not a pass)
+#      when neither can be set up;
 #   c. connect timeout: the upstream's accept queue is full (SYNs dropped);
 #      with --connect-timeout 0.5 the client is let go after ~0.5 s and the
 #      log says end=upstream-timeout; a client that sends data at once
@@ -26,11 +30,13 @@
 mkdata rt.up 1M
 mkdata rt.down 1M
 
-# healthy WHAT: a 1 MiB each-way transfer through the current zproxy to a
-# fresh upstream on port $UPORT (-u must point there), sha256 both ways.
+# healthy WHAT [ADDR]: a 1 MiB each-way transfer through the current
+# zproxy to a fresh upstream on ADDR (127.0.0.1) port $UPORT (-u must
+# point there), sha256 both ways.
 healthy() {
 	local what=$1
-	peer_listen h-up -p "$UPORT" -s "$T/rt.down" -o "$T/h.got-up" -t 30
+	peer_listen h-up -b "${2:-127.0.0.1}" -p "$UPORT" -s "$T/rt.down" \
+	    -o "$T/h.got-up" -t 30
 	peer h-client connect 127.0.0.1 "$ZPORT" -s "$T/rt.up" -o "$T/h.got-down" -t 30 ||
 		fail "$what: client: $(cat "$T/h-client.err")"
 	peer_wait "$PEER_PID" h-up 10 || fail "$what: upstream: $(cat "$T/h-up.err")"
@@ -49,23 +55,34 @@ closed_within() {
 	CLOSE_HOW=$(sed -n 's/^closed after .*(\(.*\))/\1/p' "$T/$name.out")
 }
 
-# hosts_trick: run zproxy with a private /etc/hosts where zp-multi.test
-# resolves to ::1 then 127.0.0.1. Sets ZP_WRAP and MULTI_NAME, or returns 1.
+# multi_setup: a name whose first address refuses and whose second is
+# MULTI_UP, where the upstream will listen: localhost, or zp-multi.test in
+# a private /etc/hosts for zproxy. Sets ZP_WRAP, MULTI_NAME, MULTI_UP, or
+# returns 1 (and says why in MULTI_WHY).
 multi_setup() {
+	local u first
+	MULTI_UP=127.0.0.1
 	if getent ahosts localhost | grep -q '^::1 ' &&
 	    getent ahosts localhost | grep -q '^127\.0\.0\.1 '; then
 		MULTI_NAME=localhost
 		ZP_WRAP=()
 		return 0
 	fi
-	have_ipv6 || return 1
+	MULTI_WHY="no unshare"
 	command -v unshare >/dev/null || return 1
-	printf '::1 zp-multi.test\n127.0.0.1 zp-multi.test\n' >"$T/hosts"
-	local u
+	if have_ipv6; then
+		first=::1
+		printf '::1 zp-multi.test\n127.0.0.1 zp-multi.test\n' >"$T/hosts"
+	else
+		# RFC 6724 sorting puts 127.0.0.1 first whatever the file says
+		first=127.0.0.1 MULTI_UP=127.0.0.2
+		printf '127.0.0.2 zp-multi.test\n127.0.0.1 zp-multi.test\n' >"$T/hosts"
+	fi
+	MULTI_WHY="no private /etc/hosts where zp-multi.test is $first first"
 	for u in "unshare -m" "unshare -rm"; do
 		# shellcheck disable=SC2086
-		if $u sh -c 'mount --bind "$1" /etc/hosts && getent ahosts zp-multi.test' \
-		    _ "$T/hosts" 2>/dev/null | head -n 1 | grep -q '^::1 '; then
+		if [ "$($u sh -c 'mount --bind "$1" /etc/hosts && getent ahosts zp-multi.test' \
+		    _ "$T/hosts" 2>/dev/null | awk 'NR == 1 { print $1 }')" = "$first" ]; then
 			# shellcheck disable=SC2206
 			ZP_WRAP=($u sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$T/hosts")
 			MULTI_NAME=zp-multi.test
@@ -98,7 +115,7 @@ refused() {
 # b. several addresses, the first refuses
 multi_address() {
 	if ! multi_setup; then
-		ok "$mode: # SKIP several-address upstream: localhost has one address and no private /etc/hosts could be set up"
+		skip "$mode: several-address upstream: localhost has one address, $MULTI_WHY"
 		return 0
 	fi
 	UPORT=$(free_port)	# free on both families
@@ -107,11 +124,11 @@ multi_address() {
 	closed_within 1 refused2 "$mode: -u $MULTI_NAME:PORT, nothing listens"
 	expect_conn_log 'end=upstream-refused' "$mode: -u $MULTI_NAME:PORT, both addresses refuse"
 	ok "$mode: upstream $MULTI_NAME, both addresses refuse: client let go after ${CLOSE_S}s, end=upstream-refused"
-	healthy "$mode: -u $MULTI_NAME:PORT, only 127.0.0.1 listens"
-	echo "$LAST_CONN_LOG" | grep -q 'upstream=127\.0\.0\.1:' ||
+	healthy "$mode: -u $MULTI_NAME:PORT, only $MULTI_UP listens" "$MULTI_UP"
+	echo "$LAST_CONN_LOG" | grep -qF "upstream=$MULTI_UP:" ||
 		fail "$mode: multi-address: log names another upstream: $LAST_CONN_LOG"
 	stop_zproxy
-	ok "$mode: upstream $MULTI_NAME resolving to ::1 then 127.0.0.1, ::1 refuses: connected to 127.0.0.1, byte-exact"
+	ok "$mode: upstream $MULTI_NAME resolving to two addresses, the first refuses: connected to $MULTI_UP, byte-exact"
 }
 
 # c. connect timeout

@@ -14,7 +14,12 @@
 #   - each check prints "ok - ..." or "not ok - ..."; fail() prints the
 #     logs that explain it and exits 1: the whole test, or, inside
 #     `subcase FUNC`, only that subcase (the test goes on and zp_done
-#     exits 1 at the end).
+#     exits 1 at the end);
+#   - a check that cannot be made on this machine (a tool or a kernel
+#     feature missing) is never an "ok": skip() prints
+#     "ok - # SKIP reason" (TAP's form) and zp_done makes the whole test
+#     a SKIP (exit 77) unless something failed, so that automake's
+#     summary shows it.
 
 set -u
 
@@ -88,17 +93,34 @@ subcase() {
 	return 0
 }
 
-# zp_done: the test's last word: exit 1 if a subcase failed.
+# zp_done: the test's last word: exit 1 if a subcase failed, else 77
+# (automake's SKIP) if a check was skipped, else 0. A test that passed
+# all it could check but skipped one thing is a SKIP, never a PASS: the
+# log (and .ci/run's summary) says what was not tested.
 zp_done() {
+	local took="$((SECONDS - ZP_TEST_START))s" n=0
+	[ -f "$T/.skipped" ] && n=$(grep -c . "$T/.skipped")
 	if [ "$ZP_FAILS" -gt 0 ]; then
-		echo "# $ZP_NAME: $ZP_FAILS subcase(s) failed ($((SECONDS - ZP_TEST_START))s)"
+		echo "# $ZP_NAME: $ZP_FAILS subcase(s) failed, $n check(s) skipped ($took)"
 		exit 1
 	fi
-	echo "# $ZP_NAME: all passed ($((SECONDS - ZP_TEST_START))s)"
+	if [ "$n" -gt 0 ]; then
+		echo "# $ZP_NAME: SKIP: $n check(s) skipped, the rest passed ($took):"
+		sed 's/^/#   /' "$T/.skipped"
+		exit 77
+	fi
+	echo "# $ZP_NAME: all passed ($took)"
 	exit 0
 }
 
 ok() { echo "ok - $*"; }
+
+# skip WHY: a check that cannot be made here (WHY names what is missing).
+# Recorded in $T, so that a skip in a subcase reaches zp_done.
+skip() {
+	echo "ok - # SKIP $*"
+	echo "$*" >>"$T/.skipped"
+}
 
 # Print the logs that explain a failure, then exit 1.
 fail() {
@@ -124,11 +146,19 @@ note() { echo "# $*"; }
 # Milliseconds since the epoch.
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
+# sleep_until MS: sleep until now_ms reaches MS (return at once if it has).
+sleep_until() {
+	local d=$(( $1 - $(now_ms) ))
+	[ "$d" -le 0 ] || sleep "$(awk -v d="$d" 'BEGIN { printf "%.3f", d / 1000 }')"
+}
+
+# proc_state PID: its state letter (R, S, T stopped, Z...), or nothing.
+proc_state() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }
+
 # True while PID exists and is not a zombie.
 alive() {
 	local st
-	[ -r "/proc/$1/stat" ] || return 1
-	st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+	st=$(proc_state "$1")
 	[ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
 }
 
@@ -540,10 +570,14 @@ stats_scrape() {
 }
 
 # promcheck WHAT: `promtool check metrics` accepts $T/metrics quietly;
-# nothing is checked where promtool is missing (metrics.sh insists on it).
+# where promtool is missing, nothing is checked and the test is a SKIP
+# (one skip however many scrapes; metrics.sh fails without it).
 promcheck() {
-	local out rc
-	command -v promtool >/dev/null || return 0
+	local out rc why="promtool check metrics: promtool is not installed"
+	if ! command -v promtool >/dev/null; then
+		grep -qsxF "$why" "$T/.skipped" || skip "$why"
+		return 0
+	fi
 	out=$(promtool check metrics <"$T/metrics" 2>&1)
 	rc=$?
 	[ "$rc" = 0 ] && [ -z "$out" ] ||
