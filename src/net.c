@@ -7,7 +7,14 @@
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+/*
+ * The kernel's struct tcp_info, not glibc's (netinet/tcp.h), which stops
+ * before tcpi_bytes_acked: the field is read by name, not by an offset
+ * guessed past glibc's end.
+ */
+#include <linux/tcp.h>
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -485,4 +492,23 @@ zp_sock_outq(int fd)
 	int	n = 0;
 
 	return ioctl(fd, SIOCOUTQ, &n) == -1 ? -1 : n;
+}
+
+int
+zp_sock_acked(int fd, uint64_t *acked)
+{
+	struct tcp_info	ti;
+	socklen_t	len = sizeof(ti);
+
+	memset(&ti, 0, sizeof(ti));
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == -1)
+		return -1;
+	/* An older kernel fills less, and says how much. */
+	if (len < offsetof(struct tcp_info, tcpi_bytes_acked) +
+	    sizeof(ti.tcpi_bytes_acked)) {
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+	*acked = ti.tcpi_bytes_acked > 0 ? ti.tcpi_bytes_acked - 1 : 0;
+	return 0;
 }

@@ -115,4 +115,12 @@ ssize_t	zp_sock_drop(int fd, size_t max);
  */
 int	zp_sock_outq(int fd);
 
+/*
+ * Bytes of data its peer acknowledged over a TCP socket's life
+ * (TCP_INFO's tcpi_bytes_acked, less the SYN; a FIN acknowledged counts
+ * one), in *acked: 0, or -1 (errno; EOPNOTSUPP when the kernel is older
+ * than the field).
+ */
+int	zp_sock_acked(int fd, uint64_t *acked);
+
 #endif

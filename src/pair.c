@@ -562,17 +562,6 @@ pair_finish(struct zp_pair *p)
 }
 
 /*
- * glibc's struct tcp_info stops before the kernel's tcpi_bytes_acked;
- * the kernel's layout goes on with two pacing rates, then it.
- */
-struct zp_tcp_info {
-	struct tcp_info	base;
-	uint64_t	pacing_rate;
-	uint64_t	max_pacing_rate;
-	uint64_t	bytes_acked;	/* the SYN and a FIN count one each */
-};
-
-/*
  * Of what was written to the upstream, how much its kernel did not
  * acknowledge: lost with it unless it comes back. After a reset the send
  * queue is gone (SIOCOUTQ says 0), but the count of bytes acknowledged
@@ -581,17 +570,12 @@ struct zp_tcp_info {
 static uint64_t
 upstream_unacked(const struct zp_pair *p)
 {
-	struct zp_tcp_info	ti;
-	socklen_t		len = sizeof(ti);
-	uint64_t		sent = p->up_sent + (p->up.bytes - p->up_base);
-	uint64_t		acked;
+	uint64_t	sent = p->up_sent + (p->up.bytes - p->up_base);
+	uint64_t	acked;
 
-	memset(&ti, 0, sizeof(ti));
-	if (p->upstream.fd == -1 || getsockopt(p->upstream.fd, IPPROTO_TCP,
-	    TCP_INFO, &ti, &len) == -1 ||
-	    len < offsetof(struct zp_tcp_info, bytes_acked) + 8)
+	if (p->upstream.fd == -1 ||
+	    zp_sock_acked(p->upstream.fd, &acked) == -1)
 		return (uint64_t)sock_unacked(&p->upstream, 0);
-	acked = ti.bytes_acked > 0 ? ti.bytes_acked - 1 : 0;
 	return acked >= sent ? 0 : sent - acked;
 }
 

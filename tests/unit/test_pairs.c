@@ -37,6 +37,7 @@
 #include "config.h"
 #include "ctx.h"
 #include "log.h"
+#include "net.h"
 #include "pair.h"
 #include "pair_int.h"
 #include "pipepool.h"
@@ -976,6 +977,49 @@ test_threads(void **state)
 	close(s);
 }
 
+/*
+ * zp_sock_acked() reads the kernel's tcpi_bytes_acked by name (glibc's
+ * struct tcp_info stops before it): what the peer acknowledged, the SYN
+ * not counted, its FIN once it is acknowledged.
+ */
+static void
+test_sock_acked(void **state)
+{
+	struct sockaddr_in	sin;
+	socklen_t		len = sizeof(sin);
+	char			buf[1000];
+	uint64_t		acked = 0;
+	unsigned short		port;
+	int			s, c, a, i;
+
+	(void)state;
+	s = listen_any(&port);
+	assert_int_equal(getsockname(s, (struct sockaddr *)&sin, &len), 0);
+	c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(c, (struct sockaddr *)&sin, len), 0);
+	a = accept4(s, NULL, NULL, SOCK_CLOEXEC);
+	assert_true(a != -1);
+	assert_int_equal(zp_sock_acked(c, &acked), 0);
+	assert_int_equal(acked, 0);
+	memset(buf, 'a', sizeof(buf));
+	assert_int_equal(write(c, buf, sizeof(buf)), sizeof(buf));
+	for (i = 0; i < 2000 && acked != sizeof(buf); i++) {
+		assert_int_equal(zp_sock_acked(c, &acked), 0);
+		(void)poll(NULL, 0, 1);
+	}
+	assert_int_equal(acked, sizeof(buf));
+	assert_int_equal(shutdown(c, SHUT_WR), 0);
+	for (i = 0; i < 2000 && acked != sizeof(buf) + 1; i++) {
+		assert_int_equal(zp_sock_acked(c, &acked), 0);
+		(void)poll(NULL, 0, 1);
+	}
+	assert_int_equal(acked, sizeof(buf) + 1);
+	assert_int_equal(zp_sock_acked(s, &acked) == -1 || acked == 0, 1);
+	close(a);
+	close(c);
+	close(s);
+}
+
 static int	deaths, death_thread;
 
 static void
@@ -1084,6 +1128,7 @@ main(void)
 		cmocka_unit_test_prestate(test_retire_fin, (char *)"splice"),
 		cmocka_unit_test_prestate(test_retire_fin, (char *)"copy"),
 		cmocka_unit_test(test_worker_dies),
+		cmocka_unit_test(test_sock_acked),
 	};
 
 	main_thread = pthread_self();
