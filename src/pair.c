@@ -1959,11 +1959,12 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 		    &p->client_addr, tried, &now);
 	}
 	/*
-	 * A lifetime is a session's: it ends even when the balancer picks
-	 * the same upstream again (a fresh connection there), as the
-	 * client's own reconnect would.
+	 * Only to another upstream, for a lifetime too: where the balancer
+	 * would place the client now is where it is, and a fresh connection
+	 * there would cost a reconnect and a drain for nothing (and could
+	 * land it on a collector that stopped reading).
 	 */
-	if (idx < 0 || (idx == p->up_idx && reason != ZP_MOVE_LIFETIME) ||
+	if (idx < 0 || idx == p->up_idx ||
 	    (size_t)idx >= zp_upstreams_count(ctx->ups))
 		return -1;
 	if (zp_upstream_addr(ctx->ups, (size_t)idx, 0, &abuf) == 0)

@@ -109,9 +109,8 @@ int	zp_pair_can_move(const struct zp_pair *);
 
 /*
  * Begin a planned move (--max-lifetime, --rebalance) to upstream idx, or
- * (idx -1) to where the balancer would send this client now; only
- * another upstream, but for --max-lifetime, which ends a session as the
- * client's own reconnect would, even to the same one. The next upstream
+ * (idx -1) to where the balancer would send this client now; only to
+ * another upstream (when that is the one it is on, it stays). The next upstream
  * is connected beside the current one; once it answers, the stream goes
  * on to it from its next frame boundary, and the old one gets a FIN
  * after its last whole frame. Returns 0 when the connect began, -1 when

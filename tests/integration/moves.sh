@@ -20,8 +20,11 @@
 #      does not read lf lines, and the bytes must still arrive whole);
 #   e. with one upstream nothing moves: end=upstream-reset, as without
 #      framing;
-#   f. --max-lifetime 0.3: 4 connections (zp-logsend) pause mid-stream
-#      until each moved 3 times between two mini collectors, then send on
+#   f. --max-lifetime 0.3: 3 connections (zp-logsend) pause mid-stream
+#      until they moved 12 times between two mini collectors (round
+#      robin over an odd number of streams: the balancer's choice is the
+#      other upstream at each look; a stream moves only to another, never
+#      from=X to=X), then send on
 #      at full speed (moving on while busy); every message arrives exactly
 #      once, whole, in order per upstream connection (verify --raw --runs
 #      --exactly-once); no client reconnects, all end=closed (lf in
@@ -293,14 +296,16 @@ check_lifetime() {
 	start_zproxy -v "${MODE_ARGS[@]}" --framing "$framing" \
 	    --max-lifetime 0.3 --balance roundrobin \
 	    -u "127.0.0.1:$pa" -u "127.0.0.1:$pb"
-	send_paused "$name" 4 20000 "$framing" 300
+	send_paused "$name" 3 20000 "$framing" 300
 	moves_at_least 12 max-lifetime 20
-	finish_send "$name" 4 20000 "$framing" "$mode/$framing lifetime" \
+	finish_send "$name" 3 20000 "$framing" "$mode/$framing lifetime" \
 	    "$name-A" "$name-B"
 	n=$(grep -c 'moved: .* reason=max-lifetime ' "$ZLOG")
 	! grep -q 'could not move\|stays:' "$ZLOG" ||
 		fail "$mode/$framing lifetime: a move failed: $(grep -m1 'could not move\|stays:' "$ZLOG")"
-	ok "$mode/$framing: --max-lifetime 0.3: $n moves, 4 connections kept; $VERIFIED"
+	! grep -E 'moved: .* from=([^ ]+) to=\1 ' "$ZLOG" | grep -q . ||
+		fail "$mode/$framing lifetime: a stream moved to the upstream it was on: $(grep -m1 -E 'moved: .* from=([^ ]+) to=\1 ' "$ZLOG")"
+	ok "$mode/$framing: --max-lifetime 0.3: $n moves, each to the other upstream, 3 connections kept; $VERIFIED"
 }
 
 check_rebalance() {

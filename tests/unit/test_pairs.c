@@ -1020,6 +1020,44 @@ test_sock_acked(void **state)
 	close(s);
 }
 
+/*
+ * --max-lifetime moves a stream only to another upstream: where the
+ * balancer would place it now (--balance first: the first upstream,
+ * where it is) it stays, with no connect begun. It reconnected to the
+ * same upstream, a needless reconnect and drain.
+ */
+static void
+test_lifetime_same(void **state)
+{
+	struct harness	 h;
+	struct zp_pair	*p;
+	char		 u1[32], u2[32];
+	unsigned short	 p1, p2;
+	int		 s1, s2, c, a;
+
+	s1 = listen_any(&p1);
+	s2 = listen_any(&p2);
+	snprintf(u1, sizeof(u1), "127.0.0.1:%u", p1);
+	snprintf(u2, sizeof(u2), "127.0.0.1:%u", p2);
+	h_init(&h, "-u", u1, "-u", u2, "--balance", "first", "-m",
+	    mode_of(state), "--framing", "lf", NULL);
+	c = h_client(&h);
+	a = h_accept(&h, s1);
+	assert_true(h_run(&h, relaying, 2000));
+	p = TAILQ_FIRST(&h.ctx.pairs);
+	assert_int_equal(p->up_idx, 0);
+	assert_int_equal(zp_pair_plan_move(p, -1, ZP_MOVE_LIFETIME), -1);
+	assert_int_equal(p->next_fd, -1);
+	/* To the other one, as --rebalance would ask: it begins. */
+	assert_int_equal(zp_pair_plan_move(p, 1, ZP_MOVE_LIFETIME), 0);
+	assert_true(p->next_fd != -1);
+	close(c);
+	close(a);
+	h_free(&h);
+	close(s1);
+	close(s2);
+}
+
 static int	deaths, death_thread;
 
 static void
@@ -1129,6 +1167,7 @@ main(void)
 		cmocka_unit_test_prestate(test_retire_fin, (char *)"copy"),
 		cmocka_unit_test(test_worker_dies),
 		cmocka_unit_test(test_sock_acked),
+		cmocka_unit_test_prestate(test_lifetime_same, (char *)"copy"),
 	};
 
 	main_thread = pthread_self();
