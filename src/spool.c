@@ -376,10 +376,49 @@ spool_room(struct zp_spool *sp)
 	return freeb > since && freeb - since >= ZP_SPOOL_RESERVE;
 }
 
-static int
-strp_cmp(const void *a, const void *b)
+/*
+ * Sift v[i] down the max-heap of v's first n names (strcmp order).
+ */
+static void
+names_sift(char **v, size_t i, size_t n)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
+	size_t	 c;
+	char	*t;
+
+	while ((c = 2 * i + 1) < n) {
+		if (c + 1 < n && strcmp(v[c + 1], v[c]) > 0)
+			c++;
+		if (strcmp(v[i], v[c]) >= 0)
+			break;
+		t = v[i];
+		v[i] = v[c];
+		v[c] = t;
+		i = c;
+	}
+}
+
+/*
+ * Sort the n names of v in strcmp order, in place (a heap sort). Not
+ * qsort(3): glibc's merges in a buffer it sizes by
+ * sysconf(_SC_PHYS_PAGES), i.e. sysinfo(2), past 1 KiB of pointers,
+ * and the scan runs under the sandbox; this takes no memory and makes
+ * no system call, whatever the libc.
+ */
+static void
+names_sort(char **v, size_t n)
+{
+	size_t	 i;
+	char	*t;
+
+	for (i = n / 2; i-- > 0;)
+		names_sift(v, i, n);
+	while (n > 1) {
+		n--;
+		t = v[0];
+		v[0] = v[n];
+		v[n] = t;
+		names_sift(v, 0, n);
+	}
 }
 
 static void
@@ -439,8 +478,7 @@ spool_scan(struct zp_spool *sp)
 		}
 	}
 	closedir(dir);
-	if (sp->nnames > 0)
-		qsort(sp->names, sp->nnames, sizeof(*sp->names), strp_cmp);
+	names_sort(sp->names, sp->nnames);
 	__atomic_store_n(&sp->bytes, bytes, __ATOMIC_RELAXED);
 	__atomic_store_n(&sp->files, files, __ATOMIC_RELAXED);
 	return 0;
