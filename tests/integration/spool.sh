@@ -66,7 +66,13 @@
 #      names (glibc's qsort asked sysinfo(2) of the sandbox past 128),
 #      the log holds no refused system call, and every message arrives
 #      exactly once, in order.
-# ZP_SPOOL_CASES (default "a b c d e f g h") runs only the subcases named.
+#   i. a sent= inside a message (a corrupted or hand-edited header,
+#      issue 32), lf and octet: 200 messages spooled into one file,
+#      zproxy stopped, the header's sent= set 5 bytes into the 100th
+#      message, zproxy started again with a mini collector up: it warns
+#      and resumes at that message's start, so the collector gets
+#      messages 100 to 200, whole, in order, none torn.
+# ZP_SPOOL_CASES (default "a b c d e f g h i") runs only the subcases named.
 # Both modes. (d1 is skipped, with a note, where a tmpfs cannot be
 # mounted: it needs root.)
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
@@ -768,6 +774,47 @@ case_many_files() {
 	kill_collector "$C_PID" "$C_PORT" "$what: rsyslog"
 }
 
+# ---- i -----------------------------------------------------------------
+
+# set_sent FILE N: write N as FILE's header's sent=, in place.
+set_sent() {
+	local at
+	at=$(head -n 1 "$1" | grep -bo 'sent=[0-9]*' | cut -d: -f1)
+	[ -n "$at" ] || fail "no sent= in $(head -n 1 "$1")"
+	printf 'sent=%016d' "$2" |
+		dd of="$1" bs=1 seek="$at" conv=notrunc status=none ||
+		fail "dd into $1 failed"
+}
+
+# A sent= inside a message: the send resumes at its start, not torn.
+case_torn_sent() {
+	local mode=$1 fr=$2 name=i-$mode-$2 what f hl at n=200 k=100
+	what="$mode: $fr, sent= inside message $k of $n"
+	set_mode "$mode"
+	spool_all "$what" "$name" "$fr" 1 "$n" 300 30
+	stop_zproxy
+	f=$(ls "$SDIR"/*.spool) && [ "$(echo "$f" | wc -l)" = 1 ] ||
+		fail "$what: not one .spool file: $(ls "$SDIR")"
+	hl=$(head -n 1 "$f" | wc -c)
+	# Every message's body begins "<13>": 5 bytes into the k-th one.
+	at=$(tail -c +$((hl + 1)) "$f" | grep -abo '<13>' | sed -n "${k}p" |
+	    cut -d: -f1)
+	[ -n "$at" ] || fail "$what: no message $k in $f"
+	set_sent "$f" $((at + 5))
+	collect "$name.c" "$UP"
+	spool_zproxy "$SDIR" "$UP" --framing "$fr"
+	wait_metric zproxy_spool_files == 0 30 "$what: the file is delivered"
+	logsend_verify "$what" "$name" 1 "$n" --raw --runs --framing "$fr" \
+	    "$T/$name.c"/conn-*.raw
+	wait_line "$ZLOG" "sent=$((at + 5)) is not a message boundary; resumes after [0-9]+ bytes" 5 "$ZPID" >/dev/null ||
+		fail "$what: no warning: $(grep -m 1 'spool: .*resumes' "$ZLOG")"
+	[[ $VERIFIED == *" received=$((n - k + 1)) "* ]] ||
+		fail "$what: the collector got $VERIFIED, want messages $k to $n"
+	ok "$what: resumed at that message's start, none torn ($VERIFIED)"
+	stop_zproxy
+	zp_stop "$COL_PID"
+}
+
 # ---- f -----------------------------------------------------------------
 
 # start_bad NAME ARGS...: zproxy ARGS must exit at start-up (within 10
@@ -809,8 +856,8 @@ case_startup() {
 	ok "$what: --spool without --framing: status 64, '$(cat "$T/f-$mode-noframing.err")'"
 }
 
-# ZP_SPOOL_CASES: the subcases to run (default all: "a b c d e f g h").
-CASES=" ${ZP_SPOOL_CASES:-a b c d e f g h} "
+# ZP_SPOOL_CASES: the subcases to run (default all: "a b c d e f g h i").
+CASES=" ${ZP_SPOOL_CASES:-a b c d e f g h i} "
 for mode in $MODES; do
 	[[ $CASES == *" f "* ]] && subcase case_startup "$mode"
 	[[ $CASES == *" a "* ]] && subcase case_spool "$mode"
@@ -822,6 +869,8 @@ for mode in $MODES; do
 	[[ $CASES == *" e "* ]] && subcase case_octet "$mode"
 	[[ $CASES == *" g "* ]] && subcase case_collector_dies "$mode"
 	[[ $CASES == *" h "* ]] && subcase case_many_files "$mode"
+	[[ $CASES == *" i "* ]] && subcase case_torn_sent "$mode" lf
+	[[ $CASES == *" i "* ]] && subcase case_torn_sent "$mode" octet
 done
 
 zp_done
