@@ -445,12 +445,17 @@ size_limits(struct zp_ctx *ctx, long nofile)
 	ctx->pipe_cap = (size_t)fit * 2;
 	if (cfg->max_conns > 0) {
 		ctx->max_conns = cfg->max_conns;
+		/*
+		 * Kept, as HAProxy keeps a maxconn that ulimit-n cannot
+		 * hold, but said in one line with the limit that would.
+		 */
 		if (cfg->max_conns > (nofile - reserve) / per)
-			zp_log(ctx->log, ZP_LOG_WARN, "--max-conns %ld needs "
-			    "about %ld descriptors and RLIMIT_NOFILE is %ld: "
-			    "expect copy-mode fallbacks and accept pauses",
-			    cfg->max_conns, cfg->max_conns * per + reserve,
-			    nofile);
+			zp_log(ctx->log, ZP_LOG_WARN, "--max-conns %ld cannot "
+			    "be honoured: at %ld descriptors a pair it needs "
+			    "RLIMIT_NOFILE %ld or more, and it is %ld (ulimit "
+			    "-n); expect accept pauses, copy-mode fallbacks "
+			    "and dropped mirror streams", cfg->max_conns, per,
+			    cfg->max_conns * per + reserve, nofile);
 	} else {
 		ctx->max_conns = (nofile - reserve) / per;
 		if (ctx->max_conns < 1)
