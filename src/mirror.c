@@ -4,8 +4,10 @@
  *
  * A stream's life: connecting (its pipe fills meanwhile), open (the pipe
  * is spliced to the socket as the socket takes it), ending (the client's
- * stream is over: the rest, then a FIN, then the mirror's EOF or
- * --linger-timeout), closed. An error drops it from any state: closed at
+ * stream is over: the rest, then a FIN, its pipe closed, then the
+ * mirror's EOF or --linger-timeout), closed. One that cannot begin (no
+ * pipe, no socket) opens no connection and is counted as dropped, not
+ * as a stream. An error drops it from any state: closed at
  * once and counted. Too slow (its pipe full), it is counted as dropped
  * and takes no more: closed at once, or, framed or still connecting,
  * "cutting": sent what it holds up to a message boundary (cut_at), then
@@ -176,11 +178,11 @@ set_maybe_free(struct zp_mirror_set *set)
 	free(set);
 }
 
-/* A stream that takes the client's bytes. */
+/* A stream that takes the client's bytes (none after its FIN). */
 static int
 mstream_live(const struct zp_mstream *m)
 {
-	return m->fd != -1 && !m->cutting;
+	return m->fd != -1 && !m->cutting && !m->wshut;
 }
 
 /* A message ended at the client's stream offset off. */
@@ -349,6 +351,12 @@ mstream_finish(struct zp_mstream *m)
 			mstream_drop(m, strerror(errno));
 			return;
 		}
+		/*
+		 * Nothing goes in any more: the pipe's two descriptors go
+		 * back now, not when the mirror closes, which a slow one may
+		 * put off for --linger-timeout while new pairs need them.
+		 */
+		zp_pipe_close(&m->pipe);
 		mstream_end_timer(m);
 	}
 	if (m->rdeof)
@@ -634,10 +642,21 @@ mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
 		mirror_drop_log(ctx, i, set->id, "down");
 		return -1;
 	}
+	/*
+	 * The pipe before the socket: a stream that cannot have one (out of
+	 * descriptors) must not open a connection that the mirror would see
+	 * carry nothing.
+	 */
+	if (mstream_pipe(ctx, m) == -1) {
+		snprintf(why, sizeof(why), "pipe: %s", strerror(errno));
+		mirror_drop_log(ctx, i, set->id, why);
+		return -1;
+	}
 	k = __atomic_load_n(&t->cursor, __ATOMIC_RELAXED) % t->naddrs;
 	if ((rc = zp_connect_start(&t->addrs[k], &m->fd)) == -1) {
 		err = errno;
 		m->fd = -1;
+		zp_pipe_close(&m->pipe);
 		if (!zp_connect_local_error(err))
 			mirror_failed(ctx, i, err);
 		snprintf(why, sizeof(why), "connect: %s", strerror(err));
@@ -645,13 +664,7 @@ mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
 		return -1;
 	}
 	set->open++;
-	ctx->stats.mirrors[i].streams++;
 	m->connecting = 1;
-	if (mstream_pipe(ctx, m) == -1) {
-		snprintf(why, sizeof(why), "pipe: %s", strerror(errno));
-		mstream_drop(m, why);
-		return -1;
-	}
 	m->timer = event_new(ctx->base, -1, 0, mstream_timer_cb, m);
 	/* Connected at once (a local address): wev writes from now. */
 	if (rc == 1)
@@ -668,6 +681,8 @@ mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
 	}
 	m->pipe.data = hdrlen;
 	m->base = m->in = hdrlen;
+	/* Begun: one that failed before this is counted as dropped only. */
+	ctx->stats.mirrors[i].streams++;
 	if (rc == 0) {
 		mstream_connected(m);
 		return m->fd == -1 ? -1 : 0;

@@ -42,10 +42,12 @@ int	zp_mirror_up(const struct zp_mirrors *, size_t i);
 
 /* Each mirror's counters (in struct zp_stats: uint64_t only). */
 struct zp_mirror_tally {
-	uint64_t	streams;	/* connections opened */
+	uint64_t	streams;	/* connections begun (socket and
+					   pipe had) */
 	uint64_t	dropped;	/* streams that ended before their
-					   client's: slow, failed, or the
-					   mirror was down */
+					   client's: slow, failed, or not
+					   begun (mirror down, out of
+					   descriptors) */
 	uint64_t	bytes;		/* delivered */
 };
 

@@ -50,6 +50,24 @@ pp_addr_get(const struct sockaddr *sa, struct pp_addr *a)
 	}
 }
 
+/*
+ * An IPv4 a as the v4-mapped IPv6 address it is (::ffff:a.b.c.d): a
+ * header holds one family, so an IPv4 end paired with an IPv6 one
+ * travels mapped (HAProxy's make_proxy_line does the same) rather than
+ * as UNKNOWN / LOCAL, which would make the upstream take zproxy for the
+ * client.
+ */
+static void
+pp_addr_map6(struct pp_addr *a)
+{
+	if (a->family != AF_INET)
+		return;
+	memmove(a->addr + 12, a->addr, 4);
+	memset(a->addr, 0, 10);
+	a->addr[10] = a->addr[11] = 0xff;
+	a->family = AF_INET6;
+}
+
 /* "PROXY TCP4 1.2.3.4 5.6.7.8 1111 2222\r\n" */
 static ssize_t
 pp_v1(const struct pp_addr *s, const struct pp_addr *d, char *buf,
@@ -114,6 +132,10 @@ zp_proxy_header(int version, const struct sockaddr *src,
 
 	pp_addr_get(src, &s);
 	pp_addr_get(dst, &d);
+	if (s.family != 0 && d.family != 0 && s.family != d.family) {
+		pp_addr_map6(&s);
+		pp_addr_map6(&d);
+	}
 	if (version == 1)
 		return pp_v1(&s, &d, buf, len);
 	if (version == 2)

@@ -14,9 +14,12 @@
 
 /*
  * Write the header for a TCP connection from src to dst (the address the
- * client connected to) into buf. A v4-mapped IPv6 pair is sent as IPv4.
- * Addresses of different or unknown families give v1's "UNKNOWN" line or
- * v2's LOCAL command, as the spec says. Returns the header length, or -1
+ * client connected to) into buf. A v4-mapped IPv6 address is sent as
+ * IPv4 when the other one is IPv4 too; an IPv4 address (or a v4-mapped
+ * one) paired with an IPv6 one is sent v4-mapped, TCP6 / TCP over IPv6,
+ * so that the client is named whatever the families. Only an unknown
+ * family (none, AF_UNIX) gives v1's "UNKNOWN" line or v2's LOCAL command,
+ * as the spec says. Returns the header length, or -1
  * when version is not 1 or 2 or buf is too small.
  */
 ssize_t	zp_proxy_header(int version, const struct sockaddr *src,

@@ -376,10 +376,49 @@ spool_room(struct zp_spool *sp)
 	return freeb > since && freeb - since >= ZP_SPOOL_RESERVE;
 }
 
-static int
-strp_cmp(const void *a, const void *b)
+/*
+ * Sift v[i] down the max-heap of v's first n names (strcmp order).
+ */
+static void
+names_sift(char **v, size_t i, size_t n)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
+	size_t	 c;
+	char	*t;
+
+	while ((c = 2 * i + 1) < n) {
+		if (c + 1 < n && strcmp(v[c + 1], v[c]) > 0)
+			c++;
+		if (strcmp(v[i], v[c]) >= 0)
+			break;
+		t = v[i];
+		v[i] = v[c];
+		v[c] = t;
+		i = c;
+	}
+}
+
+/*
+ * Sort the n names of v in strcmp order, in place (a heap sort). Not
+ * qsort(3): glibc's merges in a buffer it sizes by
+ * sysconf(_SC_PHYS_PAGES), i.e. sysinfo(2), past 1 KiB of pointers,
+ * and the scan runs under the sandbox; this takes no memory and makes
+ * no system call, whatever the libc.
+ */
+static void
+names_sort(char **v, size_t n)
+{
+	size_t	 i;
+	char	*t;
+
+	for (i = n / 2; i-- > 0;)
+		names_sift(v, i, n);
+	while (n > 1) {
+		n--;
+		t = v[0];
+		v[0] = v[n];
+		v[n] = t;
+		names_sift(v, 0, n);
+	}
 }
 
 static void
@@ -439,8 +478,7 @@ spool_scan(struct zp_spool *sp)
 		}
 	}
 	closedir(dir);
-	if (sp->nnames > 0)
-		qsort(sp->names, sp->nnames, sizeof(*sp->names), strp_cmp);
+	names_sort(sp->names, sp->nnames);
 	__atomic_store_n(&sp->bytes, bytes, __ATOMIC_RELAXED);
 	__atomic_store_n(&sp->files, files, __ATOMIC_RELAXED);
 	return 0;
@@ -1406,6 +1444,70 @@ sender_send_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
+ * File fd's offset just past the last delim in [lo, hi), or -1 when
+ * there is none (or it could not be read).
+ */
+static off_t
+delim_back(int fd, off_t lo, off_t hi, int delim)
+{
+	char		 b[64 * 1024];
+	const char	*d;
+	size_t		 m;
+
+	for (; hi > lo; hi -= (off_t)m) {
+		m = hi - lo < (off_t)sizeof(b) ? (size_t)(hi - lo) : sizeof(b);
+		if (pread(fd, b, m, hi - (off_t)m) != (ssize_t)m)
+			return -1;
+		if ((d = memrchr(b, delim, m)) != NULL)
+			return hi - (off_t)m + (d - b) + 1;
+	}
+	return -1;
+}
+
+/*
+ * Feed framer fr file fd's bytes from *off up to to, moving *off on;
+ * *last becomes the offset of the last boundary reached, when one is.
+ * Stops at a framing error (zp_framer_error() tells).
+ */
+static void
+frames_walk(int fd, struct zp_framer *fr, off_t *off, off_t to, off_t *last)
+{
+	char	b[64 * 1024];
+	size_t	m, r;
+	ssize_t	n;
+
+	while (*off < to && zp_framer_error(fr, NULL) == NULL) {
+		m = to - *off < (off_t)sizeof(b) ? (size_t)(to - *off) :
+		    sizeof(b);
+		if ((n = pread(fd, b, m, *off)) <= 0)
+			break;
+		if ((r = zp_framer_feed(fr, b, (size_t)n)) > 0)
+			*last = *off + (off_t)r;
+		*off += n;
+	}
+}
+
+/* The boundary at or before sent= to resume at; see spool.h. */
+uint64_t
+zp_spool_resume(int fd, off_t data, uint64_t sent, int framing,
+    uint64_t max_frame)
+{
+	struct zp_framer	fr;
+	off_t			off = data, last = data, b;
+
+	if (framing == ZP_FRAMING_LF || framing == ZP_FRAMING_NUL) {
+		b = delim_back(fd, data, data + (off_t)sent,
+		    framing == ZP_FRAMING_LF ? '\n' : '\0');
+		return b == -1 ? 0 : (uint64_t)(b - data);
+	}
+	/* A length prefix is only known from the frame before it. */
+	if (zp_framer_init(&fr, framing, max_frame) == -1)
+		return 0;
+	frames_walk(fd, &fr, &off, data + (off_t)sent, &last);
+	return (uint64_t)(last - data);
+}
+
+/*
  * The last frame boundary at or before file offset `acked`, past the
  * last checkpoint; or the last checkpoint when none is known. Delimited
  * streams look back for a delimiter; octet (and auto) follow the frames
@@ -1414,28 +1516,13 @@ sender_send_cb(evutil_socket_t fd, short what, void *arg)
 static off_t
 sender_boundary(struct zp_sender *s, off_t acked)
 {
-	char		 b[64 * 1024];
-	const char	*d;
-	size_t		 m, r;
-	ssize_t		 n;
+	off_t	b;
 
 	if (s->delim != -1) {
-		m = acked - s->ck < (off_t)sizeof(b) ? (size_t)(acked - s->ck) :
-		    sizeof(b);
-		if ((n = pread(s->file, b, m, acked - (off_t)m)) != (ssize_t)m ||
-		    (d = memrchr(b, s->delim, m)) == NULL)
-			return s->ck;
-		return acked - (off_t)m + (d - b) + 1;
+		b = delim_back(s->file, s->ck, acked, s->delim);
+		return b == -1 ? s->ck : b;
 	}
-	while (s->fr_off < acked) {
-		m = acked - s->fr_off < (off_t)sizeof(b) ?
-		    (size_t)(acked - s->fr_off) : sizeof(b);
-		if ((n = pread(s->file, b, m, s->fr_off)) <= 0)
-			break;
-		if ((r = zp_framer_feed(&s->fr, b, (size_t)n)) > 0)
-			s->fr_last = s->fr_off + (off_t)r;
-		s->fr_off += n;
-	}
+	frames_walk(s->file, &s->fr, &s->fr_off, acked, &s->fr_last);
 	/* A framing error: no boundary is known any more. */
 	if (zp_framer_error(&s->fr, NULL) != NULL)
 		s->ck_ok = 0;
@@ -1546,6 +1633,7 @@ sender_start(struct zp_sender *s, const char *name)
 	char			 b[ZP_SPOOL_HDR_MAX];
 	ssize_t			 n;
 	size_t			 na;
+	uint64_t		 at;
 	int			 rc, hl;
 
 	snprintf(s->name, sizeof(s->name), "%s", name);
@@ -1575,12 +1663,26 @@ sender_start(struct zp_sender *s, const char *name)
 		return 1;
 	}
 	s->hdrlen = s->off = hl;
-	/* Acknowledged before: a failed send, or a run that died. */
+	/*
+	 * Acknowledged before: a failed send, or a run that died. sent= is
+	 * only read, not trusted: a corrupted or edited one inside a
+	 * message would send the collector a torn one, so the resume is at
+	 * the boundary at or before it (a message twice rather than torn).
+	 */
 	if (h.sent > 0 && h.sent <= (uint64_t)(s->size - hl)) {
-		s->off += (off_t)h.sent;
-		zp_log(ctx->log, ZP_LOG_NOTICE, "spool: %s resumes after "
-		    "the %llu bytes an upstream had already", name,
-		    (unsigned long long)h.sent);
+		at = zp_spool_resume(s->file, hl, h.sent, h.framing,
+		    ctx->cfg->max_frame);
+		s->off += (off_t)at;
+		if (at != h.sent)
+			zp_log(ctx->log, ZP_LOG_WARN, "spool: %s: sent=%llu "
+			    "is not a message boundary; resumes after %llu "
+			    "bytes, the boundary before it", name,
+			    (unsigned long long)h.sent,
+			    (unsigned long long)at);
+		else
+			zp_log(ctx->log, ZP_LOG_NOTICE, "spool: %s resumes "
+			    "after the %llu bytes an upstream had already",
+			    name, (unsigned long long)h.sent);
 	}
 	s->start = s->ck = s->fr_off = s->fr_last = s->off;
 	gettimeofday(&s->ck_at, NULL);

@@ -24,6 +24,7 @@
 #ifndef ZP_SPOOL_H
 #define ZP_SPOOL_H
 
+#include <sys/types.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,6 +66,19 @@ int	zp_spool_hdr_format(const struct zp_spool_hdr *h, char *buf,
  */
 int	zp_spool_hdr_parse(const void *buf, size_t len,
 	    struct zp_spool_hdr *h);
+
+/*
+ * Where to resume sending a file whose header says sent (h.sent, checked
+ * to lie within the file): the last message boundary at or before it,
+ * as an offset from data (the header's length) in file fd. sent= is a
+ * boundary when zproxy wrote it, but a corrupted or edited file may say
+ * anything, and a resume inside a message sends a torn one. lf and nul
+ * framing look back from sent for a delimiter; octet and auto follow the
+ * frames from the start (max_frame: --max-frame). 0 when none is found
+ * (the whole file again: a message twice, never torn).
+ */
+uint64_t zp_spool_resume(int fd, off_t data, uint64_t sent, int framing,
+	    uint64_t max_frame);
 
 /*
  * A file's name: the stream's key (its time, client and conn) and seq,

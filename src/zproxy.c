@@ -44,6 +44,7 @@
 /* Descriptors each pair needs: two sockets, and two pipes when splicing. */
 #define ZP_FDS_SPLICE	6
 #define ZP_FDS_COPY	2
+#define ZP_FDS_MIRROR	3	/* a mirror stream: its socket and pipe */
 /* Pipes made before the first clients, so that they find them ready. */
 #define ZP_POOL_PREPARE	64
 /* Bytes one direction may move per callback before yielding the loop. */
@@ -434,8 +435,14 @@ size_limits(struct zp_ctx *ctx, long nofile)
 	long			 per = (cfg->mode == ZP_MODE_SPLICE ?
 				    ZP_FDS_SPLICE : ZP_FDS_COPY) +
 				    (cfg->replay_window > 0 ? 2 : 0) +
-				    /* a socket and a pipe per mirror */
-				    3 * (long)cfg->nmirrors;
+				    /*
+				     * A socket and a pipe per mirror, twice:
+				     * the copy of a pair that closed may
+				     * still be finishing (up to
+				     * --linger-timeout) while the pair in its
+				     * place has its own.
+				     */
+				    2 * ZP_FDS_MIRROR * (long)cfg->nmirrors;
 	/* Listener, stdio, epoll, signal pipe and some slack for libevent. */
 	long			 spare = 16 + nofile / 32;
 	/* --stats gets its own share, so that its clients never take ours. */
@@ -456,12 +463,17 @@ size_limits(struct zp_ctx *ctx, long nofile)
 	ctx->pipe_cap = (size_t)fit * 2;
 	if (cfg->max_conns > 0) {
 		ctx->max_conns = cfg->max_conns;
+		/*
+		 * Kept, as HAProxy keeps a maxconn that ulimit-n cannot
+		 * hold, but said in one line with the limit that would.
+		 */
 		if (cfg->max_conns > (nofile - reserve) / per)
-			zp_log(ctx->log, ZP_LOG_WARN, "--max-conns %ld needs "
-			    "about %ld descriptors and RLIMIT_NOFILE is %ld: "
-			    "expect copy-mode fallbacks and accept pauses",
-			    cfg->max_conns, cfg->max_conns * per + reserve,
-			    nofile);
+			zp_log(ctx->log, ZP_LOG_WARN, "--max-conns %ld cannot "
+			    "be honoured: at %ld descriptors a pair it needs "
+			    "RLIMIT_NOFILE %ld or more, and it is %ld (ulimit "
+			    "-n); expect accept pauses, copy-mode fallbacks "
+			    "and dropped mirror streams", cfg->max_conns, per,
+			    cfg->max_conns * per + reserve, nofile);
 	} else {
 		ctx->max_conns = (nofile - reserve) / per;
 		if (ctx->max_conns < 1)

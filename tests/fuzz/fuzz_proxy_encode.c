@@ -9,8 +9,9 @@
  *
  * Whatever comes out must parse back, with a parser written here from
  * HAProxy's proxy-protocol.txt, to the addresses that went in (v4-mapped
- * ones as IPv4; differing or unknown families as v1's UNKNOWN or v2's
- * LOCAL), within the spec's size bounds; and a buffer too small for it
+ * ones as IPv4; IPv4 with IPv6 as TCP6, the IPv4 one v4-mapped; unknown
+ * families as v1's UNKNOWN or v2's LOCAL), within the spec's size bounds;
+ * and a buffer too small for it
  * must give -1.
  */
 
@@ -90,6 +91,21 @@ make_side(unsigned kind, const uint8_t *data, size_t size, size_t off,
 		break;
 	}
 	return (const struct sockaddr *)ss;
+}
+
+/*
+ * IPv4 paired with IPv6: w, if IPv4, as the v4-mapped IPv6 address the
+ * header must carry for it.
+ */
+static void
+want_map6(struct want *w)
+{
+	if (w->family != AF_INET)
+		return;
+	memmove(w->addr + 12, w->addr, 4);
+	memset(w->addr, 0, 10);
+	w->addr[10] = w->addr[11] = 0xff;
+	w->family = AF_INET6;
 }
 
 /* A decimal port as v1 writes it: 0-65535, no leading zero. */
@@ -206,6 +222,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	len = in_byte(data, size, 1) % (ZP_PROXY_MAX + 9);
 	src = make_side(in_byte(data, size, 2), data, size, 4, &sss, &ws);
 	dst = make_side(in_byte(data, size, 3), data, size, 22, &dss, &wd);
+	if (ws.family != 0 && wd.family != 0 && ws.family != wd.family) {
+		want_map6(&ws);
+		want_map6(&wd);
+	}
 
 	/* The header whole, in more room than the spec ever needs. */
 	n = zp_proxy_header(version, src, dst, full, sizeof(full));

@@ -13,7 +13,9 @@
 #      zproxy's line says client=127.0.0.5:CPORT peer=127.0.0.1:...;
 #      HAProxy v2 with an IPv6 client ([::1]) too;
 #   b. hand-made headers straight to zproxy (tests/tools/zp-hdr), the
-#      upstream a zp-peer writing each connection to a file: every v1 form,
+#      upstream a zp-peer writing each connection to a file: every v1 form
+#      (and a v4-mapped client to an IPv6 address: sent on as TCP6, the
+#      client kept, not UNKNOWN),
 #      v2 with each family, LOCAL, TLVs (AWS 0xEA, authority, unique-id,
 #      NOOP), CRC32c good, a header split over many segments, a header and
 #      64 KiB of data in one segment: each arrives as the right v1 header
@@ -132,6 +134,8 @@ make_headers() {
 	# connection's own addresses)
 	hdr v1-tcp4 'PROXY TCP4 192.0.2.10 198.51.100.20 40000 514\r\n'
 	hdr v1-tcp6 'PROXY TCP6 2001:db8::10 2001:db8::20 40000 6514\r\n'
+	# a v4-mapped client on an IPv6 address (issue 32)
+	hdr v1-tcp6-mapped 'PROXY TCP6 ::ffff:192.0.2.7 ::1 40000 514\r\n'
 	hdr v1-unknown 'PROXY UNKNOWN\r\n'
 	hdr v1-unknown-addr 'PROXY UNKNOWN ffff:f...f:ffff ffff:f...f:ffff 65535 65535\r\n'
 	hdr v2-inet "$SIG\\x21\\x11$(be16 12)$a4"
@@ -166,6 +170,8 @@ want_line() {
 		printf 'PROXY TCP4 192.0.2.10 198.51.100.20 40000 514\r\n' ;;
 	v1-tcp6|v2-inet6)
 		printf 'PROXY TCP6 2001:db8::10 2001:db8::20 40000 6514\r\n' ;;
+	v1-tcp6-mapped)
+		printf 'PROXY TCP6 ::ffff:192.0.2.7 ::1 40000 514\r\n' ;;
 	*)	printf 'PROXY TCP4 127.0.0.9 127.0.0.1 %s %s\r\n' "$2" "$ZPORT" ;;
 	esac
 }
@@ -175,6 +181,7 @@ want_client() {
 	case $1 in
 	v1-tcp4|v2-inet|v2-tlvs|v2-crc|split|with-data) echo '192\.0\.2\.10:40000 peer=127\.0\.0\.9:[0-9]+' ;;
 	v1-tcp6|v2-inet6) echo '\[2001:db8::10\]:40000 peer=127\.0\.0\.9:[0-9]+' ;;
+	v1-tcp6-mapped) echo '192\.0\.2\.7:40000 peer=127\.0\.0\.9:[0-9]+' ;;
 	*)	echo '127\.0\.0\.9:[0-9]+' ;;
 	esac
 }
@@ -182,7 +189,7 @@ want_client() {
 case_handmade() {
 	local what="$mode: hand-made headers" good bad h i=0 out cp got line
 	local nbad=0 trickle
-	good="v1-tcp4 v1-tcp6 v1-unknown v1-unknown-addr v2-inet v2-inet6 v2-local v2-local-inet v2-unspec v2-tlvs v2-crc split with-data"
+	good="v1-tcp4 v1-tcp6 v1-tcp6-mapped v1-unknown v1-unknown-addr v2-inet v2-inet6 v2-local v2-local-inet v2-unspec v2-tlvs v2-crc split with-data"
 	bad="bad-garbage bad-crc bad-truncated bad-oversized bad-version bad-v1-spaces bad-v1-port bad-v1-family bad-v1-lf bad-v1-long bad-v1-short"
 	make_headers
 	cp "$T/h.v2-tlvs" "$T/h.split"
@@ -209,7 +216,7 @@ case_handmade() {
 			fail "$what: $h: upstream got '$(head -n 1 "$T/hm.$i" | tr -d '\r')', want '$(head -n 1 "$T/want" | tr -d '\r')' and the data"
 		i=$((i + 1))
 	done
-	ok "$what: $i good headers (every v1 form, v2 INET/INET6/UNSPEC/LOCAL, TLVs, CRC32c, split in 3-byte segments, data in the header's segment) relayed as the right v1 header and 64 KiB intact"
+	ok "$what: $i good headers (every v1 form, a v4-mapped client to IPv6, v2 INET/INET6/UNSPEC/LOCAL, TLVs, CRC32c, split in 3-byte segments, data in the header's segment) relayed as the right v1 header and 64 KiB intact"
 	for h in $bad; do
 		out=$("$ZP_HDR" --bind 127.0.0.9 127.0.0.1 "$ZPORT" "$T/h.$h" --timeout 10) ||
 			fail "$what: $h: zp-hdr failed: $out"

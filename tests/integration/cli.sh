@@ -13,7 +13,9 @@
 # quoted escaped in every kind of message: still one line, the escape
 # visible. An option that takes a value, given twice, is refused naming
 # it (exit 64), as are -v with -q; --retries 0 starts and relays, with
-# -vv; --retries 65 says the range is 0-64.
+# -vv; --retries 65 says the range is 0-64. A --max-conns beyond what
+# RLIMIT_NOFILE holds starts with one warning line naming the limit it
+# needs; one within it, and the default, with none.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
 # bad EXPECTED_STATUS WORD ARGS...: zproxy ARGS must exit with
@@ -336,6 +338,57 @@ stop_with_open_connections() {
 
 for mode in $MODES; do
 	subcase stop_with_open_connections
+done
+
+# maxconns_warning: a --max-conns that RLIMIT_NOFILE cannot hold (here
+# `ulimit -n 256`, soft and hard, with --mirror and --replay-window, whose
+# descriptors count too) is kept, as HAProxy keeps such a maxconn, but
+# said at start-up in one line naming the RLIMIT_NOFILE it needs; none
+# for one the limit holds, nor for the derived default (issue 32).
+maxconns_warning() {
+	local what="$mode: ulimit -n 256, --mirror, --replay-window" n need
+	local lim=(bash -c 'ulimit -n 256 && exec "$0" "$@"')
+	# Just beyond the budget: 14 descriptors a pair spliced, 10 copying
+	# (232 of the 256 after the reserve).
+	local near=19
+	[ "$mode" = copy ] && near=30
+	local re='--max-conns ([0-9]+) cannot be honoured: at ([0-9]+) descriptors a pair it needs RLIMIT_NOFILE ([0-9]+) or more, and it is 256 \(ulimit -n\)'
+	for n in 1000 "$near" 10 default; do
+		ZP_WRAP=("${lim[@]}")
+		if [ "$n" = default ]; then
+			start_zproxy -m "$mode" -u 127.0.0.1:9 --framing lf \
+			    --replay-window 64k --mirror 127.0.0.1:9
+		else
+			start_zproxy -m "$mode" -u 127.0.0.1:9 --framing lf \
+			    --replay-window 64k --mirror 127.0.0.1:9 \
+			    --max-conns "$n"
+		fi
+		ZP_WRAP=()
+		case $n in
+		1000|"$near")
+			[ "$(grep -cE -- "$re" "$ZLOG")" = 1 ] ||
+				fail "$what, --max-conns $n: no one warning line: $(grep -m 2 -i 'max-conns' "$ZLOG")"
+			[[ $(grep -E -- "$re" "$ZLOG") =~ $re ]]
+			need=${BASH_REMATCH[3]}
+			[ "${BASH_REMATCH[1]}" = "$n" ] &&
+				[ "$need" -ge $((n * BASH_REMATCH[2])) ] ||
+				fail "$what, --max-conns $n: $(grep -E -- "$re" "$ZLOG")"
+			grep -q ", max-conns $n, " "$ZLOG" ||
+				fail "$what, --max-conns $n: not kept: $(grep -m 1 'listening on' "$ZLOG")"
+			zproxy_alive "$what, --max-conns $n: after the warning"
+			note "$what: $(grep -E -o -- "$re.*" "$ZLOG")" ;;
+		*)
+			! grep -q 'cannot be honoured' "$ZLOG" ||
+				fail "$what, --max-conns $n: warned: $(grep -m 1 'cannot be honoured' "$ZLOG")"
+			;;
+		esac
+		stop_zproxy
+	done
+	ok "$what: --max-conns 1000 and $near kept (zproxy runs on) and warned in one line naming the RLIMIT_NOFILE needed; 10 and the default not"
+}
+
+for mode in $MODES; do
+	subcase maxconns_warning
 done
 
 # a second zproxy on the same port is an address-in-use error

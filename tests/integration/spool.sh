@@ -61,7 +61,18 @@
 #      stopped once zproxy sends to it and killed after at most 2.5 s
 #      (twice --spool-sync); with a second collector, every message
 #      arrives at least once, each delivery a run without a gap.
-# ZP_SPOOL_CASES (default "a b c d e f g") runs only the subcases named.
+#   h. many files under the sandbox (issue 32): 200 clients spooled into
+#      200 files, then rsyslog is started: the sender's scan sorts 200
+#      names (glibc's qsort asked sysinfo(2) of the sandbox past 128),
+#      the log holds no refused system call, and every message arrives
+#      exactly once, in order.
+#   i. a sent= inside a message (a corrupted or hand-edited header,
+#      issue 32), lf and octet: 200 messages spooled into one file,
+#      zproxy stopped, the header's sent= set 5 bytes into the 100th
+#      message, zproxy started again with a mini collector up: it warns
+#      and resumes at that message's start, so the collector gets
+#      messages 100 to 200, whole, in order, none torn.
+# ZP_SPOOL_CASES (default "a b c d e f g h i") runs only the subcases named.
 # Both modes. (d1 is skipped, with a note, where a tmpfs cannot be
 # mounted: it needs root.)
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
@@ -152,6 +163,20 @@ next_refused_try() {
 			fail "$2: no refused try of port $1 within 10s"
 		sleep 0.02
 	done
+}
+
+# spool_all WHAT NAME FRAMING CONNS MSGS MAX SECS: zproxy spooling to a
+# new DIR ($T/NAME.spool) with its upstream UP down, and CONNS x MSGS
+# zp-logsend messages of up to MAX bytes sent through it within SECS;
+# returns once no stream is spooling.
+spool_all() {
+	local what=$1 name=$2 fr=$3 conns=$4 msgs=$5
+	UP=$(free_port -b 127.0.0.1) || fail "zp-peer port failed"
+	spool_dir "$name.spool"
+	spool_zproxy "$SDIR" "$UP" --framing "$fr"
+	send_bg "$name" "$conns" "$msgs" "$6" "$fr"
+	send_done "$name" "$conns" "$msgs" "$7"
+	wait_metric zproxy_spool_streams == 0 20 "$what: every stream ended"
 }
 
 # all_delivered WHAT NAME CONNS MSGS WHEN: the spool empties (within
@@ -427,12 +452,8 @@ case_crash_replay() {
 	local nf deadline atkill i f pre=() post=() inflight got dups cut
 	what="$mode: kill -9 while replaying $conns x $msgs"
 	set_mode "$mode"
-	up=$(free_port -b 127.0.0.1) || fail "zp-peer port failed"
-	spool_dir "$name.spool"
-	spool_zproxy "$SDIR" "$up" --framing lf
-	send_bg "$name" "$conns" "$msgs" 3400 lf
-	send_done "$name" "$conns" "$msgs" 90
-	wait_metric zproxy_spool_streams == 0 20 "$what: every stream ended"
+	spool_all "$what" "$name" lf "$conns" "$msgs" 3400 90
+	up=$UP
 	check_spool "$SDIR" "$what" lf spool
 	total=$SP_FILES
 	[ "$total" -gt $((SENDERS + 5)) ] ||
@@ -655,12 +676,8 @@ case_octet() {
 	local mode=$1 name=e-$mode what up conns=5 msgs=2000 files
 	what="$mode: octet framing, syslog-ng down, $conns x $msgs"
 	set_mode "$mode"
-	up=$(free_port -b 127.0.0.1) || fail "zp-peer port failed"
-	spool_dir "$name.spool"
-	spool_zproxy "$SDIR" "$up" --framing octet
-	send_bg "$name" "$conns" "$msgs" 600 octet
-	send_done "$name" "$conns" "$msgs" 60
-	wait_metric zproxy_spool_streams == 0 20 "$what: every stream ended"
+	spool_all "$what" "$name" octet "$conns" "$msgs" 600 60
+	up=$UP
 	check_spool "$SDIR" "$what" octet spool
 	files=$SP_FILES
 	[ "$SP_STREAMS" = "$conns" ] || fail "$what: $SP_STREAMS streams in the spool"
@@ -737,6 +754,67 @@ case_collector_dies() {
 	stop_zproxy
 }
 
+# ---- h -----------------------------------------------------------------
+
+# 200 files in the spool, sorted by the sender under the sandbox.
+case_many_files() {
+	local mode=$1 name=h-$mode what conns=200 msgs=5
+	what="$mode: $conns files in the spool under the sandbox"
+	set_mode "$mode"
+	spool_all "$what" "$name" lf "$conns" "$msgs" 200 60
+	check_spool "$SDIR" "$what" lf spool
+	[ "$SP_FILES" = "$conns" ] ||
+		fail "$what: $SP_FILES files in the spool, want $conns"
+	start_collector rsyslog "$name" "$UP"
+	all_delivered "$what" "$name" "$conns" "$msgs" "the spool empties once rsyslog is up"
+	sandbox_clean "$ZLOG" ||
+		fail "$what: $(grep -m 1 'sandbox: system call' "$ZLOG")"
+	ok "$what: no system call refused, $conns files delivered, each message exactly once, in order ($VERIFIED)"
+	stop_zproxy
+	kill_collector "$C_PID" "$C_PORT" "$what: rsyslog"
+}
+
+# ---- i -----------------------------------------------------------------
+
+# set_sent FILE N: write N as FILE's header's sent=, in place.
+set_sent() {
+	local at
+	at=$(head -n 1 "$1" | grep -bo 'sent=[0-9]*' | cut -d: -f1)
+	[ -n "$at" ] || fail "no sent= in $(head -n 1 "$1")"
+	printf 'sent=%016d' "$2" |
+		dd of="$1" bs=1 seek="$at" conv=notrunc status=none ||
+		fail "dd into $1 failed"
+}
+
+# A sent= inside a message: the send resumes at its start, not torn.
+case_torn_sent() {
+	local mode=$1 fr=$2 name=i-$mode-$2 what f hl at n=200 k=100
+	what="$mode: $fr, sent= inside message $k of $n"
+	set_mode "$mode"
+	spool_all "$what" "$name" "$fr" 1 "$n" 300 30
+	stop_zproxy
+	f=$(ls "$SDIR"/*.spool) && [ "$(echo "$f" | wc -l)" = 1 ] ||
+		fail "$what: not one .spool file: $(ls "$SDIR")"
+	hl=$(head -n 1 "$f" | wc -c)
+	# Every message's body begins "<13>": 5 bytes into the k-th one.
+	at=$(tail -c +$((hl + 1)) "$f" | grep -abo '<13>' | sed -n "${k}p" |
+	    cut -d: -f1)
+	[ -n "$at" ] || fail "$what: no message $k in $f"
+	set_sent "$f" $((at + 5))
+	collect "$name.c" "$UP"
+	spool_zproxy "$SDIR" "$UP" --framing "$fr"
+	wait_metric zproxy_spool_files == 0 30 "$what: the file is delivered"
+	logsend_verify "$what" "$name" 1 "$n" --raw --runs --framing "$fr" \
+	    "$T/$name.c"/conn-*.raw
+	wait_line "$ZLOG" "sent=$((at + 5)) is not a message boundary; resumes after [0-9]+ bytes" 5 "$ZPID" >/dev/null ||
+		fail "$what: no warning: $(grep -m 1 'spool: .*resumes' "$ZLOG")"
+	[[ $VERIFIED == *" received=$((n - k + 1)) "* ]] ||
+		fail "$what: the collector got $VERIFIED, want messages $k to $n"
+	ok "$what: resumed at that message's start, none torn ($VERIFIED)"
+	stop_zproxy
+	zp_stop "$COL_PID"
+}
+
 # ---- f -----------------------------------------------------------------
 
 # start_bad NAME ARGS...: zproxy ARGS must exit at start-up (within 10
@@ -778,8 +856,8 @@ case_startup() {
 	ok "$what: --spool without --framing: status 64, '$(cat "$T/f-$mode-noframing.err")'"
 }
 
-# ZP_SPOOL_CASES: the subcases to run (default all: "a b c d e f g").
-CASES=" ${ZP_SPOOL_CASES:-a b c d e f g} "
+# ZP_SPOOL_CASES: the subcases to run (default all: "a b c d e f g h i").
+CASES=" ${ZP_SPOOL_CASES:-a b c d e f g h i} "
 for mode in $MODES; do
 	[[ $CASES == *" f "* ]] && subcase case_startup "$mode"
 	[[ $CASES == *" a "* ]] && subcase case_spool "$mode"
@@ -790,6 +868,9 @@ for mode in $MODES; do
 	[[ $CASES == *" d "* ]] && subcase case_full_open "$mode"
 	[[ $CASES == *" e "* ]] && subcase case_octet "$mode"
 	[[ $CASES == *" g "* ]] && subcase case_collector_dies "$mode"
+	[[ $CASES == *" h "* ]] && subcase case_many_files "$mode"
+	[[ $CASES == *" i "* ]] && subcase case_torn_sent "$mode" lf
+	[[ $CASES == *" i "* ]] && subcase case_torn_sent "$mode" octet
 done
 
 zp_done

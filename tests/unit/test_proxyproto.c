@@ -298,6 +298,30 @@ expect_addr(const struct sockaddr *sa, unsigned char *addr, unsigned *port)
 	return 0;
 }
 
+/*
+ * Two known families that differ (IPv4 or v4-mapped on one side, IPv6 on
+ * the other) travel as TCP over IPv6, the IPv4 side v4-mapped: adjust
+ * what expect_addr() worked out for each side to that.
+ */
+static void
+expect_pair(int *fs, unsigned char *es, int *fd, unsigned char *ed)
+{
+	int		*fam[2] = { fs, fd };
+	unsigned char	*addr[2] = { es, ed };
+	int		 i;
+
+	if (*fs == 0 || *fd == 0 || *fs == *fd)
+		return;
+	for (i = 0; i < 2; i++) {
+		if (*fam[i] != AF_INET)
+			continue;
+		memmove(addr[i] + 12, addr[i], 4);
+		memset(addr[i], 0, 10);
+		addr[i][10] = addr[i][11] = 0xff;
+		*fam[i] = AF_INET6;
+	}
+}
+
 /* Decoded d is what src -> dst should give; say which field differs. */
 static void
 assert_decoded(int version, const struct decoded *d,
@@ -311,6 +335,7 @@ assert_decoded(int version, const struct decoded *d,
 
 	fs = expect_addr(src, es, &esp);
 	fd = expect_addr(dst, ed, &edp);
+	expect_pair(&fs, es, &fd, ed);
 	if (fs == 0 || fs != fd) {
 		if (!d->local)
 			fail_msg("round %u v%d: families %d/%d should give %s",
@@ -399,8 +424,34 @@ test_v1_v4mapped(void **state)
 }
 
 /*
- * Addresses of different families, or of a family the protocol cannot
- * carry, give the spec's "PROXY UNKNOWN\r\n".
+ * An IPv4 end (or a v4-mapped one) with an IPv6 one: TCP6, the IPv4
+ * address v4-mapped, never UNKNOWN, which would name zproxy as the
+ * client (issue 32: a balancer's "PROXY TCP6 ::ffff:192.0.2.7 ::1 ...",
+ * accepted, was sent on as UNKNOWN).
+ */
+static void
+test_v1_mixed(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V1_MAX + GUARD];
+	ssize_t			n;
+
+	n = encode(1, sa4(&s, "192.0.2.1", 40000),
+	    sa6(&d, "2001:db8::2", 9000), buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n,
+	    "PROXY TCP6 ::ffff:192.0.2.1 2001:db8::2 40000 9000\r\n");
+	n = encode(1, sa6(&s, "2001:db8::1", 40000),
+	    sa4(&d, "198.51.100.2", 9000), buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n,
+	    "PROXY TCP6 2001:db8::1 ::ffff:198.51.100.2 40000 9000\r\n");
+	n = encode(1, sa6(&s, "::ffff:192.0.2.7", 40000),
+	    sa6(&d, "::1", 514), buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n, "PROXY TCP6 ::ffff:192.0.2.7 ::1 40000 514\r\n");
+}
+
+/*
+ * Addresses of a family the protocol cannot carry give the spec's
+ * "PROXY UNKNOWN\r\n".
  */
 static void
 test_v1_unknown(void **state)
@@ -409,16 +460,6 @@ test_v1_unknown(void **state)
 	unsigned char		buf[ZP_PROXY_V1_MAX + GUARD];
 	ssize_t			n;
 
-	n = encode(1, sa4(&s, "192.0.2.1", 40000),
-	    sa6(&d, "2001:db8::2", 9000), buf, ZP_PROXY_V1_MAX);
-	assert_v1_line(buf, n, "PROXY UNKNOWN\r\n");
-	n = encode(1, sa6(&s, "2001:db8::1", 40000),
-	    sa4(&d, "198.51.100.2", 9000), buf, ZP_PROXY_V1_MAX);
-	assert_v1_line(buf, n, "PROXY UNKNOWN\r\n");
-	/* Mapped reduces to IPv4, which still differs from real IPv6. */
-	n = encode(1, sa6(&s, "::ffff:192.0.2.1", 40000),
-	    sa6(&d, "2001:db8::2", 9000), buf, ZP_PROXY_V1_MAX);
-	assert_v1_line(buf, n, "PROXY UNKNOWN\r\n");
 	n = encode(1, saun(&s, "/tmp/a"), saun(&d, "/tmp/b"), buf,
 	    ZP_PROXY_V1_MAX);
 	assert_v1_line(buf, n, "PROXY UNKNOWN\r\n");
@@ -612,8 +653,36 @@ test_v2_v4mapped(void **state)
 }
 
 /*
- * Mismatched or unknown families give the LOCAL command: signature,
- * 0x20, family 0x00 (UNSPEC), length 0 -- 16 bytes in all.
+ * An IPv4 end with an IPv6 one: TCP over IPv6 (0x21), the IPv4 address
+ * v4-mapped, not LOCAL.
+ */
+static void
+test_v2_mixed(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V2_MAX + GUARD];
+	static const unsigned char want[52] = {
+		0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49,
+		0x54, 0x0a,
+		0x21, 0x21, 0x00, 0x24,
+		0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 51, 100, 2,
+		0x9c, 0x40,
+		0x23, 0x28,
+	};
+	ssize_t			n;
+
+	n = encode(2, sa6(&s, "2001:db8::1", 40000),
+	    sa6(&d, "::ffff:198.51.100.2", 9000), buf, ZP_PROXY_V2_MAX);
+	assert_bytes(buf, n, want, sizeof(want));
+	n = encode(2, sa6(&s, "2001:db8::1", 40000),
+	    sa4(&d, "198.51.100.2", 9000), buf, ZP_PROXY_V2_MAX);
+	assert_bytes(buf, n, want, sizeof(want));
+}
+
+/*
+ * Unknown families give the LOCAL command: signature, 0x20, family 0x00
+ * (UNSPEC), length 0 -- 16 bytes in all.
  */
 static void
 test_v2_local(void **state)
@@ -627,12 +696,6 @@ test_v2_local(void **state)
 	};
 	ssize_t			n;
 
-	n = encode(2, sa4(&s, "192.0.2.1", 40000),
-	    sa6(&d, "2001:db8::2", 9000), buf, ZP_PROXY_V2_MAX);
-	assert_bytes(buf, n, want, sizeof(want));
-	n = encode(2, sa6(&s, "2001:db8::1", 40000),
-	    sa6(&d, "::ffff:198.51.100.2", 9000), buf, ZP_PROXY_V2_MAX);
-	assert_bytes(buf, n, want, sizeof(want));
 	n = encode(2, saun(&s, "/tmp/a"), saun(&d, "/tmp/b"), buf,
 	    ZP_PROXY_V2_MAX);
 	assert_bytes(buf, n, want, sizeof(want));
@@ -666,7 +729,8 @@ test_v2_small_buffer(void **state)
 	    (struct sockaddr *)&d, buf, 52), 52);
 	assert_int_equal(ZP_PROXY_V2_MAX, 52);
 
-	sa4(&d, "198.51.100.2", 9000);
+	saun(&s, "/tmp/a");
+	saun(&d, "/tmp/b");
 	for (len = 0; len < 16; len++)
 		assert_int_equal(encode(2, (struct sockaddr *)&s,
 		    (struct sockaddr *)&d, buf, len), -1);
@@ -1692,6 +1756,39 @@ test_parse_first_byte(void **state)
 }
 
 /*
+ * The issue's path whole: a received header whose client is v4-mapped
+ * and whose destination is IPv6 is sent on, v1 and v2, naming that
+ * client.
+ */
+static void
+test_mixed_accept_send(void **state)
+{
+	static const char	in[] =
+	    "PROXY TCP6 ::ffff:192.0.2.7 ::1 40000 514\r\n";
+	static const unsigned char want2[52] = {
+		0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49,
+		0x54, 0x0a,
+		0x21, 0x21, 0x00, 0x24,
+		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 7,
+		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+		0x9c, 0x40,
+		0x02, 0x02,
+	};
+	struct zp_proxy_info	info;
+	unsigned char		buf[ZP_PROXY_MAX + GUARD];
+	ssize_t			n;
+
+	parse_ok(in, sizeof(in) - 1, &info);
+	assert_false(info.local);
+	n = encode(1, (struct sockaddr *)&info.src,
+	    (struct sockaddr *)&info.dst, buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n, in);
+	n = encode(2, (struct sockaddr *)&info.src,
+	    (struct sockaddr *)&info.dst, buf, ZP_PROXY_V2_MAX);
+	assert_bytes(buf, n, want2, sizeof(want2));
+}
+
+/*
  * What the encoder writes reads back: random address pairs (the round
  * trip's generator), both versions, addresses and ports as they went in
  * (reduced as the spec says), local where the encoder could not say.
@@ -1718,6 +1815,7 @@ test_parse_round_trip(void **state)
 			dst = rnd_addr(&x, &d);
 		fs = expect_addr(src, es, &esp);
 		fd = expect_addr(dst, ed, &edp);
+		expect_pair(&fs, es, &fd, ed);
 		for (version = 1; version <= 2; version++) {
 			n = encode(version, src, dst, buf, ZP_PROXY_MAX);
 			if (n == -1)
@@ -1769,6 +1867,8 @@ main(void)
 		cmocka_unit_test(test_v1_port_limits),
 		cmocka_unit_test(test_v1_tcp6),
 		cmocka_unit_test(test_v1_v4mapped),
+		cmocka_unit_test(test_v1_mixed),
+		cmocka_unit_test(test_mixed_accept_send),
 		cmocka_unit_test(test_v1_unknown),
 		cmocka_unit_test(test_v1_longest),
 		cmocka_unit_test(test_v1_small_buffer),
@@ -1776,6 +1876,7 @@ main(void)
 		cmocka_unit_test(test_v2_tcp4),
 		cmocka_unit_test(test_v2_tcp6),
 		cmocka_unit_test(test_v2_v4mapped),
+		cmocka_unit_test(test_v2_mixed),
 		cmocka_unit_test(test_v2_local),
 		cmocka_unit_test(test_v2_small_buffer),
 		cmocka_unit_test(test_decoder_self_check),

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -215,6 +216,97 @@ test_names(void **state)
 	    "spool"), -1);
 }
 
+/*
+ * A file of a header of hl bytes then data (len bytes), as the sender
+ * opens one; its descriptor.
+ */
+static int
+data_file(size_t hl, const void *data, size_t len)
+{
+	FILE	*f;
+	size_t	 i;
+
+	assert_non_null(f = tmpfile());
+	for (i = 0; i < hl; i++)
+		assert_int_equal(fputc('H', f), 'H');
+	assert_int_equal(fwrite(data, 1, len, f), len);
+	assert_int_equal(fflush(f), 0);
+	return fileno(f);
+}
+
+/*
+ * A sent= at a boundary is where the send resumes; one inside a message
+ * (a corrupted or edited header) resumes at the boundary before it, so
+ * that the collector gets a message twice rather than torn, and one in
+ * the first message at 0 (issue 32). lf and nul look back for their
+ * delimiter, further back than one read too.
+ */
+static void
+test_resume_delimited(void **state)
+{
+	static const char	lf[] = "<13>one\n<13>two two\n<13>three\n";
+	static const char	nul[] = "{\"a\":1}\0{\"b\":22}\0";
+	char			*big;
+	size_t			 n = 100 * 1024;
+	int			 fd;
+
+	(void)state;
+	fd = data_file(57, lf, sizeof(lf) - 1);
+	assert_int_equal(zp_spool_resume(fd, 57, 8, ZP_FRAMING_LF, 0), 8);
+	assert_int_equal(zp_spool_resume(fd, 57, 20, ZP_FRAMING_LF, 0), 20);
+	assert_int_equal(zp_spool_resume(fd, 57, 30, ZP_FRAMING_LF, 0), 30);
+	assert_int_equal(zp_spool_resume(fd, 57, 15, ZP_FRAMING_LF, 0), 8);
+	assert_int_equal(zp_spool_resume(fd, 57, 9, ZP_FRAMING_LF, 0), 8);
+	assert_int_equal(zp_spool_resume(fd, 57, 25, ZP_FRAMING_LF, 0), 20);
+	assert_int_equal(zp_spool_resume(fd, 57, 3, ZP_FRAMING_LF, 0), 0);
+	close(fd);
+	fd = data_file(10, nul, sizeof(nul) - 1);
+	assert_int_equal(zp_spool_resume(fd, 10, 8, ZP_FRAMING_NUL, 0), 8);
+	assert_int_equal(zp_spool_resume(fd, 10, 12, ZP_FRAMING_NUL, 0), 8);
+	assert_int_equal(zp_spool_resume(fd, 10, 5, ZP_FRAMING_NUL, 0), 0);
+	close(fd);
+	/* "a\n", a line of 100 KiB, "b\n": sent= 90 KiB into the long one. */
+	assert_non_null(big = malloc(n + 4));
+	memcpy(big, "a\n", 2);
+	memset(big + 2, 'x', n);
+	memcpy(big + 2 + n, "\nb", 2);
+	fd = data_file(57, big, n + 4);
+	assert_int_equal(zp_spool_resume(fd, 57, 2 + 90 * 1024,
+	    ZP_FRAMING_LF, 0), 2);
+	assert_int_equal(zp_spool_resume(fd, 57, n + 3, ZP_FRAMING_LF, 0),
+	    n + 3);
+	close(fd);
+	free(big);
+}
+
+/*
+ * Octet counting: a length is only known from the frame before it, so
+ * the frames are followed from the start; a body that looks like frames
+ * itself ("6 abc 3 xyz") does not fool it. auto decides by the first
+ * byte, as the writer did.
+ */
+static void
+test_resume_octet(void **state)
+{
+	static const char	oc[] = "5 hello11 6 abc 3 xyz2 ok";
+	static const int	modes[] = { ZP_FRAMING_OCTET, ZP_FRAMING_AUTO };
+	size_t			i;
+	int			fd, fr;
+
+	(void)state;
+	fd = data_file(40, oc, sizeof(oc) - 1);
+	for (i = 0; i < 2; i++) {
+		fr = modes[i];
+		assert_int_equal(zp_spool_resume(fd, 40, 7, fr, 0), 7);
+		assert_int_equal(zp_spool_resume(fd, 40, 21, fr, 0), 21);
+		/* In "11 6 abc 3 xyz", just before its "3 xyz". */
+		assert_int_equal(zp_spool_resume(fd, 40, 16, fr, 0), 7);
+		assert_int_equal(zp_spool_resume(fd, 40, 23, fr, 0), 21);
+		assert_int_equal(zp_spool_resume(fd, 40, 4, fr, 0), 0);
+	}
+	close(fd);
+}
+
 int
 main(void)
 {
@@ -223,6 +315,8 @@ main(void)
 		cmocka_unit_test(test_hdr_pending),
 		cmocka_unit_test(test_hdr_refused),
 		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_resume_delimited),
+		cmocka_unit_test(test_resume_octet),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
