@@ -65,6 +65,7 @@ enum {
 	OPT_FRAMING,
 	OPT_MAX_FRAME,
 	OPT_MAX_LIFETIME,
+	OPT_STALL_TIMEOUT,
 	OPT_REBALANCE,
 	OPT_REBALANCE_RATE,
 	OPT_REPLAY_WINDOW,
@@ -157,6 +158,9 @@ static const struct cli_opt cli_opts[] = {
 	    "16M", NULL, NULL, 0 },
 	{ "max-lifetime", OPT_MAX_LIFETIME, CLI_SECONDS, F(max_lifetime), 0,
 	    0, NULL, NULL, NULL, 0 },
+	/* "off": an upstream may take nothing for as long as it likes. */
+	{ "stall-timeout", OPT_STALL_TIMEOUT, CLI_SECONDS_OFF,
+	    F(stall_timeout), 0, 0, NULL, NULL, NULL, 0 },
 	{ "rebalance", OPT_REBALANCE, CLI_FLAG, F(rebalance), 0, 0, NULL,
 	    NULL, NULL, 0 },
 	{ "rebalance-rate", OPT_REBALANCE_RATE, CLI_INT, F(rebalance_rate),
@@ -362,6 +366,10 @@ zp_config_usage(FILE *fp, const char *prog)
 "      --max-lifetime SEC     a stream this long on one upstream moves to\n"
 "                             the balancer's choice at a message boundary,\n"
 "                             if that is another (default: never)\n"
+"      --stall-timeout SEC    an upstream that acknowledges nothing of a\n"
+"                             stream for SEC while zproxy has bytes for it\n"
+"                             has failed: the stream moves on, its replay\n"
+"                             window sent again (default 10, or off)\n"
 "      --rebalance            move streams off the busiest upstream while\n"
 "                             it has 2 more than the idlest (an upstream\n"
 "                             back up fills again)\n"
@@ -1039,11 +1047,13 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 	/* Only a framed stream has boundaries to move at. */
 	if (cfg->framing == ZP_FRAMING_NONE && (given_opt(given,
 	    OPT_MAX_FRAME) || given_opt(given, OPT_MAX_LIFETIME) ||
+	    given_opt(given, OPT_STALL_TIMEOUT) ||
 	    cfg->rebalance || given_opt(given, OPT_REBALANCE_RATE) ||
 	    cfg->replay_window > 0)) {
 		zp_seterr(err, errlen, "--%s needs --framing",
 		    given_opt(given, OPT_MAX_FRAME) ? "max-frame" :
 		    given_opt(given, OPT_MAX_LIFETIME) ? "max-lifetime" :
+		    given_opt(given, OPT_STALL_TIMEOUT) ? "stall-timeout" :
 		    cfg->rebalance ? "rebalance" :
 		    cfg->replay_window > 0 ? "replay-window" :
 		    "rebalance-rate");

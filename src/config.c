@@ -40,6 +40,7 @@ zp_config_init(struct zp_config *cfg)
 	cfg->fail_timeout = ZP_DEFAULT_FAIL_TIMEOUT;
 	cfg->drain_timeout = ZP_DEFAULT_DRAIN_TIMEOUT;
 	cfg->fin_timeout = ZP_DEFAULT_FIN_TIMEOUT;
+	cfg->stall_timeout = ZP_DEFAULT_STALL_TIMEOUT;
 	cfg->linger_timeout = ZP_DEFAULT_LINGER_TIMEOUT;
 	cfg->stats_max_conns = ZP_DEFAULT_STATS_MAX_CONNS;
 	cfg->stats_timeout = ZP_DEFAULT_STATS_TIMEOUT;

@@ -150,6 +150,7 @@ struct zp_config {
 	int			framing;	/* enum zp_framing */
 	size_t			max_frame;	/* 0: the framing's default */
 	double			max_lifetime;	/* 0: streams stay */
+	double			stall_timeout;	/* 0: an upstream may stall */
 	int			rebalance;
 	int			rebalance_rate;	/* moves a second */
 	size_t			replay_window;	/* 0: no replay */
@@ -176,6 +177,13 @@ struct zp_config {
 #define ZP_DEFAULT_FAIL_TIMEOUT	10.0
 #define ZP_DEFAULT_DRAIN_TIMEOUT 30.0
 #define ZP_DEFAULT_FIN_TIMEOUT	300.0	/* HAProxy-like client-fin bound */
+/*
+ * An upstream that acknowledges nothing of a framed stream for this long
+ * while zproxy has bytes for it is failed (a stopped collector, a full
+ * disk): the stream moves on. Long enough for a collector's pauses (a
+ * log rotation, a garbage collection), short against --fin-timeout.
+ */
+#define ZP_DEFAULT_STALL_TIMEOUT 10.0
 #define ZP_DEFAULT_LINGER_TIMEOUT 30.0	/* nginx's lingering_time */
 #define ZP_DEFAULT_STATS_MAX_CONNS 16
 #define ZP_DEFAULT_STATS_TIMEOUT 5.0

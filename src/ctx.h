@@ -71,7 +71,7 @@ struct zp_stats {
 	uint64_t	clients_source_limited;	/* --max-conns-per-source */
 	uint64_t	bad_proxy_headers;	/* --accept-proxy refusals */
 	uint64_t	bad_destinations;	/* -u original refused one */
-	uint64_t	moves[3];	/* --framing: streams moved, by
+	uint64_t	moves[4];	/* --framing: streams moved, by
 					   enum zp_move_reason */
 	uint64_t	framing_errors;	/* streams whose framing failed */
 	uint64_t	replayed;	/* --replay-window: bytes sent again */

@@ -10,6 +10,7 @@
 #include <netinet/tcp.h>
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -54,6 +55,11 @@ static void	pair_connect_release(struct zp_pair *);
 static void	pair_next_drop(struct zp_pair *);
 static void	pair_move_log(struct zp_pair *, const struct zp_addr *);
 static int	pair_spool(struct zp_pair *);
+static int	pair_stall_check(struct zp_pair *, const struct timeval *)
+		    ZP_MAY_FREE;
+
+_Static_assert(sizeof(((struct zp_stats *)0)->moves) / sizeof(uint64_t) ==
+    ZP_MOVE_MAX, "a move counter for each reason");
 
 /* Name of an end reason; these words are what users grep logs for. */
 const char *
@@ -94,6 +100,7 @@ zp_move_reason_str(int r)
 	case ZP_MOVE_FAILED:	return "upstream-failed";
 	case ZP_MOVE_LIFETIME:	return "max-lifetime";
 	case ZP_MOVE_REBALANCE:	return "rebalance";
+	case ZP_MOVE_STALLED:	return "upstream-stalled";
 	}
 	return "unknown";
 }
@@ -156,6 +163,27 @@ sock_tune(struct zp_ctx *ctx, int fd)
 	if (ctx->cfg->keepalive)
 		(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on,
 		    sizeof(on));
+}
+
+/*
+ * An upstream socket: as any, and with --replay-window W its send queue
+ * is held to W/2 (the kernel doubles the W/4 asked), so that what its
+ * collector has not acknowledged is always within the window, with room
+ * left for what it acknowledged and never read: a collector that stalls
+ * or dies loses nothing the window cannot send again. Left to itself
+ * the kernel grows a send queue to megabytes (tcp_wmem).
+ */
+static void
+sock_tune_upstream(struct zp_ctx *ctx, int fd)
+{
+	int	sndbuf;
+
+	sock_tune(ctx, fd);
+	if (ctx->cfg->replay_window == 0)
+		return;
+	sndbuf = ctx->cfg->replay_window / 4 > INT_MAX ? INT_MAX :
+	    (int)(ctx->cfg->replay_window / 4);
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 }
 
 /*
@@ -615,7 +643,7 @@ pair_framing_error(struct zp_pair *p)
 	    (unsigned long long)p->id, (unsigned long long)off, why);
 }
 
-static int	pair_move(struct zp_pair *) ZP_MAY_FREE;
+static int	pair_move(struct zp_pair *, int) ZP_MAY_FREE;
 static int	pair_switch(struct zp_pair *) ZP_MAY_FREE;
 static void	pair_retire_done(struct zp_pair *, int);
 
@@ -635,6 +663,75 @@ pair_hold(struct zp_pair *p)
 	m = pair_movable(p) && !p->winding;
 	p->up.fr->hold = m;
 	p->down.hold_fin = !p->winding && (m || p->down.src == &p->retiring);
+}
+
+/*
+ * --stall-timeout: note when the upstream of a framed stream stopped
+ * taking its bytes (zproxy holds some it cannot write) and what it had
+ * acknowledged then; the pair timer looks again once the timeout has
+ * passed (pair_stall_check). No system call until a write blocked: the
+ * hot path pays nothing. Returns 0, or -1 when the timer could not be
+ * made.
+ */
+static int
+pair_stall_watch(struct zp_pair *p)
+{
+	if (p->ctx->cfg->stall_timeout <= 0 || p->up.fr == NULL ||
+	    p->state != ZP_PAIR_RELAYING)
+		return 0;
+	if (!p->upstream.wblocked || p->up.done ||
+	    p->up.ops->pending(&p->up) == 0) {
+		timerclear(&p->stall_since);
+		return 0;
+	}
+	if (timerisset(&p->stall_since))
+		return 0;
+	p->stall_since = p->last_active;
+	if (zp_sock_acked(p->upstream.fd, &p->stall_acked) == -1)
+		p->stall_acked = 0;
+	return pair_timer_update(p);
+}
+
+/*
+ * The pair timer, with a stall noted: once --stall-timeout has passed,
+ * an upstream that acknowledged something meanwhile is watched again
+ * from now; one that did not has failed (a stopped collector, a full
+ * disk: its window stays shut), and the stream moves on as from any
+ * failed upstream, its replay window sent again to the next one. The
+ * stalled one is reset, not closed: what it holds of a message cut short
+ * must not reach it later. Returns 1 when the pair was handed on.
+ */
+static int
+pair_stall_check(struct zp_pair *p, const struct timeval *now)
+{
+	static const struct linger	 rst = { 1, 0 };
+	struct zp_ctx			*ctx = p->ctx;
+	struct timeval			 dt;
+	uint64_t			 acked;
+	char				 buf[ZP_ADDRSTRLEN];
+
+	timersub(now, &p->stall_since, &dt);
+	if (p->state != ZP_PAIR_RELAYING ||
+	    dt.tv_sec + dt.tv_usec / 1e6 < ctx->cfg->stall_timeout)
+		return 0;
+	if (zp_sock_acked(p->upstream.fd, &acked) == 0 &&
+	    acked != p->stall_acked) {
+		p->stall_since = *now;
+		p->stall_acked = acked;
+		return 0;
+	}
+	timerclear(&p->stall_since);
+	if (!pair_movable(p))
+		return 0;
+	zp_log(ctx->log, ZP_LOG_WARN, "connection %llu: the upstream %s took "
+	    "nothing for %.3gs (--stall-timeout) with %d bytes sent to it "
+	    "not acknowledged: it has failed", (unsigned long long)p->id,
+	    zp_addr_str(&p->up_addr, buf, sizeof(buf)),
+	    ctx->cfg->stall_timeout, sock_unacked(&p->upstream, 0));
+	(void)setsockopt(p->upstream.fd, SOL_SOCKET, SO_LINGER, &rst,
+	    sizeof(rst));
+	p->upstream.err = ETIMEDOUT;
+	return pair_move(p, ZP_MOVE_STALLED);
 }
 
 /*
@@ -662,7 +759,7 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 		rc = zp_dir_pump(ctx, d, ctx->budget);
 		pair_framing_error(p);
 		if (rc & ZP_PUMP_MOVE)
-			return pair_move(p);
+			return pair_move(p, ZP_MOVE_FAILED);
 		if (rc & ZP_PUMP_BOUNDARY)
 			return pair_switch(p);
 		/*
@@ -672,7 +769,7 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 		 */
 		if ((rc & ZP_PUMP_SRC_FIN) && p->down.src == &p->upstream &&
 		    pair_movable(p))
-			return pair_move(p);
+			return pair_move(p, ZP_MOVE_FAILED);
 		if (rc & ZP_PUMP_NOPIPE)
 			pair_no_pipe(p);
 		if (rc & ZP_PUMP_FELLBACK) {
@@ -717,6 +814,10 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 				zp_pair_close(p, ZP_END_NOMEM);
 				return 1;
 			}
+		}
+		if (pair_stall_watch(p) == -1) {
+			zp_pair_close(p, ZP_END_NOMEM);
+			return 1;
 		}
 		return 0;
 	}
@@ -854,6 +955,8 @@ pair_timer_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	event_base_gettimeofday_cached(p->ctx->base, &now);
+	if (timerisset(&p->stall_since) && pair_stall_check(p, &now) != 0)
+		return;		/* moved on */
 	if (cfg->max_lifetime > 0 && p->state == ZP_PAIR_RELAYING) {
 		timersub(&now, &p->up_since, &dt);
 		if (dt.tv_sec + dt.tv_usec / 1e6 >= cfg->max_lifetime) {
@@ -905,7 +1008,8 @@ pair_timer_update(struct zp_pair *p)
 	if (cfg->fin_timeout > 0 && timerisset(&p->half_closed) &&
 	    (limit == 0 || cfg->fin_timeout < limit))
 		limit = cfg->fin_timeout;
-	if (limit == 0 && cfg->max_lifetime == 0)
+	if (limit == 0 && cfg->max_lifetime == 0 &&
+	    !timerisset(&p->stall_since))
 		return 0;
 	if (p->timer == NULL && (p->timer = evtimer_new(p->ctx->base,
 	    pair_timer_cb, p)) == NULL)
@@ -918,6 +1022,13 @@ pair_timer_update(struct zp_pair *p)
 		timersub(&now, &p->up_since, &dt);
 		if (cfg->max_lifetime - (dt.tv_sec + dt.tv_usec / 1e6) < wait)
 			wait = cfg->max_lifetime - (dt.tv_sec +
+			    dt.tv_usec / 1e6);
+	}
+	/* --stall-timeout counts from when the upstream stopped taking. */
+	if (timerisset(&p->stall_since)) {
+		timersub(&now, &p->stall_since, &dt);
+		if (cfg->stall_timeout - (dt.tv_sec + dt.tv_usec / 1e6) < wait)
+			wait = cfg->stall_timeout - (dt.tv_sec +
 			    dt.tv_usec / 1e6);
 	}
 	dt = zp_seconds_tv(wait < 0.001 ? 0.001 : wait);
@@ -952,6 +1063,14 @@ pair_addr(const struct zp_pair *p, size_t i, struct zp_addr *buf)
 	return buf;
 }
 
+/* Did the move begin with its upstream's failure (an error= to say)? */
+static int
+pair_move_failed(const struct zp_pair *p)
+{
+	return p->move_reason == ZP_MOVE_FAILED ||
+	    p->move_reason == ZP_MOVE_STALLED;
+}
+
 /*
  * One line per move, when the next upstream answered (to is its address)
  * or when none did (to NULL: the end line follows). Not "conn=": scripts
@@ -972,11 +1091,11 @@ pair_move_log(struct zp_pair *p, const struct zp_addr *to)
 	    zp_addr_str(&p->move_from, fbuf, sizeof(fbuf)),
 	    to != NULL ? zp_addr_str(to, tbuf, sizeof(tbuf)) : "none",
 	    zp_move_reason_str(p->move_reason),
-	    p->move_reason == ZP_MOVE_FAILED ? " error=\"" : "",
-	    p->move_reason != ZP_MOVE_FAILED ? "" : p->move_err != 0 ?
+	    pair_move_failed(p) ? " error=\"" : "",
+	    !pair_move_failed(p) ? "" : p->move_err != 0 ?
 	    strerror(p->move_err) : p->move_checked ? "marked down by the "
 	    "health checks" : "closed by the upstream",
-	    p->move_reason == ZP_MOVE_FAILED ? "\"" : "",
+	    pair_move_failed(p) ? "\"" : "",
 	    (unsigned long long)p->move_frames,
 	    (unsigned long long)p->move_unacked,
 	    (unsigned long long)(p->up.fr->cut - p->move_cut),
@@ -991,11 +1110,12 @@ pair_move_log(struct zp_pair *p, const struct zp_addr *to)
  * sent from the next frame boundary on, and connect to another upstream
  * (--balance, never the one that failed); the client's bytes wait in
  * its socket meanwhile, and what the old upstream sent towards the
- * client is delivered once the next one answers. Always returns 1: the
- * pair was freed or handed to the connect.
+ * client is delivered once the next one answers. reason: ZP_MOVE_FAILED,
+ * or ZP_MOVE_STALLED (--stall-timeout). Always returns 1: the pair was
+ * freed or handed to the connect.
  */
 static int
-pair_move(struct zp_pair *p)
+pair_move(struct zp_pair *p, int reason)
 {
 	struct zp_ctx		*ctx = p->ctx;
 	struct zp_dframe	*fr = p->up.fr;
@@ -1005,7 +1125,7 @@ pair_move(struct zp_pair *p)
 
 	pair_next_drop(p);
 	fr->seek = 0;
-	p->move_reason = ZP_MOVE_FAILED;
+	p->move_reason = reason;
 	p->move_checked = 0;
 	p->move_from = p->up_addr;
 	p->move_err = h->err;
@@ -1022,7 +1142,7 @@ pair_move(struct zp_pair *p)
 	memset(h, 0, sizeof(*h));
 	h->fd = -1;
 	p->moves++;
-	ctx->stats.moves[ZP_MOVE_FAILED]++;
+	ctx->stats.moves[reason]++;
 	p->state = ZP_PAIR_MOVING;
 	p->move_cut = fr->cut;
 	p->move_replayed = fr->replayed;
@@ -1380,7 +1500,7 @@ pair_connect_next(struct zp_pair *p)
 		}
 		p->upstream.fd = fd;
 		p->connecting_addr = *a;
-		sock_tune(ctx, fd);
+		sock_tune_upstream(ctx, fd);
 		if (rc == 0)
 			return pair_connected(p);
 		p->upstream.wev = event_new(ctx->base, fd, EV_WRITE,
@@ -1976,7 +2096,7 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 	    ZP_SOURCE_CLIENT, &fd);
 	if (rc == -1)
 		return -1;
-	sock_tune(ctx, fd);
+	sock_tune_upstream(ctx, fd);
 	p->next_fd = fd;
 	p->next_idx = idx;
 	p->next_addr = *a;

@@ -62,6 +62,7 @@ enum zp_move_reason {
 	ZP_MOVE_FAILED = 0,	/* its upstream reset or failed */
 	ZP_MOVE_LIFETIME,	/* --max-lifetime */
 	ZP_MOVE_REBALANCE,	/* --rebalance */
+	ZP_MOVE_STALLED,	/* its upstream took nothing: --stall-timeout */
 	ZP_MOVE_MAX
 };
 

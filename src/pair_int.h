@@ -73,6 +73,9 @@ struct zp_pair {
 	int			 move_reason;	/* enum zp_move_reason */
 	int			 move_checked;	/* the health checks began it */
 	struct timeval		 up_since;	/* on the current upstream since */
+	struct timeval		 stall_since;	/* --stall-timeout: it stopped
+						   taking the stream's bytes */
+	uint64_t		 stall_acked;	/* ... having acknowledged this */
 	/* A planned move: the next upstream, connecting or connected. */
 	int			 next_fd;	/* -1: none */
 	struct event		*next_ev;

@@ -1812,6 +1812,30 @@ test_planned_moves(void **state)
 	assert_errmsg(s->err, "max-lifetime");
 }
 
+/* --stall-timeout: seconds or off, 10 by default, framed streams only. */
+static void
+test_stall_timeout(void **state)
+{
+	struct cfg_state	*s = *state;
+
+	assert_true(s->cfg.stall_timeout == 10.0);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--stall-timeout", "2.5", NULL), ZP_PARSE_OK);
+	assert_true(s->cfg.stall_timeout == 2.5);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--stall-timeout", "off", NULL), ZP_PARSE_OK);
+	assert_true(s->cfg.stall_timeout == 0);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--stall-timeout",
+	    "5", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "--stall-timeout needs --framing");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--stall-timeout", "soon", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "invalid stall-timeout 'soon'");
+}
+
 /* --replay-window: a size, 0 for off, framed streams only, 64M at most. */
 static void
 test_replay_window(void **state)
@@ -1981,6 +2005,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_framing, cfg_setup,
 		    cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_planned_moves, cfg_setup,
+		    cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_stall_timeout, cfg_setup,
 		    cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_replay_window, cfg_setup,
 		    cfg_teardown),

@@ -1058,6 +1058,120 @@ test_lifetime_same(void **state)
 	close(s2);
 }
 
+/* The stall tests' lines: "msg N" padded to 100 bytes with its newline. */
+#define STALL_LINE	100
+#define STALL_MAX	200000		/* 20 MB at most */
+
+static void
+stall_line(char *buf, int n)
+{
+	memset(buf, 'p', STALL_LINE);
+	snprintf(buf, STALL_LINE, "msg %08d ", n);
+	buf[strlen(buf)] = 'p';
+	buf[STALL_LINE - 1] = '\n';
+}
+
+/*
+ * Read lines from fd (running the loop) until line `last` came; each
+ * line's number is marked in seen[]. Fails after 10 s.
+ */
+static void
+stall_read_until(struct harness *h, int fd, int last, unsigned char *seen)
+{
+	static char	acc[1 << 20];
+	static size_t	have;
+	ssize_t		n;
+	size_t		i, start;
+	int		num, done = 0, k;
+
+	have = 0;
+	for (k = 0; k < 10000 && !done; k++) {
+		(void)event_base_loop(h->ctx.base, EVLOOP_NONBLOCK);
+		n = recv(fd, acc + have, sizeof(acc) - have, MSG_DONTWAIT);
+		if (n == -1 && errno == EAGAIN) {
+			(void)poll(NULL, 0, 1);
+			continue;
+		}
+		assert_true(n > 0);
+		have += (size_t)n;
+		for (i = 0, start = 0; i < have; i++) {
+			if (acc[i] != '\n')
+				continue;
+			assert_int_equal(i + 1 - start, STALL_LINE);
+			assert_int_equal(sscanf(acc + start, "msg %d ", &num),
+			    1);
+			seen[num] = 1;
+			done |= num == last;
+			start = i + 1;
+		}
+		memmove(acc, acc + start, have - start);
+		have -= start;
+	}
+	assert_true(done);
+}
+
+/*
+ * --stall-timeout: the upstream (A) accepts and never reads (a stopped
+ * collector); the client writes until zproxy holds bytes it cannot
+ * write. Once A has acknowledged nothing for the timeout, it has failed:
+ * the stream moves to B with its replay window, and every line the
+ * client wrote reaches B, whole, at least once: zproxy's send queue to
+ * A is held within the window (the kernel grew it to megabytes, beyond
+ * any window). It stayed on A for ever.
+ */
+static void
+test_stall_moves(void **state)
+{
+	struct harness	 h;
+	struct zp_pair	*p;
+	static unsigned char seen[STALL_MAX];
+	char		 u1[32], u2[32], line[STALL_LINE];
+	unsigned short	 p1, p2;
+	int		 s1, s2, c, a, b, i, rcv = 4096, sent;
+
+	s1 = listen_any(&p1);
+	s2 = listen_any(&p2);
+	/* A's window closes after a few KB: its sockets inherit this. */
+	assert_int_equal(setsockopt(s1, SOL_SOCKET, SO_RCVBUF, &rcv,
+	    sizeof(rcv)), 0);
+	snprintf(u1, sizeof(u1), "127.0.0.1:%u", p1);
+	snprintf(u2, sizeof(u2), "127.0.0.1:%u", p2);
+	h_init(&h, "-u", u1, "-u", u2, "--balance", "first", "-m",
+	    mode_of(state), "--framing", "lf", "--replay-window", "1M",
+	    "--stall-timeout", "0.3", NULL);
+	c = h_client(&h);
+	a = h_accept(&h, s1);
+	assert_true(h_run(&h, relaying, 2000));
+	p = TAILQ_FIRST(&h.ctx.pairs);
+	/* Until zproxy holds bytes it cannot write to A. */
+	for (sent = 0; sent < STALL_MAX && !(p->upstream.wblocked &&
+	    p->up.ops->pending(&p->up) > 0);) {
+		stall_line(line, sent);
+		if (send(c, line, STALL_LINE, MSG_DONTWAIT) == STALL_LINE)
+			sent++;
+		else
+			assert_int_equal(errno, EAGAIN);
+		(void)event_base_loop(h.ctx.base, EVLOOP_NONBLOCK);
+	}
+	assert_true(sent < STALL_MAX);
+	b = h_accept(&h, s2);
+	memset(seen, 0, sizeof(seen));
+	stall_read_until(&h, b, sent - 1, seen);
+	for (i = 0; i < sent; i++)
+		if (!seen[i])
+			fail_msg("line %d of %d never reached B", i, sent);
+	assert_non_null(strstr(h_log(&h), "reason=upstream-stalled"));
+	assert_non_null(strstr(h_log(&h), "(--stall-timeout)"));
+	assert_int_equal(h.ctx.stats.moves[ZP_MOVE_STALLED], 1);
+	close(c);
+	close(a);
+	close(b);
+	assert_true(h_run(&h, no_pairs, 3000));
+	h_free(&h);
+	close(s1);
+	close(s2);
+}
+
 static int	deaths, death_thread;
 
 static void
@@ -1168,6 +1282,8 @@ main(void)
 		cmocka_unit_test(test_worker_dies),
 		cmocka_unit_test(test_sock_acked),
 		cmocka_unit_test_prestate(test_lifetime_same, (char *)"copy"),
+		cmocka_unit_test_prestate(test_stall_moves, (char *)"splice"),
+		cmocka_unit_test_prestate(test_stall_moves, (char *)"copy"),
 	};
 
 	main_thread = pthread_self();
