@@ -57,6 +57,7 @@ static void	pair_move_log(struct zp_pair *, const struct zp_addr *);
 static int	pair_spool(struct zp_pair *);
 static int	pair_stall_check(struct zp_pair *, const struct timeval *)
 		    ZP_MAY_FREE;
+static int	pair_rewind(struct zp_pair *) ZP_MAY_FREE;
 
 _Static_assert(sizeof(((struct zp_stats *)0)->moves) / sizeof(uint64_t) ==
     ZP_MOVE_MAX, "a move counter for each reason");
@@ -663,6 +664,38 @@ pair_hold(struct zp_pair *p)
 	m = pair_movable(p) && !p->winding;
 	p->up.fr->hold = m;
 	p->down.hold_fin = !p->winding && (m || p->down.src == &p->retiring);
+	/* The client's FIN waits while what it sent may need sending again. */
+	p->up.hold_fin = m && !p->fin_released &&
+	    (p->ctx->cfg->stall_timeout > 0 || p->retiring.fd != -1);
+}
+
+/*
+ * The client's FIN (held by the up direction) may go on to the upstream
+ * once nothing it sent may have to be sent again: the upstream has
+ * acknowledged everything (a FIN queued behind bytes a stalled collector
+ * never takes would leave the client waiting on it, and the bytes lost
+ * when the pair ends), and no retiring upstream may still want a replay
+ * (pair_retire_done). Meanwhile the pair timer looks again, sooner at
+ * first (5 ms, doubling to 200 ms), and --stall-timeout watches the
+ * upstream as when a write blocks. Returns 1 when the FIN may go now.
+ */
+static int
+pair_fin_release(struct zp_pair *p)
+{
+	if (p->retiring.fd == -1 && sock_unacked(&p->upstream, 0) <= 0) {
+		p->fin_held = 0;
+		p->fin_released = 1;
+		timerclear(&p->stall_since);
+		return 1;
+	}
+	if (!p->fin_held) {
+		p->fin_held = 1;
+		p->fin_poll_ms = 5;
+		p->stall_since = p->last_active;
+		if (zp_sock_acked(p->upstream.fd, &p->stall_acked) == -1)
+			p->stall_acked = 0;
+	}
+	return 0;
 }
 
 /*
@@ -679,6 +712,8 @@ pair_stall_watch(struct zp_pair *p)
 	if (p->ctx->cfg->stall_timeout <= 0 || p->up.fr == NULL ||
 	    p->state != ZP_PAIR_RELAYING)
 		return 0;
+	if (p->fin_held)
+		return pair_timer_update(p);
 	if (!p->upstream.wblocked || p->up.done ||
 	    p->up.ops->pending(&p->up) == 0) {
 		timerclear(&p->stall_since);
@@ -711,7 +746,7 @@ pair_stall_check(struct zp_pair *p, const struct timeval *now)
 	char				 buf[ZP_ADDRSTRLEN];
 
 	timersub(now, &p->stall_since, &dt);
-	if (p->state != ZP_PAIR_RELAYING ||
+	if (p->state != ZP_PAIR_RELAYING || ctx->cfg->stall_timeout <= 0 ||
 	    dt.tv_sec + dt.tv_usec / 1e6 < ctx->cfg->stall_timeout)
 		return 0;
 	if (zp_sock_acked(p->upstream.fd, &acked) == 0 &&
@@ -760,16 +795,26 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 		pair_framing_error(p);
 		if (rc & ZP_PUMP_MOVE)
 			return pair_move(p, ZP_MOVE_FAILED);
-		if (rc & ZP_PUMP_BOUNDARY)
+		if ((rc & ZP_PUMP_BOUNDARY) && p->next_fd != -1)
 			return pair_switch(p);
+		if (rc & ZP_PUMP_BOUNDARY) {
+			/* A retiring upstream lost bytes: send them again. */
+			if (pair_rewind(p) != 0)
+				return 1;
+			continue;
+		}
 		/*
 		 * The upstream closed while the client still sends: a
 		 * collector that closed reads nothing more, and what would be
 		 * written to it now is lost at its reset. Move at once.
 		 */
-		if ((rc & ZP_PUMP_SRC_FIN) && p->down.src == &p->upstream &&
-		    pair_movable(p))
+		if ((rc & ZP_PUMP_SRC_FIN) && d == &p->down &&
+		    p->down.src == &p->upstream && pair_movable(p))
 			return pair_move(p, ZP_MOVE_FAILED);
+		/* The client's FIN, held: on now, or when the pair timer says. */
+		if ((rc & ZP_PUMP_SRC_FIN) && d == &p->up &&
+		    pair_fin_release(p))
+			continue;
 		if (rc & ZP_PUMP_NOPIPE)
 			pair_no_pipe(p);
 		if (rc & ZP_PUMP_FELLBACK) {
@@ -957,6 +1002,13 @@ pair_timer_cb(evutil_socket_t fd, short what, void *arg)
 	event_base_gettimeofday_cached(p->ctx->base, &now);
 	if (timerisset(&p->stall_since) && pair_stall_check(p, &now) != 0)
 		return;		/* moved on */
+	if (p->fin_held && p->state == ZP_PAIR_RELAYING) {
+		if (p->fin_poll_ms < 200)
+			p->fin_poll_ms *= 2;
+		/* The held FIN: pair_run asks pair_fin_release again. */
+		if (pair_run(p, &p->up) != 0)
+			return;
+	}
 	if (cfg->max_lifetime > 0 && p->state == ZP_PAIR_RELAYING) {
 		timersub(&now, &p->up_since, &dt);
 		if (dt.tv_sec + dt.tv_usec / 1e6 >= cfg->max_lifetime) {
@@ -1009,7 +1061,7 @@ pair_timer_update(struct zp_pair *p)
 	    (limit == 0 || cfg->fin_timeout < limit))
 		limit = cfg->fin_timeout;
 	if (limit == 0 && cfg->max_lifetime == 0 &&
-	    !timerisset(&p->stall_since))
+	    !timerisset(&p->stall_since) && !p->fin_held)
 		return 0;
 	if (p->timer == NULL && (p->timer = evtimer_new(p->ctx->base,
 	    pair_timer_cb, p)) == NULL)
@@ -1024,6 +1076,9 @@ pair_timer_update(struct zp_pair *p)
 			wait = cfg->max_lifetime - (dt.tv_sec +
 			    dt.tv_usec / 1e6);
 	}
+	/* A held FIN is looked at again soon. */
+	if (p->fin_held && p->fin_poll_ms / 1000.0 < wait)
+		wait = p->fin_poll_ms / 1000.0;
 	/* --stall-timeout counts from when the upstream stopped taking. */
 	if (timerisset(&p->stall_since)) {
 		timersub(&now, &p->stall_since, &dt);
@@ -1143,6 +1198,9 @@ pair_move(struct zp_pair *p, int reason)
 	h->fd = -1;
 	p->moves++;
 	ctx->stats.moves[reason]++;
+	/* The next upstream gets the held FIN once it acknowledged all. */
+	p->fin_held = p->fin_released = 0;
+	timerclear(&p->stall_since);
 	p->state = ZP_PAIR_MOVING;
 	p->move_cut = fr->cut;
 	p->move_replayed = fr->replayed;
@@ -2130,14 +2188,19 @@ retire_timer_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_pair	*p = arg;
 
 	pair_retire_done(p, 1);
-	if (pair_run(p, &p->down) == 0)
+	/* Down reads the next one now; up may owe it a replay, or a FIN. */
+	if (pair_run(p, &p->down) == 0 && pair_run(p, &p->up) == 0)
 		pair_check(p);
 }
 
 /*
  * The upstream a planned move left said all it had (its FIN, or a reset),
  * or did not within --drain-timeout: close it, count what it did not
- * acknowledge, and let the down direction read the new one.
+ * acknowledge, and let the down direction read the new one. When it is
+ * given up on (the timeout, an error) with bytes it never acknowledged,
+ * and the stream keeps a replay window, the window goes again to the
+ * current upstream at the stream's next boundary (pair_rewind):
+ * at-least-once, as after any failed upstream, instead of a loss.
  */
 static void
 pair_retire_done(struct zp_pair *p, int timed_out)
@@ -2145,19 +2208,31 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 	struct zp_ctx		*ctx = p->ctx;
 	struct zp_half		*r = &p->retiring;
 	char			 buf[ZP_ADDRSTRLEN];
+	uint64_t		 acked, lost = 0;
 	int			 left = r->dead ? 0 : sock_unacked(r, 0);
 
 	if (r->fd == -1)
 		return;
 	/* What the client gets from now on is the current upstream's. */
 	pair_tally(p, &p->down, p->up_idx);
+	if ((timed_out || r->dead) && zp_sock_acked(r->fd, &acked) == 0)
+		lost = acked >= p->retiring_sent ? 0 : p->retiring_sent - acked;
+	else if (timed_out || r->dead)
+		lost = (uint64_t)left;
 	if (timed_out || left > 0 || r->dead)
 		zp_log(ctx->log, ZP_LOG_WARN, "connection %llu: the old "
-		    "upstream %s %s; %d bytes sent to it not acknowledged",
+		    "upstream %s %s; %d bytes sent to it not acknowledged%s",
 		    (unsigned long long)p->id, zp_addr_str(&p->retiring_addr,
 		    buf, sizeof(buf)), timed_out ? "did not close within "
 		    "--drain-timeout" : r->dead ? strerror(r->err) :
-		    "closed", left);
+		    "closed", left, lost > 0 && p->up.fr != NULL &&
+		    p->up.fr->rp != NULL && !p->up.done ? ": the replay "
+		    "window goes again to the current one" : "");
+	if (lost > 0 && p->up.fr != NULL && p->up.fr->rp != NULL &&
+	    !p->up.done) {
+		p->rewind_due = 1;
+		p->up.fr->seek = 1;
+	}
 	if (p->retire_timer != NULL)
 		event_free(p->retire_timer);
 	p->retire_timer = NULL;
@@ -2168,6 +2243,39 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 	r->fd = -1;
 	p->down.src = &p->upstream;
 	p->down.eof = p->down.drained = 0;
+}
+
+/*
+ * The stream reached a boundary that it sought for a replay
+ * (pair_retire_done): the window goes again to the current upstream,
+ * before what the store holds. Returns 1 when the pair was freed.
+ */
+static int
+pair_rewind(struct zp_pair *p)
+{
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_dframe	*fr = p->up.fr;
+	uint64_t		 before = fr->replayed;
+	char			 buf[ZP_ADDRSTRLEN];
+	int			 rc;
+
+	fr->seek = 0;
+	if (!p->rewind_due)
+		return 0;
+	p->rewind_due = 0;
+	if ((rc = zp_dir_rewind(ctx, &p->up)) == -1) {
+		zp_pair_close(p, errno == EPROTO ? ZP_END_CLIENT_ERROR :
+		    ZP_END_NOMEM);
+		return 1;
+	}
+	ctx->stats.replayed += fr->replayed - before;
+	zp_log(ctx->log, rc == 0 ? ZP_LOG_NOTICE : ZP_LOG_WARN, "connection "
+	    "%llu: %s to %s (%llu bytes)", (unsigned long long)p->id,
+	    rc == 0 ? "the replay window goes again" : "nothing could be sent "
+	    "again (no whole message in the replay window)",
+	    zp_addr_str(&p->up_addr, buf, sizeof(buf)),
+	    (unsigned long long)(fr->replayed - before));
+	return 0;
 }
 
 /*
@@ -2216,6 +2324,7 @@ pair_switch(struct zp_pair *p)
 	p->move_replayed = 0;
 	/* Its bytes down stay its own until it closes (pair_retire_done). */
 	zp_upstream_release(ctx->ups, (size_t)p->up_idx);
+	p->retiring_sent = p->up_sent + (p->up.bytes - p->up_base);
 	p->up_base = p->up.bytes;
 	p->frames_base = fr->frames;
 	/* A FIN after its last whole frame; it stays open until it closes. */
@@ -2249,6 +2358,9 @@ pair_switch(struct zp_pair *p)
 	event_base_gettimeofday_cached(base, &p->up_since);
 	p->moves++;
 	ctx->stats.moves[p->move_reason]++;
+	/* A held FIN waits for the next one (and for the retiring one). */
+	p->fin_held = p->fin_released = 0;
+	timerclear(&p->stall_since);
 	if (ctx->cfg->send_proxy && pair_send_proxy(p, hdr, &hlen) == -1) {
 		zp_pair_close(p, ZP_END_PROXY_HEADER);
 		return 1;

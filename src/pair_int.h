@@ -76,6 +76,16 @@ struct zp_pair {
 	struct timeval		 stall_since;	/* --stall-timeout: it stopped
 						   taking the stream's bytes */
 	uint64_t		 stall_acked;	/* ... having acknowledged this */
+	int			 fin_held;	/* the client's FIN waits: its
+						   upstream has bytes not yet
+						   acknowledged, or a retiring
+						   one may need a replay */
+	int			 fin_released;	/* ... no more: carry it */
+	int			 fin_poll_ms;	/* looks again after this */
+	int			 rewind_due;	/* a retiring upstream lost
+						   bytes: send the replay again
+						   at the next boundary */
+	uint64_t		 retiring_sent;	/* bytes sent to it */
 	/* A planned move: the next upstream, connecting or connected. */
 	int			 next_fd;	/* -1: none */
 	struct event		*next_ev;

@@ -659,6 +659,24 @@ dir_replay(struct zp_ctx *ctx, struct zp_dir *d)
 	return 0;
 }
 
+/* Send the replay window again, to the same destination; see relay.h. */
+int
+zp_dir_rewind(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	struct zp_dframe	*fr = d->fr;
+	int			 rc;
+
+	if (fr == NULL || fr->rp == NULL)
+		return 1;
+	if ((rc = dir_replay(ctx, d)) != 0)
+		return rc;
+	if (zp_framer_at_boundary(&fr->f))
+		fr->last_mark = fr->sent;
+	d->full = 0;
+	d->drained = 0;
+	return 0;
+}
+
 /* Move a framed direction to another destination; see relay.h. */
 int
 zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)

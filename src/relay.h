@@ -261,6 +261,16 @@ int	zp_dir_pump(struct zp_ctx *, struct zp_dir *, size_t budget);
 int	zp_dir_move(struct zp_ctx *, struct zp_dir *);
 
 /*
+ * A framed direction at a frame boundary (d->fr->seek met it), whose
+ * earlier destination may have lost what it was sent: send the replay
+ * window again, to the current destination, from its first boundary,
+ * before what the store holds (at-least-once: what this destination had
+ * already comes twice). Returns 0, 1 when there was nothing to send
+ * again (no --replay-window, or no boundary in it), or -1 with errno.
+ */
+int	zp_dir_rewind(struct zp_ctx *, struct zp_dir *);
+
+/*
  * Framed stream bookkeeping of the backends: n bytes went out, from the
  * pipe (sent: marks delivered are counted) or from buf (seen: fed to the
  * framer, which follows delivery in copy mode).

@@ -59,25 +59,6 @@ kill9_collector() {
 	done
 }
 
-# settle FILE SECS: until FILE has stopped growing (the same size over
-# 1 s) or SECS passed. A collector that read everything may still be
-# writing; nothing else tells when it is done.
-settle() {
-	local deadline=$(( $(now_ms) + $2 * 1000 )) last=-1 same=0 s
-	while [ "$(now_ms)" -lt "$deadline" ]; do
-		s=$(size "$1")
-		if [ "$s" = "$last" ]; then
-			same=$((same + 1))
-			[ "$same" -ge 5 ] && return 0
-		else
-			same=0
-			last=$s
-		fi
-		sleep 0.2
-	done
-	return 1
-}
-
 # verify_file NAME FILE...: zp-logsend verify; its summary in VERIFY,
 # its numbers in V_RECEIVED, V_DUPS, V_MISSING, V_BAD. It fails only on
 # a bad message (partial, merged, wrong CRC, an id out of range).
@@ -142,9 +123,6 @@ to_port_held() {
 		awk -v p=":$hex" \
 		    '$3 ~ p"$" && $4 != "06" && !seen[$2 " " $3]++ { n++ } END { print n + 0 }'
 }
-
-# series NAME: its value in $T/metrics ("" when it is not there).
-series() { awk -v k="$1" '$1 == k { print $2 }' "$T/metrics"; }
 
 # case_kill MODE FRAMING KILLED SURVIVOR [WINDOW]: collectors of kind
 # KILLED and SURVIVOR (rsyslog, syslog-ng), the first killed. With

@@ -151,6 +151,28 @@ wait_lines() {
 	done
 }
 
+# settle FILE SECS: until FILE has stopped growing (the same size over
+# 1 s) or SECS passed. A collector that read everything may still be
+# writing; nothing else tells when it is done.
+settle() {
+	local deadline=$(( $(now_ms) + $2 * 1000 )) last=-1 same=0 s
+	while [ "$(now_ms)" -lt "$deadline" ]; do
+		s=$(size "$1")
+		if [ "$s" = "$last" ]; then
+			same=$((same + 1))
+			[ "$same" -ge 5 ] && return 0
+		else
+			same=0
+			last=$s
+		fi
+		sleep 0.2
+	done
+	return 1
+}
+
+# series NAME: its value in $T/metrics ("" when it is not there).
+series() { awk -v k="$1" '$1 == k { print $2 }' "$T/metrics"; }
+
 # logsend_sent WHAT NAME CONNS MSGS: $T/NAME.send.out's last line must be
 # zp-logsend send's summary of all CONNS x MSGS messages. Sets SENT_BYTES.
 logsend_sent() {

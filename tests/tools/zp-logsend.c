@@ -46,6 +46,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +103,7 @@ struct opts {
 	int		 raw;
 	enum expect	 expect;
 	long		 max_missing;	/* -1: no limit */
+	long		 max_partial;	/* cut short, not bad: -1, none */
 	int		 tail_ok;
 	int		 streams;
 	int		 runs;		/* --runs: streams cut by moves */
@@ -159,6 +161,7 @@ static void usage(FILE *fp)
 "                  [--lag BYTES]\n"
 "       zp-logsend verify --conns N --msgs M [--framing lf|octet] [--raw]\n"
 "                  [--exactly-once|--at-least-once] [--max-missing K]\n"
+"                  [--max-partial K]\n"
 "                  [--tail-ok] [--streams|--runs] [--ordered] [-v]\n"
 "                  FILE...\n"
 "\n"
@@ -200,6 +203,9 @@ static void usage(FILE *fp)
 "  --exactly-once    no duplicate, none missing\n"
 "  --at-least-once   none missing\n"
 "  --max-missing K   at most K missing\n"
+"  --max-partial K   up to K messages cut short (a collector left behind\n"
+"                    mid-message writes what it had) are not bad; the\n"
+"                    summary line ends with \" partial=P\"\n"
 "  --tail-ok         a file's last frame (or line) may be truncated\n"
 "  --streams         --raw: each file is one connection's messages, all of\n"
 "                    them, in order (with the strict header and framing:\n"
@@ -903,6 +909,7 @@ static int run_collect(void)
 struct tally {
 	uint8_t		*seen;		/* a count per id, saturating at 255 */
 	uint64_t	 received, bad, truncated, out_of_range;
+	uint64_t	 partial;	/* --max-partial: cut short, forgiven */
 	uint64_t	 not_streams;	/* --streams: files that are not one */
 	int64_t		*last;		/* --ordered: each conn's last s */
 	uint64_t	 disorder;	/* --ordered: messages before their
@@ -923,6 +930,21 @@ static void bad(const char *file, uint64_t where, const char *why)
 		    file, where, why);
 		tl.first_bad = tl.why;
 	}
+}
+
+/*
+ * --max-partial: a message cut short is forgiven, up to K of them: one
+ * whose payload ends early (len 0), or whose header does (len: what is
+ * left of it, shorter than any whole header).
+ */
+#define HEADER_MIN	40	/* "c=0 s=0 n=1 k=00000000 " and a prefix */
+static int forgive_partial(ptrdiff_t len)
+{
+	if (o.max_partial < 0 || tl.partial >= (uint64_t)o.max_partial ||
+	    len >= HEADER_MIN)
+		return 0;
+	tl.partial++;
+	return 1;
 }
 
 static int parse_num(const char **pp, const char *end, const char *key,
@@ -996,7 +1018,8 @@ static void check_msg(const char *file, uint64_t where, const char *p,
 		if (q[0] == 'c' && q[1] == '=' && (q == p || q[-1] == ' '))
 			break;
 	if (q + 1 >= end) {
-		bad(file, where, "no \"c=\" in it");
+		if (!forgive_partial(end - start))
+			bad(file, where, "no \"c=\" in it");
 		return;
 	}
 	p = q;
@@ -1004,9 +1027,12 @@ static void check_msg(const char *file, uint64_t where, const char *p,
 	    parse_num(&p, end, "s=", &s, 10) == -1 ||
 	    parse_num(&p, end, "n=", &n, 10) == -1 ||
 	    parse_num(&p, end, "k=", &k, 16) == -1) {
-		bad(file, where, "its header does not parse");
+		if (!forgive_partial(end - q))
+			bad(file, where, "its header does not parse");
 		return;
 	}
+	if ((uint64_t)(end - p) < n && forgive_partial(0))
+		return;
 	if ((uint64_t)(end - p) != n) {
 		bad(file, where, (uint64_t)(end - p) < n ?
 		    "payload shorter than its n= (partial)" :
@@ -1188,8 +1214,11 @@ static int run_verify(int nfiles, char **files)
 	/* a count saturated at 255: received says how many there were */
 	dups = tl.received - unique;
 	printf("sent=%" PRIu64 " received=%" PRIu64 " unique=%" PRIu64
-	    " duplicates=%" PRIu64 " missing=%" PRIu64 " bad=%" PRIu64 "\n",
+	    " duplicates=%" PRIu64 " missing=%" PRIu64 " bad=%" PRIu64,
 	    total, tl.received, unique, dups, missing, tl.bad);
+	if (o.max_partial >= 0)
+		printf(" partial=%" PRIu64, tl.partial);
+	printf("\n");
 	fflush(stdout);
 	if (o.verbose) {
 		if (tl.truncated > 0)
@@ -1254,6 +1283,7 @@ enum {
 	OPT_EXACTLY_ONCE,
 	OPT_AT_LEAST_ONCE,
 	OPT_MAX_MISSING,
+	OPT_MAX_PARTIAL,
 	OPT_TAIL_OK,
 	OPT_STREAMS,
 	OPT_RUNS,
@@ -1280,6 +1310,7 @@ static const struct option longopts[] = {
 	{ "exactly-once",	no_argument,	   NULL, OPT_EXACTLY_ONCE },
 	{ "at-least-once",	no_argument,	   NULL, OPT_AT_LEAST_ONCE },
 	{ "max-missing",	required_argument, NULL, OPT_MAX_MISSING },
+	{ "max-partial",	required_argument, NULL, OPT_MAX_PARTIAL },
 	{ "tail-ok",		no_argument,	   NULL, OPT_TAIL_OK },
 	{ "streams",		no_argument,	   NULL, OPT_STREAMS },
 	{ "runs",		no_argument,	   NULL, OPT_RUNS },
@@ -1317,6 +1348,7 @@ static int parse_args(int argc, char **argv, char ***posp)
 	o.max = 16384;
 	o.pause_at = -1;
 	o.max_missing = -1;
+	o.max_partial = -1;
 	o.timeout = 120;
 	argc--;
 	argv++;
@@ -1382,6 +1414,10 @@ static int parse_args(int argc, char **argv, char ***posp)
 			break;
 		case OPT_MAX_MISSING:
 			o.max_missing = (long)parse_size("--max-missing",
+			    optarg);
+			break;
+		case OPT_MAX_PARTIAL:
+			o.max_partial = (long)parse_size("--max-partial",
 			    optarg);
 			break;
 		case OPT_TAIL_OK: o.tail_ok = 1; break;

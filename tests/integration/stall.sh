@@ -1,0 +1,116 @@
+#!/bin/bash
+# stall.sh - a collector that stops reading (issue 32, section 1): two
+# real collectors behind zproxy --framing lf --balance first
+# --replay-window 1M --stall-timeout 2, the first rsyslog, the second
+# syslog-ng; CONNS long-lived connections of MSGS numbered messages each
+# (zp-logsend send), all on rsyslog (--balance first). Once STOP_AT
+# messages went out on every connection, rsyslog is stopped (SIGSTOP: its
+# connections stay open, its TCP windows shut) and the sender goes on.
+# In splice and copy mode:
+#   a. the sender sends everything and reads every connection to its EOF
+#      (exit 0): no client waits on the stopped collector, none is reset;
+#   b. every connection moved once, reason=upstream-stalled, from
+#      rsyslog to syslog-ng, its replay window sent again (replayed= more
+#      than 0), none "could not move";
+#   c. every message reached a collector at least once, each intact,
+#      but for at most one cut message a connection in rsyslog's file:
+#      continued (SIGCONT), it writes what its kernel had acknowledged,
+#      and a connection zproxy left in the middle of a message ends there
+#      (the whole message went to syslog-ng, from the replay window);
+#   d. /metrics: zproxy_stream_moves_total{reason="upstream-stalled"} is
+#      the number of connections.
+# The closing note's figures (written, received, duplicated, lost) come
+# from c.
+# ZP_STALL_CONNS, ZP_STALL_MSGS override the counts.
+. "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
+. "${ZP_TESTLIB%/*}/collectorlib.sh" || exit 1
+
+: "${ZP_LOGSEND:?ZP_LOGSEND must name tests/tools/zp-logsend}"
+[ -x "$ZP_LOGSEND" ] || fail "ZP_LOGSEND=$ZP_LOGSEND is not executable"
+note "$(collector_versions)"
+
+CONNS=${ZP_STALL_CONNS:-10}
+MSGS=${ZP_STALL_MSGS:-2000}
+STOP_AT=$((MSGS / 4))
+
+# case_stall MODE: the run above in MODE.
+case_stall() {
+	local mode=$1 what name go spid apid aport alog bpid bport blog rc
+	local moves bad sport v
+	what="$mode: rsyslog stopped (SIGSTOP), syslog-ng takes over"
+	name=stall-$mode
+	go=$T/$name.go
+	set_mode "$mode"
+	start_collector rsyslog "$name-a" "" lf
+	apid=$C_PID aport=$C_PORT alog=$C_LOG
+	start_collector syslog-ng "$name-b" "" lf
+	bpid=$C_PID bport=$C_PORT blog=$C_LOG
+	sport=$(free_port) || fail "zp-peer port failed"
+	start_zproxy -v "${MODE_ARGS[@]}" --framing lf --balance first \
+	    --replay-window 1M --stall-timeout 2 --stats "127.0.0.1:$sport" \
+	    -u "127.0.0.1:$aport" -u "127.0.0.1:$bport"
+	SPORT=$sport
+	zp_bg "$name.send" "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" \
+	    --conns "$CONNS" --msgs "$MSGS" --framing lf --max 2000 \
+	    --seed "$RANDOM" --pause-at "$STOP_AT" --go "$go" --timeout 100
+	spid=$BG_PID
+	wait_line "$T/$name.send.out" '^paused$' 60 "$spid" >/dev/null ||
+		fail "$what: the sender did not pause at $STOP_AT messages: $(tail -n 1 "$T/$name.send.err")"
+	[ "$(estab "$aport")" = "$CONNS" ] ||
+		fail "$what: $(estab "$aport") of $CONNS connections on rsyslog at the pause"
+	ours "$apid" || fail "$what: rsyslog is not ours"
+	kill -STOP "$apid"
+	: >"$go"
+	peer_wait "$spid" "$name.send" 100
+	rc=$?
+	kill -CONT "$apid"
+	[ "$rc" = 0 ] ||
+		fail "$what: the sender failed (status $rc): $(tail -n 1 "$T/$name.send.err")"
+	logsend_sent "$what" "$name" "$CONNS" "$MSGS"
+	ok "$what: the sender sent $((CONNS * MSGS)) messages ($SENT_BYTES bytes) and read each of its $CONNS connections to EOF"
+
+	# b. one move a connection, for the stall, with a replay
+	! grep -q 'could not move' "$ZLOG" ||
+		fail "$what: $(grep -m 1 'could not move' "$ZLOG")"
+	grep 'connection [0-9]* moved:' "$ZLOG" >"$T/$name.moves"
+	moves=$(grep -c . "$T/$name.moves")
+	[ "$moves" = "$CONNS" ] ||
+		fail "$what: $moves move lines, want $CONNS: $(head -n 3 "$T/$name.moves" | tr '\n' ' ')"
+	bad=$(grep -v -m 1 " from=127.0.0.1:$aport to=127.0.0.1:$bport reason=upstream-stalled " "$T/$name.moves")
+	[ -z "$bad" ] || fail "$what: a move not for the stall: $bad"
+	! grep -q ' replayed=0$' "$T/$name.moves" ||
+		fail "$what: a move replayed nothing: $(grep -m 1 ' replayed=0$' "$T/$name.moves")"
+	ok "$what: $moves moves for the stall, each with a replay"
+
+	# d. the metrics
+	stats_scrape
+	v=$(series 'zproxy_stream_moves_total{reason="upstream-stalled"}')
+	[ "$v" = "$CONNS" ] ||
+		fail "$what: zproxy_stream_moves_total{reason=\"upstream-stalled\"} is '$v', want $CONNS"
+	stop_zproxy
+
+	# c. at least once, each intact
+	settle "$blog" 30 || note "$what: syslog-ng's file still grows after 30s"
+	settle "$alog" 30 || note "$what: rsyslog's file still grows after 30s"
+	kill_collector "$apid" "$aport" "$what: rsyslog"
+	kill_collector "$bpid" "$bport" "$what: syslog-ng"
+	"$ZP_LOGSEND" verify -v --conns "$CONNS" --msgs "$MSGS" \
+	    --max-partial "$CONNS" "$alog" >"$T/$name-a.verify.out" \
+	    2>"$T/$name-a.verify.err" ||
+		fail "$what: rsyslog's file: $(cat "$T/$name-a.verify.out") $(grep -v '^zp-logsend: \(missing\|duplicate\)' "$T/$name-a.verify.err" | head -n 3 | tr '\n' ' ')"
+	"$ZP_LOGSEND" verify -v --conns "$CONNS" --msgs "$MSGS" \
+	    "$blog" >"$T/$name-b.verify.out" 2>"$T/$name-b.verify.err" ||
+		fail "$what: syslog-ng's file: $(cat "$T/$name-b.verify.out") $(grep -v '^zp-logsend: \(missing\|duplicate\)' "$T/$name-b.verify.err" | head -n 3 | tr '\n' ' ')"
+	"$ZP_LOGSEND" verify -v --conns "$CONNS" --msgs "$MSGS" \
+	    --max-partial "$CONNS" --at-least-once "$alog" "$blog" \
+	    >"$T/$name.verify.out" 2>"$T/$name.verify.err" ||
+		fail "$what: the two files together: $(cat "$T/$name.verify.out") $(grep -v '^zp-logsend: duplicate' "$T/$name.verify.err" | head -n 3 | tr '\n' ' ')"
+	note "$what: rsyslog: $(head -n 1 "$T/$name-a.verify.out"); syslog-ng: $(head -n 1 "$T/$name-b.verify.out")"
+	ok "$what: every message reached a collector at least once, intact: $(head -n 1 "$T/$name.verify.out")"
+}
+
+for mode in $MODES; do
+	subcase case_stall "$mode"
+done
+
+zp_done
