@@ -491,25 +491,16 @@ mstream_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_mstream	*m = arg;
 	struct zp_mirror_set	*set = m->set;
-	ssize_t			 n;
-	int			 i;
 
 	/* A bounded pass: a mirror that talks fast must not hold the loop. */
-	for (i = 0; i < 4; i++) {
-		n = zp_sock_drop(m->fd, ZP_DROP_CHUNK);
-		if (n > 0)
-			continue;
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n == -1 && errno == EAGAIN)
-			break;
-		if (n == 0) {
-			m->rdeof = 1;
-			event_del(m->rev);
-			if (m->wshut)
-				mstream_close(m);
-			break;
-		}
+	switch (zp_sock_drain(m->fd, ZP_DRAIN_PASSES, NULL)) {
+	case 1:
+		m->rdeof = 1;
+		event_del(m->rev);
+		if (m->wshut)
+			mstream_close(m);
+		break;
+	case -1:
 		/* A reset: what it had not taken is lost to it. */
 		if (m->wshut && m->pipe.data == 0)
 			mstream_close(m);

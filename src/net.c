@@ -487,6 +487,27 @@ zp_sock_drop(int fd, size_t max)
 }
 
 int
+zp_sock_drain(int fd, int passes, uint64_t *dropped)
+{
+	ssize_t	n;
+	int	i;
+
+	for (i = 0; i < passes; i++) {
+		if ((n = zp_sock_drop(fd, ZP_DROP_CHUNK)) > 0) {
+			if (dropped != NULL)
+				*dropped += (uint64_t)n;
+			continue;
+		}
+		if (n == 0)
+			return 1;
+		if (errno == EINTR)
+			continue;
+		return errno == EAGAIN ? 0 : -1;
+	}
+	return 0;
+}
+
+int
 zp_sock_outq(int fd)
 {
 	int	n = 0;

@@ -110,6 +110,18 @@ int	zp_connect_local_error(int err);
 ssize_t	zp_sock_drop(int fd, size_t max);
 
 /*
+ * The one read-and-drop loop: what a non-blocking socket holds is read
+ * and thrown away, in at most `passes` calls of zp_sock_drop() (a peer
+ * that talks fast must not hold an event loop), adding what was dropped
+ * to *dropped when it is not NULL. Returns 1 at the peer's EOF, 0 when
+ * nothing more is there now or the bound was reached (the level-
+ * triggered read event comes back for the rest), -1 with errno on an
+ * error (ECONNRESET...).
+ */
+#define ZP_DRAIN_PASSES	4
+int	zp_sock_drain(int fd, int passes, uint64_t *dropped);
+
+/*
  * Bytes of a socket's send queue its peer has not acknowledged yet
  * (SIOCOUTQ; a FIN we queued counts one), or -1 with errno.
  */

@@ -197,16 +197,8 @@ static uint64_t
 sock_discard(int fd)
 {
 	uint64_t	total = 0;
-	int		i;
 
-	for (i = 0; i < 64; i++) {
-		ssize_t n = zp_sock_drop(fd, ZP_DROP_CHUNK);
-
-		if (n > 0)
-			total += n;
-		else if (!(n == -1 && errno == EINTR))
-			break;
-	}
+	(void)zp_sock_drain(fd, 64, &total);
 	return total;
 }
 

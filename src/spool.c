@@ -1366,21 +1366,15 @@ sender_closing_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_sender	*s = arg;
 	struct timeval		 now, dt, lim;
-	char			 b[4096];
-	ssize_t			 n = -1;
-	int			 outq;
+	int			 outq, rc = 0;
 
-	while (!s->eof && (n = recv(s->sock, b, sizeof(b), 0)) != 0) {
-		if (n > 0)
-			continue;
-		if (errno == EINTR)
-			continue;
-		if (errno == EAGAIN)
-			break;
+	/* Bounded: an upstream that talks on must not hold the loop. */
+	if (!s->eof && (rc = zp_sock_drain(s->sock, ZP_DRAIN_PASSES,
+	    NULL)) == -1) {
 		sender_fail(s, errno, "closing");
 		return;
 	}
-	if (n == 0 && !s->eof) {
+	if (rc == 1) {
 		s->eof = 1;
 		event_del(s->ev);
 	}

@@ -23,7 +23,7 @@
 #define UNLOCK(us)	pthread_mutex_unlock((pthread_mutex_t *)&(us)->mu)
 
 static int	report_locked(struct zp_upstreams *, size_t, int, int,
-		    const struct timeval *);
+		    const struct timeval *, char *, size_t);
 
 /* Set up one zp_upstream per spec, all up. */
 int
@@ -338,25 +338,31 @@ zp_upstream_connect_failed(struct zp_upstreams *ups, size_t i)
 }
 
 /*
- * Report a connect or check result for upstream i. The lock is held
- * while the state change is logged: one failure counts once, and one
- * worker says "is down" while the others see it down already.
+ * Report a connect or check result for upstream i. The state changes
+ * under the lock (one failure counts once, and one thread finds the
+ * change to say while the others see it made already); the line that
+ * says so is written after the lock is let go, so that a slow log never
+ * holds a connect of another thread.
  */
 int
 zp_upstream_report(struct zp_upstreams *us, size_t i, int ok, int err,
     const struct timeval *now)
 {
+	char	line[400];
 	int	change;
 
 	LOCK(us);
-	change = report_locked(us, i, ok, err, now);
+	change = report_locked(us, i, ok, err, now, line, sizeof(line));
 	UNLOCK(us);
+	if (change != 0)
+		zp_log(us->log, ZP_LOG_NOTICE, "%s", line);
 	return change;
 }
 
+/* The change a result makes (1 up, -1 down, 0 none), said in line. */
 static int
 report_locked(struct zp_upstreams *us, size_t i, int ok, int err,
-    const struct timeval *now)
+    const struct timeval *now, char *line, size_t len)
 {
 	struct zp_upstream	*u = &us->v[i];
 	char			 name[300];
@@ -372,7 +378,7 @@ report_locked(struct zp_upstreams *us, size_t i, int ok, int err,
 		u->last_err = 0;
 		if (!u->up) {
 			u->up = 1;
-			zp_log(us->log, ZP_LOG_NOTICE, "upstream %s is up",
+			snprintf(line, len, "upstream %s is up",
 			    zp_upstream_name(u, name, sizeof(name)));
 			return 1;
 		}
@@ -387,7 +393,7 @@ report_locked(struct zp_upstreams *us, size_t i, int ok, int err,
 		if (u->up) {
 			/* NOTICE: a state change must not be rate-limited away. */
 			u->up = 0;
-			zp_log(us->log, ZP_LOG_NOTICE, "upstream %s is down: %d "
+			snprintf(line, len, "upstream %s is down: %d "
 			    "connects failed in a row (%s); next try in "
 			    "%ld.%03lds", zp_upstream_name(u, name,
 			    sizeof(name)), u->fails, strerror(err),

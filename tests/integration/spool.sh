@@ -220,9 +220,10 @@ check_spool() {
 		SP_FILES=$((SP_FILES + 1))
 		SP_BYTES=$((SP_BYTES + $(size "$f")))
 	done
-	stats_scrape
-	stats_is zproxy_spool_files "$SP_FILES" "$what: $SP_FILES files in $dir"
-	stats_is zproxy_spool_bytes "$SP_BYTES" "$what: $SP_BYTES bytes in $dir's files"
+	# The gauges are recounted from the directory each second: a write
+	# counted as it went may be a recount away from the files' sizes.
+	wait_metric zproxy_spool_files == "$SP_FILES" 5 "$what: $SP_FILES files in $dir"
+	wait_metric zproxy_spool_bytes == "$SP_BYTES" 5 "$what: $SP_BYTES bytes in $dir's files"
 	SP_STREAMS=$(ls -A "$dir" | sed 's/-[0-9]*\.[a-z]*$//' | sort -u | wc -l)
 }
 

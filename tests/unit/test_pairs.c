@@ -1317,6 +1317,47 @@ test_retire_lost(void **state)
 	stall_end(&r, b);
 }
 
+/*
+ * zp_sock_drain(), the one read-and-drop loop: at most `passes` reads
+ * of ZP_DROP_CHUNK a call, whatever the peer still sends (a chatty
+ * upstream must not hold a loop); 0 while more may come, 1 at EOF.
+ */
+static void
+test_sock_drain(void **state)
+{
+	struct sockaddr_in	sin;
+	socklen_t		len = sizeof(sin);
+	static char		buf[1 << 20];
+	uint64_t		dropped = 0, total = 0;
+	unsigned short		port;
+	int			s, c, a, i, rc = 0, sz = 4 << 20;
+
+	(void)state;
+	s = listen_any(&port);
+	assert_int_equal(getsockname(s, (struct sockaddr *)&sin, &len), 0);
+	c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(c, (struct sockaddr *)&sin, len), 0);
+	a = accept4(s, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	assert_true(a != -1);
+	(void)setsockopt(a, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	memset(buf, 'x', sizeof(buf));
+	assert_int_equal(write(c, buf, sizeof(buf)), sizeof(buf));
+	assert_int_equal(zp_sock_drain(a, 1, &dropped), 0);
+	assert_true(dropped > 0 && dropped <= ZP_DROP_CHUNK);
+	close(c);
+	for (i = 0, total = dropped; i < 1000 && rc == 0; i++) {
+		dropped = 0;
+		rc = zp_sock_drain(a, 1, &dropped);
+		total += dropped;
+		if (rc == 0 && dropped == 0)
+			(void)poll(NULL, 0, 1);
+	}
+	assert_int_equal(rc, 1);
+	assert_int_equal(total, sizeof(buf));
+	close(a);
+	close(s);
+}
+
 static int	deaths, death_thread;
 
 static void
@@ -1432,6 +1473,7 @@ main(void)
 		cmocka_unit_test_prestate(test_retire_fin, (char *)"copy"),
 		cmocka_unit_test(test_worker_dies),
 		cmocka_unit_test(test_sock_acked),
+		cmocka_unit_test(test_sock_drain),
 		cmocka_unit_test_prestate(test_lifetime_same, (char *)"copy"),
 		cmocka_unit_test_prestate(test_stall_moves, (char *)"splice"),
 		cmocka_unit_test_prestate(test_stall_moves, (char *)"copy"),
