@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <event2/event.h>
 
@@ -52,6 +53,10 @@ struct zp_worker {
 	size_t		 nq, capq;
 	int		 call_rc;	/* wmsg_call's answer */
 	int		 call_done;
+#ifdef ZP_DEBUG
+	struct event	*hold;		/* $ZP_TEST_HOLD: see worker_hold_cb */
+	const char	*hold_path;
+#endif
 };
 
 struct zp_workers {
@@ -555,6 +560,48 @@ worker_main(void *arg)
 	return NULL;
 }
 
+#ifdef ZP_DEBUG
+/* How often a held thread looks whether the test let it go. */
+#define ZP_TEST_HOLD_MS	100
+
+/*
+ * Debug builds, for the tests only: while the file $ZP_TEST_HOLD names
+ * exists, thread 1 stays in this callback, as a worker busy in one long
+ * callback (or stopped) would, so that a test can show what the root
+ * does meanwhile.
+ */
+static void
+worker_hold_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_worker	*w = arg;
+	struct timespec		 ts = { 0, ZP_TEST_HOLD_MS * 1000000L };
+
+	if (access(w->hold_path, F_OK) == -1)
+		return;
+	zp_log(w->ctx.log, ZP_LOG_NOTICE, "thread %d: held while %s exists "
+	    "(ZP_TEST_HOLD)", w->ctx.thread, w->hold_path);
+	while (access(w->hold_path, F_OK) == 0)
+		(void)nanosleep(&ts, NULL);
+	zp_log(w->ctx.log, ZP_LOG_NOTICE, "thread %d: let go (ZP_TEST_HOLD)",
+	    w->ctx.thread);
+}
+
+/* Thread 1 looks for $ZP_TEST_HOLD every ZP_TEST_HOLD_MS. */
+static int
+worker_hold_new(struct zp_worker *w)
+{
+	struct timeval	tv = { 0, ZP_TEST_HOLD_MS * 1000 };
+
+	if (w->ctx.thread != 1 || (w->hold_path = getenv("ZP_TEST_HOLD")) ==
+	    NULL || *w->hold_path == '\0')
+		return 0;
+	if ((w->hold = event_new(w->ctx.base, -1, EV_PERSIST, worker_hold_cb,
+	    w)) == NULL || event_add(w->hold, &tv) == -1)
+		return -1;
+	return 0;
+}
+#endif
+
 /* Free one worker (its thread joined, or never started). */
 static void
 worker_free(struct zp_worker *w)
@@ -568,6 +615,10 @@ worker_free(struct zp_worker *w)
 		event_free(ctx->rebalance_timer);
 	if (w->inbox != NULL)
 		event_free(w->inbox);
+#ifdef ZP_DEBUG
+	if (w->hold != NULL)
+		event_free(w->hold);
+#endif
 	zp_pipepool_free(ctx->pool);
 	zp_bufcache_clear(&ctx->bufs);
 	if (ctx->tee_pipe.rfd != -1) {
@@ -628,6 +679,12 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 		    "loop", i);
 		goto fail;
 	}
+#ifdef ZP_DEBUG
+	if (worker_hold_new(w) == -1) {
+		snprintf(err, errlen, "thread %d: cannot create its events", i);
+		goto fail;
+	}
+#endif
 	if (root->pool != NULL &&
 	    (ctx->pool = zp_pipepool_new(cfg->pipe_size, root->pool_cap,
 	    root->pool_prepare, &shortage, err, errlen)) == NULL &&
