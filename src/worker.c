@@ -25,8 +25,10 @@
 #include "stats.h"
 #include "worker.h"
 
-/* How often a worker publishes its snapshot unasked (passive readers'
- * staleness at most: zp_ctx_totals, the status line). */
+/*
+ * How often a worker publishes its snapshot unasked: how stale what a
+ * passive reader (zp_ctx_totals alone: the status line) sees may be.
+ */
 #define ZP_SNAPSHOT_MS	1000
 
 struct zp_worker;
@@ -414,6 +416,7 @@ ctx_snap(struct zp_ctx *root, int i, struct zp_snap *sn)
 	return 0;
 }
 
+/* Every thread's counters, summed without waiting; see worker.h. */
 void
 zp_ctx_totals(struct zp_ctx *root, struct zp_totals *t)
 {
@@ -462,7 +465,7 @@ refresh_done(const struct zp_refresh *r)
 	return done;
 }
 
-/* Unlink r and free it; what it was for is its owner's. */
+/* Unlink r and free it; what it was for is its owner's; see worker.h. */
 void
 zp_ctx_refresh_cancel(struct zp_refresh *r)
 {
@@ -500,6 +503,7 @@ refresh_finish(struct zp_workers *ws, int all)
 		refresh_end(r);
 }
 
+/* A worker answered a refresh, or its loop ended. */
 static void
 answer_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -530,13 +534,14 @@ post_all(struct zp_ctx *root, struct zp_wmsg *m)
 	return n;
 }
 
+/* Ask every live worker for its counters now; see worker.h. */
 struct zp_refresh *
 zp_ctx_refresh(struct zp_ctx *root, void (*cb)(void *), void *arg)
 {
 	struct zp_workers	*ws = root->workers;
 	struct zp_refresh	*r;
 	struct zp_wmsg		 m;
-	struct timeval		 tv = { 0, ZP_REFRESH_MS * 1000 };
+	struct timeval		 tv = zp_seconds_tv(ZP_REFRESH_MS / 1000.0);
 
 	if (ws == NULL || (r = calloc(1, sizeof(*r))) == NULL)
 		return NULL;
@@ -578,7 +583,7 @@ rebalance_decide(struct zp_ctx *root)
 	struct zp_snap		 sn;
 	struct zp_wmsg		 m;
 	long			 eff[ZP_MAX_UPSTREAMS];
-	uint64_t		 has[ZP_MAX_UPSTREAMS];	/* threads, a bit each */
+	uint64_t		 has[ZP_MAX_UPSTREAMS];	/* a bit a thread */
 	size_t			 i, n = zp_upstreams_count(root->ups);
 	int			 t, live, hi, lo;
 
@@ -619,8 +624,9 @@ rebalance_decide(struct zp_ctx *root)
 	}
 }
 
+/* The step's snapshots are in (or some at their deadline): decide. */
 static void
-rebalance_cb(void *arg)
+rebalance_refreshed_cb(void *arg)
 {
 	struct zp_ctx	*root = arg;
 
@@ -628,11 +634,14 @@ rebalance_cb(void *arg)
 	rebalance_decide(root);
 }
 
+/* One --rebalance step: refresh, then decide; see worker.h. */
 void
 zp_ctx_rebalance(struct zp_ctx *root)
 {
 	struct zp_workers	*ws = root->workers;
 
+	if (zp_upstreams_count(root->ups) < 2 || root->stopping)
+		return;
 	if (ws == NULL) {
 		rebalance_decide(root);
 		return;
@@ -640,8 +649,8 @@ zp_ctx_rebalance(struct zp_ctx *root)
 	/* A step is gathering its counters still: it decides, not this. */
 	if (ws->rebalancing != NULL)
 		return;
-	if ((ws->rebalancing = zp_ctx_refresh(root, rebalance_cb, root)) ==
-	    NULL)
+	if ((ws->rebalancing = zp_ctx_refresh(root, rebalance_refreshed_cb,
+	    root)) == NULL)
 		rebalance_decide(root);
 }
 
@@ -843,8 +852,7 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	struct zp_worker	*w;
 	struct zp_ctx		*ctx;
 	struct zp_config	*cfg = root->cfg;
-	struct timeval		 tv = { ZP_SNAPSHOT_MS / 1000,
-				    ZP_SNAPSHOT_MS % 1000 * 1000 };
+	struct timeval		 tv = zp_seconds_tv(ZP_SNAPSHOT_MS / 1000.0);
 	int			 fds[2], shortage;
 
 	if ((w = calloc(1, sizeof(*w))) == NULL) {

@@ -422,7 +422,7 @@ signal_hup_cb(evutil_socket_t sig, short what, void *arg)
 
 /* SIGUSR1's line, once the workers published their counters. */
 static void
-stats_refreshed_cb(void *arg)
+signal_stats_refreshed_cb(void *arg)
 {
 	log_stats(arg, "stats");
 }
@@ -431,7 +431,7 @@ stats_refreshed_cb(void *arg)
 static void
 signal_stats_cb(evutil_socket_t sig, short what, void *arg)
 {
-	if (zp_ctx_refresh(arg, stats_refreshed_cb, arg) == NULL)
+	if (zp_ctx_refresh(arg, signal_stats_refreshed_cb, arg) == NULL)
 		log_stats(arg, "stats");
 }
 
