@@ -58,7 +58,6 @@ struct zp_snap {
 	long			 movable[ZP_MAX_UPSTREAMS]; /* streams that
 						   could move, by upstream */
 	uint64_t		 answered;	/* the last refresh answered */
-	uint64_t		 moves;		/* wmsg_move's handled */
 };
 
 /*
@@ -94,8 +93,6 @@ struct zp_worker {
 	size_t		 nq, capq;
 	struct zp_snap	 snap;		/* under mu: the last published */
 	uint64_t	 answered;	/* its thread's: the last refresh */
-	uint64_t	 moves_done;	/* its thread's: wmsg_move's run */
-	uint64_t	 moves_asked;	/* the root's: wmsg_move's posted */
 #ifdef ZP_DEBUG
 	struct event	*hold;		/* $ZP_TEST_HOLD: see worker_hold_cb */
 	const char	*hold_path;
@@ -113,6 +110,7 @@ struct zp_workers {
 	struct zp_refresh_list refreshes; /* the root's, oldest first */
 	uint64_t	 asked;		/* the last refresh's number */
 	struct zp_refresh *rebalancing;	/* a --rebalance step's */
+	uint64_t	 rebalance_seq;	/* ... and its number */
 };
 
 /*
@@ -359,7 +357,6 @@ worker_publish(struct zp_worker *w)
 
 	snap_take(&w->ctx, &sn);
 	sn.answered = w->answered;
-	sn.moves = w->moves_done;
 	pthread_mutex_lock(&w->mu);
 	w->snap = sn;
 	pthread_mutex_unlock(&w->mu);
@@ -386,7 +383,6 @@ static void
 wmsg_move(struct zp_worker *w, struct zp_wmsg *m)
 {
 	(void)zp_pairs_move_one(&w->ctx, (int)m->arg, (int)m->arg2);
-	w->moves_done++;
 }
 
 /*
@@ -569,14 +565,17 @@ zp_ctx_refresh(struct zp_ctx *root, void (*cb)(void *), void *arg)
 
 /*
  * --rebalance, decided on the root from every thread's counters (its own,
- * and the workers' snapshots, refreshed for this step): the move goes as
- * a message to the first thread that had a stream to move, which makes
- * it if it still can. No step is decided while a move asked for is not
- * in its thread's snapshot yet (it did not answer in time): the counts
- * would not show it, and the same move could be asked of two threads.
+ * and the workers' snapshots, which answered refresh seq: 0, none): the
+ * move goes as a message to the first thread that had a stream to move,
+ * which makes it if it still can. Nothing is decided unless every live
+ * worker answered: a move asked for earlier and not in an older snapshot
+ * would not be counted, and the same move could be asked of two threads;
+ * a move ended since would count twice, the upstreams' counts being
+ * live. (A worker answers its messages in order: one that answered saw
+ * every move asked of it before.)
  */
 static void
-rebalance_decide(struct zp_ctx *root)
+rebalance_decide(struct zp_ctx *root, uint64_t seq)
 {
 	struct zp_workers	*ws = root->workers;
 	struct zp_upstream	 u;
@@ -597,7 +596,7 @@ rebalance_decide(struct zp_ctx *root)
 	}
 	for (t = 0; t < zp_ctx_threads(root); t++) {
 		live = ctx_snap(root, t, &sn);
-		if (t > 0 && live && sn.moves != ws->w[t]->moves_asked)
+		if (t > 0 && live && sn.answered < seq)
 			return;
 		for (i = 0; i < n; i++) {
 			eff[i] += sn.moving[i];
@@ -617,10 +616,8 @@ rebalance_decide(struct zp_ctx *root)
 		if (t == 0) {
 			if (zp_pairs_move_one(root, hi, lo) == 1)
 				return;
-		} else if (wmsg_post(ws->w[t], &m) == 0) {
-			ws->w[t]->moves_asked++;
+		} else if (wmsg_post(ws->w[t], &m) == 0)
 			return;
-		}
 	}
 }
 
@@ -631,7 +628,7 @@ rebalance_refreshed_cb(void *arg)
 	struct zp_ctx	*root = arg;
 
 	root->workers->rebalancing = NULL;
-	rebalance_decide(root);
+	rebalance_decide(root, root->workers->rebalance_seq);
 }
 
 /* One --rebalance step: refresh, then decide; see worker.h. */
@@ -643,15 +640,21 @@ zp_ctx_rebalance(struct zp_ctx *root)
 	if (zp_upstreams_count(root->ups) < 2 || root->stopping)
 		return;
 	if (ws == NULL) {
-		rebalance_decide(root);
+		rebalance_decide(root, 0);
 		return;
 	}
 	/* A step is gathering its counters still: it decides, not this. */
 	if (ws->rebalancing != NULL)
 		return;
+	/*
+	 * None asked: no worker is live (those that ended are read as they
+	 * are), or no memory (a live one never answered this: no step).
+	 */
 	if ((ws->rebalancing = zp_ctx_refresh(root, rebalance_refreshed_cb,
 	    root)) == NULL)
-		rebalance_decide(root);
+		rebalance_decide(root, UINT64_MAX);
+	else
+		ws->rebalance_seq = ws->rebalancing->seq;
 }
 
 void

@@ -78,9 +78,10 @@ void	zp_ctx_start_pair(struct zp_ctx *root, int fd,
 /*
  * One step of --rebalance over every thread (pair.h says how); the main
  * thread's timer runs it. The step refreshes the snapshots first and
- * decides once they are in (so a step may end after this returns), and
- * asks one thread for the move, which it makes if it still can; a step
- * asked for while the last one gathers is skipped.
+ * decides once they are in (so it may end after this returns), and asks
+ * one thread for the move, which it makes if it still can. A step asked
+ * for while the last one gathers, or whose refresh some live worker did
+ * not answer in time, decides nothing: the next one will.
  */
 void	zp_ctx_rebalance(struct zp_ctx *root);
 
