@@ -14,7 +14,11 @@
 #   c. a scraper that gives up before the answer (50 ms) leaves nothing
 #      behind: the next scrape answers, zproxy stays sanitizer-clean;
 #   d. let go, thread 1 starts its client; the next scrape answers at
-#      once and counts every thread exactly, SIGUSR1's line too.
+#      once and counts every thread exactly, SIGUSR1's line too;
+#   e. --stats-timeout 0.1, shorter than the wait for the held thread:
+#      each scrape is closed unanswered at its deadline (the wait ends
+#      with its connection), counted in zproxy_stats_timeouts_total, and
+#      zproxy stays sanitizer-clean.
 # (Before the root stopped waiting for the workers, a scrape while thread
 # 1 was held answered only once it was let go.)
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
@@ -52,7 +56,7 @@ per_thread_is() {
 }
 
 stalled() {
-	local what="--threads 2, thread 1 held" held ms_get ms_head ms_after rc
+	local what="--threads 2, thread 1 held" ms_get ms_head ms_after rc
 	peer_listen up -n 0 -t 0 --no-shut --allow-reset
 	SPORT=$(free_port) || fail "zp-peer port failed"
 	ZP_TEST_HOLD="$T/hold" start_zproxy --stats "127.0.0.1:$SPORT" \
@@ -63,13 +67,7 @@ stalled() {
 	wait_metric zproxy_connections_open == 2 10 "$what: before"
 	per_thread_is 2 1 1 "$what: before"
 
-	: >"$T/hold"
-	if ! held=$(wait_line "$ZLOG" 'thread 1: held while' 5 "$ZPID"); then
-		skip "no ZP_TEST_HOLD in this zproxy (a release build)"
-		rm -f "$T/hold"
-		stop_zproxy
-		return 0
-	fi
+	hold_or_skip || return 0
 
 	# a.
 	scrape_ms
@@ -122,5 +120,40 @@ stalled() {
 	ok "$what: GET /metrics in $ms_get ms, HEAD in $ms_head ms (under $MAXMS), with thread 1's last snapshot; a client accepted and relayed by thread 0 meanwhile; a scraper gone after 50 ms left nothing behind; let go: $ms_after ms, every thread counted exactly, SIGUSR1 too"
 }
 
+# hold_or_skip: create the hold file and wait for thread 1 to be held;
+# status 1 (and a SKIP) in a build without the hook.
+hold_or_skip() {
+	: >"$T/hold"
+	wait_line "$ZLOG" 'thread 1: held while' 5 "$ZPID" >/dev/null && return 0
+	skip "no ZP_TEST_HOLD in this zproxy (a release build)"
+	rm -f "$T/hold"
+	stop_zproxy
+	return 1
+}
+
+timeout_held() {
+	local what="--threads 2, thread 1 held, --stats-timeout 0.1" i rc
+	SPORT=$(free_port) || fail "zp-peer port failed"
+	ZP_TEST_HOLD="$T/hold" start_zproxy --stats "127.0.0.1:$SPORT" \
+	    --stats-timeout 0.1 --threads 2 -u 127.0.0.1:1
+	wait_port "$SPORT" 10 || fail "nothing listens on the --stats port"
+	hold_or_skip || return 0
+	for i in 1 2 3; do
+		scrape_ms -s -m 5 -o "$T/timedout"
+		rc=$?
+		[ "$rc" = 52 ] && [ ! -s "$T/timedout" ] ||
+			fail "$what: scrape $i: curl status $rc after $MS ms, want 52 (closed unanswered)"
+		[ "$MS" -lt "$MAXMS" ] || fail "$what: scrape $i took $MS ms"
+	done
+	rm -f "$T/hold"
+	wait_line "$ZLOG" 'thread 1: let go' 5 "$ZPID" >/dev/null ||
+		fail "$what: thread 1 was not let go"
+	stats_scrape
+	stats_is zproxy_stats_timeouts_total 3 "$what"
+	stop_zproxy
+	ok "$what: 3 scrapes closed unanswered at their deadline, counted; sanitizer-clean"
+}
+
 subcase stalled
+subcase timeout_held
 zp_done
