@@ -393,7 +393,7 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	size_t			 nalive, nfree;
 	int			 i;
 
-	/* Summed over the threads, each read on its own thread. */
+	/* Summed over the threads: the workers' last snapshots (worker.h). */
 	if ((t = malloc(sizeof(*t))) == NULL)
 		return -1;
 	zp_ctx_totals(ctx, t);

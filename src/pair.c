@@ -2384,17 +2384,22 @@ zp_pairs_upstream_down(struct zp_ctx *ctx, int idx)
 	return n;
 }
 
-/* Moves under way count where they go; see pair.h. */
+/* Moves under way, and the streams that could move; see pair.h. */
 void
-zp_pairs_moving(struct zp_ctx *ctx, long *eff)
+zp_pairs_moving(struct zp_ctx *ctx, long *eff, long *movable)
 {
 	struct zp_pair	*p;
 
-	TAILQ_FOREACH(p, &ctx->pairs, entry)
-		if (p->next_fd != -1 && p->up_idx >= 0) {
+	TAILQ_FOREACH(p, &ctx->pairs, entry) {
+		if (p->up_idx < 0)
+			continue;
+		if (p->next_fd != -1) {
 			eff[p->up_idx]--;
 			eff[p->next_idx]++;
 		}
+		if (zp_pair_can_move(p))
+			movable[p->up_idx]++;
+	}
 }
 
 /* Begin one --rebalance move from hi to lo; see pair.h. */

@@ -141,14 +141,16 @@ int	zp_pairs_upstream_down(struct zp_ctx *, int idx);
 /*
  * --rebalance, one step over every thread (worker.c, zp_ctx_rebalance):
  * each upstream's open streams (eff[], from its active count), with the
- * moves under way counted where they go (zp_pairs_moving, on each
- * thread); while the busiest upstream that is up holds at least 2 more
- * than the idlest one (zp_rebalance_choose: 1, and which), one framed
- * stream of it moves there, the oldest that can of the first thread that
- * has one (zp_pairs_move_one: 1 when a move began).
+ * moves under way counted where they go (zp_pairs_moving adds -1 and +1
+ * to eff[] for each of ctx's, and counts in movable[] its streams that
+ * could move, by upstream: each thread's, in the snapshot it publishes);
+ * while the busiest upstream that is up holds at least 2 more than the
+ * idlest one (zp_rebalance_choose: 1, and which), one framed stream of
+ * it moves there, the oldest that can of the first thread that had one
+ * (zp_pairs_move_one, on that thread: 1 when a move began).
  */
 struct zp_upstreams;
-void	zp_pairs_moving(struct zp_ctx *, long *eff);
+void	zp_pairs_moving(struct zp_ctx *, long *eff, long *movable);
 int	zp_rebalance_choose(const struct zp_upstreams *, const long *eff,
 	    int *hi, int *lo);
 int	zp_pairs_move_one(struct zp_ctx *, int hi, int lo);

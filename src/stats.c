@@ -55,13 +55,17 @@
 /*
  * One client connection. evhttp owns it; we hold it only to count it and
  * to end it at its deadline. Until "adopted" (see stats_adopt) we know
- * only its bufferevent, which we made and hold a reference on.
+ * only its bufferevent, which we made and hold a reference on. With
+ * --threads, its request waits for the workers' counters (refresh) before
+ * it is answered; the request is evhttp's, and ends with the connection.
  */
 struct stats_conn {
 	struct zp_stats_server		*s;
 	struct bufferevent		*bev;	/* until adopted */
 	struct evhttp_connection	*evcon;	/* once adopted */
 	struct event			*deadline;
+	struct evhttp_request		*req;	/* waits for refresh */
+	struct zp_refresh		*refresh;
 	TAILQ_ENTRY(stats_conn)		 entry;
 };
 
@@ -107,29 +111,14 @@ reply_text(struct evhttp_request *req, int code, const char *reason,
 	evbuffer_free(b);
 }
 
-/* Every request: GET or HEAD /metrics, 404 elsewhere, 405 otherwise. */
+/* Answer GET or HEAD /metrics with the counters as they are now. */
 static void
-stats_request_cb(struct evhttp_request *req, void *arg)
+stats_reply(struct zp_stats_server *s, struct evhttp_request *req)
 {
-	struct zp_stats_server	*s = arg;
-	const struct evhttp_uri	*uri = evhttp_request_get_evhttp_uri(req);
-	const char		*path = uri != NULL ?
-				    evhttp_uri_get_path(uri) : NULL;
 	enum evhttp_cmd_type	 cmd = evhttp_request_get_command(req);
 	struct evkeyvalq	*h = evhttp_request_get_output_headers(req);
 	struct evbuffer		*b;
 
-	if (path == NULL || strcmp(path, "/metrics") != 0) {
-		reply_text(req, HTTP_NOTFOUND, "Not Found",
-		    "404 not found: metrics are at /metrics\n");
-		return;
-	}
-	if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
-		evhttp_add_header(h, "Allow", "GET, HEAD");
-		reply_text(req, 405, "Method Not Allowed",
-		    "405 method not allowed: use GET\n");
-		return;
-	}
 	if ((b = evbuffer_new()) == NULL ||
 	    zp_metrics_render(s->ctx, b) == -1) {
 		if (b != NULL)
@@ -152,6 +141,71 @@ stats_request_cb(struct evhttp_request *req, void *arg)
 	} else
 		evhttp_send_reply(req, HTTP_OK, "OK", b);
 	evbuffer_free(b);
+}
+
+/* The workers published their counters (or some did not in time). */
+static void
+stats_refreshed_cb(void *arg)
+{
+	struct stats_conn	*c = arg;
+	struct evhttp_request	*req = c->req;
+
+	c->req = NULL;
+	c->refresh = NULL;
+	stats_reply(c->s, req);
+}
+
+/* The adopted connection a request came on; NULL: one evhttp made. */
+static struct stats_conn *
+stats_conn_of(struct zp_stats_server *s, struct evhttp_request *req)
+{
+	struct evhttp_connection	*evcon;
+	struct stats_conn		*c;
+
+	evcon = evhttp_request_get_connection(req);
+	TAILQ_FOREACH(c, &s->conns, entry)
+		if (c->evcon == evcon)
+			return c;
+	return NULL;
+}
+
+/*
+ * Every request: GET or HEAD /metrics, 404 elsewhere, 405 otherwise.
+ * With --threads the answer waits in the loop, never on a lock, until
+ * every worker published its counters (at most ZP_REFRESH_MS: one that
+ * is busy is shown as it last published). Only on a connection of ours,
+ * whose end cancels the wait (stats_conn_forget); another one is
+ * answered at once.
+ */
+static void
+stats_request_cb(struct evhttp_request *req, void *arg)
+{
+	struct zp_stats_server	*s = arg;
+	const struct evhttp_uri	*uri = evhttp_request_get_evhttp_uri(req);
+	const char		*path = uri != NULL ?
+				    evhttp_uri_get_path(uri) : NULL;
+	enum evhttp_cmd_type	 cmd = evhttp_request_get_command(req);
+	struct evkeyvalq	*h = evhttp_request_get_output_headers(req);
+	struct stats_conn	*c;
+
+	if (path == NULL || strcmp(path, "/metrics") != 0) {
+		reply_text(req, HTTP_NOTFOUND, "Not Found",
+		    "404 not found: metrics are at /metrics\n");
+		return;
+	}
+	if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+		evhttp_add_header(h, "Allow", "GET, HEAD");
+		reply_text(req, 405, "Method Not Allowed",
+		    "405 method not allowed: use GET\n");
+		return;
+	}
+	if ((c = stats_conn_of(s, req)) != NULL && c->refresh == NULL &&
+	    (c->refresh = zp_ctx_refresh(s->ctx, stats_refreshed_cb, c)) !=
+	    NULL) {
+		c->req = req;
+		return;
+	}
+	stats_reply(s, req);
 }
 
 /* Turn accepting on or off to match the pause flags. */
@@ -248,12 +302,16 @@ stats_evcon_quiet(struct evhttp_connection *evcon)
 		(void)bufferevent_disable(bev, EV_READ | EV_WRITE);
 }
 
-/* Unlink an adopted connection and free our part of it. */
+/*
+ * Unlink an adopted connection and free our part of it; an answer it
+ * waited for is not given (the request goes with the connection).
+ */
 static void
 stats_conn_forget(struct stats_conn *c)
 {
 	struct zp_stats_server	*s = c->s;
 
+	zp_ctx_refresh_cancel(c->refresh);
 	TAILQ_REMOVE(&s->conns, c, entry);
 	s->nconns--;
 	s->ctx->stats.stats_open = s->nconns;
@@ -261,12 +319,21 @@ stats_conn_forget(struct stats_conn *c)
 	free(c);
 }
 
-/* evhttp is closing an adopted connection (answered, or the client left). */
+/*
+ * evhttp is closing an adopted connection (answered, or the client left).
+ * A request not answered yet that evhttp let go of (libevent 2.1 unlinks
+ * it from a connection that failed, for its user to answer) is freed
+ * here; one still linked is freed by evhttp after this.
+ */
 static void
 stats_conn_closed_cb(struct evhttp_connection *evcon, void *arg)
 {
+	struct stats_conn	*c = arg;
+
+	if (c->req != NULL && evhttp_request_get_connection(c->req) == NULL)
+		evhttp_request_free(c->req);
 	stats_evcon_quiet(evcon);
-	stats_conn_forget(arg);
+	stats_conn_forget(c);
 }
 
 /*

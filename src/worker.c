@@ -1,8 +1,10 @@
 /*
  * worker.c - --threads: a loop per thread, clients handed to the least
- * loaded one, messages from the root, counters summed on request.
+ * loaded one, messages from the root; each worker publishes a snapshot
+ * of its counters, which the root sums without waiting for anyone.
  */
 
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <event2/event.h>
 
@@ -22,18 +25,56 @@
 #include "stats.h"
 #include "worker.h"
 
+/*
+ * How often a worker publishes its snapshot unasked: how stale what a
+ * passive reader (zp_ctx_totals alone: the status line) sees may be.
+ */
+#define ZP_SNAPSHOT_MS	1000
+
 struct zp_worker;
 
 /* What the root asks of a worker, run on the worker's thread. */
 struct zp_wmsg {
 	void		(*fn)(struct zp_worker *, struct zp_wmsg *);
 	int		 fd;		/* a client, for wmsg_start */
-	long		 arg;
-	int		(*call)(struct zp_ctx *, void *); /* wmsg_call */
-	void		*callarg;
+	long		 arg;		/* an upstream, the drain's wind, a
+					   move's from */
+	long		 arg2;		/* a move's to */
+	uint64_t	 seq;		/* the refresh wmsg_publish answers */
 	struct sockaddr_storage ss;
 	socklen_t	 len;
 };
+
+/*
+ * A thread's counters as it last published them: what zp_ctx_totals sums
+ * and what a --rebalance step decides from.
+ */
+struct zp_snap {
+	struct zp_stats		 stats;
+	struct zp_pipepool_stats pool;
+	struct zp_pair_modes	 modes;
+	long			 moving[ZP_MAX_UPSTREAMS]; /* moves under way,
+						   by upstream (pair.h) */
+	long			 movable[ZP_MAX_UPSTREAMS]; /* streams that
+						   could move, by upstream */
+	uint64_t		 answered;	/* the last refresh answered */
+};
+
+/*
+ * The root waits for the workers' answers to a refresh in its loop, never
+ * on a lock: each answer makes ws->answer active, the deadline ends the
+ * wait with the snapshots there are.
+ */
+struct zp_refresh {
+	struct zp_workers	*ws;
+	uint64_t		 seq;
+	struct event		*deadline;
+	void			(*cb)(void *);
+	void			*arg;
+	TAILQ_ENTRY(zp_refresh)	 entry;
+};
+
+TAILQ_HEAD(zp_refresh_list, zp_refresh);
 
 struct zp_worker {
 	struct zp_ctx	 ctx;
@@ -46,21 +87,30 @@ struct zp_worker {
 	int		 died_seen;	/* atomic: ... ever (no clients) */
 	int		 exiting;	/* wmsg_exit ran: start nothing more */
 	struct event	*inbox;
-	pthread_mutex_t	 mu;		/* the queue, the snapshot's reply */
-	pthread_cond_t	 cv;
+	struct event	*publish;	/* every ZP_SNAPSHOT_MS */
+	pthread_mutex_t	 mu;		/* running, the queue, snap */
 	struct zp_wmsg	*q;
 	size_t		 nq, capq;
-	int		 call_rc;	/* wmsg_call's answer */
-	int		 call_done;
+	struct zp_snap	 snap;		/* under mu: the last published */
+	uint64_t	 answered;	/* its thread's: the last refresh */
+#ifdef ZP_DEBUG
+	struct event	*hold;		/* $ZP_TEST_HOLD: see worker_hold_cb */
+	const char	*hold_path;
+#endif
 };
 
 struct zp_workers {
 	int		 n;		/* threads, the root's included */
 	struct zp_worker *w[ZP_MAX_THREADS];	/* [0] unused: the root */
 	struct event	*wake;		/* on the root's base: see changed */
+	struct event	*answer;	/* ... a refresh was answered */
 	int		 shed;		/* atomic: a worker is out of fds */
 	int		 dead;		/* atomic: a worker died, not told */
 	void		(*on_death)(struct zp_ctx *, int);
+	struct zp_refresh_list refreshes; /* the root's, oldest first */
+	uint64_t	 asked;		/* the last refresh's number */
+	struct zp_refresh *rebalancing;	/* a --rebalance step's */
+	uint64_t	 rebalance_seq;	/* ... and its number */
 };
 
 /*
@@ -112,9 +162,9 @@ zp_ctx_open_all(const struct zp_ctx *root)
 
 /*
  * On the root's thread: a worker's loop ended without being asked to.
- * It gets no more clients or messages (ctx_call runs what concerns it
- * here, its thread being gone); what the root does then is the
- * composition root's (on_death: drain the others and exit non-zero).
+ * It gets no more clients or messages (its counters are read here, its
+ * thread being gone); what the root does then is the composition root's
+ * (on_death: drain the others and exit non-zero).
  */
 static void
 root_deaths(struct zp_ctx *root)
@@ -283,162 +333,328 @@ wmsg_exit(struct zp_worker *w, struct zp_wmsg *m)
 	event_base_loopbreak(w->ctx.base);
 }
 
-/* Add one context's counters to t (thread i). */
+/* Take ctx's counters into sn (on ctx's thread, or with it gone). */
 static void
-totals_add(struct zp_totals *t, struct zp_ctx *ctx, int i)
+snap_take(struct zp_ctx *ctx, struct zp_snap *sn)
 {
-	const uint64_t			*src = (const uint64_t *)&ctx->stats;
-	uint64_t			*dst = (uint64_t *)&t->stats;
-	struct zp_pipepool_stats	 pst;
-	struct zp_pair_modes		 m;
-	size_t				 k;
+	memset(sn, 0, sizeof(*sn));
+	sn->stats = ctx->stats;
+	if (ctx->pool != NULL)
+		zp_pipepool_stats(ctx->pool, &sn->pool);
+	zp_pairs_modes(ctx, &sn->modes);
+	if (ctx->cfg->rebalance)
+		zp_pairs_moving(ctx, sn->moving, sn->movable);
+}
+
+/*
+ * Publish this worker's counters for the root: taken on its thread, then
+ * copied in under mu, which is held for the copy only.
+ */
+static void
+worker_publish(struct zp_worker *w)
+{
+	struct zp_snap	sn;
+
+	snap_take(&w->ctx, &sn);
+	sn.answered = w->answered;
+	pthread_mutex_lock(&w->mu);
+	w->snap = sn;
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Every ZP_SNAPSHOT_MS: what passive readers see is never older. */
+static void
+publish_cb(evutil_socket_t fd, short what, void *arg)
+{
+	worker_publish(arg);
+}
+
+/* A refresh (zp_ctx_refresh): publish now and wake the root. */
+static void
+wmsg_publish(struct zp_worker *w, struct zp_wmsg *m)
+{
+	w->answered = m->seq;
+	worker_publish(w);
+	event_active(w->ctx.root->workers->answer, EV_TIMEOUT, 0);
+}
+
+/* A --rebalance move the root decided (rebalance_decide). */
+static void
+wmsg_move(struct zp_worker *w, struct zp_wmsg *m)
+{
+	(void)zp_pairs_move_one(&w->ctx, (int)m->arg, (int)m->arg2);
+}
+
+/*
+ * Thread i's counters into sn: the root's own, a live worker's last
+ * snapshot, or, for a worker whose loop ended (or never began), its
+ * context itself, which nothing changes any more. Returns 1 for a
+ * snapshot (and a thread that can still take a move), else 0.
+ */
+static int
+ctx_snap(struct zp_ctx *root, int i, struct zp_snap *sn)
+{
+	struct zp_worker	*w;
+
+	if (i == 0) {
+		snap_take(root, sn);
+		return 1;
+	}
+	w = root->workers->w[i];
+	pthread_mutex_lock(&w->mu);
+	if (w->running) {
+		*sn = w->snap;
+		pthread_mutex_unlock(&w->mu);
+		return 1;
+	}
+	pthread_mutex_unlock(&w->mu);
+	snap_take(&w->ctx, sn);
+	return 0;
+}
+
+/* Every thread's counters, summed without waiting; see worker.h. */
+void
+zp_ctx_totals(struct zp_ctx *root, struct zp_totals *t)
+{
+	struct zp_snap	sn;
+	const uint64_t	*src = (const uint64_t *)&sn.stats;
+	uint64_t	*dst = (uint64_t *)&t->stats;
+	size_t		 k;
+	int		 i;
 
 	/* struct zp_stats is counters only, every one a uint64_t. */
 	_Static_assert(sizeof(struct zp_stats) % sizeof(uint64_t) == 0,
 	    "struct zp_stats holds uint64_t counters only");
-	for (k = 0; k < sizeof(ctx->stats) / sizeof(uint64_t); k++)
-		dst[k] += src[k];
-	if (ctx->pool != NULL) {
-		zp_pipepool_stats(ctx->pool, &pst);
-		t->pool.alive += pst.alive;
-		t->pool.pooled += pst.pooled;
-		t->pool.created += pst.created;
-		t->pool.killed += pst.killed;
-		if (pst.shortage != 0)
-			t->pool.shortage = pst.shortage;
-	}
-	zp_pairs_modes(ctx, &m);
-	t->modes.splice += m.splice;
-	t->modes.copy += m.copy;
-	t->modes.mixed += m.mixed;
-	t->open[i] = ctx->stats.conns_open;
-}
-
-/* Run m->call on the worker's thread; the root waits for its answer. */
-static void
-wmsg_call(struct zp_worker *w, struct zp_wmsg *m)
-{
-	int	rc = m->call(&w->ctx, m->callarg);
-
-	pthread_mutex_lock(&w->mu);
-	w->call_rc = rc;
-	w->call_done = 1;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-}
-
-/*
- * fn(thread i's context, arg), run on that thread, and its answer: the
- * root waits (nothing it holds is anything a worker waits for). Thread
- * 0, and a worker whose thread is joined or never started, run here.
- */
-static int
-ctx_call(struct zp_ctx *root, int i, int (*fn)(struct zp_ctx *, void *),
-    void *arg)
-{
-	struct zp_worker	*w;
-	struct zp_wmsg		 m;
-	int			 rc;
-
-	if (i == 0)
-		return fn(root, arg);
-	w = root->workers->w[i];
-	memset(&m, 0, sizeof(m));
-	m.fn = wmsg_call;
-	m.call = fn;
-	m.callarg = arg;
-	pthread_mutex_lock(&w->mu);
-	w->call_done = 0;
-	pthread_mutex_unlock(&w->mu);
-	if (wmsg_post(w, &m) == -1) {
-		/* Its loop ended: nothing runs there now but this. */
-		if (errno == ESRCH)
-			return fn(&w->ctx, arg);
-		return -1;
-	}
-	pthread_mutex_lock(&w->mu);
-	while (!w->call_done)
-		pthread_cond_wait(&w->cv, &w->mu);
-	rc = w->call_rc;
-	pthread_mutex_unlock(&w->mu);
-	return rc;
-}
-
-static int
-totals_fn(struct zp_ctx *ctx, void *arg)
-{
-	totals_add(arg, ctx, ctx->thread);
-	return 0;
-}
-
-void
-zp_ctx_totals(struct zp_ctx *root, struct zp_totals *t)
-{
-	int	i;
-
 	memset(t, 0, sizeof(*t));
 	t->threads = zp_ctx_threads(root);
-	for (i = 0; i < t->threads; i++)
-		(void)ctx_call(root, i, totals_fn, t);
+	for (i = 0; i < t->threads; i++) {
+		(void)ctx_snap(root, i, &sn);
+		for (k = 0; k < sizeof(sn.stats) / sizeof(uint64_t); k++)
+			dst[k] += src[k];
+		t->pool.alive += sn.pool.alive;
+		t->pool.pooled += sn.pool.pooled;
+		t->pool.created += sn.pool.created;
+		t->pool.killed += sn.pool.killed;
+		if (sn.pool.shortage != 0)
+			t->pool.shortage = sn.pool.shortage;
+		t->modes.splice += sn.modes.splice;
+		t->modes.copy += sn.modes.copy;
+		t->modes.mixed += sn.modes.mixed;
+		t->open[i] = sn.stats.conns_open;
+	}
 }
 
+/* Has every worker answered r (or ended: it never will)? */
 static int
-moving_fn(struct zp_ctx *ctx, void *eff)
+refresh_done(const struct zp_refresh *r)
 {
-	zp_pairs_moving(ctx, eff);
-	return 0;
+	struct zp_workers	*ws = r->ws;
+	struct zp_worker	*w;
+	int			 i, done = 1;
+
+	for (i = 1; i < ws->n && done; i++) {
+		w = ws->w[i];
+		pthread_mutex_lock(&w->mu);
+		done = !w->running || w->snap.answered >= r->seq;
+		pthread_mutex_unlock(&w->mu);
+	}
+	return done;
 }
 
-static int
-move_one_fn(struct zp_ctx *ctx, void *arg)
+/* Unlink r and free it; what it was for is its owner's; see worker.h. */
+void
+zp_ctx_refresh_cancel(struct zp_refresh *r)
 {
-	const int	*hl = arg;
+	if (r == NULL)
+		return;
+	TAILQ_REMOVE(&r->ws->refreshes, r, entry);
+	event_free(r->deadline);
+	free(r);
+}
 
-	return zp_pairs_move_one(ctx, hl[0], hl[1]) == 1;
+/* r is over (answered, or at its deadline): free it, then tell its owner. */
+static void
+refresh_end(struct zp_refresh *r)
+{
+	void	(*cb)(void *) = r->cb;
+	void	*arg = r->arg;
+
+	zp_ctx_refresh_cancel(r);
+	cb(arg);
 }
 
 /*
- * One step of --rebalance over every thread: decided once, from every
- * thread's moves under way, so that two threads never both make the
- * move that one was due.
+ * End the refreshes that every worker answered (all: every one, answered
+ * or not). They are numbered in order, and a worker answers its messages
+ * in order: the first one not answered ends the walk. An owner's callback
+ * may begin another refresh or cancel one: the walk starts over.
  */
-int
-zp_ctx_rebalance(struct zp_ctx *root)
+static void
+refresh_finish(struct zp_workers *ws, int all)
 {
-	struct zp_upstream	u;
-	long			eff[ZP_MAX_UPSTREAMS];
-	size_t			i, n = zp_upstreams_count(root->ups);
-	int			t, hl[2];
+	struct zp_refresh	*r;
 
-	if (n < 2 || root->stopping)
+	while ((r = TAILQ_FIRST(&ws->refreshes)) != NULL &&
+	    (all || refresh_done(r)))
+		refresh_end(r);
+}
+
+/* A worker answered a refresh, or its loop ended. */
+static void
+answer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	refresh_finish(arg, 0);
+}
+
+/* A worker did not answer within ZP_REFRESH_MS: go on with its last. */
+static void
+refresh_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	refresh_end(arg);
+}
+
+/* Post m to every worker; returns to how many it went. */
+static int
+post_all(struct zp_ctx *root, struct zp_wmsg *m)
+{
+	int	i, n = 0;
+
+	if (root->workers == NULL)
 		return 0;
+	for (i = 1; i < root->workers->n; i++)
+		if (wmsg_post(root->workers->w[i], m) == 0)
+			n++;
+		else if (errno != ESRCH)
+			zp_log(root->log, ZP_LOG_ERROR, "thread %d: cannot "
+			    "queue a message: %s", i, strerror(errno));
+	return n;
+}
+
+/* Ask every live worker for its counters now; see worker.h. */
+struct zp_refresh *
+zp_ctx_refresh(struct zp_ctx *root, void (*cb)(void *), void *arg)
+{
+	struct zp_workers	*ws = root->workers;
+	struct zp_refresh	*r;
+	struct zp_wmsg		 m;
+	struct timeval		 tv = zp_seconds_tv(ZP_REFRESH_MS / 1000.0);
+
+	if (ws == NULL || (r = calloc(1, sizeof(*r))) == NULL)
+		return NULL;
+	if ((r->deadline = evtimer_new(root->base, refresh_deadline_cb, r)) ==
+	    NULL) {
+		free(r);
+		return NULL;
+	}
+	r->ws = ws;
+	r->seq = ++ws->asked;
+	r->cb = cb;
+	r->arg = arg;
+	memset(&m, 0, sizeof(m));
+	m.fn = wmsg_publish;
+	m.seq = r->seq;
+	if (post_all(root, &m) == 0 || evtimer_add(r->deadline, &tv) == -1) {
+		/* No worker to wait for, or no deadline: go on now. */
+		event_free(r->deadline);
+		free(r);
+		return NULL;
+	}
+	TAILQ_INSERT_TAIL(&ws->refreshes, r, entry);
+	return r;
+}
+
+/*
+ * --rebalance, decided on the root from every thread's counters (its own,
+ * and the workers' snapshots, which answered refresh seq: 0, none): the
+ * move goes as a message to the first thread that had a stream to move,
+ * which makes it if it still can. Nothing is decided unless every live
+ * worker answered: a move asked for earlier and not in an older snapshot
+ * would not be counted, and the same move could be asked of two threads;
+ * a move ended since would count twice, the upstreams' counts being
+ * live. (A worker answers its messages in order: one that answered saw
+ * every move asked of it before.)
+ */
+static void
+rebalance_decide(struct zp_ctx *root, uint64_t seq)
+{
+	struct zp_workers	*ws = root->workers;
+	struct zp_upstream	 u;
+	struct zp_snap		 sn;
+	struct zp_wmsg		 m;
+	long			 eff[ZP_MAX_UPSTREAMS];
+	uint64_t		 has[ZP_MAX_UPSTREAMS];	/* a bit a thread */
+	size_t			 i, n = zp_upstreams_count(root->ups);
+	int			 t, live, hi, lo;
+
+	_Static_assert(ZP_MAX_THREADS <= 64, "a thread is a bit of has[]");
+	if (n < 2 || root->stopping)
+		return;
 	for (i = 0; i < n; i++) {
 		zp_upstream_get(root->ups, i, &u);
 		eff[i] = (long)u.active;
+		has[i] = 0;
 	}
-	for (t = 0; t < zp_ctx_threads(root); t++)
-		(void)ctx_call(root, t, moving_fn, eff);
-	if (!zp_rebalance_choose(root->ups, eff, &hl[0], &hl[1]))
-		return 0;
-	for (t = 0; t < zp_ctx_threads(root); t++)
-		if (ctx_call(root, t, move_one_fn, hl) == 1)
-			return 1;
-	return 0;
+	for (t = 0; t < zp_ctx_threads(root); t++) {
+		live = ctx_snap(root, t, &sn);
+		if (t > 0 && live && sn.answered < seq)
+			return;
+		for (i = 0; i < n; i++) {
+			eff[i] += sn.moving[i];
+			if (live && sn.movable[i] > 0)
+				has[i] |= (uint64_t)1 << t;
+		}
+	}
+	if (!zp_rebalance_choose(root->ups, eff, &hi, &lo))
+		return;
+	memset(&m, 0, sizeof(m));
+	m.fn = wmsg_move;
+	m.arg = hi;
+	m.arg2 = lo;
+	for (t = 0; t < zp_ctx_threads(root); t++) {
+		if (!(has[hi] & ((uint64_t)1 << t)))
+			continue;
+		if (t == 0) {
+			if (zp_pairs_move_one(root, hi, lo) == 1)
+				return;
+		} else if (wmsg_post(ws->w[t], &m) == 0)
+			return;
+	}
 }
 
-/* Post m to every worker. */
+/* The step's snapshots are in (or some at their deadline): decide. */
 static void
-post_all(struct zp_ctx *root, struct zp_wmsg *m)
+rebalance_refreshed_cb(void *arg)
 {
-	int	i;
+	struct zp_ctx	*root = arg;
 
-	if (root->workers == NULL)
+	root->workers->rebalancing = NULL;
+	rebalance_decide(root, root->workers->rebalance_seq);
+}
+
+/* One --rebalance step: refresh, then decide; see worker.h. */
+void
+zp_ctx_rebalance(struct zp_ctx *root)
+{
+	struct zp_workers	*ws = root->workers;
+
+	if (zp_upstreams_count(root->ups) < 2 || root->stopping)
 		return;
-	for (i = 1; i < root->workers->n; i++)
-		if (wmsg_post(root->workers->w[i], m) == -1 &&
-		    errno != ESRCH)
-			zp_log(root->log, ZP_LOG_ERROR, "thread %d: cannot "
-			    "queue a message: %s", i, strerror(errno));
+	if (ws == NULL) {
+		rebalance_decide(root, 0);
+		return;
+	}
+	/* A step is gathering its counters still: it decides, not this. */
+	if (ws->rebalancing != NULL)
+		return;
+	/*
+	 * None asked: no worker is live (those that ended are read as they
+	 * are), or no memory (a live one never answered this: no step).
+	 */
+	if ((ws->rebalancing = zp_ctx_refresh(root, rebalance_refreshed_cb,
+	    root)) == NULL)
+		rebalance_decide(root, UINT64_MAX);
+	else
+		ws->rebalance_seq = ws->rebalancing->seq;
 }
 
 void
@@ -514,9 +730,10 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 
 /*
  * A worker's loop ended without wmsg_exit (it failed): take no more
- * messages; a call the root waits for is answered (-1), clients queued
- * for it are closed (they were never started: their connect is the
- * next one's), and the root is told, on its own thread (root_deaths).
+ * messages; clients queued for it are closed (they were never started:
+ * their connect is the next one's), and the root is told, on its own
+ * thread (root_deaths), and looks at its refreshes again (this one will
+ * never answer: its counters are read directly now).
  */
 static void
 worker_died(struct zp_worker *w)
@@ -533,15 +750,13 @@ worker_died(struct zp_worker *w)
 			dropped++;
 		}
 	w->nq = 0;
-	w->call_rc = -1;
-	w->call_done = 1;
-	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 	ADD(w->ctx.load, -dropped);
 	__atomic_store_n(&w->died_seen, 1, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&w->died, 1, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&ws->dead, 1, __ATOMIC_SEQ_CST);
 	event_active(ws->wake, EV_TIMEOUT, 0);
+	event_active(ws->answer, EV_TIMEOUT, 0);
 }
 
 static void *
@@ -554,6 +769,48 @@ worker_main(void *arg)
 		worker_died(w);
 	return NULL;
 }
+
+#ifdef ZP_DEBUG
+/* How often a held thread looks whether the test let it go. */
+#define ZP_TEST_HOLD_MS	100
+
+/*
+ * Debug builds, for the tests only: while the file $ZP_TEST_HOLD names
+ * exists, thread 1 stays in this callback, as a worker busy in one long
+ * callback (or stopped) would, so that a test can show what the root
+ * does meanwhile.
+ */
+static void
+worker_hold_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_worker	*w = arg;
+	struct timespec		 ts = { 0, ZP_TEST_HOLD_MS * 1000000L };
+
+	if (access(w->hold_path, F_OK) == -1)
+		return;
+	zp_log(w->ctx.log, ZP_LOG_NOTICE, "thread %d: held while %s exists "
+	    "(ZP_TEST_HOLD)", w->ctx.thread, w->hold_path);
+	while (access(w->hold_path, F_OK) == 0)
+		(void)nanosleep(&ts, NULL);
+	zp_log(w->ctx.log, ZP_LOG_NOTICE, "thread %d: let go (ZP_TEST_HOLD)",
+	    w->ctx.thread);
+}
+
+/* Thread 1 looks for $ZP_TEST_HOLD every ZP_TEST_HOLD_MS. */
+static int
+worker_hold_new(struct zp_worker *w)
+{
+	struct timeval	tv = { 0, ZP_TEST_HOLD_MS * 1000 };
+
+	if (w->ctx.thread != 1 || (w->hold_path = getenv("ZP_TEST_HOLD")) ==
+	    NULL || *w->hold_path == '\0')
+		return 0;
+	if ((w->hold = event_new(w->ctx.base, -1, EV_PERSIST, worker_hold_cb,
+	    w)) == NULL || event_add(w->hold, &tv) == -1)
+		return -1;
+	return 0;
+}
+#endif
 
 /* Free one worker (its thread joined, or never started). */
 static void
@@ -568,6 +825,12 @@ worker_free(struct zp_worker *w)
 		event_free(ctx->rebalance_timer);
 	if (w->inbox != NULL)
 		event_free(w->inbox);
+	if (w->publish != NULL)
+		event_free(w->publish);
+#ifdef ZP_DEBUG
+	if (w->hold != NULL)
+		event_free(w->hold);
+#endif
 	zp_pipepool_free(ctx->pool);
 	zp_bufcache_clear(&ctx->bufs);
 	if (ctx->tee_pipe.rfd != -1) {
@@ -582,7 +845,6 @@ worker_free(struct zp_worker *w)
 			close(w->q[w->nq].fd);
 	free(w->q);
 	pthread_mutex_destroy(&w->mu);
-	pthread_cond_destroy(&w->cv);
 	free(w);
 }
 
@@ -593,6 +855,7 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	struct zp_worker	*w;
 	struct zp_ctx		*ctx;
 	struct zp_config	*cfg = root->cfg;
+	struct timeval		 tv = zp_seconds_tv(ZP_SNAPSHOT_MS / 1000.0);
 	int			 fds[2], shortage;
 
 	if ((w = calloc(1, sizeof(*w))) == NULL) {
@@ -600,7 +863,6 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 		return NULL;
 	}
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, NULL);
 	ctx = &w->ctx;
 	ctx->tee_pipe.rfd = ctx->tee_pipe.wfd = -1;
 	ctx->root = root;
@@ -623,11 +885,19 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	ctx->started = root->started;
 	ctx->bufs.size = root->bufs.size;
 	if ((ctx->base = event_base_new()) == NULL ||
-	    (w->inbox = event_new(ctx->base, -1, 0, inbox_cb, w)) == NULL) {
+	    (w->inbox = event_new(ctx->base, -1, 0, inbox_cb, w)) == NULL ||
+	    (w->publish = event_new(ctx->base, -1, EV_PERSIST, publish_cb,
+	    w)) == NULL || event_add(w->publish, &tv) == -1) {
 		snprintf(err, errlen, "thread %d: cannot create its event "
 		    "loop", i);
 		goto fail;
 	}
+#ifdef ZP_DEBUG
+	if (worker_hold_new(w) == -1) {
+		snprintf(err, errlen, "thread %d: cannot create its events", i);
+		goto fail;
+	}
+#endif
 	if (root->pool != NULL &&
 	    (ctx->pool = zp_pipepool_new(cfg->pipe_size, root->pool_cap,
 	    root->pool_prepare, &shortage, err, errlen)) == NULL &&
@@ -642,6 +912,8 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 		ctx->tee_pipe.rfd = fds[0];
 		ctx->tee_pipe.wfd = fds[1];
 	}
+	/* Its first snapshot: its pipes, before its thread runs. */
+	worker_publish(w);
 	return w;
 fail:
 	worker_free(w);
@@ -659,8 +931,10 @@ zp_workers_new(struct zp_ctx *root, int n, char *err, size_t errlen)
 		return -1;
 	}
 	root->workers = ws;
+	TAILQ_INIT(&ws->refreshes);
 	if ((ws->wake = event_new(root->base, -1, 0, wake_cb, root)) ==
-	    NULL) {
+	    NULL || (ws->answer = event_new(root->base, -1, 0, answer_cb,
+	    ws)) == NULL) {
 		snprintf(err, errlen, "threads: cannot create events");
 		goto fail;
 	}
@@ -745,6 +1019,8 @@ zp_workers_stop(struct zp_ctx *root)
 			zp_pairs_close(&ws->w[i]->ctx, ZP_END_SHUTDOWN);
 		}
 	}
+	/* Every counter is read directly now: nobody is left to wait for. */
+	refresh_finish(ws, 1);
 }
 
 void
@@ -768,6 +1044,8 @@ zp_workers_free(struct zp_ctx *root)
 			worker_free(ws->w[i]);
 	if (ws->wake != NULL)
 		event_free(ws->wake);
+	if (ws->answer != NULL)
+		event_free(ws->answer);
 	free(ws);
 	root->workers = NULL;
 }

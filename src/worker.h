@@ -5,10 +5,14 @@
  * other thread runs a loop of its own on a context made from the root's
  * (ctx.h says which fields are whose). The root's listeners accept and
  * hand each client to the thread with the fewest open pairs; the root
- * asks the others for what concerns them all (an upstream went down, the
- * drain, the end) with messages, and for their counters with a
- * snapshot taken on their own thread, so that nothing a pair does while
- * it relays takes a lock.
+ * tells the others what concerns them all (an upstream went down, the
+ * drain, the end, a --rebalance move) with messages. No thread ever waits
+ * for another's loop: each worker publishes a snapshot of its counters,
+ * taken on its own thread and copied in under a lock held for the copy
+ * only, every second and whenever the root asks (zp_ctx_refresh); the
+ * root reads the snapshots as they are (zp_ctx_totals), so that nothing
+ * a pair does while it relays takes a lock, and a busy or stalled worker
+ * stalls nothing but itself.
  */
 #ifndef ZP_WORKER_H
 #define ZP_WORKER_H
@@ -22,6 +26,9 @@
 #include "pipepool.h"
 
 #define ZP_MAX_THREADS	ZP_THREADS_MAX
+
+/* How long a refresh waits for the workers' answers, in milliseconds. */
+#define ZP_REFRESH_MS	200
 
 /*
  * Make the contexts of threads 1 to n-1 from the root's, each with its
@@ -37,8 +44,10 @@ int	zp_workers_start(struct zp_ctx *root, char *err, size_t errlen);
 
 /*
  * End every thread's pairs (ZP_END_SHUTDOWN), stop the threads, join
- * them and free their contexts. The counters stay readable through
- * zp_ctx_totals() until zp_workers_free(). Safe with no workers.
+ * them and free their contexts; refreshes still pending end (their
+ * callbacks run, every counter now read directly). The counters stay
+ * readable through zp_ctx_totals() until zp_workers_free(). Safe with no
+ * workers.
  */
 void	zp_workers_stop(struct zp_ctx *root);
 void	zp_workers_free(struct zp_ctx *root);
@@ -68,9 +77,13 @@ void	zp_ctx_start_pair(struct zp_ctx *root, int fd,
 
 /*
  * One step of --rebalance over every thread (pair.h says how); the main
- * thread's timer runs it. Returns 1 when a move began.
+ * thread's timer runs it. The step refreshes the snapshots first and
+ * decides once they are in (so it may end after this returns), and asks
+ * one thread for the move, which it makes if it still can. A step asked
+ * for while the last one gathers, or whose refresh some live worker did
+ * not answer in time, decides nothing: the next one will.
  */
-int	zp_ctx_rebalance(struct zp_ctx *root);
+void	zp_ctx_rebalance(struct zp_ctx *root);
 
 /* On every thread: the health checks marked upstream idx down. */
 void	zp_ctx_upstream_down(struct zp_ctx *root, int idx);
@@ -107,7 +120,12 @@ int	zp_ctx_shed(struct zp_ctx *);
 /* The next connection id, unique over the threads. */
 uint64_t zp_ctx_next_id(struct zp_ctx *);
 
-/* Everything counted, summed over the threads, for reports. */
+/*
+ * Everything counted, summed over the threads, for reports: the root's
+ * counters as they are, each live worker's last snapshot (a second old at
+ * most; zp_ctx_refresh for fresh ones), and the counters of a worker
+ * whose loop ended, read directly. Never waits.
+ */
 struct zp_totals {
 	struct zp_stats		 stats;
 	struct zp_pipepool_stats pool;
@@ -116,5 +134,21 @@ struct zp_totals {
 	uint64_t		 open[ZP_MAX_THREADS];	/* each thread's */
 };
 void	zp_ctx_totals(struct zp_ctx *root, struct zp_totals *);
+
+/*
+ * Ask every live worker to publish its snapshot now; cb(arg) runs on the
+ * root's loop once all have (or ended), or after ZP_REFRESH_MS with the
+ * snapshots there are (a worker busy in one long callback answers late),
+ * or from zp_workers_stop(). Returns the refresh, which is the root's
+ * until cb runs or zp_ctx_refresh_cancel(); or NULL, cb not to be called,
+ * when there is no worker to ask (the totals are fresh now) or no memory
+ * (they are as fresh as they are): the caller goes on at once.
+ */
+struct zp_refresh;
+struct zp_refresh *zp_ctx_refresh(struct zp_ctx *root, void (*cb)(void *),
+	    void *arg);
+
+/* Forget a refresh before its cb ran: cb will not be called. Safe on NULL. */
+void	zp_ctx_refresh_cancel(struct zp_refresh *);
 
 #endif

@@ -250,7 +250,7 @@ cfg_framed(const struct zp_ctx *ctx)
 static void
 rebalance_cb(evutil_socket_t fd, short what, void *arg)
 {
-	(void)zp_ctx_rebalance(arg);
+	zp_ctx_rebalance(arg);
 }
 
 /* The drain ran out of time: close what is left. */
@@ -421,10 +421,19 @@ signal_hup_cb(evutil_socket_t sig, short what, void *arg)
 		    (int)sig);
 }
 
+/* SIGUSR1's line, once the workers published their counters. */
+static void
+signal_stats_refreshed_cb(void *arg)
+{
+	log_stats(arg, "stats");
+}
+
+/* SIGUSR1: the counters, fresh from every thread (or ZP_REFRESH_MS old). */
 static void
 signal_stats_cb(evutil_socket_t sig, short what, void *arg)
 {
-	log_stats(arg, "stats");
+	if (zp_ctx_refresh(arg, signal_stats_refreshed_cb, arg) == NULL)
+		log_stats(arg, "stats");
 }
 
 /* Choose max-conns from the descriptor budget unless it was given. */

@@ -55,7 +55,8 @@
  * seams between a connect and what happens meanwhile need the loop in
  * between); shutdown() of one descriptor fails as for a dead socket;
  * event_new() fails for one descriptor; close() is counted for one
- * descriptor; a worker thread's event loop fails once it is told to.
+ * descriptor; a worker thread's event loop fails once it is told to, or
+ * is held between two turns, as a worker busy in a callback would be.
  */
 int	__real_connect(int, const struct sockaddr *, socklen_t);
 int	__real_getpeername(int, struct sockaddr *, socklen_t *);
@@ -79,12 +80,17 @@ static int	close_watch_fd = -1;	/* close() of it is counted */
 static int	close_watch_n;
 static pthread_t main_thread;
 static int	kill_workers;		/* atomic: worker loops fail */
+static __thread int turn_connected;	/* a worker connected this turn */
+static int	hold_workers;		/* atomic: worker loops stop ... */
+static int	workers_held;		/* atomic: ... and one did */
 
 int
 __wrap_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	int	rc = __real_connect(fd, sa, len);
 
+	if (!pthread_equal(pthread_self(), main_thread))
+		turn_connected = 1;
 	/* Only zproxy's sockets: the tests' own connect blocking. */
 	if (rc == 0 && connect_async && (fcntl(fd, F_GETFL) & O_NONBLOCK)) {
 		errno = EINPROGRESS;
@@ -133,7 +139,9 @@ __wrap_event_new(struct event_base *base, evutil_socket_t fd, short what,
 /*
  * A worker's loop (any thread but the tests' own) runs a turn at a time
  * and returns -1, as a failed epoll_wait() would, once kill_workers is
- * set and something woke it; a loopbreak (the end) returns as usual.
+ * set and it started a client (connected upstream: not a turn of its own
+ * timers); a loopbreak (the end) returns as usual. While hold_workers is
+ * set, it stops after its turn until the test lets it go.
  */
 int
 __wrap_event_base_loop(struct event_base *base, int flags)
@@ -143,11 +151,18 @@ __wrap_event_base_loop(struct event_base *base, int flags)
 	if (pthread_equal(pthread_self(), main_thread))
 		return __real_event_base_loop(base, flags);
 	for (;;) {
+		turn_connected = 0;
 		rc = __real_event_base_loop(base, flags | EVLOOP_ONCE);
 		if (rc == -1 || event_base_got_break(base))
 			return rc;
-		if (__atomic_load_n(&kill_workers, __ATOMIC_SEQ_CST))
+		if (__atomic_load_n(&kill_workers, __ATOMIC_SEQ_CST) &&
+		    turn_connected)
 			return -1;
+		while (__atomic_load_n(&hold_workers, __ATOMIC_SEQ_CST)) {
+			__atomic_store_n(&workers_held, 1, __ATOMIC_SEQ_CST);
+			(void)poll(NULL, 0, 1);
+		}
+		__atomic_store_n(&workers_held, 0, __ATOMIC_SEQ_CST);
 	}
 }
 
@@ -956,6 +971,50 @@ test_retire_fin(void **state)
 
 static struct zp_totals	tot;
 
+/*
+ * --threads 2 in copy mode, its workers' deaths told to on_death: n
+ * clients handed as the listener hands them, each with its upstream
+ * connection (c[i], u[i], accepted on *s) and 1000 bytes written up.
+ */
+static void
+h_threads(struct harness *h, int *s, void (*on_death)(struct zp_ctx *, int),
+    int n, int *c, int *u)
+{
+	char		 up[32], buf[1000], err[ZP_ERRLEN];
+	unsigned short	 port;
+	int		 i;
+
+	*s = listen_any(&port);
+	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
+	h_init(h, "-u", up, "-m", "copy", NULL);
+	assert_int_equal(zp_workers_new(&h->ctx, 2, err, sizeof(err)), 0);
+	assert_int_equal(zp_ctx_threads(&h->ctx), 2);
+	zp_workers_on_death(&h->ctx, on_death);
+	assert_int_equal(zp_workers_start(&h->ctx, err, sizeof(err)), 0);
+	memset(buf, 'x', sizeof(buf));
+	for (i = 0; i < n; i++) {
+		c[i] = h_client_via(h, 1);
+		u[i] = h_accept(h, *s);
+		assert_int_equal(write(c[i], buf, sizeof(buf)), sizeof(buf));
+	}
+}
+
+/* End what h_threads began (u[i] -1: none accepted). */
+static void
+h_threads_free(struct harness *h, int s, int n, int *c, int *u)
+{
+	int	i;
+
+	zp_workers_free(&h->ctx);
+	for (i = 0; i < n; i++) {
+		close(c[i]);
+		if (u[i] != -1)
+			close(u[i]);
+	}
+	h_free(h);
+	close(s);
+}
+
 
 /* Every thread's totals: 4 open, 2 on each, 4000 bytes up. */
 static int
@@ -977,28 +1036,15 @@ static void
 test_threads(void **state)
 {
 	struct harness	 h;
-	char		 up[32], buf[1000], err[ZP_ERRLEN];
-	unsigned short	 port;
 	int		 s, c[4], u[4], i;
 
 	(void)state;
-	s = listen_any(&port);
-	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
-	h_init(&h, "-u", up, "-m", "copy", NULL);
-	assert_int_equal(zp_workers_new(&h.ctx, 2, err, sizeof(err)), 0);
-	assert_int_equal(zp_ctx_threads(&h.ctx), 2);
-	assert_int_equal(zp_workers_start(&h.ctx, err, sizeof(err)), 0);
-	memset(buf, 'x', sizeof(buf));
-	for (i = 0; i < 4; i++) {
-		c[i] = h_client_via(&h, 1);
-		u[i] = h_accept(&h, s);
-		assert_int_equal(write(c[i], buf, sizeof(buf)), sizeof(buf));
-	}
+	h_threads(&h, &s, NULL, 4, c, u);
 	assert_int_equal(zp_ctx_open_all(&h.ctx), 4);
 	assert_true(h_run(&h, spread_and_counted, 5000));
 	/* The root relays its two itself; the worker's went on meanwhile. */
 	for (i = 0; i < 4; i++)
-		h_recv(&h, u[i], sizeof(buf));
+		h_recv(&h, u[i], 1000);
 	assert_int_equal(h.ctx.stats.conns_open, 2);
 	assert_int_equal(h.ctx.ups->v[0].active, 4);
 	zp_workers_stop(&h.ctx);
@@ -1010,13 +1056,7 @@ test_threads(void **state)
 	assert_int_equal(zp_ctx_open_all(&h.ctx), 2);
 	/* The worker's two ended with the process's end, logged. */
 	assert_non_null(strstr(h_log(&h), "end=shutdown"));
-	zp_workers_free(&h.ctx);
-	for (i = 0; i < 4; i++) {
-		close(c[i]);
-		close(u[i]);
-	}
-	h_free(&h);
-	close(s);
+	h_threads_free(&h, s, 4, c, u);
 }
 
 /*
@@ -1388,30 +1428,17 @@ static void
 test_worker_dies(void **state)
 {
 	struct harness	 h;
-	char		 up[32], buf[1000], err[ZP_ERRLEN];
-	unsigned short	 port;
-	int		 s, c[7], u[7], i, n0;
+	int		 s, c[7], u[7], n0;
 
 	(void)state;
 	alarm(30);
 	deaths = 0;
-	s = listen_any(&port);
-	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
-	h_init(&h, "-u", up, "-m", "copy", NULL);
-	assert_int_equal(zp_workers_new(&h.ctx, 2, err, sizeof(err)), 0);
-	zp_workers_on_death(&h.ctx, death_cb);
-	assert_int_equal(zp_workers_start(&h.ctx, err, sizeof(err)), 0);
-	memset(buf, 'x', sizeof(buf));
-	for (i = 0; i < 4; i++) {
-		c[i] = h_client_via(&h, 1);
-		u[i] = h_accept(&h, s);
-		assert_int_equal(write(c[i], buf, sizeof(buf)), sizeof(buf));
-	}
+	h_threads(&h, &s, death_cb, 4, c, u);
 	assert_true(h_run(&h, spread_and_counted, 5000));
 	/*
-	 * The next client goes to the root (a tie), the one after wakes the
-	 * worker, whose loop then fails (that client was started there or
-	 * is closed: its upstream connection is accepted or not).
+	 * The next client goes to the root (a tie), the one after to the
+	 * worker, whose loop then fails once it started it (its upstream
+	 * connection is never accepted).
 	 */
 	__atomic_store_n(&kill_workers, 1, __ATOMIC_SEQ_CST);
 	c[4] = h_client_via(&h, 1);
@@ -1439,15 +1466,132 @@ test_worker_dies(void **state)
 	zp_ctx_totals(&h.ctx, &tot);
 	assert_int_equal(tot.open[1], 0);
 	assert_int_equal(zp_ctx_open_all(&h.ctx), n0 + 1);
-	zp_workers_free(&h.ctx);
+	h_threads_free(&h, s, 7, c, u);
 	__atomic_store_n(&kill_workers, 0, __ATOMIC_SEQ_CST);
-	for (i = 0; i < 7; i++) {
-		close(c[i]);
-		if (u[i] != -1)
-			close(u[i]);
+	alarm(0);
+}
+
+static int	refreshed;
+static struct timespec refreshed_at;
+
+static void
+refresh_cb(void *arg)
+{
+	(void)arg;
+	refreshed++;
+	clock_gettime(CLOCK_MONOTONIC, &refreshed_at);
+}
+
+static int
+was_refreshed(struct harness *h)
+{
+	(void)h;
+	return refreshed > 0;
+}
+
+static int
+worker_held(struct harness *h)
+{
+	(void)h;
+	return __atomic_load_n(&workers_held, __ATOMIC_SEQ_CST);
+}
+
+/* Milliseconds from t0 to t (NULL: now). */
+static long
+ms_from(const struct timespec *t0, const struct timespec *t)
+{
+	struct timespec	now;
+
+	if (t == NULL) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		t = &now;
 	}
-	h_free(&h);
-	close(s);
+	return (t->tv_sec - t0->tv_sec) * 1000 +
+	    (t->tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* Refresh and run the loop until it ended; returns how long it took. */
+static long
+h_refresh(struct harness *h)
+{
+	struct timespec	t0;
+
+	refreshed = 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_non_null(zp_ctx_refresh(&h->ctx, refresh_cb, NULL));
+	assert_true(h_run(h, was_refreshed, 5000));
+	assert_int_equal(refreshed, 1);
+	return ms_from(&t0, &refreshed_at);
+}
+
+/*
+ * --threads 2, the worker's loop held between two turns (as one busy in
+ * a long callback would be, or stopped): the root relays on; the totals
+ * come at once, with the worker's last snapshot; a refresh ends at its
+ * deadline (ZP_REFRESH_MS), not when the worker is let go, with that
+ * snapshot still; one cancelled never ends; a client handed to the
+ * worker counts in the load at once. Let go, the worker answers the
+ * next refresh, and the totals are exact: its new client and its bytes.
+ * (ctx_call made the root wait for the held worker at the first totals.)
+ */
+static void
+test_refresh_held(void **state)
+{
+	struct harness	 h;
+	char		 buf[1000];
+	struct timespec	 t0;
+	long		 ms;
+	int		 s, c[4], u[4], i;
+
+	(void)state;
+	alarm(30);
+	/* The root's, the worker's, the root's (the least loaded). */
+	h_threads(&h, &s, NULL, 3, c, u);
+	for (i = 0; i < 3; i++)
+		h_recv(&h, u[i], 1000);
+	memset(buf, 'x', sizeof(buf));
+	(void)h_refresh(&h);
+	zp_ctx_totals(&h.ctx, &tot);
+	assert_int_equal(tot.open[1], 1);
+	assert_int_equal(tot.stats.all.up.bytes, 3000);
+
+	/* A refresh wakes it; it stops after that turn. */
+	__atomic_store_n(&hold_workers, 1, __ATOMIC_SEQ_CST);
+	(void)h_refresh(&h);
+	assert_true(h_run(&h, worker_held, 5000));
+	c[3] = h_client_via(&h, 1);
+	assert_int_equal(zp_ctx_open_all(&h.ctx), 4);
+	assert_int_equal(write(c[0], buf, sizeof(buf)), sizeof(buf));
+	h_recv(&h, u[0], sizeof(buf));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	zp_ctx_totals(&h.ctx, &tot);
+	assert_true(ms_from(&t0, NULL) < 100);
+	assert_int_equal(tot.open[0], 2);
+	assert_int_equal(tot.open[1], 1);
+	assert_int_equal(tot.stats.conns_total, 3);
+	assert_int_equal(tot.stats.all.up.bytes, 4000);
+	ms = h_refresh(&h);
+	assert_true(ms >= ZP_REFRESH_MS - 20 && ms < 1000);
+	assert_true(worker_held(&h));
+	zp_ctx_totals(&h.ctx, &tot);
+	assert_int_equal(tot.open[1], 1);
+	refreshed = 0;
+	zp_ctx_refresh_cancel(zp_ctx_refresh(&h.ctx, refresh_cb, NULL));
+	assert_false(h_run(&h, was_refreshed, 2 * ZP_REFRESH_MS));
+
+	__atomic_store_n(&hold_workers, 0, __ATOMIC_SEQ_CST);
+	u[3] = h_accept(&h, s);
+	assert_int_equal(write(c[3], buf, sizeof(buf)), sizeof(buf));
+	h_recv(&h, u[3], sizeof(buf));
+	ms = h_refresh(&h);
+	assert_true(ms < ZP_REFRESH_MS);
+	zp_ctx_totals(&h.ctx, &tot);
+	assert_int_equal(tot.open[0], 2);
+	assert_int_equal(tot.open[1], 2);
+	assert_int_equal(tot.stats.conns_open, 4);
+	assert_int_equal(tot.stats.conns_total, 4);
+	assert_int_equal(tot.stats.all.up.bytes, 5000);
+	h_threads_free(&h, s, 4, c, u);
 	alarm(0);
 }
 
@@ -1472,6 +1616,7 @@ main(void)
 		cmocka_unit_test_prestate(test_retire_fin, (char *)"splice"),
 		cmocka_unit_test_prestate(test_retire_fin, (char *)"copy"),
 		cmocka_unit_test(test_worker_dies),
+		cmocka_unit_test(test_refresh_held),
 		cmocka_unit_test(test_sock_acked),
 		cmocka_unit_test(test_sock_drain),
 		cmocka_unit_test_prestate(test_lifetime_same, (char *)"copy"),
