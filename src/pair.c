@@ -58,6 +58,7 @@ static int	pair_spool(struct zp_pair *);
 static int	pair_stall_check(struct zp_pair *, const struct timeval *)
 		    ZP_MAY_FREE;
 static int	pair_rewind(struct zp_pair *) ZP_MAY_FREE;
+static int	pair_spool_moved(struct zp_pair *) ZP_MAY_FREE;
 
 _Static_assert(sizeof(((struct zp_stats *)0)->moves) / sizeof(uint64_t) ==
     ZP_MOVE_MAX, "a move counter for each reason");
@@ -1609,6 +1610,23 @@ pair_spool_done(void *arg, enum zp_spool_end end, int err)
 	zp_spool_writer_free(p->spool);
 	p->spool = NULL;
 	p->state = ZP_PAIR_CONNECTING;
+	if (p->spool_live) {
+		/*
+		 * It was live: it goes on as a move (its client's events and
+		 * mirrors are there), from the boundary the writer stopped at;
+		 * what the replay held went into the files.
+		 */
+		struct zp_dframe	*fr = p->up.fr;
+
+		(void)zp_framer_resume(&fr->f, zp_framer_kind(&fr->f),
+		    fr->f.max_asked, fr->sent, 1);
+		fr->mcount = 0;
+		fr->cutting = fr->seek = 0;
+		fr->teed = 0;
+		if (fr->rp != NULL)
+			zp_replay_reset(fr->rp, fr->sent, 1);
+		p->state = ZP_PAIR_MOVING;
+	}
 	/* Told to finish (the drain): it does so into the spool. */
 	if (p->winding) {
 		if (pair_spool(p) == -1)
@@ -1677,6 +1695,58 @@ pair_spool(struct zp_pair *p)
 }
 
 /*
+ * --spool, a framed stream whose move found no upstream (every one down
+ * or failed): instead of ending the client, its stream goes into files
+ * from where it stood, a frame boundary (the replay window, then what
+ * the store held; or, without one, the rest of a frame whose start went
+ * to the failed upstream dropped), and the client stays connected. Once
+ * an upstream takes the files it goes on live, as a move
+ * (pair_spool_done). Returns 0 (spooling), 1 (the pair was freed), or -1
+ * with errno when the spool did not take it (ENOSPC: full).
+ */
+static int
+pair_spool_moved(struct zp_pair *p)
+{
+	struct zp_ctx		*ctx = p->ctx;
+	struct zp_dir		*d = &p->up;
+	struct zp_dframe	*fr = d->fr;
+
+	if (fr == NULL || p->client.dead ||
+	    zp_framer_error(&fr->f, NULL) != NULL) {
+		errno = EPROTO;
+		return -1;
+	}
+	/* An old upstream still being read is done with: nothing follows. */
+	if (p->retiring.fd != -1)
+		pair_retire_done(p, 0);
+	p->rewind_due = 0;
+	fr->seek = 0;
+	if (pair_spool(p) == -1)
+		return -1;
+	p->spool_live = 1;
+	if (zp_spool_writer_prefix(p->spool, d->buf != NULL ? d->buf + d->off :
+	    NULL, d->len, fr->cutting ? &fr->f : NULL) == -1) {
+		p->client.err = errno;
+		zp_pair_close(p, ZP_END_SPOOL_FAILED);
+		return 1;
+	}
+	/* What the store held is the files' now. */
+	d->len = d->off = 0;
+	if (d->buf != NULL) {
+		zp_buf_put(d->bufs, d->buf, d->bufsize);
+		d->buf = NULL;
+		d->bufsize = ctx->cfg->buffer_size;
+	}
+	fr->cutting = 0;
+	/* Its timers (idle, fin, lifetime, a stall) wait for it to be live. */
+	if (p->timer != NULL)
+		evtimer_del(p->timer);
+	timerclear(&p->stall_since);
+	p->fin_held = p->fin_released = 0;
+	return 0;
+}
+
+/*
  * Choose an upstream not tried yet and start on its first address. With
  * none left (or --retries spent), end the pair: the client sent nothing
  * that was forwarded, so closing it loses nothing it cannot resend.
@@ -1701,6 +1771,20 @@ pair_connect_upstream(struct zp_pair *p)
 		p->addr_idx = 0;
 		p->addr_tried = 0;
 		return pair_connect_next(p);
+	}
+	if (p->state == ZP_PAIR_MOVING && ctx->spool != NULL) {
+		/* --spool: the stream waits in files rather than ending. */
+		switch (pair_spool_moved(p)) {
+		case 0:
+			return 0;
+		case 1:
+			return 1;
+		}
+		if (errno == ENOSPC) {
+			pair_move_log(p, NULL);
+			zp_pair_close(p, ZP_END_SPOOL_FULL);
+			return 1;
+		}
 	}
 	if (p->state == ZP_PAIR_MOVING) {
 		pair_move_log(p, NULL);

@@ -99,6 +99,9 @@ struct zp_pair {
 	int			 winding;	/* 0, or the end its wind-down
 						   stands for (idle, shutdown) */
 	struct zp_spool_writer	*spool;		/* ZP_PAIR_SPOOLING */
+	int			 spool_live;	/* ... a stream that was live
+						   (its move found no upstream):
+						   it goes back as a move */
 	uint64_t		 spooled;	/* client bytes that went to
 						   the spool (up= counts them) */
 	TAILQ_ENTRY(zp_pair)	 entry;

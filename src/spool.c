@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <dirent.h>
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -668,6 +669,9 @@ struct zp_spool_writer {
 	}			 phase;
 	unsigned		 delivered;	/* files (by seq) known gone */
 	uint64_t		 bytes;
+	int			 skip;		/* dropping the rest of a frame
+						   whose start went elsewhere */
+	uint64_t		 cut;		/* ... so many bytes */
 	zp_spool_done_fn	 done;
 	void			*arg;
 };
@@ -785,7 +789,8 @@ writer_at_boundary(struct zp_spool_writer *w)
 	unsigned char	c;
 	int		delim = writer_delim(w);
 
-	if (zp_framer_error(&w->f, NULL) != NULL ||
+	/* Dropping a frame's rest: what the file holds ends whole. */
+	if (w->skip || zp_framer_error(&w->f, NULL) != NULL ||
 	    zp_framer_at_boundary(&w->f))
 		return 1;
 	if (delim == -1 || w->fd == -1 || w->fsize <= w->hdrlen ||
@@ -868,7 +873,8 @@ writer_live_step(struct zp_spool_writer *w)
 		}
 		return 0;
 	}
-	if (w->phase == W_SEEKING || !writer_delivered(w))
+	/* A frame still being dropped must end first (writer_copy). */
+	if (w->phase == W_SEEKING || w->skip || !writer_delivered(w))
 		return 0;
 	if (w->phase == W_WRITING) {
 		if (!writer_at_boundary(w)) {
@@ -984,21 +990,33 @@ static ssize_t
 writer_copy(struct zp_spool_writer *w, int due)
 {
 	ssize_t	n;
-	size_t	cut = 0;
+	size_t	cut = 0, drop = 0, len;
+	char	*b;
 
 	do {
 		n = recv(w->sock, w->buf, w->bufsize, 0);
 	} while (n == -1 && errno == EINTR);
 	if (n <= 0)
 		return n;
-	if (due && (cut = zp_framer_next(&w->f, w->buf, (size_t)n)) > 0) {
-		(void)zp_framer_feed(&w->f, w->buf, cut);
-		if (write_all(w, w->buf, cut) == -1 ||
+	if (w->skip) {
+		/* The rest of a frame whose start went to an upstream. */
+		if ((drop = zp_framer_next(&w->f, w->buf, (size_t)n)) == 0)
+			drop = (size_t)n;
+		else
+			w->skip = 0;
+		(void)zp_framer_feed(&w->f, w->buf, drop);
+		w->cut += drop;
+	}
+	b = w->buf + drop;
+	len = (size_t)n - drop;
+	if (due && (cut = zp_framer_next(&w->f, b, len)) > 0) {
+		(void)zp_framer_feed(&w->f, b, cut);
+		if (write_all(w, b, cut) == -1 ||
 		    writer_close_file(w, 1) == -1 || writer_open(w, 0) == -1)
 			return -1;
 	}
-	(void)zp_framer_feed(&w->f, w->buf + cut, (size_t)n - cut);
-	if (write_all(w, w->buf + cut, (size_t)n - cut) == -1)
+	(void)zp_framer_feed(&w->f, b + cut, len - cut);
+	if (write_all(w, b + cut, len - cut) == -1)
 		return -1;
 	return n;
 }
@@ -1104,7 +1122,8 @@ writer_pump(struct zp_spool_writer *w)
 			writer_finish(w, errno);
 			return;
 		}
-		blind = w->pipe.rfd != -1 && !due && (writer_delim(w) != -1 ||
+		blind = w->pipe.rfd != -1 && !due && !w->skip &&
+		    (writer_delim(w) != -1 ||
 		    zp_framer_error(&w->f, NULL) != NULL);
 		if ((!blind || w->phase == W_SEEKING) && w->buf == NULL &&
 		    writer_buf(w) == -1) {
@@ -1226,6 +1245,29 @@ fail:
 	zp_spool_writer_free(w);
 	errno = err;
 	return NULL;
+}
+
+int
+zp_spool_writer_prefix(struct zp_spool_writer *w, const void *buf,
+    size_t len, const struct zp_framer *cutting)
+{
+	if (cutting != NULL) {
+		/* Nothing was held: the frame's rest is still in the socket. */
+		assert(len == 0);
+		w->f = *cutting;
+		w->skip = 1;
+		return 0;
+	}
+	if (len == 0)
+		return 0;
+	(void)zp_framer_feed(&w->f, buf, len);
+	return write_all(w, buf, len);
+}
+
+uint64_t
+zp_spool_writer_cut(const struct zp_spool_writer *w)
+{
+	return w->cut;
 }
 
 uint64_t

@@ -166,8 +166,25 @@ struct zp_spool_writer *zp_spool_writer_new(struct zp_ctx *, int fd,
 	    uint64_t conn, const struct zp_addr *client,
 	    const struct zp_addr *dst, zp_spool_done_fn done, void *arg);
 
+/*
+ * A stream that was live until now (a framed stream whose every upstream
+ * failed): right after zp_spool_writer_new(), the bytes the pair held of
+ * it go into the file before any the writer reads, from a frame
+ * boundary (its replay window, then its store). cutting: the pair's
+ * framer, when the stream stood inside a frame whose start went to the
+ * failed upstream and nothing is held (len 0): the rest of that frame is
+ * dropped from the socket, as the pair would have, and counted in
+ * zp_spool_writer_cut(). Returns 0, or -1 with errno.
+ */
+struct zp_framer;
+int	zp_spool_writer_prefix(struct zp_spool_writer *, const void *buf,
+	    size_t len, const struct zp_framer *cutting);
+
 /* Bytes of the stream written so far. */
 uint64_t zp_spool_writer_bytes(const struct zp_spool_writer *);
+
+/* Bytes dropped to reach a boundary (zp_spool_writer_prefix's cutting). */
+uint64_t zp_spool_writer_cut(const struct zp_spool_writer *);
 
 /*
  * End the stream where it is (the pair closes for another reason): the

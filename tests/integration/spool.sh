@@ -72,7 +72,15 @@
 #      message, zproxy started again with a mini collector up: it warns
 #      and resumes at that message's start, so the collector gets
 #      messages 100 to 200, whole, in order, none torn.
-# ZP_SPOOL_CASES (default "a b c d e f g h i") runs only the subcases named.
+#   j. live streams when every collector is down (issue 32): 10 streams
+#      on rsyslog (the other upstream down, --replay-window 1M) pause at
+#      500 messages; rsyslog is killed (-9): no stream is cut ("could
+#      not move"), every one spools its replay window, connected;
+#      rsyslog comes back on its port: the files go to it and every
+#      stream goes live again; then the sender goes on, reads each
+#      connection to EOF, and every one of the 20,000 messages is at
+#      rsyslog (either run) at least once, whole.
+# ZP_SPOOL_CASES (default "a b c d e f g h i j") runs only the subcases named.
 # Both modes. (d1 is skipped, with a note, where a tmpfs cannot be
 # mounted: it needs root.)
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
@@ -857,8 +865,61 @@ case_startup() {
 	ok "$what: --spool without --framing: status 64, '$(cat "$T/f-$mode-noframing.err")'"
 }
 
+# case_live MODE: live framed streams whose collector dies while every
+# other is down go to the spool, stay connected and go back live (issue
+# 32, section 2).
+case_live() {
+	local mode=$1 name=j-$mode what up down conns=10 msgs=2000 k=500 rc
+	local alog1 alog2 spooled
+	what="$mode: live streams spooled when every collector is down"
+	set_mode "$mode"
+	up=$(free_port -b 127.0.0.1) || fail "zp-peer port failed"
+	down=$(free_port -b 127.0.0.1) || fail "zp-peer port failed"
+	start_collector rsyslog "$name-1" "$up"
+	local cpid=$C_PID
+	alog1=$C_LOG
+	spool_dir "$name.spool"
+	spool_zproxy "$SDIR" "$up" -u "127.0.0.1:$down" --framing lf \
+	    --balance first --replay-window 1M
+	send_bg "$name" "$conns" "$msgs" 2000 lf --pause-at "$k" \
+	    --go "$T/$name.go"
+	wait_line "$T/$name.send.out" '^paused$' 30 "$SEND_PID" >/dev/null ||
+		fail "$what: zp-logsend did not pause: $(tail -n 1 "$T/$name.send.err")"
+	ours "$cpid" || fail "$what: rsyslog is not ours"
+	kill -KILL "$cpid"
+	zp_wait_exit "$cpid" 5 >/dev/null 2>&1
+	# Every stream fails over to nothing (the clients are paused: the
+	# collector's end tells), and spools, connected.
+	wait_metric zproxy_spool_streams == "$conns" 30 "$what: every stream spooling"
+	! grep -q 'could not move' "$ZLOG" ||
+		fail "$what: $(grep -m 1 'could not move' "$ZLOG")"
+	spooled=$(grep -c 'spooling client' "$ZLOG")
+	[ "$spooled" = "$conns" ] ||
+		fail "$what: $spooled 'spooling client' lines, want $conns"
+	# The collector comes back: the files go to it, the streams follow,
+	# live again, before the clients go on.
+	start_collector rsyslog "$name-2" "$up"
+	alog2=$C_LOG
+	wait_metric zproxy_spool_streams == 0 30 "$what: every stream live again"
+	wait_metric zproxy_spool_files == 0 30 "$what: every file delivered"
+	[ "$(grep -c 'its spool was delivered' "$ZLOG")" = "$conns" ] ||
+		fail "$what: $(grep -c 'its spool was delivered' "$ZLOG") of $conns streams went live again"
+	: >"$T/$name.go"
+	send_done "$name" "$conns" "$msgs" 100
+	stop_zproxy
+	settle "$alog2" 30 || note "$what: rsyslog's file still grows after 30s"
+	kill_collector "$C_PID" "$up" "$what: rsyslog"
+	# SIGKILL may cut rsyslog's own last write in the first file.
+	"$ZP_LOGSEND" verify -v --conns "$conns" --msgs "$msgs" --tail-ok \
+	    --at-least-once "$alog2" "$alog1" >"$T/$name.verify.out" \
+	    2>"$T/$name.verify.err" ||
+		fail "$what: $(cat "$T/$name.verify.out") $(grep -v '^zp-logsend: duplicate' "$T/$name.verify.err" | head -n 3 | tr '\n' ' ')"
+	note "$what: $(head -n 1 "$T/$name.verify.out")"
+	ok "$what: $conns streams spooled, none cut, all live again, and every message of the $((conns * msgs)) at rsyslog at least once: $(head -n 1 "$T/$name.verify.out")"
+}
+
 # ZP_SPOOL_CASES: the subcases to run (default all: "a b c d e f g h i").
-CASES=" ${ZP_SPOOL_CASES:-a b c d e f g h i} "
+CASES=" ${ZP_SPOOL_CASES:-a b c d e f g h i j} "
 for mode in $MODES; do
 	[[ $CASES == *" f "* ]] && subcase case_startup "$mode"
 	[[ $CASES == *" a "* ]] && subcase case_spool "$mode"
@@ -872,6 +933,7 @@ for mode in $MODES; do
 	[[ $CASES == *" h "* ]] && subcase case_many_files "$mode"
 	[[ $CASES == *" i "* ]] && subcase case_torn_sent "$mode" lf
 	[[ $CASES == *" i "* ]] && subcase case_torn_sent "$mode" octet
+	[[ $CASES == *" j "* ]] && subcase case_live "$mode"
 done
 
 zp_done

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -42,6 +43,7 @@
 #include "pair.h"
 #include "pair_int.h"
 #include "pipepool.h"
+#include "spool.h"
 #include "upstream.h"
 #include "upstream_int.h"
 #include "worker.h"
@@ -1398,6 +1400,121 @@ test_sock_drain(void **state)
 	close(s);
 }
 
+static int
+spooling(struct harness *h)
+{
+	struct zp_pair	*p = TAILQ_FIRST(&h->ctx.pairs);
+
+	return p != NULL && p->state == ZP_PAIR_SPOOLING;
+}
+
+/*
+ * What the spool directory's files hold, past their header lines, in
+ * one buffer (static), and how many bytes.
+ */
+static size_t
+spool_read_all(const char *dir, char **out)
+{
+	static char	all[1 << 20];
+	char		path[512], *nl;
+	struct dirent	*e;
+	DIR		*dp;
+	FILE		*f;
+	size_t		 n = 0, k;
+
+	assert_non_null(dp = opendir(dir));
+	while ((e = readdir(dp)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		assert_non_null(f = fopen(path, "r"));
+		k = fread(all + n, 1, sizeof(all) - n - 1, f);
+		fclose(f);
+		all[n + k] = '\0';
+		/* The header line is the spool's, not the stream's. */
+		assert_non_null(nl = strchr(all + n, '\n'));
+		memmove(all + n, nl + 1, k - (size_t)(nl + 1 - (all + n)));
+		n += k - (size_t)(nl + 1 - (all + n));
+	}
+	closedir(dp);
+	*out = all;
+	return n;
+}
+
+/*
+ * --spool, a live framed stream whose upstream fails while every other
+ * is down: the move finds no upstream; the stream goes into the spool
+ * from its replay window's first message on, and the client stays
+ * connected (no EOF, no reset). It was cut: "could not move ... to=none",
+ * and the client's last lines were lost. Every line the client wrote is
+ * in the files, whole, in order from the window's start (here the
+ * stream's first line).
+ */
+static void
+test_spool_live(void **state)
+{
+	struct stall_rig	 r;
+	char			 dir[] = "/tmp/zp-spool-live.XXXXXX", up[64];
+	char			 err[ZP_ERRLEN], line[STALL_LINE], *all, *q;
+	unsigned short		 port;
+	size_t			 n, i;
+	int			 s, c, a, k, next;
+
+	assert_non_null(mkdtemp(dir));
+	s = listen_any(&port);
+	snprintf(up, sizeof(up), "127.0.0.1:%u", port);
+	snprintf(err, sizeof(err), "127.0.0.1:%u", closed_port());
+	h_init(&r.h, "-u", up, "-u", err, "--balance", "first", "-m",
+	    mode_of(state), "--framing", "lf", "--replay-window", "1M",
+	    "--spool", dir, NULL);
+	assert_non_null(r.h.ctx.spool = zp_spool_new(&r.h.ctx, err,
+	    sizeof(err)));
+	assert_int_equal(zp_spool_start(r.h.ctx.spool, err, sizeof(err)), 0);
+	c = h_client(&r.h);
+	a = h_accept(&r.h, s);
+	assert_true(h_run(&r.h, relaying, 2000));
+	r.c = c;
+	stall_send(&r, 100);
+	h_recv(&r.h, a, 100 * STALL_LINE);
+	reset_close(a);
+	/* Lines go on; the write into the reset upstream fails it. */
+	for (k = 100; k < 200; k++) {
+		stall_line(line, k);
+		assert_int_equal(send(c, line, STALL_LINE, 0), STALL_LINE);
+		(void)event_base_loop(r.h.ctx.base, EVLOOP_NONBLOCK);
+	}
+	assert_true(h_run(&r.h, spooling, 5000));
+	assert_null(strstr(h_log(&r.h), "could not move"));
+	/* The client is still connected: nothing came back, no reset. */
+	feed_fd = c;
+	assert_false(h_run(&r.h, peer_eof, 300));
+	/* Every line in the files, from the window's start, in order. */
+	for (k = 0; k < 200 && (n = spool_read_all(dir, &all)) <
+	    (size_t)(200 * STALL_LINE); k++)
+		(void)h_run(&r.h, no_pairs, 10);
+	n = spool_read_all(dir, &all);
+	assert_int_equal(n % STALL_LINE, 0);
+	for (i = 0, q = all, next = -1; i < n / STALL_LINE; i++) {
+		assert_int_equal(q[STALL_LINE - 1], '\n');
+		assert_int_equal(sscanf(q, "msg %d ", &k), 1);
+		assert_true(next == -1 || k == next);
+		next = k + 1;
+		q += STALL_LINE;
+	}
+	assert_int_equal(next, 200);
+	assert_int_equal(strncmp(all, "msg 00000000 ", 13), 0);
+	assert_non_null(strstr(h_log(&r.h), "spooling client"));
+	/* (Its files would go to A, which is up again: not here.) */
+	close(c);
+	zp_pairs_close(&r.h.ctx, ZP_END_SHUTDOWN);
+	zp_spool_free(r.h.ctx.spool);
+	r.h.ctx.spool = NULL;
+	h_free(&r.h);
+	close(s);
+	(void)snprintf(line, sizeof(line), "rm -rf %s", dir);
+	(void)system(line);
+}
+
 static int	deaths, death_thread;
 
 static void
@@ -1626,6 +1743,8 @@ main(void)
 		cmocka_unit_test_prestate(test_stall_fin, (char *)"copy"),
 		cmocka_unit_test_prestate(test_retire_lost, (char *)"splice"),
 		cmocka_unit_test_prestate(test_retire_lost, (char *)"copy"),
+		cmocka_unit_test_prestate(test_spool_live, (char *)"splice"),
+		cmocka_unit_test_prestate(test_spool_live, (char *)"copy"),
 	};
 
 	main_thread = pthread_self();
