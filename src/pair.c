@@ -657,8 +657,12 @@ pair_hold(struct zp_pair *p)
 	m = pair_movable(p) && !p->winding;
 	p->up.fr->hold = m;
 	p->down.hold_fin = !p->winding && (m || p->down.src == &p->retiring);
-	/* The client's FIN waits while what it sent may need sending again. */
-	p->up.hold_fin = m && !p->fin_released &&
+	/*
+	 * The client's FIN waits while what it sent may need sending again,
+	 * in a wind-down too: the drain must not lose it to a stalled
+	 * collector.
+	 */
+	p->up.hold_fin = pair_movable(p) && !p->fin_released &&
 	    (p->ctx->cfg->stall_timeout > 0 || p->retiring.fd != -1);
 }
 
@@ -1210,8 +1214,13 @@ pair_move(struct zp_pair *p, int reason)
 		zp_log(ctx->log, ZP_LOG_WARN, "connection %llu: no replay "
 		    "window could be kept (a pipe: %s); nothing is sent again",
 		    (unsigned long long)p->id, strerror(err));
-	/* Bytes still on the way to the client go after the move. */
-	p->down.eof = p->down.done = p->down.shut = p->down.drained = 0;
+	/*
+	 * Bytes still on the way to the client go after the move; but not
+	 * after a FIN it was sent already (a wind-down's): that way is over.
+	 */
+	if (!p->client.wshut)
+		p->down.eof = p->down.done = p->down.shut = p->down.drained =
+		    0;
 	zp_half_want_read(&p->client, 0);
 	zp_half_want_write(&p->client, 0);
 	p->up_base = p->up.bytes;

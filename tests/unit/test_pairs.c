@@ -1400,6 +1400,36 @@ test_sock_drain(void **state)
 	close(s);
 }
 
+/*
+ * The drain (a wind-down: a FIN to the client) while the stream's
+ * collector (A) has stopped reading with the client's last lines: the
+ * client closes, its FIN waits for A, and A's stall moves the stream to
+ * B with its replay window: every line reaches B, then the pair ends.
+ * The FIN went to A at once (a wind-down held nothing), and the lines
+ * A never took were lost at the drain's end.
+ */
+static void
+test_stall_drain(void **state)
+{
+	struct stall_rig	r;
+	int			b;
+
+	stall_begin(&r, state, "0.3");
+	stall_send(&r, 500);
+	r.h.ctx.stopping = 1;
+	assert_int_equal(zp_pair_wind_down(TAILQ_FIRST(&r.h.ctx.pairs),
+	    ZP_END_SHUTDOWN), 0);
+	/* The client hears the FIN, and closes in turn. */
+	feed_fd = r.c;
+	assert_true(h_run(&r.h, peer_eof, 3000));
+	assert_int_equal(shutdown(r.c, SHUT_WR), 0);
+	b = stall_expect_all(&r, 500);
+	assert_non_null(strstr(h_log(&r.h), "reason=upstream-stalled"));
+	feed_fd = b;
+	assert_true(h_run(&r.h, peer_eof, 3000));
+	stall_end(&r, b);
+}
+
 static int
 spooling(struct harness *h)
 {
@@ -1743,6 +1773,8 @@ main(void)
 		cmocka_unit_test_prestate(test_stall_fin, (char *)"copy"),
 		cmocka_unit_test_prestate(test_retire_lost, (char *)"splice"),
 		cmocka_unit_test_prestate(test_retire_lost, (char *)"copy"),
+		cmocka_unit_test_prestate(test_stall_drain, (char *)"splice"),
+		cmocka_unit_test_prestate(test_stall_drain, (char *)"copy"),
 		cmocka_unit_test_prestate(test_spool_live, (char *)"splice"),
 		cmocka_unit_test_prestate(test_spool_live, (char *)"copy"),
 	};
