@@ -20,7 +20,8 @@
 #   d. /metrics: zproxy_stream_moves_total{reason="upstream-stalled"} is
 #      the number of connections.
 # The closing note's figures (written, received, duplicated, lost) come
-# from c.
+# from c. Then case_lifetime (below): the attack's run of planned moves
+# off a stopped rsyslog.
 # ZP_STALL_CONNS, ZP_STALL_MSGS override the counts.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 . "${ZP_TESTLIB%/*}/collectorlib.sh" || exit 1
@@ -109,8 +110,64 @@ case_stall() {
 	ok "$what: every message reached a collector at least once, intact: $(head -n 1 "$T/$name.verify.out")"
 }
 
+# case_lifetime MODE: the issue's own run: 20 streams, round robin over
+# rsyslog and syslog-ng, --max-lifetime 2 --drain-timeout 3 (planned
+# moves every 2 s, an old upstream given up after 3), rsyslog stopped
+# mid-run. Streams leave it by a planned move (its unacknowledged bytes
+# replayed when it is given up) or by the stall (--stall-timeout 4);
+# every client reads its EOF, every message reaches a collector at least
+# once, whole but for one cut message a stream in rsyslog's file. A
+# stream whose last bytes the stopped rsyslog's kernel acknowledged
+# (its receive buffer had grown while it read) has its FIN passed on and
+# nothing to move: its client hears EOF at --fin-timeout (5 here, 300 by
+# default), and rsyslog writes the bytes once it continues.
+case_lifetime() {
+	local mode=$1 what name go spid apid aport alog bpid bport blog rc
+	local conns=20 msgs=1000
+	what="$mode: --max-lifetime 2 --drain-timeout 3, rsyslog stopped"
+	name=lt-$mode
+	go=$T/$name.go
+	set_mode "$mode"
+	start_collector rsyslog "$name-a" "" lf
+	apid=$C_PID aport=$C_PORT alog=$C_LOG
+	start_collector syslog-ng "$name-b" "" lf
+	bpid=$C_PID bport=$C_PORT blog=$C_LOG
+	start_zproxy -v "${MODE_ARGS[@]}" --framing lf --balance roundrobin \
+	    --replay-window 1M --max-lifetime 2 --drain-timeout 3 \
+	    --stall-timeout 4 --fin-timeout 5 \
+	    -u "127.0.0.1:$aport" -u "127.0.0.1:$bport"
+	zp_bg "$name.send" "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" \
+	    --conns "$conns" --msgs "$msgs" --framing lf --min 900 --max 1100 \
+	    --seed "$RANDOM" --pause-at $((msgs / 4)) --go "$go" --timeout 100
+	spid=$BG_PID
+	wait_line "$T/$name.send.out" '^paused$' 60 "$spid" >/dev/null ||
+		fail "$what: the sender did not pause: $(tail -n 1 "$T/$name.send.err")"
+	ours "$apid" || fail "$what: rsyslog is not ours"
+	kill -STOP "$apid"
+	: >"$go"
+	peer_wait "$spid" "$name.send" 100
+	rc=$?
+	kill -CONT "$apid"
+	[ "$rc" = 0 ] ||
+		fail "$what: the sender failed (status $rc): $(tail -n 1 "$T/$name.send.err")"
+	logsend_sent "$what" "$name" "$conns" "$msgs"
+	ok "$what: $conns clients sent $((conns * msgs)) messages and each read its EOF"
+	stop_zproxy
+	settle "$blog" 30 || note "$what: syslog-ng's file still grows after 30s"
+	settle "$alog" 30 || note "$what: rsyslog's file still grows after 30s"
+	kill_collector "$apid" "$aport" "$what: rsyslog"
+	kill_collector "$bpid" "$bport" "$what: syslog-ng"
+	"$ZP_LOGSEND" verify -v --conns "$conns" --msgs "$msgs" \
+	    --max-partial "$conns" --at-least-once "$alog" "$blog" \
+	    >"$T/$name.verify.out" 2>"$T/$name.verify.err" ||
+		fail "$what: $(cat "$T/$name.verify.out") $(grep -v '^zp-logsend: duplicate' "$T/$name.verify.err" | head -n 3 | tr '\n' ' ')"
+	note "$what: moves: $(grep -c 'reason=max-lifetime' "$ZLOG") max-lifetime, $(grep -c 'reason=upstream-stalled' "$ZLOG") upstream-stalled; $(grep -c 'the replay window goes again to [0-9]' "$ZLOG") replays after an old upstream was given up"
+	ok "$what: every message at a collector at least once: $(head -n 1 "$T/$name.verify.out")"
+}
+
 for mode in $MODES; do
 	subcase case_stall "$mode"
+	subcase case_lifetime "$mode"
 done
 
 zp_done
