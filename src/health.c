@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <event2/event.h>
 
+#include "clock.h"
 #include "ctx.h"
 #include "health.h"
 #include "log.h"
@@ -60,7 +61,7 @@ check_done(struct zp_hcheck *c, int ok)
 
 	check_reset(c);
 	c->skipping = 0;
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	/* Framed streams leave an upstream the checks marked down. */
 	if (zp_upstream_report(ctx->ups, c->idx, ok, c->err, &now) == -1)
 		zp_ctx_upstream_down(ctx, (int)c->idx);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <event2/event.h>
 
+#include "clock.h"
 #include "acl.h"
 #include "ctx.h"
 #include "listener.h"
@@ -83,7 +84,7 @@ listener_starve(struct zp_listener *l, int err)
 	struct timeval	 tv = { 0, ZP_ACCEPT_PAUSE_MS * 1000 }, now, dt;
 
 	ctx->stats.accept_pauses++;
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	timersub(&now, &l->last_warn, &dt);
 	if (dt.tv_sec >= 1) {
 		zp_log(ctx->log, ZP_LOG_WARN, "accept: %s; pausing %d ms "

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <event2/event.h>
 
+#include "clock.h"
 #include "ctx.h"
 #include "listener.h"
 #include "log.h"
@@ -375,7 +376,7 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	}
 	if (!zp_log_enabled(ctx->log, level))
 		return;
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	timersub(&now, &p->started, &dt);
 	if (p->up_addr.len > 0)
 		zp_addr_str(&p->up_addr, ubuf, sizeof(ubuf));
@@ -538,7 +539,7 @@ pair_finish(struct zp_pair *p)
 		zp_pair_close(p, end);
 		return 1;
 	}
-	event_base_gettimeofday_cached(ctx->base, &now);
+	zp_clock_now(&now);
 	heard = surv == &p->client ? &p->up : &p->down;
 	if (p->state != ZP_PAIR_LINGERING) {
 		p->state = ZP_PAIR_LINGERING;
@@ -779,7 +780,7 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 	struct zp_dir	*other = d == &p->up ? &p->down : &p->up;
 	int		 i, rc;
 
-	event_base_gettimeofday_cached(ctx->base, &p->last_active);
+	zp_clock_now(&p->last_active);
 	/*
 	 * A death can wake the other direction, whose failure wakes back;
 	 * the end of a retiring upstream makes the next one the client's
@@ -996,7 +997,7 @@ pair_timer_cb(evutil_socket_t fd, short what, void *arg)
 			pair_check(p);
 		return;
 	}
-	event_base_gettimeofday_cached(p->ctx->base, &now);
+	zp_clock_now(&now);
 	if (timerisset(&p->stall_since) && pair_stall_check(p, &now) != 0)
 		return;		/* moved on */
 	if (p->fin_held && p->state == ZP_PAIR_RELAYING) {
@@ -1063,7 +1064,7 @@ pair_timer_update(struct zp_pair *p)
 	if (p->timer == NULL && (p->timer = evtimer_new(p->ctx->base,
 	    pair_timer_cb, p)) == NULL)
 		return -1;
-	event_base_gettimeofday_cached(p->ctx->base, &now);
+	zp_clock_now(&now);
 	timersub(&now, &p->last_active, &dt);
 	wait = limit > 0 ? limit - (dt.tv_sec + dt.tv_usec / 1e6) : 86400;
 	/* --max-lifetime counts from the connect to the current upstream. */
@@ -1185,7 +1186,7 @@ pair_move(struct zp_pair *p, int reason)
 	p->move_frames = fr->frames - p->frames_base;
 	zp_upstream_release(ctx->ups, (size_t)old);
 	if (h->err != 0) {
-		gettimeofday(&now, NULL);
+		zp_clock_now(&now);
 		zp_upstream_report(ctx->ups, (size_t)old, 0, h->err, &now);
 	}
 	if (!h->dead && h->fd != -1)
@@ -1252,7 +1253,7 @@ pair_connected(struct zp_pair *p)
 
 	/* As connected: a re-resolution may have changed the list since. */
 	p->up_addr = p->connecting_addr;
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	zp_upstream_report(ctx->ups, (size_t)p->up_idx, 1, 0, &now);
 	zp_upstream_acquire(ctx->ups, (size_t)p->up_idx);
 	pair_tally(p, &p->up, p->up_idx);
@@ -1260,7 +1261,7 @@ pair_connected(struct zp_pair *p)
 	if (p->retiring.fd == -1)
 		pair_tally(p, &p->down, p->up_idx);
 	p->state = ZP_PAIR_RELAYING;
-	event_base_gettimeofday_cached(ctx->base, &p->up_since);
+	zp_clock_now(&p->up_since);
 	if (ctx->cfg->send_proxy && pair_send_proxy(p, hdr, &hlen) == -1) {
 		zp_pair_close(p, ZP_END_PROXY_HEADER);
 		return 1;
@@ -1270,7 +1271,7 @@ pair_connected(struct zp_pair *p)
 		p->mir = p->up.mir = zp_mirror_set_new(ctx, p->id, hdr, hlen);
 	/* Said once the cut is done: it may need the rest of a frame. */
 	p->move_log_due = moved;
-	event_base_gettimeofday_cached(ctx->base, &p->last_active);
+	zp_clock_now(&p->last_active);
 	if (pair_timer_update(p) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
 		return 1;
@@ -1362,7 +1363,7 @@ pair_wait_log(struct zp_pair *p, int err)
 	char		 cbuf[ZP_ADDRSTRLEN], ubuf[300];
 	int		 level = ZP_LOG_CONN;
 
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	timersub(&now, &ctx->local_warned, &dt);
 	if (dt.tv_sec >= 1 || dt.tv_sec < 0) {
 		level = ZP_LOG_WARN;
@@ -1413,7 +1414,7 @@ pair_connect_wait(struct zp_pair *p, int err)
 	pair_connect_drop(p);
 	ctx->stats.local_errors++;
 	p->connect_err = err;
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	if (!timerisset(&p->retry_until)) {
 		tv = zp_seconds_tv(ctx->cfg->connect_timeout);
 		timeradd(&now, &tv, &p->retry_until);
@@ -1581,7 +1582,7 @@ pair_connect_next(struct zp_pair *p)
 	if (p->addr_tried) {
 		zp_upstream_connect_failed(ctx->ups, (size_t)p->up_idx);
 		if (!spoof || p->connect_err != ETIMEDOUT) {
-			gettimeofday(&now, NULL);
+			zp_clock_now(&now);
 			zp_upstream_report(ctx->ups, (size_t)p->up_idx, 0,
 			    p->connect_err, &now);
 		}
@@ -1769,7 +1770,7 @@ pair_connect_upstream(struct zp_pair *p)
 	int		 idx = -1, retries = ctx->cfg->retries;
 
 	if (retries < 0 || p->attempts <= retries) {
-		event_base_gettimeofday_cached(ctx->base, &now);
+		zp_clock_now(&now);
 		idx = zp_upstream_pick(ctx->ups, &p->client_addr, p->tried,
 		    &now);
 	}
@@ -2070,7 +2071,7 @@ header_read_cb(evutil_socket_t fd, short what, void *arg)
 			return;
 		}
 	}
-	event_base_gettimeofday_cached(p->ctx->base, &now);
+	zp_clock_now(&now);
 	if (!timercmp(&now, &p->hdr_deadline, <)) {
 		header_refuse(p, "header incomplete after --proxy-timeout");
 		return;
@@ -2092,7 +2093,7 @@ header_start(struct zp_pair *p)
 
 	p->state = ZP_PAIR_HEADER;
 	tv = zp_seconds_tv(ctx->cfg->proxy_timeout);
-	event_base_gettimeofday_cached(ctx->base, &now);
+	zp_clock_now(&now);
 	timeradd(&now, &tv, &p->hdr_deadline);
 	if ((p->hdr = malloc(ZP_PROXY_ACCEPT_MAX)) == NULL ||
 	    (p->client.rev = event_new(ctx->base, p->client.fd, EV_READ,
@@ -2133,7 +2134,7 @@ zp_pair_wind_down(struct zp_pair *p, enum zp_end end)
 	 * The fin timer counts from here: the idle time that led here is
 	 * not the client's time to finish.
 	 */
-	event_base_gettimeofday_cached(ctx->base, &p->last_active);
+	zp_clock_now(&p->last_active);
 	if (p->down.done)
 		return 0;
 	/* Nothing more from the upstream: deliver what is here, then FIN. */
@@ -2182,7 +2183,7 @@ pair_next_cb(evutil_socket_t fd, short what, void *arg)
 	if (err != 0 || !pair_movable(p)) {
 		if (err != 0) {
 			if (!zp_connect_local_error(err)) {
-				gettimeofday(&now, NULL);
+				zp_clock_now(&now);
 				zp_upstream_report(ctx->ups,
 				    (size_t)p->next_idx, 0, err, &now);
 			}
@@ -2217,7 +2218,7 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 	if (idx < 0) {
 		/* Where this client would go now, itself not counted. */
 		memset(tried, 0, sizeof(tried));
-		event_base_gettimeofday_cached(ctx->base, &now);
+		zp_clock_now(&now);
 		idx = zp_upstream_pick_moving(ctx->ups, (size_t)p->up_idx,
 		    &p->client_addr, tried, &now);
 	}
@@ -2437,10 +2438,10 @@ pair_switch(struct zp_pair *p)
 	p->up_addr = p->next_addr;
 	p->up_sent = 0;
 	pair_tally(p, &p->up, p->up_idx);
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	zp_upstream_report(ctx->ups, (size_t)p->up_idx, 1, 0, &now);
 	zp_upstream_acquire(ctx->ups, (size_t)p->up_idx);
-	event_base_gettimeofday_cached(base, &p->up_since);
+	zp_clock_now(&p->up_since);
 	p->moves++;
 	ctx->stats.moves[p->move_reason]++;
 	/* A held FIN waits for the next one (and for the retiring one). */
@@ -2564,7 +2565,7 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 		salen = sizeof(p->client_addr.ss);
 	memcpy(&p->client_addr.ss, sa, salen);
 	p->client_addr.len = salen;
-	gettimeofday(&p->started, NULL);
+	zp_clock_now(&p->started);
 	TAILQ_INSERT_TAIL(&ctx->pairs, p, entry);
 	ctx->stats.conns_total++;
 	ctx->stats.conns_open++;

@@ -31,6 +31,7 @@
 
 #include <event2/event.h>
 
+#include "clock.h"
 #include "ctx.h"
 #include "framing.h"
 #include "log.h"
@@ -725,7 +726,7 @@ writer_open(struct zp_spool_writer *w, int room)
 			errno = ENOSPC;
 		return -1;
 	}
-	gettimeofday(&w->fopened, NULL);
+	zp_clock_now(&w->fopened);
 	w->dirty = 1;
 	w->disk = 0;
 	return 0;
@@ -827,7 +828,7 @@ writer_due(struct zp_spool_writer *w)
 		return 0;
 	if (w->fsize >= ZP_SPOOL_FILE_MAX)
 		return 1;
-	event_base_gettimeofday_cached(w->ctx->base, &now);
+	zp_clock_now(&now);
 	timersub(&now, &w->fopened, &dt);
 	if (dt.tv_sec * 1000 + dt.tv_usec / 1000 < ZP_SPOOL_FILE_AGE_MS)
 		return 0;
@@ -1162,7 +1163,7 @@ writer_timer_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_spool_writer	*w = arg;
 	struct timeval		 now, dt, sync;
 
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	sync = zp_seconds_tv(w->ctx->cfg->spool_sync);
 	timersub(&now, &w->synced, &dt);
 	if (w->dirty && w->fd != -1 && !timercmp(&dt, &sync, <)) {
@@ -1212,8 +1213,9 @@ zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
 	w->hdr.client = *client;
 	w->hdr.dst = *dst;
 	w->hdr.framing = ctx->cfg->framing;
+	zp_clock_now(&w->synced);
+	/* Wall time: the files' names and headers say when, for people. */
 	gettimeofday(&now, NULL);
-	w->synced = now;
 	w->hdr.started_ms = (uint64_t)now.tv_sec * 1000 +
 	    (uint64_t)now.tv_usec / 1000;
 	add(&sp->streams, 1);
@@ -1364,7 +1366,7 @@ sender_fail(struct zp_sender *s, int err, const char *what)
 
 	if (s->ck_ok && s->ck > s->start)
 		(void)sender_write_sent(s, s->start);
-	gettimeofday(&sp->failed_at, NULL);
+	zp_clock_now(&sp->failed_at);
 	if (s->phase == SENDER_CONNECTING)
 		zp_upstream_report(sp->ctx->ups, (size_t)s->up_idx, 0, err,
 		    &sp->failed_at);
@@ -1426,7 +1428,7 @@ sender_closing_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	/* All of it is in the socket; the upstream may still be slow. */
 	sender_checkpoint(s);
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	timersub(&now, &s->since, &dt);
 	lim = zp_seconds_tv(s->sp->ctx->cfg->linger_timeout);
 	if (!timercmp(&dt, &lim, <))
@@ -1470,7 +1472,7 @@ sender_send_cb(evutil_socket_t fd, short what, void *arg)
 		event_free(s->timer);
 	s->timer = NULL;
 	s->phase = SENDER_CLOSING;
-	gettimeofday(&s->since, NULL);
+	zp_clock_now(&s->since);
 	if ((s->ev = event_new(ctx->base, s->sock, EV_READ | EV_PERSIST,
 	    sender_closing_cb, s)) == NULL ||
 	    (s->timer = event_new(ctx->base, -1, EV_PERSIST,
@@ -1580,7 +1582,7 @@ sender_checkpoint(struct zp_sender *s)
 
 	if (!s->ck_ok)
 		return;
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	timersub(&now, &s->ck_at, &dt);
 	every = zp_seconds_tv(s->sp->ctx->cfg->spool_sync);
 	if (timercmp(&dt, &every, <) || (outq = zp_sock_outq(s->sock)) < 0)
@@ -1604,7 +1606,7 @@ sender_connected(struct zp_sender *s)
 	ssize_t			 n, w;
 	struct timeval		 now, every;
 
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	zp_upstream_report(ctx->ups, (size_t)s->up_idx, 1, 0, &now);
 	s->phase = SENDER_SENDING;
 	if (ctx->cfg->send_proxy) {
@@ -1721,13 +1723,13 @@ sender_start(struct zp_sender *s, const char *name)
 			    name, (unsigned long long)h.sent);
 	}
 	s->start = s->ck = s->fr_off = s->fr_last = s->off;
-	gettimeofday(&s->ck_at, NULL);
+	zp_clock_now(&s->ck_at);
 	s->delim = h.framing == ZP_FRAMING_LF ? '\n' :
 	    h.framing == ZP_FRAMING_NUL ? '\0' : -1;
 	s->ck_ok = h.sent_fixed && zp_framer_init(&s->fr, h.framing,
 	    ctx->cfg->max_frame) == 0;
 	memset(tried, 0, sizeof(tried));
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	s->since = now;
 	if ((s->up_idx = zp_upstream_pick(ctx->ups, &h.client, tried,
 	    &now)) < 0 || (na = zp_upstream_addr(ctx->ups,
@@ -1765,7 +1767,7 @@ sender_may(struct zp_spool *sp, int *probe)
 	*probe = 0;
 	if (upstream_up(ctx))
 		return 1;
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	timersub(&now, &sp->failed_at, &dt);
 	wait = zp_seconds_tv(ctx->cfg->fail_timeout);
 	if (timercmp(&dt, &wait, <))
@@ -1779,7 +1781,7 @@ probe_done(struct zp_spool *sp, int err)
 {
 	struct timeval	now;
 
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	zp_upstream_report(sp->ctx->ups, (size_t)sp->probe_idx, err == 0, err,
 	    &now);
 	if (err != 0)
@@ -1811,7 +1813,7 @@ spool_probe(struct zp_spool *sp)
 		return;
 	memset(&any, 0, sizeof(any));
 	memset(tried, 0, sizeof(tried));
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	if ((sp->probe_idx = zp_upstream_pick(ctx->ups, &any, tried,
 	    &now)) < 0 || zp_upstream_addr(ctx->ups, (size_t)sp->probe_idx,
 	    0, &a) == 0)

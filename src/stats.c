@@ -28,6 +28,7 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 
+#include "clock.h"
 #include "ctx.h"
 #include "log.h"
 #include "metrics.h"
@@ -272,7 +273,7 @@ stats_warn(struct zp_stats_server *s, const char *why)
 	struct zp_stats	*st = &s->ctx->stats;
 	struct timeval	 now, dt;
 
-	gettimeofday(&now, NULL);
+	zp_clock_now(&now);
 	timersub(&now, &s->last_warn, &dt);
 	if (dt.tv_sec < 1)
 		return;

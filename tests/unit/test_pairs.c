@@ -53,12 +53,14 @@
 /*
  * Faults the tests inject where zproxy meets the system (linked with
  * --wrap): a non-blocking connect that completes at once is reported as
- * in progress (connect() and getpeername() of a non-blocking socket) (loopback usually completes it inside connect(), and the
- * seams between a connect and what happens meanwhile need the loop in
- * between); shutdown() of one descriptor fails as for a dead socket;
- * event_new() fails for one descriptor; close() is counted for one
- * descriptor; a worker thread's event loop fails once it is told to, or
- * is held between two turns, as a worker busy in a callback would be.
+ * in progress (connect() and getpeername() of a non-blocking socket:
+ * loopback usually completes it inside connect(), and the seams between
+ * a connect and what happens meanwhile need the loop in between);
+ * shutdown() of one descriptor fails as for a dead socket; event_new()
+ * fails for one descriptor; close() is counted for one descriptor; a
+ * worker thread's event loop fails once it is told to, or is held
+ * between two turns, as a worker busy in a callback would be; the wall
+ * clock steps (gettimeofday()).
  */
 int	__real_connect(int, const struct sockaddr *, socklen_t);
 int	__real_getpeername(int, struct sockaddr *, socklen_t *);
@@ -67,6 +69,8 @@ struct event *__real_event_new(struct event_base *, evutil_socket_t, short,
 int	__real_close(int);
 int	__real_shutdown(int, int);
 int	__real_event_base_loop(struct event_base *, int);
+int	__real_gettimeofday(struct timeval *, void *);
+int	__wrap_gettimeofday(struct timeval *, void *);
 int	__wrap_event_base_loop(struct event_base *, int);
 int	__wrap_connect(int, const struct sockaddr *, socklen_t);
 int	__wrap_getpeername(int, struct sockaddr *, socklen_t *);
@@ -82,6 +86,7 @@ static int	close_watch_fd = -1;	/* close() of it is counted */
 static int	close_watch_n;
 static pthread_t main_thread;
 static int	kill_workers;		/* atomic: worker loops fail */
+static long	wall_step;		/* seconds gettimeofday() is off */
 static __thread int turn_connected;	/* a worker connected this turn */
 static int	hold_workers;		/* atomic: worker loops stop ... */
 static int	workers_held;		/* atomic: ... and one did */
@@ -168,6 +173,17 @@ __wrap_event_base_loop(struct event_base *base, int flags)
 	}
 }
 
+/* The wall clock, stepped (NTP, a virtual machine that resumed). */
+int
+__wrap_gettimeofday(struct timeval *tv, void *tz)
+{
+	int	rc = __real_gettimeofday(tv, tz);
+
+	if (rc == 0)
+		tv->tv_sec += wall_step;
+	return rc;
+}
+
 int
 __wrap_close(int fd)
 {
@@ -202,6 +218,25 @@ listen_any(unsigned short *port)
 	assert_int_equal(listen(fd, 16), 0);
 	assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
 	*port = ntohs(sin.sin_port);
+	return fd;
+}
+
+/* A listening socket on 127.0.0.1:port (a port closed_port() gave). */
+static int
+listen_port(unsigned short port)
+{
+	struct sockaddr_in	sin;
+	int			fd, on = 1;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd != -1);
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sin.sin_port = htons(port);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(fd, 16), 0);
 	return fd;
 }
 
@@ -1545,6 +1580,50 @@ test_spool_live(void **state)
 	(void)system(line);
 }
 
+/*
+ * Deadlines run on the monotonic clock: an upstream marked down for
+ * --fail-timeout 0.2 is tried again 0.2 s later though the wall clock
+ * stepped an hour ahead meanwhile. (Its back-off was counted from the
+ * wall clock at the failure and compared with libevent's cached time:
+ * it stayed down for the hour.)
+ */
+static void
+test_clock_step(void **state)
+{
+	struct harness	 h;
+	char		 u1[32], u2[32];
+	unsigned short	 pa, pb;
+	int		 sa, sb, c1, c2, u, v;
+
+	(void)state;
+	pa = closed_port();
+	sb = listen_any(&pb);
+	snprintf(u1, sizeof(u1), "127.0.0.1:%u", pa);
+	snprintf(u2, sizeof(u2), "127.0.0.1:%u", pb);
+	h_init(&h, "-u", u1, "-u", u2, "--balance", "first", "-m", "copy",
+	    "--max-fails", "1", "--fail-timeout", "0.2", NULL);
+	wall_step = 3600;
+	c1 = h_client(&h);
+	u = h_accept(&h, sb);
+	assert_true(h_run(&h, relaying, 2000));
+	assert_int_equal(TAILQ_FIRST(&h.ctx.pairs)->up_idx, 1);
+	/* A listens again; after its back-off the next client goes there. */
+	sa = listen_port(pa);
+	(void)poll(NULL, 0, 300);
+	c2 = h_client(&h);
+	v = h_accept(&h, sa);
+	assert_true(h_run(&h, relaying, 2000));
+	assert_int_equal(TAILQ_LAST(&h.ctx.pairs, zp_pair_list)->up_idx, 0);
+	wall_step = 0;
+	close(c1);
+	close(c2);
+	close(u);
+	close(v);
+	h_free(&h);
+	close(sa);
+	close(sb);
+}
+
 static int	deaths, death_thread;
 
 static void
@@ -1766,6 +1845,7 @@ main(void)
 		cmocka_unit_test(test_refresh_held),
 		cmocka_unit_test(test_sock_acked),
 		cmocka_unit_test(test_sock_drain),
+		cmocka_unit_test(test_clock_step),
 		cmocka_unit_test_prestate(test_lifetime_same, (char *)"copy"),
 		cmocka_unit_test_prestate(test_stall_moves, (char *)"splice"),
 		cmocka_unit_test_prestate(test_stall_moves, (char *)"copy"),
