@@ -23,6 +23,11 @@
 # 1 was held answered only once it was let go.)
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
+# The hold file, where zproxy can see it after dropping to ZP_USER.
+mkdir -p "$T/hold.d" || fail "mkdir $T/hold.d"
+zp_user_dir "$T/hold.d"
+HOLD=$T/hold.d/hold
+
 MAXMS=1000	# a scrape while thread 1 is held: at most this long
 
 # scrape_ms [CURL ARGS...]: GET /metrics into $T/metrics (stats_scrape);
@@ -59,7 +64,7 @@ stalled() {
 	local what="--threads 2, thread 1 held" ms_get ms_head ms_after rc
 	peer_listen up -n 0 -t 0 --no-shut --allow-reset
 	SPORT=$(free_port) || fail "zp-peer port failed"
-	ZP_TEST_HOLD="$T/hold" start_zproxy --stats "127.0.0.1:$SPORT" \
+	ZP_TEST_HOLD="$HOLD" start_zproxy --stats "127.0.0.1:$SPORT" \
 	    --threads 2 -u "127.0.0.1:$PEER_PORT"
 	wait_port "$SPORT" 10 || fail "nothing listens on the --stats port"
 	# one client on each thread (the least loaded; ties to thread 0)
@@ -105,7 +110,7 @@ stalled() {
 		fail "$what: thread 1 was let go too early"
 
 	# d.
-	rm -f "$T/hold"
+	rm -f "$HOLD"
 	wait_line "$ZLOG" 'thread 1: let go' 5 "$ZPID" >/dev/null ||
 		fail "$what: thread 1 was not let go"
 	scrape_ms
@@ -123,10 +128,10 @@ stalled() {
 # hold_or_skip: create the hold file and wait for thread 1 to be held;
 # status 1 (and a SKIP) in a build without the hook.
 hold_or_skip() {
-	: >"$T/hold"
+	: >"$HOLD"
 	wait_line "$ZLOG" 'thread 1: held while' 5 "$ZPID" >/dev/null && return 0
 	skip "no ZP_TEST_HOLD in this zproxy (a release build)"
-	rm -f "$T/hold"
+	rm -f "$HOLD"
 	stop_zproxy
 	return 1
 }
@@ -134,7 +139,7 @@ hold_or_skip() {
 timeout_held() {
 	local what="--threads 2, thread 1 held, --stats-timeout 0.1" i rc
 	SPORT=$(free_port) || fail "zp-peer port failed"
-	ZP_TEST_HOLD="$T/hold" start_zproxy --stats "127.0.0.1:$SPORT" \
+	ZP_TEST_HOLD="$HOLD" start_zproxy --stats "127.0.0.1:$SPORT" \
 	    --stats-timeout 0.1 --threads 2 -u 127.0.0.1:1
 	wait_port "$SPORT" 10 || fail "nothing listens on the --stats port"
 	hold_or_skip || return 0
@@ -145,7 +150,7 @@ timeout_held() {
 			fail "$what: scrape $i: curl status $rc after $MS ms, want 52 (closed unanswered)"
 		[ "$MS" -lt "$MAXMS" ] || fail "$what: scrape $i took $MS ms"
 	done
-	rm -f "$T/hold"
+	rm -f "$HOLD"
 	wait_line "$ZLOG" 'thread 1: let go' 5 "$ZPID" >/dev/null ||
 		fail "$what: thread 1 was not let go"
 	stats_scrape
