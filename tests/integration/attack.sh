@@ -1,6 +1,22 @@
 #!/bin/bash
-# attack.sh - an attack that stays in the suite (issue 25, section 4): a
-# bounded fault-injection run over every seam of a log stream at once.
+# attack.sh - an attack that is to stay in the suite (issue 25, section
+# 4): a bounded fault-injection run over every seam of a log stream at
+# once.
+#
+# NOT IN THE SUITE YET: it fails today, on zproxy bugs it found (December
+# 2026), and stays out of TESTS and .ci/run until they are fixed (run it
+# by hand: make check TESTS=tests/integration/attack.sh):
+#   1. a --max-lifetime move whose new upstream fails at once moves back
+#      with replayed=0 and cut>0: what the new one had not acknowledged
+#      is lost (about 81 messages a time), though a replay window is on;
+#   2. a stall move replays less than was unacknowledged in splice mode
+#      (unacked=353986 replayed=232353): small spliced messages fill the
+#      replay pipe by pieces before bytes (replay.h says so);
+#   3. copy mode: once, a mirror line was a cut message merged with a
+#      later one of the same connection;
+#   4. one short run lost 6,767 messages with no cut move behind it.
+# ThreadSanitizer's run of it passed once (splice); ASan's lost 500 to
+# 1,008 messages in each of 4 runs.
 # zproxy runs with --threads 2 --framing lf --replay-window 1M (the
 # largest pipe the kernel gives: fs.pipe-max-size) --stall-timeout 2
 # --max-lifetime 3 --drain-timeout 3 --fail-timeout 1 --max-fails 1,
