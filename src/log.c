@@ -6,12 +6,21 @@
  * processes appending to one file never interleave their lines. A line
  * that does not fit is cut at a character boundary, and a JSON one still
  * closes its string and its object, so that every line stays parseable.
+ *
+ * Once zp_log_start() ran, the thread that logs only formats its line and
+ * copies it into a bounded queue; a log thread writes it. A blocked
+ * /dev/log or a full disk then stalls that thread alone, and the relay
+ * threads drop lines (counted, and told once there is room) rather than
+ * wait: they wait only in their event loops.
  */
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,17 +306,17 @@ log_write(struct zp_log *lg, int level, const char *line, size_t len)
 }
 
 /*
- * Build and write one line at level, bypassing filter and rate limit:
- * msg as text or as JSON "msg", or, in JSON with r set, r's fields.
+ * Build one line at level into line (ZP_LOG_LINE_MAX bytes): msg as text
+ * or as JSON "msg", or, in JSON with r set, r's fields. Returns its
+ * length, newline included unless syslog; line is a C string too.
  */
-static void
-log_emit(struct zp_log *lg, int level, const char *msg,
-    const struct zp_conn_record *r)
+static size_t
+log_format(const struct zp_log *lg, int level, const char *msg,
+    const struct zp_conn_record *r, char *line)
 {
-	char		line[ZP_LOG_LINE_MAX];
 	struct log_buf	b;
 
-	buf_init(&b, line, sizeof(line));
+	buf_init(&b, line, ZP_LOG_LINE_MAX);
 	if (lg->json) {
 		buf_add(&b, "{\"time\":\"", 9);
 		buf_time(&b);
@@ -329,7 +338,80 @@ log_emit(struct zp_log *lg, int level, const char *msg,
 	if (lg->sink != ZP_LOG_SYSLOG)
 		buf_close(&b, '\n');
 	line[b.len] = '\0';	/* syslog(3) takes a C string */
-	log_write(lg, level, line, b.len);
+	return b.len;
+}
+
+/*
+ * A record in the queue: this header, then the line and its NUL. The
+ * ring wraps inside a record; ring_copy() takes care of it.
+ */
+struct log_rec {
+	uint16_t	len;		/* the line's bytes, NUL excluded */
+	uint16_t	level;
+};
+
+/* Copy n bytes into the ring at offset off (any: it wraps). */
+static void
+ring_in(struct zp_log *lg, size_t off, const void *p, size_t n)
+{
+	size_t	first;
+
+	off %= ZP_LOG_QUEUE;
+	first = ZP_LOG_QUEUE - off < n ? ZP_LOG_QUEUE - off : n;
+	memcpy(lg->ring + off, p, first);
+	memcpy(lg->ring, (const char *)p + first, n - first);
+}
+
+/* Copy n bytes out of the ring from offset off (any: it wraps). */
+static void
+ring_out(const struct zp_log *lg, size_t off, void *p, size_t n)
+{
+	size_t	first;
+
+	off %= ZP_LOG_QUEUE;
+	first = ZP_LOG_QUEUE - off < n ? ZP_LOG_QUEUE - off : n;
+	memcpy(p, lg->ring + off, first);
+	memcpy((char *)p + first, lg->ring, n - first);
+}
+
+/*
+ * Hand a finished line to the sink, mu held: into the queue while the
+ * log thread runs (dropped and counted when it is full: a relay thread
+ * must not wait for the disk), else written here as before it started.
+ */
+static void
+log_put(struct zp_log *lg, int level, const char *line, size_t len)
+{
+	struct log_rec	rec;
+	size_t		need = sizeof(rec) + len + 1;
+
+	if (!lg->running) {
+		log_write(lg, level, line, len);
+		return;
+	}
+	if (need > ZP_LOG_QUEUE - lg->used) {
+		__atomic_add_fetch(&lg->dropped, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	rec.len = (uint16_t)len;
+	rec.level = (uint16_t)level;
+	ring_in(lg, lg->head + lg->used, &rec, sizeof(rec));
+	ring_in(lg, lg->head + lg->used + sizeof(rec), line, len + 1);
+	lg->used += need;
+	if (lg->sleeping)
+		pthread_cond_signal(&lg->wake);
+}
+
+/* Build one line and hand it on, mu held; filter and rate limit passed. */
+static void
+log_emit(struct zp_log *lg, int level, const char *msg,
+    const struct zp_conn_record *r)
+{
+	char	line[ZP_LOG_LINE_MAX];
+	size_t	len;
+
+	len = log_format(lg, level, msg, r, line);
+	log_put(lg, level, line, len);
 }
 
 /* True when the logger has somewhere to write. */
@@ -430,6 +512,8 @@ zp_log_init(struct zp_log *lg, FILE *fp, int level)
 {
 	memset(lg, 0, sizeof(*lg));
 	pthread_mutex_init(&lg->mu, NULL);
+	pthread_cond_init(&lg->wake, NULL);
+	pthread_cond_init(&lg->idle, NULL);
 	lg->fp = fp;
 	lg->live = fp != NULL;
 	lg->level = level;
@@ -485,36 +569,238 @@ zp_log_open(struct zp_log *lg, const char *path, int use_syslog, int json,
 }
 
 /*
- * Open the log file's path again, after logrotate moved the old file
- * away, and swap it in. On failure keep the old file and say so in it.
+ * Open the log file's path again and swap it in, on the thread that
+ * writes the log. On failure keep the old file and say so in it: through
+ * zp_log() when called before the log thread runs, else written here
+ * (this is the log thread). Returns 0 or -1.
+ */
+static int
+log_reopen_now(struct zp_log *lg, int threaded)
+{
+	FILE	*fp;
+	char	 q[ZP_ESCLEN], msg[ZP_LOG_LINE_MAX], line[ZP_LOG_LINE_MAX];
+	size_t	 len;
+	int	 e;
+
+	if ((fp = log_open_file(lg->path)) == NULL) {
+		e = errno;
+		snprintf(msg, sizeof(msg), "cannot reopen log file '%s': %s; "
+		    "still writing to the old file", zp_escape(lg->path, q,
+		    sizeof(q)), strerror(e));
+		if (!threaded) {
+			zp_log(lg, ZP_LOG_ERROR, "%s", msg);
+			return -1;
+		}
+		len = log_format(lg, ZP_LOG_ERROR, msg, NULL, line);
+		log_write(lg, ZP_LOG_ERROR, line, len);
+		return -1;
+	}
+	if (!threaded)
+		pthread_mutex_lock(&lg->mu);
+	fclose(lg->fp);
+	lg->fp = fp;
+	if (!threaded) {
+		pthread_mutex_unlock(&lg->mu);
+		return 0;
+	}
+	if (zp_log_enabled(lg, ZP_LOG_NOTICE)) {
+		len = log_format(lg, ZP_LOG_NOTICE, "log reopened", NULL, line);
+		log_write(lg, ZP_LOG_NOTICE, line, len);
+	}
+	return 0;
+}
+
+/*
+ * Reopen the log file after logrotate moved the old one away: here
+ * before the log thread runs, else on it (the open is a disk call).
  */
 int
 zp_log_reopen(struct zp_log *lg)
 {
-	FILE	*fp;
-	char	 q[ZP_ESCLEN];
-	int	 e;
+	int	running;
 
-	if (lg->sink != ZP_LOG_FILE || lg->fp == NULL)
+	if (lg->sink != ZP_LOG_FILE)
 		return 0;
-	if ((fp = log_open_file(lg->path)) == NULL) {
-		e = errno;
-		zp_log(lg, ZP_LOG_ERROR, "cannot reopen log file '%s': %s; "
-		    "still writing to the old file", zp_escape(lg->path, q,
-		    sizeof(q)), strerror(e));
+	pthread_mutex_lock(&lg->mu);
+	if ((running = lg->running)) {
+		lg->reopen = 1;
+		lg->reopen_at = lg->used;
+		pthread_cond_signal(&lg->wake);
+	}
+	pthread_mutex_unlock(&lg->mu);
+	/* fp is the log thread's while it runs. */
+	if (running)
+		return 1;
+	if (lg->fp == NULL)
+		return 0;
+	return log_reopen_now(lg, 0);
+}
+
+/* Write the "lines dropped" line if the full queue refused any. */
+static void
+log_report_lost(struct zp_log *lg)
+{
+	char		msg[96], line[ZP_LOG_LINE_MAX];
+	size_t		len;
+	uint64_t	n;
+
+	n = __atomic_load_n(&lg->dropped, __ATOMIC_RELAXED) - lg->reported;
+	if (n == 0)
+		return;
+	lg->reported += n;
+	snprintf(msg, sizeof(msg), "log: %llu lines dropped: the log could "
+	    "not keep up", (unsigned long long)n);
+	/* Not filtered: the lines it counts passed the filter. */
+	len = log_format(lg, ZP_LOG_WARN, msg, NULL, line);
+	log_write(lg, ZP_LOG_WARN, line, len);
+}
+
+/* Lines taken out of the queue at once: fewer wake-ups and lock turns. */
+#define LOG_BATCH	(64 * 1024)
+
+/*
+ * The log thread: take queued lines out under mu, write them with mu
+ * let go, so that a blocked sink holds up no one that logs. Ends once
+ * stopping and the queue is empty.
+ */
+static void *
+log_main(void *arg)
+{
+	struct zp_log	*lg = arg;
+	struct log_rec	 rec;
+	char		*batch;
+	size_t		 n, k, off;
+	int		 reopen;
+
+	if ((batch = malloc(LOG_BATCH)) == NULL)
+		abort();
+	pthread_mutex_lock(&lg->mu);
+	for (;;) {
+		while (lg->used == 0 && !lg->reopen && !lg->stopping) {
+			lg->sleeping = 1;
+			pthread_cond_wait(&lg->wake, &lg->mu);
+			lg->sleeping = 0;
+		}
+		if (lg->used == 0 && !lg->reopen)
+			break;
+		/*
+		 * A record always fits: a line is < ZP_LOG_LINE_MAX. A
+		 * reopen comes after the lines queued before it, no later.
+		 */
+		n = 0;
+		while (lg->used > 0 && !(lg->reopen && lg->reopen_at == 0)) {
+			ring_out(lg, lg->head, &rec, sizeof(rec));
+			k = sizeof(rec) + rec.len + 1;
+			if (n + k > LOG_BATCH)
+				break;
+			ring_out(lg, lg->head, batch + n, k);
+			n += k;
+			lg->head = (lg->head + k) % ZP_LOG_QUEUE;
+			lg->used -= k;
+			if (lg->reopen)
+				lg->reopen_at -= k;
+		}
+		if ((reopen = lg->reopen && lg->reopen_at == 0))
+			lg->reopen = 0;
+		lg->writing = 1;
+		pthread_mutex_unlock(&lg->mu);
+
+		for (off = 0; off < n; off += sizeof(rec) + rec.len + 1) {
+			memcpy(&rec, batch + off, sizeof(rec));
+			log_write(lg, rec.level, batch + off + sizeof(rec),
+			    rec.len);
+		}
+		/* Lines queued before the request went to the old file. */
+		if (reopen)
+			(void)log_reopen_now(lg, 1);
+		log_report_lost(lg);
+
+		pthread_mutex_lock(&lg->mu);
+		lg->writing = 0;
+		if (lg->used == 0 && !lg->reopen)
+			pthread_cond_broadcast(&lg->idle);
+	}
+	/* Callers write their lines themselves from now on, in order. */
+	lg->running = 0;
+	pthread_cond_broadcast(&lg->idle);
+	pthread_mutex_unlock(&lg->mu);
+	free(batch);
+	return NULL;
+}
+
+/*
+ * Start the log thread, with every signal blocked: they are the loops'.
+ * Returns 0, or -1 with err filled.
+ */
+int
+zp_log_start(struct zp_log *lg, char *err, size_t errlen)
+{
+	sigset_t	all, old;
+	int		e;
+
+	if (lg->running || !lg->live)
+		return 0;
+	if (lg->ring == NULL && (lg->ring = malloc(ZP_LOG_QUEUE)) == NULL) {
+		zp_seterr(err, errlen, "log thread: %s", strerror(errno));
 		return -1;
 	}
+	lg->head = lg->used = 0;
+	lg->stopping = 0;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_mutex_lock(&lg->mu);
-	fclose(lg->fp);
-	lg->fp = fp;
+	lg->running = 1;
+	if ((e = pthread_create(&lg->thread, NULL, log_main, lg)) != 0)
+		lg->running = 0;
 	pthread_mutex_unlock(&lg->mu);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (e != 0) {
+		zp_seterr(err, errlen, "log thread: %s", strerror(e));
+		return -1;
+	}
 	return 0;
+}
+
+/* Wait until the queue is empty and written; tests and exit only. */
+void
+zp_log_flush(struct zp_log *lg)
+{
+	pthread_mutex_lock(&lg->mu);
+	while (lg->running && (lg->used > 0 || lg->writing || lg->reopen))
+		pthread_cond_wait(&lg->idle, &lg->mu);
+	pthread_mutex_unlock(&lg->mu);
+}
+
+/* Write what is queued and end the log thread. */
+void
+zp_log_stop(struct zp_log *lg)
+{
+	int	started;
+
+	pthread_mutex_lock(&lg->mu);
+	started = lg->running;
+	lg->stopping = 1;
+	pthread_cond_signal(&lg->wake);
+	pthread_mutex_unlock(&lg->mu);
+	if (started)
+		pthread_join(lg->thread, NULL);
+	lg->stopping = 0;
+	free(lg->ring);
+	lg->ring = NULL;
+}
+
+/* Lines the full queue dropped; read from any thread. */
+uint64_t
+zp_log_dropped(const struct zp_log *lg)
+{
+	return __atomic_load_n(&lg->dropped, __ATOMIC_RELAXED);
 }
 
 /* Report what the rate limit held back, close the file or syslog, free. */
 void
 zp_log_close(struct zp_log *lg)
 {
+	zp_log_stop(lg);
 	if (lg->rl_dropped > 0 && log_usable(lg))
 		log_report_dropped(lg);
 	log_close_sink(lg);
@@ -530,18 +816,20 @@ static void
 log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
     int limited)
 {
-	char		 msg[ZP_LOG_LINE_MAX];
+	char		 msg[ZP_LOG_LINE_MAX], line[ZP_LOG_LINE_MAX];
 	const char	*q1 = "", *error = "", *q2 = "";
 	const char	*pk = "", *peer = "";
 	const char	*d1 = "", *dst = "";
+	size_t		 len;
 	int		 saved = errno;
 
 	if (!zp_log_enabled(lg, level))
 		return;
 	if (lg->json) {
+		len = log_format(lg, level, NULL, r, line);
 		pthread_mutex_lock(&lg->mu);
 		if (log_admit(lg, limited))
-			log_emit(lg, level, NULL, r);
+			log_put(lg, level, line, len);
 		pthread_mutex_unlock(&lg->mu);
 		errno = saved;
 		return;
@@ -567,9 +855,10 @@ log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
 	    (unsigned long long)r->down, r->duration, NZ(r->end), q1, error,
 	    q2);
 #undef NZ
+	len = log_format(lg, level, msg, NULL, line);
 	pthread_mutex_lock(&lg->mu);
 	if (log_admit(lg, limited))
-		log_emit(lg, level, msg, NULL);
+		log_put(lg, level, line, len);
 	pthread_mutex_unlock(&lg->mu);
 	errno = saved;
 }
@@ -608,8 +897,9 @@ zp_log_enabled(const struct zp_log *lg, int level)
 void
 zp_log(struct zp_log *lg, int level, const char *fmt, ...)
 {
-	char	msg[ZP_LOG_LINE_MAX];
+	char	msg[ZP_LOG_LINE_MAX], line[ZP_LOG_LINE_MAX];
 	va_list	ap;
+	size_t	len;
 	int	n, saved = errno;
 
 	if (!zp_log_enabled(lg, level))
@@ -623,9 +913,11 @@ zp_log(struct zp_log *lg, int level, const char *fmt, ...)
 	 */
 	if (n < 0)
 		return;
+	/* Formatted before the lock: other threads wait only for a copy. */
+	len = log_format(lg, level, msg, NULL, line);
 	pthread_mutex_lock(&lg->mu);
 	if (log_admit(lg, level <= ZP_LOG_WARN))
-		log_emit(lg, level, msg, NULL);
+		log_put(lg, level, line, len);
 	pthread_mutex_unlock(&lg->mu);
 	errno = saved;
 }

@@ -18,6 +18,8 @@
 #define ZP_LOG_LINE_MAX	2048
 /* WARN and ERROR lines written per second at most; the rest are counted. */
 #define ZP_LOG_RATE	20
+/* Bytes of lines waiting for the log thread; beyond, lines are dropped. */
+#define ZP_LOG_QUEUE	(1024 * 1024)
 
 enum zp_log_level {
 	ZP_LOG_ERROR = 0,	/* something failed; always shown */
@@ -36,11 +38,28 @@ enum zp_log_sink {
 
 struct zp_log {
 	/*
-	 * --threads: one line is formatted by its thread and written whole
-	 * under mu, with the rate limit's state; level, sink and json
-	 * change only before the threads start and after they end.
+	 * A line is formatted by the thread that logs it, with no lock held.
+	 * mu guards the rate limit's state and the queue, and is held only
+	 * to admit a line and copy it in. Before zp_log_start() and after
+	 * zp_log_stop() the line is written under mu by its caller instead.
+	 * level, sink and json change only while no other thread runs; fp
+	 * is the log thread's while it runs (a reopen is done there).
 	 */
 	pthread_mutex_t	 mu;
+	pthread_cond_t	 wake;		/* the log thread waits for work */
+	pthread_cond_t	 idle;		/* zp_log_flush() waits for it */
+	pthread_t	 thread;
+	int		 running;	/* the log thread writes: lines queue */
+	int		 stopping;	/* it writes what is queued, then ends */
+	int		 sleeping;	/* it waits on wake */
+	int		 writing;	/* it holds lines taken out, unwritten */
+	int		 reopen;	/* SIGHUP: it reopens the file */
+	size_t		 reopen_at;	/* once these queued bytes are out */
+	char		*ring;		/* ZP_LOG_QUEUE bytes of records */
+	size_t		 head;		/* offset of the oldest record */
+	size_t		 used;		/* bytes queued */
+	uint64_t	 dropped;	/* lines the full queue refused (atomic) */
+	uint64_t	 reported;	/* of those, told in the log (its thread) */
 	int		 live;		/* has a sink: stderr, file, syslog */
 	FILE		*fp;		/* stderr, or the file; NULL: syslog */
 	int		 level;		/* highest level written */
@@ -86,13 +105,41 @@ int	zp_log_open(struct zp_log *, const char *path, int use_syslog,
 
 /*
  * Reopen the log file (SIGHUP, after logrotate moved it). Returns 0, or
- * -1 and keeps writing to the old file, having logged why.
+ * -1 and keeps writing to the old file, having logged why. While the log
+ * thread runs it is asked to do it and 1 is returned: it writes "log
+ * reopened" in the new file, or why not in the old one.
  */
 int	zp_log_reopen(struct zp_log *);
 
 /*
- * Close the file or syslog and free, first reporting lines the rate limit
- * held back. The logger then writes nothing until zp_log_init(). Safe to
+ * Start the log thread: from now on zp_log() and friends only queue
+ * their line, and a full queue drops it (counted; the log thread says
+ * how many once there is room again) rather than wait for a slow disk or
+ * a blocked /dev/log. Call it after any fork() (a thread does not
+ * survive one) and as the user the process runs as. Returns 0, or -1
+ * with err filled and lines still written by their callers.
+ */
+int	zp_log_start(struct zp_log *, char *err, size_t errlen);
+
+/*
+ * Wait until every queued line is written. For tests and the exit path:
+ * no relay thread calls it, since it waits for the sink. A no-op when
+ * the log thread does not run.
+ */
+void	zp_log_flush(struct zp_log *);
+
+/*
+ * Write every queued line, then end the log thread; callers write their
+ * lines themselves again. Safe to call when it was never started.
+ */
+void	zp_log_stop(struct zp_log *);
+
+/* Lines dropped because the queue was full, since zp_log_init(). */
+uint64_t zp_log_dropped(const struct zp_log *);
+
+/*
+ * Stop the log thread (zp_log_stop()), then close the file or syslog and
+ * free, first reporting lines the rate limit held back. The logger then writes nothing until zp_log_init(). Safe to
  * call twice, and on a logger that was only zp_log_init()'ed.
  */
 void	zp_log_close(struct zp_log *);

@@ -410,7 +410,10 @@ static const struct zp_control_ops control_ops = {
 	control_begin, control_offer, control_abort, control_done,
 };
 
-/* SIGHUP: reopen the log file that logrotate moved away. */
+/*
+ * SIGHUP: reopen the log file that logrotate moved away. The log thread
+ * does it (1) and writes "log reopened" itself, or why not.
+ */
 static void
 signal_hup_cb(evutil_socket_t sig, short what, void *arg)
 {
@@ -837,6 +840,16 @@ confine(struct zp_ctx *ctx, const struct zp_privs *pv, char *privs,
 		zp_log(ctx->log, ZP_LOG_ERROR, "cannot become user %s: %s",
 		    pv->user, err);
 		return ZP_EX_NOPERM;
+	}
+	/*
+	 * From here a slow sink (a full disk, a blocked /dev/log) stalls the
+	 * log thread, not the loops. Started after --daemon's fork, which it
+	 * would not survive, and after the drop, like every thread; before
+	 * the sandbox, whose list then covers it without clone.
+	 */
+	if (zp_log_start(ctx->log, err, sizeof(err)) == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_OSERR;
 	}
 	/*
 	 * The threads start as who zproxy is now: capabilities are each

@@ -9,6 +9,10 @@
  * as the logger writes), which also decodes values so that escaping is
  * checked as a round trip.
  *
+ * Most tests run twice: as the logger runs before zp_log_start() (its
+ * callers write), and with the log thread (lines queue; fx_read() flushes
+ * first). The queue's own tests come last: a blocked sink, many threads.
+ *
  * openlog, syslog and closelog are defined here, so that the logger's
  * calls land in this file (the executable's symbols come first): they
  * record what they are given, then pass it on to the C library.
@@ -29,6 +33,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <regex.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -142,6 +147,7 @@ struct fx {
 	char		err[256];
 	struct zp_log	lg;
 	char		*text;		/* the last file read */
+	int		 threaded;	/* fx_open() starts the log thread */
 };
 
 /* Remove every file in dir, then dir; dir may be gone already. */
@@ -185,6 +191,16 @@ fx_setup(void **state)
 	return 0;
 }
 
+/* The same, with the log thread started by fx_open(). */
+static int
+fx_setup_threaded(void **state)
+{
+	if (fx_setup(state) == -1)
+		return -1;
+	((struct fx *)*state)->threaded = 1;
+	return 0;
+}
+
 static int
 fx_teardown(void **state)
 {
@@ -207,6 +223,9 @@ fx_open(struct fx *fx, int json)
 	    sizeof(fx->err));
 	if (rc != 0)
 		fail_msg("zp_log_open: %s", fx->err);
+	if (fx->threaded && zp_log_start(&fx->lg, fx->err,
+	    sizeof(fx->err)) != 0)
+		fail_msg("zp_log_start: %s", fx->err);
 }
 
 /* The whole of a file (NUL-terminated), kept in fx until teardown. */
@@ -216,6 +235,7 @@ fx_read(struct fx *fx, const char *path)
 	FILE	*fp;
 	long	 n;
 
+	zp_log_flush(&fx->lg);
 	free(fx->text);
 	fx->text = NULL;
 	assert_non_null(fp = fopen(path, "r"));
@@ -1403,10 +1423,228 @@ test_no_interleave(void **state)
 	}
 }
 
+/* ---- the log thread ---------------------------------------------------- */
+
+/* Lines the blocked-sink test logs, and how long they may take. */
+#define NBLOCKED	100000
+#define BLOCKED_SECS	20
+
+/* A thread that logs NBLOCKED lines, then says so. */
+struct flood {
+	struct zp_log	*lg;
+	int		 id;		/* which of several */
+	int		 n;		/* lines to log */
+	int		 done;		/* atomic: every call returned */
+};
+
+static void *
+flood_main(void *arg)
+{
+	struct flood	*f = arg;
+	char		 pad[400];
+	int		 i, k;
+
+	for (i = 0; i < f->n; i++) {
+		/* Lengths vary, so that records wrap the ring anywhere. */
+		k = (i * 37 + f->id * 11) % (int)(sizeof(pad) - 1);
+		memset(pad, 'a' + f->id, (size_t)k);
+		pad[k] = '\0';
+		zp_log(f->lg, ZP_LOG_NOTICE, "t=%d line=%d pad=%s end", f->id,
+		    i, pad);
+	}
+	__atomic_store_n(&f->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* Read a pipe to its end into a growing buffer. */
+struct drain {
+	int	 fd;
+	char	*buf;
+	size_t	 len, cap;
+};
+
+static void *
+drain_main(void *arg)
+{
+	struct drain	*d = arg;
+	ssize_t		 n;
+
+	for (;;) {
+		if (d->cap - d->len < 65536) {
+			d->cap = d->cap * 2 + 65536;
+			if ((d->buf = realloc(d->buf, d->cap + 1)) == NULL)
+				abort();
+		}
+		n = read(d->fd, d->buf + d->len, d->cap - d->len);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		d->len += (size_t)n;
+	}
+	d->buf[d->len] = '\0';
+	return NULL;
+}
+
+/* Lines of s that contain what, and the sum of "log: N lines dropped". */
+static void
+tally(const char *s, const char *what, long *nlines, unsigned long long *lost)
+{
+	const char		*p, *q, *r;
+	unsigned long long	 n;
+
+	*nlines = 0;
+	*lost = 0;
+	for (p = s; *p != '\0'; p = q + 1) {
+		if ((q = strchr(p, '\n')) == NULL)
+			fail_msg("a line without its newline: %.80s", p);
+		if (memmem(p, (size_t)(q - p), what, strlen(what)) != NULL)
+			(*nlines)++;
+		else if ((r = memmem(p, (size_t)(q - p), "]: log: ", 8)) !=
+		    NULL && sscanf(r, "]: log: %llu lines dropped", &n) == 1) {
+			assert_true(memmem(p, (size_t)(q - p) + 1, ": the log "
+			    "could not keep up\n", 28) != NULL);
+			*lost += n;
+		}
+	}
+}
+
+/*
+ * A sink that blocks (a pipe nobody reads, as stderr) does not block
+ * the callers: NBLOCKED lines from a thread return within BLOCKED_SECS
+ * while the pipe stays full; the lines the queue refused are counted
+ * exactly (logged - written); once the pipe is read every queued line
+ * arrives whole, and so does "log: N lines dropped" with the same N.
+ * Before the log thread, the first full pipe held zp_log() forever.
+ */
+static void
+test_queue_blocked_sink(void **state)
+{
+	struct zp_log		 lg;
+	struct flood		 f = { &lg, 0, NBLOCKED, 0 };
+	struct drain		 d = { -1, NULL, 0, 0 };
+	pthread_t		 ft, dt;
+	FILE			*fp;
+	char			 err[256];
+	unsigned long long	 lost;
+	long			 n;
+	int			 p[2], i;
+
+	(void)state;
+	assert_int_equal(pipe(p), 0);
+	assert_non_null(fp = fdopen(p[1], "w"));
+	zp_log_init(&lg, fp, ZP_LOG_NOTICE);
+	assert_int_equal(zp_log_start(&lg, err, sizeof(err)), 0);
+	assert_int_equal(pthread_create(&ft, NULL, flood_main, &f), 0);
+	for (i = 0; i < BLOCKED_SECS * 100 &&
+	    !__atomic_load_n(&f.done, __ATOMIC_ACQUIRE); i++)
+		usleep(10000);
+	/* Read it even on failure, or neither thread would ever end. */
+	d.fd = p[0];
+	assert_int_equal(pthread_create(&dt, NULL, drain_main, &d), 0);
+	assert_int_equal(pthread_join(ft, NULL), 0);
+	if (i == BLOCKED_SECS * 100)
+		fail_msg("zp_log() blocked on the full pipe");
+	assert_true(zp_log_dropped(&lg) > 0);
+	zp_log_close(&lg);	/* every queued line written, thread joined */
+	fclose(fp);		/* the end for the reader */
+	assert_int_equal(pthread_join(dt, NULL), 0);
+	close(p[0]);
+
+	tally(d.buf, " line=", &n, &lost);
+	assert_true(n > 0);
+	assert_int_equal((unsigned long long)(NBLOCKED - n),
+	    zp_log_dropped(&lg));
+	assert_int_equal(lost, zp_log_dropped(&lg));
+	free(d.buf);
+}
+
+/*
+ * Several threads logging at once through the queue into one file:
+ * every line written is whole and once (its thread, its number, its
+ * padding of its own letter, its end), and written + dropped = logged.
+ */
+static void
+test_queue_threads(void **state)
+{
+	struct fx		*fx = *state;
+	struct flood		 f[4];
+	pthread_t		 t[4];
+	char			 re[128], l[ZP_LOG_LINE_MAX];
+	unsigned char		*seen;
+	unsigned long long	 lost;
+	const char		*p, *q;
+	long			 n;
+	int			 i, id, line, per = 20000;
+
+	fx_open(fx, 0);
+	for (i = 0; i < 4; i++) {
+		f[i] = (struct flood){ &fx->lg, i, per, 0 };
+		assert_int_equal(pthread_create(&t[i], NULL, flood_main, &f[i]),
+		    0);
+	}
+	for (i = 0; i < 4; i++)
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+	fx_read(fx, fx->path);
+	tally(fx->text, " line=", &n, &lost);
+	assert_int_equal((unsigned long long)(4 * per - n),
+	    zp_log_dropped(&fx->lg));
+	assert_int_equal(lost, zp_log_dropped(&fx->lg));
+	assert_non_null(seen = calloc(4 * (size_t)per, 1));
+	for (p = fx->text; *p != '\0'; p = q + 1) {
+		q = strchr(p, '\n');
+		assert_true((size_t)(q - p) < sizeof(l));
+		memcpy(l, p, (size_t)(q - p));
+		l[q - p] = '\0';
+		if (strstr(l, " line=") == NULL)
+			continue;
+		assert_int_equal(sscanf(strstr(l, "]: "), "]: t=%d line=%d",
+		    &id, &line), 2);
+		assert_true(id >= 0 && id < 4 && line >= 0 && line < per);
+		assert_false(seen[id * per + line]);
+		seen[id * per + line] = 1;
+		snprintf(re, sizeof(re), "^" TIME_RE " zproxy\\[[0-9]+\\]: "
+		    "t=%d line=%d pad=%c* end$", id, line, 'a' + id);
+		assert_true(matches(l, re));
+	}
+	free(seen);
+}
+
+/*
+ * A reopen while the log thread runs is done on it, in order: lines
+ * logged before zp_log_reopen() go to the old file, "log reopened" and
+ * what follows to the new one. After zp_log_stop() callers write again
+ * themselves (nothing waits in a queue).
+ */
+static void
+test_queue_reopen(void **state)
+{
+	struct fx	*fx = *state;
+	char		 moved[300];
+
+	fx_open(fx, 0);
+	zp_log(&fx->lg, ZP_LOG_NOTICE, "before");
+	snprintf(moved, sizeof(moved), "%s.1", fx->path);
+	assert_int_equal(rename(fx->path, moved), 0);
+	assert_int_equal(zp_log_reopen(&fx->lg), 1);
+	zp_log(&fx->lg, ZP_LOG_NOTICE, "after");
+	fx_read(fx, moved);
+	assert_int_equal(count_lines(fx->text), 1);
+	assert_non_null(strstr(fx->text, "]: before\n"));
+	fx_read(fx, fx->path);
+	assert_int_equal(count_lines(fx->text), 2);
+	assert_true(matches(fx->text, "]: log reopened\n.*]: after\n$"));
+	zp_log_stop(&fx->lg);
+	zp_log(&fx->lg, ZP_LOG_NOTICE, "stopped");
+	assert_non_null(strstr(fx_read(fx, fx->path), "]: stopped\n"));
+}
+
 int
 main(void)
 {
 #define T(f)	cmocka_unit_test_setup_teardown(f, fx_setup, fx_teardown)
+#define TT(f)	cmocka_unit_test_setup_teardown(f, fx_setup_threaded, \
+		    fx_teardown)
 	const struct CMUnitTest tests[] = {
 		T(test_text_format),
 		T(test_file_create),
@@ -1435,8 +1673,24 @@ main(void)
 		T(test_syslog),
 		T(test_errno_kept),
 		T(test_no_interleave),
+		/* Again through the log thread's queue. */
+		TT(test_text_format),
+		TT(test_level_filter),
+		TT(test_json_line),
+		TT(test_json_escape),
+		TT(test_conn_text),
+		TT(test_conn_json),
+		TT(test_truncate_text),
+		TT(test_truncate_json),
+		TT(test_rate_limit),
+		TT(test_rate_limit_failed_conns),
+		TT(test_errno_kept),
+		TT(test_queue_threads),
+		TT(test_queue_reopen),
+		cmocka_unit_test(test_queue_blocked_sink),
 	};
 #undef T
+#undef TT
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
