@@ -1465,6 +1465,58 @@ test_stall_drain(void **state)
 	stall_end(&r, b);
 }
 
+/*
+ * A planned move from A to B, and B resets just after: the stream goes
+ * back to A (a new connection) with its replay window, so the lines B
+ * took and lost reach A again. (attack.sh saw such a move back replay
+ * nothing, after A had been stopped and continued; this simple case
+ * holds, and guards the path.)
+ */
+static void
+test_switch_then_fail(void **state)
+{
+	struct stall_rig	r;
+	struct zp_pair		*p;
+	char			line[STALL_LINE];
+	int			b, a2, k;
+
+	stall_begin(&r, state, "off");
+	stall_send(&r, 100);
+	h_recv(&r.h, r.a, 100 * STALL_LINE);
+	p = TAILQ_FIRST(&r.h.ctx.pairs);
+	assert_int_equal(zp_pair_plan_move(p, 1, ZP_MOVE_REBALANCE), 0);
+	b = h_accept(&r.h, r.s2);
+	assert_true(h_run(&r.h, retiring, 2000));
+	for (k = 100; k < 200; k++) {
+		stall_line(line, k);
+		assert_int_equal(send(r.c, line, STALL_LINE, 0), STALL_LINE);
+		(void)event_base_loop(r.h.ctx.base, EVLOOP_NONBLOCK);
+	}
+	h_recv(&r.h, b, 100 * STALL_LINE);
+	reset_close(b);
+	/* The next line written into B's reset fails it. */
+	stall_line(line, 200);
+	assert_int_equal(send(r.c, line, STALL_LINE, 0), STALL_LINE);
+	/* A's new connection gets the window again: lines 100 to 199. */
+	{
+		static unsigned char	seen[STALL_MAX];
+
+		a2 = h_accept(&r.h, r.s1);
+		memset(seen, 0, sizeof(seen));
+		stall_read_until(&r.h, a2, 200, seen);
+		for (k = 100; k < 200; k++)
+			if (!seen[k])
+				fail_msg("line %d never reached A again: %s", k,
+				    h_log(&r.h));
+	}
+	close(a2);
+	close(r.c);
+	close(r.a);
+	h_free(&r.h);
+	close(r.s1);
+	close(r.s2);
+}
+
 static int
 spooling(struct harness *h)
 {
@@ -1855,6 +1907,8 @@ main(void)
 		cmocka_unit_test_prestate(test_retire_lost, (char *)"copy"),
 		cmocka_unit_test_prestate(test_stall_drain, (char *)"splice"),
 		cmocka_unit_test_prestate(test_stall_drain, (char *)"copy"),
+		cmocka_unit_test_prestate(test_switch_then_fail, (char *)"splice"),
+		cmocka_unit_test_prestate(test_switch_then_fail, (char *)"copy"),
 		cmocka_unit_test_prestate(test_spool_live, (char *)"splice"),
 		cmocka_unit_test_prestate(test_spool_live, (char *)"copy"),
 	};
