@@ -651,11 +651,12 @@ static void	pair_retire_done(struct zp_pair *, int);
 static void
 pair_hold(struct zp_pair *p)
 {
-	int	m;
+	int	movable, m;
 
 	if (p->up.fr == NULL)
 		return;
-	m = pair_movable(p) && !p->winding;
+	movable = pair_movable(p);
+	m = movable && !p->winding;
 	p->up.fr->hold = m;
 	p->down.hold_fin = !p->winding && (m || p->down.src == &p->retiring);
 	/*
@@ -663,8 +664,20 @@ pair_hold(struct zp_pair *p)
 	 * in a wind-down too: the drain must not lose it to a stalled
 	 * collector.
 	 */
-	p->up.hold_fin = pair_movable(p) && !p->fin_released &&
+	p->up.hold_fin = movable && !p->fin_released &&
 	    (p->ctx->cfg->stall_timeout > 0 || p->retiring.fd != -1);
+}
+
+/*
+ * --stall-timeout starts watching the upstream from now: what it has
+ * acknowledged so far, so that the pair timer can tell progress.
+ */
+static void
+pair_stall_begin(struct zp_pair *p)
+{
+	p->stall_since = p->last_active;
+	if (zp_sock_acked(p->upstream.fd, &p->stall_acked) == -1)
+		p->stall_acked = 0;
 }
 
 /*
@@ -689,9 +702,7 @@ pair_fin_release(struct zp_pair *p)
 	if (!p->fin_held) {
 		p->fin_held = 1;
 		p->fin_poll_ms = 5;
-		p->stall_since = p->last_active;
-		if (zp_sock_acked(p->upstream.fd, &p->stall_acked) == -1)
-			p->stall_acked = 0;
+		pair_stall_begin(p);
 	}
 	return 0;
 }
@@ -719,9 +730,7 @@ pair_stall_watch(struct zp_pair *p)
 	}
 	if (timerisset(&p->stall_since))
 		return 0;
-	p->stall_since = p->last_active;
-	if (zp_sock_acked(p->upstream.fd, &p->stall_acked) == -1)
-		p->stall_acked = 0;
+	pair_stall_begin(p);
 	return pair_timer_update(p);
 }
 

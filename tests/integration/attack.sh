@@ -105,21 +105,6 @@ collect_start() {
 	B_PORT=$port
 }
 
-# kill9 PID PORT WHAT: SIGKILL a process of ours, wait until it is gone
-# and PORT no longer listens.
-kill9() {
-	local deadline
-	ours "$1" || fail "$3: not our process"
-	kill -KILL "$1"
-	zp_wait_exit "$1" 5 >/dev/null 2>&1
-	[ $? = 124 ] && fail "$3: still running 5s after SIGKILL"
-	deadline=$(( $(now_ms) + 5000 ))
-	while listening "$2"; do
-		[ "$(now_ms)" -ge "$deadline" ] && fail "$3: port $2 still listening"
-		sleep 0.02
-	done
-}
-
 # sig SIGNAL PID WHAT: send SIGNAL to a process of ours.
 sig() {
 	ours "$2" || fail "$3: not our process (SIG$1)"
@@ -215,7 +200,7 @@ case_attack() {
 		round=$((round + 1))
 		# B dies and comes back on its port
 		event "round $round: kill -9 B (pid $B_PID)"
-		kill9 "$B_PID" "$B_PORT" "$what: collect (B)"
+		kill9_collector "$B_PID" "$B_PORT" "$what: collect (B)"
 		kills=$((kills + 1))
 		collect_start "$T/$name-b.$round" "$B_PORT"
 		bdirs+=("$T/$name-b.$round")
@@ -237,7 +222,7 @@ case_attack() {
 		# the streams spool
 		event "round $round: every collector down"
 		n=$(grep -c 'spooling client' "$ZLOG")
-		kill9 "$B_PID" "$B_PORT" "$what: collect (B)"
+		kill9_collector "$B_PID" "$B_PORT" "$what: collect (B)"
 		kills=$((kills + 1))
 		sig STOP "$apid" "$what: rsyslog"
 		downs=$((downs + 1))

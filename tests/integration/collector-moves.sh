@@ -44,21 +44,6 @@ CONNS=${ZP_CM_CONNS:-20}
 MSGS=${ZP_CM_MSGS:-2000}
 KILL_AT=${ZP_CM_KILL_AT:-$((MSGS / 2))}
 
-# kill9_collector PID PORT WHAT: SIGKILL a collector of ours, wait until
-# it is gone and its port no longer listens.
-kill9_collector() {
-	local deadline
-	ours "$1" || fail "$3: not our process"
-	kill -KILL "$1"
-	zp_wait_exit "$1" 5 >/dev/null 2>&1
-	[ $? = 124 ] && fail "$3: still running 5s after SIGKILL"
-	deadline=$(( $(now_ms) + 5000 ))
-	while listening "$2"; do
-		[ "$(now_ms)" -ge "$deadline" ] && fail "$3: port $2 still listening"
-		sleep 0.02
-	done
-}
-
 # verify_file NAME FILE...: zp-logsend verify; its summary in VERIFY,
 # its numbers in V_RECEIVED, V_DUPS, V_MISSING, V_BAD. It fails only on
 # a bad message (partial, merged, wrong CRC, an id out of range).

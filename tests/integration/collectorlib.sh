@@ -137,6 +137,21 @@ kill_collector() {
 	done
 }
 
+# kill9_collector PID PORT WHAT: SIGKILL a collector of ours, wait until
+# it is gone and its port no longer listens.
+kill9_collector() {
+	local deadline
+	ours "$1" || fail "$3: not our process"
+	kill -KILL "$1"
+	zp_wait_exit "$1" 5 >/dev/null 2>&1
+	[ $? = 124 ] && fail "$3: still running 5s after SIGKILL"
+	deadline=$(( $(now_ms) + 5000 ))
+	while listening "$2"; do
+		[ "$(now_ms)" -ge "$deadline" ] && fail "$3: port $2 still listening"
+		sleep 0.02
+	done
+}
+
 # ---- what they wrote -----------------------------------------------------
 
 # lines FILE: how many lines FILE holds now.

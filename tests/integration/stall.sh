@@ -34,6 +34,24 @@ CONNS=${ZP_STALL_CONNS:-10}
 MSGS=${ZP_STALL_MSGS:-2000}
 STOP_AT=$((MSGS / 4))
 
+# collectors_start NAME: rsyslog (A) and syslog-ng (B), lf; sets the
+# calling case's apid aport alog and bpid bport blog (bash's dynamic
+# scope: they are its locals).
+collectors_start() {
+	start_collector rsyslog "$1-a" "" lf
+	apid=$C_PID aport=$C_PORT alog=$C_LOG
+	start_collector syslog-ng "$1-b" "" lf
+	bpid=$C_PID bport=$C_PORT blog=$C_LOG
+}
+
+# collectors_stop WHAT: once their files stopped growing, stop both.
+collectors_stop() {
+	settle "$blog" 30 || note "$1: syslog-ng's file still grows after 30s"
+	settle "$alog" 30 || note "$1: rsyslog's file still grows after 30s"
+	kill_collector "$apid" "$aport" "$1: rsyslog"
+	kill_collector "$bpid" "$bport" "$1: syslog-ng"
+}
+
 # case_stall MODE: the run above in MODE.
 case_stall() {
 	local mode=$1 what name go spid apid aport alog bpid bport blog rc
@@ -42,10 +60,7 @@ case_stall() {
 	name=stall-$mode
 	go=$T/$name.go
 	set_mode "$mode"
-	start_collector rsyslog "$name-a" "" lf
-	apid=$C_PID aport=$C_PORT alog=$C_LOG
-	start_collector syslog-ng "$name-b" "" lf
-	bpid=$C_PID bport=$C_PORT blog=$C_LOG
+	collectors_start "$name"
 	sport=$(free_port) || fail "zp-peer port failed"
 	start_zproxy -v "${MODE_ARGS[@]}" --framing lf --balance first \
 	    --replay-window 1M --stall-timeout 2 --stats "127.0.0.1:$sport" \
@@ -91,10 +106,7 @@ case_stall() {
 	stop_zproxy
 
 	# c. at least once, each intact
-	settle "$blog" 30 || note "$what: syslog-ng's file still grows after 30s"
-	settle "$alog" 30 || note "$what: rsyslog's file still grows after 30s"
-	kill_collector "$apid" "$aport" "$what: rsyslog"
-	kill_collector "$bpid" "$bport" "$what: syslog-ng"
+	collectors_stop "$what"
 	"$ZP_LOGSEND" verify -v --conns "$CONNS" --msgs "$MSGS" \
 	    --max-partial "$CONNS" "$alog" >"$T/$name-a.verify.out" \
 	    2>"$T/$name-a.verify.err" ||
@@ -128,10 +140,7 @@ case_lifetime() {
 	name=lt-$mode
 	go=$T/$name.go
 	set_mode "$mode"
-	start_collector rsyslog "$name-a" "" lf
-	apid=$C_PID aport=$C_PORT alog=$C_LOG
-	start_collector syslog-ng "$name-b" "" lf
-	bpid=$C_PID bport=$C_PORT blog=$C_LOG
+	collectors_start "$name"
 	start_zproxy -v "${MODE_ARGS[@]}" --framing lf --balance roundrobin \
 	    --replay-window 1M --max-lifetime 2 --drain-timeout 3 \
 	    --stall-timeout 4 --fin-timeout 5 \
@@ -153,10 +162,7 @@ case_lifetime() {
 	logsend_sent "$what" "$name" "$conns" "$msgs"
 	ok "$what: $conns clients sent $((conns * msgs)) messages and each read its EOF"
 	stop_zproxy
-	settle "$blog" 30 || note "$what: syslog-ng's file still grows after 30s"
-	settle "$alog" 30 || note "$what: rsyslog's file still grows after 30s"
-	kill_collector "$apid" "$aport" "$what: rsyslog"
-	kill_collector "$bpid" "$bport" "$what: syslog-ng"
+	collectors_stop "$what"
 	"$ZP_LOGSEND" verify -v --conns "$conns" --msgs "$msgs" \
 	    --max-partial "$conns" --at-least-once "$alog" "$blog" \
 	    >"$T/$name.verify.out" 2>"$T/$name.verify.err" ||
