@@ -234,6 +234,7 @@ mstream_drop(struct zp_mstream *m, const char *why)
 }
 
 static void	mstream_end_timer(struct zp_mstream *);
+static void	mstream_cut(struct zp_mstream *, const char *);
 
 /*
  * lf and nul spliced blind: no boundary is known in what a stream holds.
@@ -282,9 +283,20 @@ mstream_last_delim(struct zp_mstream *m)
 static void
 mstream_slow(struct zp_mstream *m)
 {
+	mstream_cut(m, "too slow");
+}
+
+/*
+ * A stream that takes no more (why: "too slow", ...): it ends at the last
+ * message boundary known within what it holds; see mstream_slow().
+ */
+static void
+mstream_cut(struct zp_mstream *m, const char *why)
+{
 	struct zp_mirror_set	*set = m->set;
 	uint64_t		 b = m->in;
 	int			 i, whole = 0;	/* b ends a message */
+	char			 buf[96];
 
 	if (m->fd == -1 || m->cutting)
 		return;
@@ -299,13 +311,14 @@ mstream_slow(struct zp_mstream *m)
 			b = m->in;
 	}
 	if (!m->connecting && !whole) {
-		mstream_drop(m, set->framed ? "too slow, inside a message" :
-		    "too slow");
+		(void)snprintf(buf, sizeof(buf), "%s%s", why, set->framed ?
+		    ", inside a message" : "");
+		mstream_drop(m, buf);
 		return;
 	}
-	mirror_drop_log(set->ctx, m->idx, set->id, m->connecting ?
-	    "too slow while it connects" :
-	    "too slow; ends at a message boundary");
+	(void)snprintf(buf, sizeof(buf), "%s%s", why, m->connecting ?
+	    " while it connects" : "; ends at a message boundary");
+	mirror_drop_log(set->ctx, m->idx, set->id, buf);
 	m->cutting = 1;
 	m->cut_at = b;
 	m->teed = 0;
@@ -804,6 +817,16 @@ zp_mirror_follow(struct zp_mirror_set *set, const struct zp_framer *f)
 {
 	if (set->framed)
 		set->f = *f;
+}
+
+void
+zp_mirror_set_leave(struct zp_mirror_set *set, const char *why)
+{
+	size_t	i;
+
+	for (i = 0; i < set->n; i++)
+		if (mstream_live(&set->s[i]))
+			mstream_cut(&set->s[i], why);
 }
 
 void

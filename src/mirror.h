@@ -98,6 +98,15 @@ void	zp_mirror_unpipe(struct zp_mirror_set *, const void *buf,
  */
 void	zp_mirror_follow(struct zp_mirror_set *, const struct zp_framer *f);
 
+/*
+ * The client's stream goes on where the mirrors cannot follow it (into
+ * the spool, whose writer reads the client itself): each stream takes no
+ * more, ends at the last message boundary it holds (else where it stands,
+ * as a slow one), and is counted as dropped with why in the log. After
+ * this the set takes nothing; it is released with the pair as before.
+ */
+void	zp_mirror_set_leave(struct zp_mirror_set *, const char *why);
+
 /* The client's stream is over: a FIN after what the pipes hold. */
 void	zp_mirror_set_end(struct zp_mirror_set *);
 

@@ -1631,9 +1631,10 @@ pair_spool_done(void *arg, enum zp_spool_end end, int err)
 	p->state = ZP_PAIR_CONNECTING;
 	if (p->spool_live) {
 		/*
-		 * It was live: it goes on as a move (its client's events and
-		 * mirrors are there), from the boundary the writer stopped at;
-		 * what the replay held went into the files.
+		 * It was live: it goes on as a move (its client's events are
+		 * there; its mirrors ended when it spooled), from the boundary
+		 * the writer stopped at; what the replay held went into the
+		 * files.
 		 */
 		struct zp_dframe	*fr = p->up.fr;
 
@@ -1743,6 +1744,9 @@ pair_spool_moved(struct zp_pair *p)
 	if (pair_spool(p) == -1)
 		return -1;
 	p->spool_live = 1;
+	/* The spool's writer reads the client: no mirror sees those bytes. */
+	if (p->mir != NULL)
+		zp_mirror_set_leave(p->mir, "its stream went to the spool");
 	if (zp_spool_writer_prefix(p->spool, d->buf != NULL ? d->buf + d->off :
 	    NULL, d->len, fr->cutting ? &fr->f : NULL) == -1) {
 		p->client.err = errno;

@@ -75,21 +75,23 @@ zp_replay_pipe(size_t window, struct zp_pipe *p)
 static int
 replay_open(struct zp_replay *rp)
 {
+	int	cap;
+
 	if (rp->pipe.rfd != -1)
 		return 0;
 	if (rp->broken)
 		return -1;
-	if (rp->roomy && rp->window <= SIZE_MAX / 4 &&
-	    zp_replay_pipe(rp->window * 4 <
-	    ZP_REPLAY_PIPE_MIN ? ZP_REPLAY_PIPE_MIN : rp->window * 4,
-	    &rp->pipe) == 0)
-		return 0;
-	if (zp_replay_pipe(rp->window < ZP_REPLAY_PIPE_MIN ?
+	if ((!rp->roomy || rp->window > SIZE_MAX / 4 ||
+	    zp_replay_pipe(rp->window * 4 < ZP_REPLAY_PIPE_MIN ?
+	    ZP_REPLAY_PIPE_MIN : rp->window * 4, &rp->pipe) == -1) &&
+	    zp_replay_pipe(rp->window < ZP_REPLAY_PIPE_MIN ?
 	    ZP_REPLAY_PIPE_MIN : rp->window, &rp->pipe) == -1) {
 		rp->broken = 1;
 		rp->err = errno;
 		return -1;
 	}
+	cap = fcntl(rp->pipe.wfd, F_GETPIPE_SZ);
+	rp->cap = cap > 0 ? (size_t)cap : rp->window;
 	return 0;
 }
 
@@ -102,6 +104,35 @@ replay_marks_trim(struct zp_replay *rp)
 		rp->mcount--;
 	}
 	rp->known = rp->mcount > 0 && rp->marks[rp->mhead] == rp->start;
+}
+
+/* The pipe failed: it is closed, and the replay empty at its end. */
+static void
+replay_lose(struct zp_replay *rp)
+{
+	zp_replay_free(rp);
+	rp->start = rp->end;
+	rp->mcount = 0;
+	rp->known = 0;
+}
+
+/* Read the n bytes the pipe holds into buf. Returns 0, or -1. */
+static int
+replay_read(struct zp_replay *rp, char *buf, size_t n)
+{
+	size_t	got = 0;
+	ssize_t	r;
+
+	while (got < n) {
+		r = read(rp->pipe.rfd, buf + got, n - got);
+		if (r > 0)
+			got += (size_t)r;
+		else if (r == -1 && errno == EINTR)
+			continue;
+		else
+			return -1;
+	}
+	return 0;
 }
 
 /*
@@ -128,10 +159,7 @@ replay_drop(struct zp_replay *rp, size_t k)
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			zp_replay_free(rp);
-			rp->start = rp->end;
-			rp->mcount = 0;
-			rp->known = 0;
+			replay_lose(rp);
 			return -1;
 		}
 		rp->start += (uint64_t)n;
@@ -153,19 +181,63 @@ zp_replay_reset(struct zp_replay *rp, uint64_t at, int at_boundary)
 }
 
 /*
- * The pipe said EAGAIN with bytes held: it is out of pieces. Drop the
- * oldest, a step at a time (a piece is freed only when all of it is
- * gone). Returns 0 while there may be room now, -1 when nothing is left
- * to drop and no pipe can be had.
+ * The pipe is out of pieces with `held` bytes in far fewer pages: read
+ * it out and write it back, so that each piece is a whole page again.
+ * Offsets and marks do not change. Returns 0, or -1 when the pipe failed
+ * (it is then closed: empty, at its end).
  */
 static int
-replay_squeeze(struct zp_replay *rp, size_t n)
+replay_compact(struct zp_replay *rp, size_t held)
+{
+	char	*buf;
+	size_t	 put = 0;
+	ssize_t	 r;
+
+	if ((buf = malloc(held)) == NULL)
+		return -1;	/* the pipe is as it was: drop instead */
+	if (replay_read(rp, buf, held) == -1)
+		goto fail;
+	/* The pipe is empty and holds `cap` >= held bytes of pages. */
+	while (put < held) {
+		r = write(rp->pipe.wfd, buf + put, held - put);
+		if (r > 0)
+			put += (size_t)r;
+		else if (r == -1 && errno == EINTR)
+			continue;
+		else
+			goto fail;
+	}
+	free(buf);
+	rp->compactions++;
+	return 0;
+fail:
+	free(buf);
+	replay_lose(rp);
+	return -1;
+}
+
+/*
+ * The pipe said EAGAIN with bytes held: it is out of pieces. Compact it
+ * when that frees a quarter of them or more (once a call: *compacted),
+ * else drop the oldest, a step at a time (a piece is freed only when all
+ * of it is gone). Returns 0 while there may be room now, -1 when nothing
+ * is left to drop and no pipe can be had.
+ */
+static int
+replay_squeeze(struct zp_replay *rp, size_t n, int *compacted)
 {
 	uint64_t	held = rp->end - rp->start;
 	size_t		step = n > 16384 ? n : 16384;
 
 	if (held == 0)
 		return -1;
+	if (!*compacted && held <= rp->cap - rp->cap / 4) {
+		*compacted = 1;
+		if (replay_compact(rp, (size_t)held) == 0)
+			return 0;
+		if (rp->pipe.rfd == -1)
+			return replay_open(rp);
+	}
 	if (step > held)
 		step = (size_t)held;
 	if (replay_drop(rp, step) == -1 && replay_open(rp) == -1)
@@ -189,6 +261,7 @@ zp_replay_copy(struct zp_replay *rp, const void *buf, size_t n)
 	const char	*p = buf;
 	ssize_t		 w;
 	size_t		 skip;
+	int		 compacted = 0;
 
 	if (n == 0)
 		return;
@@ -209,11 +282,12 @@ zp_replay_copy(struct zp_replay *rp, const void *buf, size_t n)
 			rp->end += (uint64_t)w;
 			p += w;
 			n -= (size_t)w;
+			compacted = 0;
 		} else if (w == -1 && errno == EINTR)
 			continue;
 		else if (w == -1 && errno == EAGAIN) {
 			/* Out of pieces (tee'd ones are not merged into). */
-			if (replay_squeeze(rp, n) == -1)
+			if (replay_squeeze(rp, n, &compacted) == -1)
 				break;
 		} else
 			break;
@@ -226,11 +300,17 @@ size_t
 zp_replay_tee(struct zp_replay *rp, int rfd, size_t n)
 {
 	ssize_t	t;
+	int	compacted = 0;
 
 	if (n == 0 || replay_open(rp) == -1)
 		return 0;
-	if (n > rp->window)
-		n = rp->window;
+	/*
+	 * What is tee'd counts in the window before it is delivered; when
+	 * the upstream stops taking bytes, all that was tee'd and not sent
+	 * would push delivered bytes out. Keep a step ahead of delivery.
+	 */
+	if (n > ZP_REPLAY_AHEAD(rp->window))
+		n = ZP_REPLAY_AHEAD(rp->window);
 	replay_room(rp, n);
 	for (;;) {
 		t = tee(rfd, rp->pipe.wfd, n, SPLICE_F_NONBLOCK);
@@ -246,7 +326,7 @@ zp_replay_tee(struct zp_replay *rp, int rfd, size_t n)
 		 * again; an empty pipe that refuses cannot be helped.
 		 */
 		if (t == -1 && errno == EAGAIN) {
-			if (replay_squeeze(rp, n) == -1)
+			if (replay_squeeze(rp, n, &compacted) == -1)
 				return 0;
 			continue;
 		}
@@ -321,10 +401,9 @@ int
 zp_replay_take(struct zp_replay *rp, enum zp_framing kind, uint64_t upto,
     char **bufp, size_t *len, uint64_t *from)
 {
-	size_t	held = (size_t)(rp->end - rp->start), got = 0, n, b;
+	size_t	held = (size_t)(rp->end - rp->start), n, b;
 	char	*buf = NULL;
-	ssize_t	r;
-	int	rc = -1;
+	int	rc = -1, read_out = 0;
 
 	*bufp = NULL;
 	*len = 0;
@@ -333,17 +412,11 @@ zp_replay_take(struct zp_replay *rp, enum zp_framing kind, uint64_t upto,
 		goto out;
 	if ((buf = malloc(held)) == NULL)
 		goto out;
-	while (got < held) {
-		r = read(rp->pipe.rfd, buf + got, held - got);
-		if (r > 0)
-			got += (size_t)r;
-		else if (r == -1 && errno == EINTR)
-			continue;
-		else {
-			errno = EIO;
-			goto out;
-		}
+	if (replay_read(rp, buf, held) == -1) {
+		errno = EIO;
+		goto out;
 	}
+	read_out = 1;
 	n = (size_t)(upto - rp->start);
 	if (replay_first(rp, kind, buf, n, &b) == -1)
 		goto out;
@@ -358,7 +431,7 @@ zp_replay_take(struct zp_replay *rp, enum zp_framing kind, uint64_t upto,
 out:
 	free(buf);
 	/* Read out, or of no use: empty, at where the stream goes on. */
-	if (got < held)
+	if (!read_out)
 		zp_replay_free(rp);
 	rp->start = rp->end = rc == 0 ? *from : upto;
 	rp->mcount = 0;

@@ -16,8 +16,13 @@
  * duplicates the page references of its data pipe into it with tee(2)
  * (nothing is copied), copy mode writes what it sent into it. The oldest
  * bytes are dropped by splicing them to /dev/null. A pipe holds at most
- * capacity/4096 pieces, whatever their size, so in splice mode a stream
- * of small segments may keep less than `window` bytes.
+ * capacity/4096 pieces, whatever their size, and a tee'd piece is what
+ * splice read (often one small segment): when the pieces run out first,
+ * the store is compacted (read out and written back whole pages, a copy
+ * of what it holds) while that frees a quarter of them or more, and
+ * only then drops its oldest bytes. So it keeps at least 3/4 of the
+ * window (or of its pipe, made 4 x window where the process may) however
+ * small the segments; a stream of full pages is never copied.
  *
  * Stream offsets are those of the direction's zp_dframe: the replay
  * holds [start, end), and every byte delivered either goes in at `end`
@@ -39,6 +44,8 @@
 struct zp_replay {
 	struct zp_pipe	 pipe;		/* made at the first byte kept */
 	size_t		 window;	/* --replay-window */
+	size_t		 cap;		/* the pipe's capacity, in bytes */
+	uint64_t	 compactions;	/* times its pieces were rewritten */
 	int		 devnull;	/* the context's, to drop bytes into */
 	uint64_t	 start;		/* offset of the first byte held */
 	uint64_t	 end;		/* one past the last */
@@ -74,10 +81,15 @@ int	zp_replay_pipe(size_t window, struct zp_pipe *p);
 /* Copy mode: the n bytes at buf were just delivered: keep them. */
 void	zp_replay_copy(struct zp_replay *, const void *buf, size_t n);
 
+/* The most splice mode keeps ahead of delivery: an eighth of the window. */
+#define ZP_REPLAY_AHEAD(w)	((w) / 8 > 0 ? (w) / 8 : 1)
+
 /*
  * Splice mode, before a flush of the data pipe rfd that holds n bytes
  * none of which were kept yet: duplicate as many of them as the window
- * takes (tee(2), page references only) and return how many. The flush
+ * takes, at most ZP_REPLAY_AHEAD (what is kept and not yet sent takes
+ * room from what was), with tee(2), page references only, and return
+ * how many. The flush
  * must then send at most that many, so that the head of the data pipe
  * is again bytes not kept. 0: none could be (the bytes then go out
  * unkept, and the caller says so with zp_replay_reset()).

@@ -3,20 +3,20 @@
 # 4): a bounded fault-injection run over every seam of a log stream at
 # once.
 #
-# NOT IN THE SUITE YET: it fails today, on zproxy bugs it found (December
-# 2026), and stays out of TESTS and .ci/run until they are fixed (run it
-# by hand: make check TESTS=tests/integration/attack.sh):
-#   1. a --max-lifetime move whose new upstream fails at once moves back
-#      with replayed=0 and cut>0: what the new one had not acknowledged
-#      is lost (about 81 messages a time), though a replay window is on;
-#   2. a stall move replays less than was unacknowledged in splice mode
-#      (unacked=353986 replayed=232353): small spliced messages fill the
-#      replay pipe by pieces before bytes (replay.h says so);
-#   3. copy mode: once, a mirror line was a cut message merged with a
-#      later one of the same connection;
-#   4. one short run lost 6,767 messages with no cut move behind it.
-# ThreadSanitizer's run of it passed once (splice); ASan's lost 500 to
-# 1,008 messages in each of 4 runs.
+# What it found when it was written (December 2026), each fixed and
+# guarded by a test of its own since:
+#   1. a --max-lifetime move whose new upstream failed at once moved back
+#      with cut>0 replayed=0, and 2. a stall move replayed less than was
+#      unacknowledged (unacked=353986 replayed=105170), and 4. one run
+#      lost 6,767 messages with no cut move behind it: in splice mode the
+#      replay window tee'd the whole data pipe ahead of delivery, so a
+#      stalled upstream's full pipe pushed out the bytes it had been sent
+#      (test_replay's test_tee_ahead), and small spliced pieces filled
+#      the replay pipe long before its bytes did (test_tee_small);
+#   3. a mirror line was a cut message merged with a later one of the
+#      same connection: a live stream that went to the spool kept its
+#      mirror streams, which never saw the bytes the spool's writer read
+#      (spool.sh j's mirror check).
 # zproxy runs with --threads 2 --framing lf --replay-window 1M (the
 # largest pipe the kernel gives: fs.pipe-max-size) --stall-timeout 2
 # --max-lifetime 3 --drain-timeout 3 --fail-timeout 1 --max-fails 1,
@@ -62,13 +62,6 @@
 # A takeover mid-run (takeover.sh) is not part of the attack: the old
 # zproxy's long-lived streams would be cut at its drain deadline, which
 # is documented, so no client could read its EOF.
-# When it was written (December 2026) d. failed in splice mode under
-# ASan in every run: a max-lifetime move whose new upstream fails within
-# milliseconds ("Broken pipe", the collector read nothing of it) moves on
-# with cut>0 replayed=0, and what it had sent there (~48 KB) is lost; a
-# stall move replayed ~121 KB less than was unacknowledged; and in copy
-# mode c. failed: one mirror line was a cut message merged with a later
-# one of the same connection. The test says so; it is not loosened.
 # ZP_ATTACK_SECONDS, ZP_ATTACK_CONNS, ZP_ATTACK_MSGS override the bounds,
 # ZP_ATTACK_SEED the sender's seed (noted);
 # ZP_ATTACK_KEEP=DIR keeps the test's files.

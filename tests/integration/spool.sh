@@ -79,7 +79,14 @@
 #      rsyslog comes back on its port: the files go to it and every
 #      stream goes live again; then the sender goes on, reads each
 #      connection to EOF, and every one of the 20,000 messages is at
-#      rsyslog (either run) at least once, whole.
+#      rsyslog (either run) at least once, whole. A --mirror (a mini
+#      collector) had each stream: the spool's writer reads the client
+#      where no mirror follows, so each mirror stream ends when its
+#      stream spools (zproxy_mirror_dropped_total reaches 10 then, not
+#      later) at a message boundary: the mirror's files hold whole
+#      messages only, each connection's a run without a gap (it was a
+#      gap, and once a cut message merged with a later one, in
+#      attack.sh).
 # ZP_SPOOL_CASES (default "a b c d e f g h i j") runs only the subcases named.
 # Both modes. (d1 is skipped, with a note, where a tmpfs cannot be
 # mounted: it needs root.)
@@ -870,27 +877,34 @@ case_startup() {
 # 32, section 2).
 case_live() {
 	local mode=$1 name=j-$mode what up down conns=10 msgs=2000 k=500 rc
-	local alog1 alog2 spooled
+	local alog1 alog2 spooled mport mdrop
 	what="$mode: live streams spooled when every collector is down"
 	set_mode "$mode"
 	up=$(free_port -b 127.0.0.1) || fail "zp-peer port failed"
 	down=$(free_port -b 127.0.0.1) || fail "zp-peer port failed"
+	mport=$(free_port -b 127.0.0.1) || fail "zp-peer port failed"
+	mdrop="zproxy_mirror_dropped_total{mirror=\"127.0.0.1:$mport\"}"
 	start_collector rsyslog "$name-1" "$up"
 	local cpid=$C_PID
 	alog1=$C_LOG
+	collect "$name-m" "$mport"
+	local mpid=$COL_PID
 	spool_dir "$name.spool"
 	spool_zproxy "$SDIR" "$up" -u "127.0.0.1:$down" --framing lf \
-	    --balance first --replay-window 1M
+	    --balance first --replay-window 1M --mirror "127.0.0.1:$mport"
 	send_bg "$name" "$conns" "$msgs" 2000 lf --pause-at "$k" \
 	    --go "$T/$name.go"
 	wait_line "$T/$name.send.out" '^paused$' 30 "$SEND_PID" >/dev/null ||
 		fail "$what: zp-logsend did not pause: $(tail -n 1 "$T/$name.send.err")"
+	stats_scrape
+	stats_is "$mdrop" 0 "$what: the mirror before the kill"
 	ours "$cpid" || fail "$what: rsyslog is not ours"
 	kill -KILL "$cpid"
 	zp_wait_exit "$cpid" 5 >/dev/null 2>&1
 	# Every stream fails over to nothing (the clients are paused: the
-	# collector's end tells), and spools, connected.
+	# collector's end tells), and spools, connected; its mirror ends.
 	wait_metric zproxy_spool_streams == "$conns" 30 "$what: every stream spooling"
+	wait_metric "$mdrop" == "$conns" 10 "$what: every mirror stream ended as its stream spooled"
 	! grep -q 'could not move' "$ZLOG" ||
 		fail "$what: $(grep -m 1 'could not move' "$ZLOG")"
 	spooled=$(grep -c 'spooling client' "$ZLOG")
@@ -916,6 +930,13 @@ case_live() {
 		fail "$what: $(cat "$T/$name.verify.out") $(grep -v '^zp-logsend: duplicate' "$T/$name.verify.err" | head -n 3 | tr '\n' ' ')"
 	note "$what: $(head -n 1 "$T/$name.verify.out")"
 	ok "$what: $conns streams spooled, none cut, all live again, and every message of the $((conns * msgs)) at rsyslog at least once: $(head -n 1 "$T/$name.verify.out")"
+	# The mirror: whole messages, a run without a gap a connection.
+	zp_stop "$mpid"
+	"$ZP_LOGSEND" verify -v --conns "$conns" --msgs "$msgs" --raw \
+	    --runs "$T/$name-m"/conn-*.raw >"$T/$name-m.verify.out" \
+	    2>"$T/$name-m.verify.err" ||
+		fail "$what: the mirror's files: $(cat "$T/$name-m.verify.out") $(grep -v '^zp-logsend: \(missing\|duplicate\)' "$T/$name-m.verify.err" | head -n 3 | tr '\n' ' ')"
+	ok "$what: the mirror's ${conns} streams ended as they spooled, whole messages only, each a run: $(head -n 1 "$T/$name-m.verify.out")"
 }
 
 # ZP_SPOOL_CASES: the subcases to run (default all: "a b c d e f g h i").

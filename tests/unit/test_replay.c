@@ -275,6 +275,104 @@ test_slide(void **state)
 	close(fd);
 }
 
+/*
+ * Splice mode, a stream of small segments: each tee'd segment takes a
+ * piece of the pipe, and a pipe of the window's size has window/4096 of
+ * them. The store still keeps 3/4 of the window (compacting its pieces
+ * into pages), not 256 segments: what a stalled collector did not
+ * acknowledge (up to half the window: its send buffer) is there to go
+ * again. The data pipe is a packet pipe (O_DIRECT) so that each write is
+ * a piece of its own, as each segment splice reads from a socket is.
+ */
+static void
+test_tee_small(void **state)
+{
+	struct zp_replay	 rp;
+	uint64_t		 from, off = 0;
+	int			 fd = devnull(), rc, p[2], i;
+	char			 seg[200], *s, *want;
+	size_t			 window = 256 * 1024, n, total = 4 * window;
+
+	(void)state;
+	assert_int_equal(pipe2(p, O_NONBLOCK | O_DIRECT), 0);
+	assert_non_null(want = malloc(total));
+	/* not roomy: a pipe of the window's size, 64 pieces */
+	zp_replay_init(&rp, window, fd, 0);
+	for (i = 0; off + sizeof(seg) <= total; i++) {
+		memset(seg, 'a' + i % 26, sizeof(seg));
+		n = (size_t)snprintf(seg, sizeof(seg), "%d ", i);
+		seg[n] = 'x';
+		seg[sizeof(seg) - 1] = '\n';
+		assert_int_equal(write(p[1], seg, sizeof(seg)), sizeof(seg));
+		assert_int_equal(zp_replay_tee(&rp, p[0], sizeof(seg)),
+		    sizeof(seg));
+		assert_int_equal(read(p[0], want + off, sizeof(seg)),
+		    sizeof(seg));
+		off += sizeof(seg);
+		assert_true(rp.end - rp.start <= window);
+	}
+	assert_int_equal(rp.end, off);
+	assert_true(rp.end - rp.start >= window - window / 4 - 16384);
+	assert_true(rp.compactions > 0);
+	s = take(&rp, ZP_FRAMING_LF, off, &from, &rc);
+	assert_int_equal(rc, 0);
+	assert_true(off - from >= window - window / 4 - 16384);
+	assert_int_equal(strlen(s), off - from);
+	assert_memory_equal(s, want + from, off - from);
+	free(s);
+	free(want);
+	zp_replay_free(&rp);
+	close(p[0]);
+	close(p[1]);
+	close(fd);
+}
+
+/*
+ * Splice mode, an upstream that stopped reading: the data pipe fills
+ * and the flush sends nothing. What the replay keeps ahead of delivery
+ * is an eighth of the window, so the bytes delivered and not
+ * acknowledged are still there for the move; they were all pushed out
+ * when a whole pipe could be tee'd ahead.
+ */
+static void
+test_tee_ahead(void **state)
+{
+	struct zp_replay	 rp;
+	uint64_t		 from, off = 0;
+	int			 fd = devnull(), rc, p[2];
+	char			 line[64], *s, big[64 * 1024];
+	size_t			 window = 64 * 1024, n, t;
+
+	(void)state;
+	assert_int_equal(pipe2(p, O_NONBLOCK), 0);
+	assert_true(fcntl(p[1], F_SETPIPE_SZ, 1 << 20) >= 1 << 20);
+	zp_replay_init(&rp, window, fd, 1);
+	/* A window's worth delivered: tee'd, then sent by the flush. */
+	while (off < window) {
+		n = (size_t)snprintf(line, sizeof(line), "delivered %llu\n",
+		    (unsigned long long)off);
+		assert_int_equal(write(p[1], line, n), n);
+		assert_int_equal(zp_replay_tee(&rp, p[0], n), n);
+		assert_int_equal(read(p[0], big, n), n);
+		off += n;
+	}
+	/* The upstream stalls: the pipe holds 64 KiB that cannot go. */
+	memset(big, 'w', sizeof(big));
+	assert_int_equal(write(p[1], big, sizeof(big)), sizeof(big));
+	t = zp_replay_tee(&rp, p[0], sizeof(big));
+	assert_true(t > 0 && t <= window / 8);
+	/* The move: delivered up to off, all of it but the ahead step. */
+	s = take(&rp, ZP_FRAMING_LF, off, &from, &rc);
+	assert_int_equal(rc, 0);
+	assert_true(off - from >= window - window / 8 - 64);
+	assert_memory_equal(s, "delivered ", 10);
+	free(s);
+	zp_replay_free(&rp);
+	close(p[0]);
+	close(p[1]);
+	close(fd);
+}
+
 /* The start-up check: a pipe of the window's size, or EPERM-like. */
 static void
 test_pipe(void **state)
@@ -326,6 +424,8 @@ main(void)
 		cmocka_unit_test(test_octet_marks),
 		cmocka_unit_test(test_reset),
 		cmocka_unit_test(test_tee),
+		cmocka_unit_test(test_tee_small),
+		cmocka_unit_test(test_tee_ahead),
 		cmocka_unit_test(test_slide),
 		cmocka_unit_test(test_pipe),
 		cmocka_unit_test(test_no_pipe),
