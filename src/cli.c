@@ -462,8 +462,8 @@ zp_config_usage(FILE *fp, const char *prog)
 "  -V, --version              show the version and exit\n"
 "\n"
 "Sizes take K, M or G suffixes (powers of 1024). An option that takes a\n"
-"value is given once, except -l, -u, --allow, --deny, --proxy-from and\n"
-"--allow-dst.\n",
+"value is given once, except -l, -u, --mirror, --allow, --deny,\n"
+"--proxy-from and --allow-dst.\n",
 	    prog);
 }
 

@@ -14,8 +14,12 @@
  * wait: they wait only in their event loops.
  */
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <errno.h>
 #include <fcntl.h>
+#include <paths.h>
 #include <pthread.h>
 #include <signal.h>
 #include <math.h>
@@ -272,8 +276,58 @@ buf_conn(struct log_buf *b, const struct zp_conn_record *r)
 }
 
 /*
+ * Can syslog(3) reach a daemon on _PATH_LOG (/dev/log)? Tries what glibc
+ * tries, a datagram socket, then a stream one. Returns 0, or an errno
+ * value (ENOENT: no /dev/log; ECONNREFUSED: nobody reads it).
+ */
+static int
+log_syslog_probe(void)
+{
+	struct sockaddr_un	 sun;
+	int			 fd, e = 0, types[] = { SOCK_DGRAM, SOCK_STREAM };
+	size_t			 i;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	strncpy(sun.sun_path, _PATH_LOG, sizeof(sun.sun_path) - 1);
+	for (i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		if ((fd = socket(AF_UNIX, types[i] | SOCK_CLOEXEC, 0)) == -1)
+			return errno;
+		e = connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1 ?
+		    errno : 0;
+		close(fd);
+		if (e != EPROTOTYPE)
+			break;
+	}
+	return e;
+}
+
+/*
+ * With syslog down, is it back? Asks /dev/log at most once a second.
+ * Returns 1 when lines may go to syslog(3) again.
+ */
+static int
+log_syslog_back(struct zp_log *lg)
+{
+	struct timespec	now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (now.tv_sec - lg->syslog_tried.tv_sec < 1 ||
+	    (now.tv_sec - lg->syslog_tried.tv_sec == 1 &&
+	    now.tv_nsec < lg->syslog_tried.tv_nsec))
+		return 0;
+	lg->syslog_tried = now;
+	if (log_syslog_probe() != 0)
+		return 0;
+	lg->syslog_down = 0;
+	return 1;
+}
+
+/*
  * Send a finished line (len bytes, newline included unless syslog) to
- * the sink. Failures are dropped: there is nowhere left to report them.
+ * the sink. Failures are dropped: there is nowhere left to report them;
+ * only lines for a /dev/log nobody listens on are counted (syslog(3)
+ * says nothing of them).
  */
 static void
 log_write(struct zp_log *lg, int level, const char *line, size_t len)
@@ -283,6 +337,11 @@ log_write(struct zp_log *lg, int level, const char *line, size_t len)
 
 	switch (lg->sink) {
 	case ZP_LOG_SYSLOG:
+		if (lg->syslog_down && !log_syslog_back(lg)) {
+			__atomic_add_fetch(&lg->dropped, 1, __ATOMIC_RELAXED);
+			lg->syslog_lost++;
+			break;
+		}
 		syslog(level_priority(level), "%s", line);
 		break;
 	case ZP_LOG_FILE:
@@ -559,6 +618,18 @@ zp_log_open(struct zp_log *lg, const char *path, int use_syslog, int json,
 		lg->live = 1;
 	} else if (use_syslog) {
 		log_close_sink(lg);
+		/*
+		 * Said here, on stderr, once: from now on the log is syslog,
+		 * and where nothing listens there nobody would hear it.
+		 */
+		if ((e = log_syslog_probe()) != 0) {
+			fprintf(stderr, "zproxy: --syslog: %s: %s: log lines "
+			    "are dropped, counted in zproxy_log_dropped_total, "
+			    "until a syslog daemon listens there\n", _PATH_LOG,
+			    strerror(e));
+			lg->syslog_down = 1;
+			clock_gettime(CLOCK_MONOTONIC, &lg->syslog_tried);
+		}
 		/* LOG_NDELAY: connect now, while /dev/log is reachable. */
 		openlog("zproxy", LOG_PID | LOG_NDELAY, LOG_DAEMON);
 		lg->sink = ZP_LOG_SYSLOG;
@@ -645,12 +716,24 @@ log_report_lost(struct zp_log *lg)
 	uint64_t	n;
 
 	n = __atomic_load_n(&lg->dropped, __ATOMIC_RELAXED) - lg->reported;
-	if (n == 0)
+	/* Told once syslog is back; said into the void it would be lost. */
+	if (n == 0 || lg->syslog_down)
 		return;
 	lg->reported += n;
+	/* Not filtered: the lines it counts passed the filter. */
+	if (lg->syslog_lost > 0) {
+		snprintf(msg, sizeof(msg), "log: %llu lines dropped: nothing "
+		    "listened on %s", (unsigned long long)lg->syslog_lost,
+		    _PATH_LOG);
+		n -= lg->syslog_lost;
+		lg->syslog_lost = 0;
+		len = log_format(lg, ZP_LOG_WARN, msg, NULL, line);
+		log_write(lg, ZP_LOG_WARN, line, len);
+	}
+	if (n == 0)
+		return;
 	snprintf(msg, sizeof(msg), "log: %llu lines dropped: the log could "
 	    "not keep up", (unsigned long long)n);
-	/* Not filtered: the lines it counts passed the filter. */
 	len = log_format(lg, ZP_LOG_WARN, msg, NULL, line);
 	log_write(lg, ZP_LOG_WARN, line, len);
 }

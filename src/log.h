@@ -60,6 +60,15 @@ struct zp_log {
 	size_t		 used;		/* bytes queued */
 	uint64_t	 dropped;	/* lines the full queue refused (atomic) */
 	uint64_t	 reported;	/* of those, told in the log (its thread) */
+	/*
+	 * --syslog with nothing listening on /dev/log: syslog(3) would drop
+	 * every line without a word. Such lines count in dropped instead,
+	 * and /dev/log is tried again at most once a second (CLOCK_MONOTONIC)
+	 * by whoever writes: the log thread, or callers before it runs.
+	 */
+	int		 syslog_down;
+	struct timespec	 syslog_tried;
+	uint64_t	 syslog_lost;	/* of dropped, while it was down */
 	int		 live;		/* has a sink: stderr, file, syslog */
 	FILE		*fp;		/* stderr, or the file; NULL: syslog */
 	int		 level;		/* highest level written */

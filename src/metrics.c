@@ -554,7 +554,8 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	    st->stats_timeouts);
 	single_u64(&r, "zproxy_log_dropped_total", "counter",
 	    "Log lines dropped because the log thread could not keep up (a "
-	    "slow disk, a blocked /dev/log); the log says how many once it "
+	    "slow disk, a blocked /dev/log) or, with --syslog, because "
+	    "nothing listened on /dev/log; the log says how many once it "
 	    "can.", ctx->log != NULL ? zp_log_dropped(ctx->log) : 0);
 
 	cpu_time(&cpu);

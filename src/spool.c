@@ -204,18 +204,21 @@ zp_spool_name(char *buf, size_t len, uint64_t ms,
     const struct zp_addr *client, uint64_t conn, unsigned seq,
     const char *suffix)
 {
-	const struct sockaddr_in	*s4 = (const void *)&client->ss;
-	const struct sockaddr_in6	*s6 = (const void *)&client->ss;
+	struct zp_addr			 c = *client;
+	const struct sockaddr_in	*s4 = (const void *)&c.ss;
+	const struct sockaddr_in6	*s6 = (const void *)&c.ss;
 	char				 h[INET6_ADDRSTRLEN] = "unknown";
 	unsigned			 port = 0;
 	time_t				 t = (time_t)(ms / 1000);
 	struct tm			 tm;
 	int				 n;
 
-	if (client->len > 0 && client->ss.ss_family == AF_INET) {
+	/* As the header writes it: a dual-stack listener's IPv4 client. */
+	zp_addr_unmap(&c);
+	if (c.len > 0 && c.ss.ss_family == AF_INET) {
 		inet_ntop(AF_INET, &s4->sin_addr, h, sizeof(h));
 		port = ntohs(s4->sin_port);
-	} else if (client->len > 0 && client->ss.ss_family == AF_INET6) {
+	} else if (c.len > 0 && c.ss.ss_family == AF_INET6) {
 		inet_ntop(AF_INET6, &s6->sin6_addr, h, sizeof(h));
 		port = ntohs(s6->sin6_port);
 	}

@@ -29,7 +29,12 @@
 #      /dev/log is a socat datagram socket, the lines arrive there with
 #      ident zproxy[PID] and facility daemon (<29> notice, <30> info).
 #      Without unshare or socat, or where the namespace cannot be made,
-#      the first half passes and the second is a SKIP (so is the test).
+#      the first half passes and the second is a SKIP (so is the test);
+#   g. --syslog where /dev/log is missing (the same namespace, before
+#      socat listens): one warning on stderr at start-up, the lines
+#      counted in zproxy_log_dropped_total; once socat listens, lines
+#      reach it again, among them "log: N lines dropped: nothing
+#      listened on /dev/log" (daemon.warning) with N the counter's value.
 # json runs in both modes; the rest in the first of $MODES.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
@@ -365,6 +370,9 @@ use_syslog() {
 	kill -TERM "$ZPID"
 	zp_wait_exit "$ZPID" 10 || fail "$what: zproxy's exit status after SIGTERM: $?"
 	ZPID=
+	# Without a /dev/log of our own, the host's may be missing: that
+	# one warning is what zproxy must say then (g. checks it).
+	[ "$private" = 1 ] || sed -i '1{/^zproxy: --syslog: \/dev\/log: .*until a syslog daemon listens there$/d}' "$ZLOG"
 	[ -s "$ZLOG" ] && fail "$what: zproxy wrote to stderr: $(head -n 3 "$ZLOG")"
 	if [ "$private" = 0 ]; then
 		ok "$what: serves byte-exact, nothing on stderr"
@@ -381,6 +389,62 @@ use_syslog() {
 	ok "$what: serves byte-exact, nothing on stderr; /dev/log got 'listening on' (<29> daemon.notice), 2 conn lines (<30> daemon.info), 'stopping:' with ident zproxy[$zpid]"
 }
 
+# g. --syslog where /dev/log is missing (a private one, not there yet).
+# dropped_total: zproxy_log_dropped_total from a scrape of $SP.
+dropped_total() {
+	curl -sS -m 5 "http://127.0.0.1:$SP/metrics" 2>/dev/null |
+		awk '$1 == "zproxy_log_dropped_total" { print $2 }'
+}
+
+syslog_down() {
+	local what="--syslog without /dev/log" n deadline line
+	syslog_ns || { skip "$what: $SYSLOG_WHY"; return 0; }
+	rm -f "$T/devlog"
+	server g-up
+	SP=$(free_port) || fail "zp-peer port failed"
+	start_port "" -v -m "$mode" -u "127.0.0.1:$PEER_PORT" --syslog \
+	    --stats "127.0.0.1:$SP"
+	ZP_WRAP=()
+	wait_port "$SP" 10 || fail "$what: --stats does not listen"
+	[ "$(grep -c . "$ZLOG")" = 1 ] &&
+		grep -qx 'zproxy: --syslog: /dev/log: No such file or directory: log lines are dropped, counted in zproxy_log_dropped_total, until a syslog daemon listens there' "$ZLOG" ||
+		fail "$what: want one warning on stderr, got: $(head -n 3 "$ZLOG")"
+	xfer "$what"
+	xfer "$what"
+	# the start-up lines and the two conn= lines, counted
+	deadline=$(( $(now_ms) + 5000 ))
+	until n=$(dropped_total) && [ "${n:-0}" -ge 3 ]; do
+		[ "$(now_ms)" -lt "$deadline" ] ||
+			fail "$what: zproxy_log_dropped_total is '$n', want 3 or more"
+		sleep 0.05
+	done
+	# A syslog daemon comes: zproxy tries /dev/log again (at most once
+	# a second, when it has a line), and says what it lost.
+	zp_bg syslogd socat -u UNIX-RECV:"$T/devlog" STDOUT
+	deadline=$(( $(now_ms) + 5000 ))
+	until [ -S "$T/devlog" ]; do
+		[ "$(now_ms)" -lt "$deadline" ] ||
+			fail "$what: socat did not make $T/devlog: $(cat "$T/syslogd.err")"
+		sleep 0.02
+	done
+	chmod 0777 "$T/devlog"
+	zp_user_dir "$T/devlog"
+	deadline=$(( $(now_ms) + 10000 ))
+	until grep -q 'lines dropped: nothing listened on /dev/log' "$T/syslogd.out"; do
+		[ "$(now_ms)" -lt "$deadline" ] ||
+			fail "$what: no 'lines dropped' line once /dev/log came: $(head -c 600 "$T/syslogd.out")"
+		xfer "$what"
+	done
+	line=$(sed 's/<[0-9]\{1,3\}>/\n&/g' "$T/syslogd.out" | grep -m1 'lines dropped')
+	n=$(dropped_total)
+	echo "$line" | grep -Eq "^<28>.*zproxy\[$ZPID\]: log: $n lines dropped: nothing listened on /dev/log\$" ||
+		fail "$what: want '<28>... log: $n lines dropped: nothing listened on /dev/log' (N = zproxy_log_dropped_total), got: $line"
+	stop_at "$what" "$T/syslogd.out"
+	ZPID=
+	[ "$(grep -c . "$ZLOG")" = 1 ] || fail "$what: more on stderr: $(head -n 3 "$ZLOG")"
+	ok "$what: one warning on stderr at start-up; $n lines counted in zproxy_log_dropped_total; once /dev/log answered, lines reached it, with 'log: $n lines dropped: nothing listened on /dev/log' (daemon.warning)"
+}
+
 mode=${MODES%% *}
 subcase log_file
 subcase log_reopen_fails
@@ -393,5 +457,6 @@ subcase stats
 subcase rate_limit
 subcase rate_limit_verbose
 subcase use_syslog
+subcase syslog_down
 
 zp_done

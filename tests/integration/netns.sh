@@ -100,7 +100,7 @@ zp_netns_topology() {
 
 # zp_netns_local_routes: on the proxy host, deliver packets marked 1 to
 # local sockets whatever their destination (TPROXY, and the return path
-# of --source client): the policy route of README's recipes.
+# of --source client): the policy route of docs/TRANSPARENT.md's recipes.
 zp_netns_local_routes() {
 	local out
 	out=$( {

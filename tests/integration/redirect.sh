@@ -1,6 +1,6 @@
 #!/bin/bash
 # redirect.sh - zproxy -u original behind nft `redirect` rules (NAT), on
-# a private three-host network (netns.sh), as README's recipe has it:
+# a private three-host network (netns.sh), as docs/TRANSPARENT.md's recipe has it:
 #   a. OUTPUT (nat, hook output): a client on the proxy host itself,
 #      from 10.9.0.1 (fd09::1), connects to the server's 10.10.0.2:514
 #      (fd10::2); the rule redirects it to zproxy, which recovers the

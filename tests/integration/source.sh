@@ -8,7 +8,7 @@
 #      --balance first): the IPv4 one relays, nothing is marked down, and
 #      with only the other family the pair ends end=source-family;
 #   b. --source client in front of rsyslog (imtcp, %fromhost-ip%) in zs,
-#      with the return path of README's recipe (nft socket transparent,
+#      with the return path of docs/TRANSPARENT.md's recipe (nft socket transparent,
 #      the fwmark rule, the local route, both families): messages from
 #      10.9.0.2, 10.9.0.3, fd09::2 and fd09::3 through one dual-stack
 #      listener (IPv4 clients v4-mapped there) arrive attributed to those
@@ -61,7 +61,7 @@ out=$( {
 	ip -n zc addr add fd09::3/64 dev zc0 nodad
 } 2>&1 ) || fail "cannot add the second addresses: $out"
 
-# README's recipe for the return path of --source client, verbatim.
+# docs/TRANSPARENT.md's recipe for the return path of --source client, verbatim.
 return_path() {
 	nft -f - <<-'EOF' &&
 	table inet zproxy {

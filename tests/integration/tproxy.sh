@@ -1,7 +1,7 @@
 #!/bin/bash
 # tproxy.sh - zproxy --tproxy behind an nft tproxy rule, on a private
 # three-host network (netns.sh: client zc, this shell the proxy, server
-# zs), as README's recipe has it:
+# zs), as docs/TRANSPARENT.md's recipe has it:
 #   a. a client in zc connects to 198.51.100.9:514 (2001:db8::9 for IPv6),
 #      an address nobody owns; the proxy host's prerouting rule diverts it
 #      to zproxy, which relays it to its -u upstream in zs: an echo of

@@ -24,8 +24,10 @@
 /* Keep syslog(3) a plain function here, not an inline wrapper. */
 #undef _FORTIFY_SOURCE
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -33,6 +35,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <paths.h>
 #include <pthread.h>
 #include <regex.h>
 #include <stdarg.h>
@@ -140,6 +143,32 @@ __syslog_chk(int pri, int flag, const char *fmt, ...)
 	va_end(ap);
 }
 
+/*
+ * /dev/log as log.c's probe finds it: 0, a daemon listens there (the
+ * probe's connect succeeds, without a socket behind it), or the errno
+ * its connect fails with. Reset to 0 by fx_setup. Only connects to
+ * _PATH_LOG land here: glibc's own openlog/syslog call an internal
+ * connect that this does not replace.
+ */
+static int	devlog_errno;
+
+int
+connect(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	const struct sockaddr_un	*sun = (const void *)sa;
+	int				(*real)(int, const struct sockaddr *,
+					    socklen_t);
+
+	if (sa->sa_family == AF_UNIX && strcmp(sun->sun_path, _PATH_LOG) == 0) {
+		if (devlog_errno == 0)
+			return 0;
+		errno = devlog_errno;
+		return -1;
+	}
+	*(void **)&real = libc_fn("connect");
+	return real(fd, sa, len);
+}
+
 /* Per-test state: a temporary directory, a log file in it, a logger. */
 struct fx {
 	char		dir[64];
@@ -186,6 +215,7 @@ fx_setup(void **state)
 	}
 	snprintf(fx->path, sizeof(fx->path), "%s/zproxy.log", fx->dir);
 	zp_log_init(&fx->lg, stderr, ZP_LOG_DEBUG);
+	devlog_errno = 0;
 	memset(&sl, 0, sizeof(sl));
 	*state = fx;
 	return 0;
@@ -1365,6 +1395,68 @@ test_syslog(void **state)
 	assert_int_equal(count_lines(fx_read(fx, fx->path)), 1);
 }
 
+/*
+ * --syslog where nothing listens on /dev/log: a warning on stderr at
+ * the open, lines never handed to syslog(3) but counted as dropped;
+ * once /dev/log answers (tried at most once a second) lines go again,
+ * and the log thread says how many were lost.
+ */
+static void
+test_syslog_down(void **state)
+{
+	struct fx	*fx = *state;
+	char		 p[PATH_MAX];
+	FILE		*err;
+	int		 saved, i;
+
+	snprintf(p, sizeof(p), "%s/stderr", fx->dir);
+	assert_non_null(err = fopen(p, "w+"));
+	fflush(stderr);
+	saved = dup(2);
+	dup2(fileno(err), 2);
+	devlog_errno = ENOENT;
+	assert_int_equal(zp_log_open(&fx->lg, NULL, 1, 0, fx->err,
+	    sizeof(fx->err)), 0);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	fclose(err);
+	assert_string_equal(fx_read(fx, p), "zproxy: --syslog: " _PATH_LOG
+	    ": No such file or directory: log lines are dropped, counted in "
+	    "zproxy_log_dropped_total, until a syslog daemon listens there\n");
+	if (fx->threaded)
+		assert_int_equal(zp_log_start(&fx->lg, fx->err,
+		    sizeof(fx->err)), 0);
+	for (i = 0; i < 3; i++)
+		zp_log(&fx->lg, ZP_LOG_NOTICE, "lost %d", i);
+	zp_log_flush(&fx->lg);
+	assert_int_equal(sl.n, 0);
+	assert_int_equal(zp_log_dropped(&fx->lg), 3);
+
+	/* Back, but not tried again within the second: still dropped. */
+	devlog_errno = 0;
+	zp_log(&fx->lg, ZP_LOG_NOTICE, "lost 3");
+	zp_log_flush(&fx->lg);
+	assert_int_equal(sl.n, 0);
+	assert_int_equal(zp_log_dropped(&fx->lg), 4);
+
+	/* A second later it is tried, and the line goes. */
+	fx->lg.syslog_tried.tv_sec -= 2;
+	zp_log(&fx->lg, ZP_LOG_NOTICE, "delivered");
+	zp_log_flush(&fx->lg);
+	assert_int_equal(zp_log_dropped(&fx->lg), 4);
+	assert_true(sl.n >= 1);
+	assert_string_equal(sl.msg[0], "delivered");
+	if (fx->threaded) {
+		assert_int_equal(sl.n, 2);
+		assert_string_equal(sl.msg[1], "log: 4 lines dropped: nothing "
+		    "listened on " _PATH_LOG);
+		assert_int_equal(sl.pri[1], LOG_WARNING);
+	}
+	zp_log_stop(&fx->lg);
+	zp_log_close(&fx->lg);
+}
+
 /* Logging leaves errno as it was: a caller may still look at it. */
 static void
 test_errno_kept(void **state)
@@ -1671,6 +1763,7 @@ main(void)
 		T(test_rate_limit_failed_conns),
 		T(test_escape),
 		T(test_syslog),
+		T(test_syslog_down),
 		T(test_errno_kept),
 		T(test_no_interleave),
 		/* Again through the log thread's queue. */
@@ -1685,6 +1778,7 @@ main(void)
 		TT(test_rate_limit),
 		TT(test_rate_limit_failed_conns),
 		TT(test_errno_kept),
+		TT(test_syslog_down),
 		TT(test_queue_threads),
 		TT(test_queue_reopen),
 		cmocka_unit_test(test_queue_blocked_sink),

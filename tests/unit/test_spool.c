@@ -194,6 +194,7 @@ static void
 test_names(void **state)
 {
 	struct zp_addr	c = v4("192.0.2.7", 50350), c6 = v6("::1", 9);
+	struct zp_addr	cm = v6("::ffff:192.0.2.7", 50350);
 	char		a[ZP_SPOOL_NAME_MAX], b[ZP_SPOOL_NAME_MAX];
 	char		small[20];
 
@@ -212,6 +213,11 @@ test_names(void **state)
 	assert_int_equal(zp_spool_name(a, sizeof(a), 0, &c6, 1, 999999,
 	    "partial"), 0);
 	assert_string_equal(a, "19700101T000000.000Z-::1_9-c1-999999.partial");
+	/* A dual-stack listener's IPv4 client is named as the header names it. */
+	assert_int_equal(zp_spool_name(a, sizeof(a), 1796510350959ULL, &cm,
+	    17, 1, "open"), 0);
+	assert_string_equal(a, "20261205T223910.959Z-192.0.2.7_50350-c17-"
+	    "000001.open");
 	assert_int_equal(zp_spool_name(small, sizeof(small), 0, &c6, 1, 1,
 	    "spool"), -1);
 }
