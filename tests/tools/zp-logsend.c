@@ -7,7 +7,7 @@
  *        reads to EOF; any connect failure, error, reset or early EOF is
  *        exit 1. Prints "connects=N messages=N bytes=N".
  *   zp-logsend collect [-b ADDR] [--port P] --dir DIR [--conns N]
- *                      [--lag BYTES]
+ *                      [--lag BYTES] [--rcvbuf BYTES]
  *        prints its port, appends each connection's bytes as they arrive
  *        to DIR/conn-<index>.raw (a kill -9 loses nothing it read). With
  *        --lag, a collector with an in-memory queue: per connection the
@@ -100,6 +100,7 @@ struct opts {
 	double		 timeout;	/* seconds, 0 = none */
 	const char	*dir;
 	size_t		 lag;		/* --lag: bytes held back, 0 = none */
+	int		 rcvbuf;	/* --rcvbuf: SO_RCVBUF, 0 = the kernel's */
 	int		 raw;
 	enum expect	 expect;
 	long		 max_missing;	/* -1: no limit */
@@ -158,7 +159,7 @@ static void usage(FILE *fp)
 "                  [--pause-at K --go FILE] [--timeout SECS]\n"
 "                  [--early-fin-ok]\n"
 "       zp-logsend collect [-b ADDR] [--port P] --dir DIR [--conns N]\n"
-"                  [--lag BYTES]\n"
+"                  [--lag BYTES] [--rcvbuf BYTES]\n"
 "       zp-logsend verify --conns N --msgs M [--framing lf|octet] [--raw]\n"
 "                  [--exactly-once|--at-least-once] [--max-missing K]\n"
 "                  [--max-partial K]\n"
@@ -186,6 +187,8 @@ static void usage(FILE *fp)
 "         to DIR/conn-<index>.raw (accept order), read it to EOF, close;\n"
 "         serve --conns N connections (0: forever, the default); on\n"
 "         SIGUSR1 stop listening (connects are refused) and serve the rest\n"
+"  --rcvbuf BYTES    each connection's receive buffer (SO_RCVBUF; the\n"
+"                    kernel doubles it): what a kill -9 loses unread\n"
 "  --lag BYTES       like a collector with an in-memory queue: hold each\n"
 "                    connection's last BYTES bytes received in memory and\n"
 "                    write a byte only once BYTES more came after it; at\n"
@@ -809,6 +812,10 @@ static int run_collect(void)
 		die("socket: %s", strerror(errno));
 	if (setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == -1)
 		die("SO_REUSEADDR: %s", strerror(errno));
+	/* Before listen(): accepted sockets inherit it, window scale too. */
+	if (o.rcvbuf > 0 && setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &o.rcvbuf,
+	    sizeof(o.rcvbuf)) == -1)
+		die("SO_RCVBUF: %s", strerror(errno));
 	if (bind(lfd, ai->ai_addr, ai->ai_addrlen) == -1)
 		die("bind %s port %d: %s", addr, o.bind_port, strerror(errno));
 	freeaddrinfo(ai);
@@ -1279,6 +1286,7 @@ enum {
 	OPT_PORT,
 	OPT_DIR,
 	OPT_LAG,
+	OPT_RCVBUF,
 	OPT_RAW,
 	OPT_EXACTLY_ONCE,
 	OPT_AT_LEAST_ONCE,
@@ -1306,6 +1314,7 @@ static const struct option longopts[] = {
 	{ "port",		required_argument, NULL, OPT_PORT },
 	{ "dir",		required_argument, NULL, OPT_DIR },
 	{ "lag",		required_argument, NULL, OPT_LAG },
+	{ "rcvbuf",		required_argument, NULL, OPT_RCVBUF },
 	{ "raw",		no_argument,	   NULL, OPT_RAW },
 	{ "exactly-once",	no_argument,	   NULL, OPT_EXACTLY_ONCE },
 	{ "at-least-once",	no_argument,	   NULL, OPT_AT_LEAST_ONCE },
@@ -1392,6 +1401,15 @@ static int parse_args(int argc, char **argv, char ***posp)
 			break;
 		}
 		case OPT_DIR: o.dir = optarg; break;
+		case OPT_RCVBUF: {
+			uint64_t v = parse_size("--rcvbuf", optarg);
+
+			if (v == 0 || v > 64 * 1024 * 1024)
+				usage_error("--rcvbuf: 1 to 64M, not '%s'",
+				    optarg);
+			o.rcvbuf = (int)v;
+			break;
+		}
 		case OPT_LAG: {
 			uint64_t v = parse_size("--lag", optarg);
 
