@@ -127,7 +127,8 @@ static const char *const sb_calls[] = {
 	/* --control: its socket's path, removed at exit while still ours */
 	"unlink", "unlinkat",
 	/* --spool: its files made, synced, renamed, listed, sent, and the
-	 * room left on their file system */
+	 * room left on their file system (its I/O thread, started before
+	 * the filter: no clone here) */
 	"fdatasync", "fsync", "rename", "renameat", "renameat2",
 	"getdents64", "pread64", "pwrite64", "sendfile", "fstatfs", "statfs",
 	"flock",

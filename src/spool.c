@@ -13,6 +13,7 @@
  */
 #include <sys/types.h>
 #include <sys/file.h>
+#include <sys/queue.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -23,6 +24,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,16 +294,80 @@ struct zp_sender {
 	int			 eof;		/* the upstream closed */
 };
 
+/*
+ * What the I/O thread is asked to do (io_run). A writer's requests carry
+ * its box, and come back there answered; the others nobody waits for.
+ */
+enum io_kind {
+	IO_OPEN = 0,	/* create name, lock it, write the header: fd */
+	IO_SYNC,	/* fdatasync fd */
+	IO_CLOSE,	/* fd's file is done: see io_close() */
+	IO_GONE,	/* how many of a stream's files from seq `from` on
+			   are delivered (gone from DIR) */
+	IO_STOP,	/* the end: what was asked before is done */
+};
+
+struct io_box;
+
+struct io_req {
+	STAILQ_ENTRY(io_req)	 entry;
+	enum io_kind		 kind;
+	struct io_box		*box;		/* NULL: no answer */
+	int			 fd;		/* OPEN: made; else the file */
+	char			 name[ZP_SPOOL_NAME_MAX];
+	char			 hdr[ZP_SPOOL_HDR_MAX + 1];	/* OPEN */
+	int			 hdrlen;	/* OPEN: to write, then written */
+	int			 whole;		/* CLOSE: "spool", else "partial" */
+	uint64_t		 fsize;		/* CLOSE: header included */
+	uint64_t		 fhdr;		/* CLOSE: no byte past it: unlink */
+	struct zp_spool_hdr	 key;		/* GONE: the stream's names */
+	uint64_t		 conn;
+	unsigned		 from, to;
+	unsigned		 gone;		/* GONE: the answer */
+	int			 err;		/* the answer: 0 or an errno */
+};
+
+STAILQ_HEAD(io_reqs, io_req);
+
+/*
+ * Where the I/O thread answers a writer: mu guards all of it, and is
+ * held to queue or take an answer, never across a system call. ev is the
+ * writer's (its loop's); NULL once the writer was freed, when the I/O
+ * thread disposes of the answers itself (an OPEN's file is finished with
+ * what the writer still held for it, orphan). Freed by whoever drops the
+ * last reference: the writer holds one, each request in flight one.
+ */
+struct io_box {
+	pthread_mutex_t		 mu;
+	int			 refs;
+	struct event		*ev;
+	struct io_reqs		 done;
+	char			*orphan;
+	size_t			 norphan;
+	int			 orphan_whole;
+};
+
 struct zp_spool {
 	struct zp_ctx		*ctx;		/* the root */
 	int			 dirfd;
 	/* Shared by every thread's writers: atomics. */
 	uint64_t		 bytes, files, streams, spooled, replayed;
 	uint64_t		 refused, delivered;
-	int64_t			 free_at;	/* ms, monotonic: last looked */
 	uint64_t		 free_bytes;	/* for us on DIR's file system */
 	uint64_t		 free_base;	/* bytes (above) then */
-	/* The main thread's. */
+	/*
+	 * The I/O thread: every disk call of the spool after start-up (but
+	 * a writer's writes into a file it has open) and the sender run on
+	 * it, in its own loop. mu guards the queue and running.
+	 */
+	struct event_base	*base;
+	pthread_t		 tid;
+	pthread_mutex_t		 mu;
+	struct io_reqs		 q;
+	int			 running;
+	struct event		*inbox;
+	struct event		*room;		/* every SPOOL_FREE_MS */
+	/* The I/O thread's. */
 	struct event		*tick;		/* every second */
 	struct event		*kick;		/* now: a file went */
 	struct zp_sender	*senders;
@@ -351,34 +417,41 @@ zp_spool_tally(const struct zp_spool *sp, struct zp_spool_tally *t)
 /*
  * May the spool take more: under --spool-max, and the file system keeps
  * ZP_SPOOL_RESERVE free (for us: f_bavail). Every writer asks before
- * each read, so the free space is looked at once per SPOOL_FREE_MS at
- * most (by whichever thread asks first), less what the spool wrote
- * since.
+ * each read: the free space is what the I/O thread found last (it looks
+ * every SPOOL_FREE_MS, spool_free_cb), less what the spool wrote since.
+ * No system call: a relay thread asks.
  */
 static int
 spool_room(struct zp_spool *sp)
 {
-	struct statvfs	vfs;
-	struct timespec	ts;
-	int64_t		now, last;
-	uint64_t	freeb, bytes, since;
+	uint64_t	freeb, bytes, base;
 
 	if ((bytes = ld(&sp->bytes)) >= sp->ctx->cfg->spool_max)
 		return 0;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-	last = __atomic_load_n(&sp->free_at, __ATOMIC_RELAXED);
-	if (now - last >= SPOOL_FREE_MS && __atomic_compare_exchange_n(
-	    &sp->free_at, &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-		/* Unknown: the writes will say. */
-		freeb = fstatvfs(sp->dirfd, &vfs) == -1 ? UINT64_MAX :
-		    (uint64_t)vfs.f_bavail * vfs.f_frsize;
-		__atomic_store_n(&sp->free_base, bytes, __ATOMIC_RELAXED);
-		__atomic_store_n(&sp->free_bytes, freeb, __ATOMIC_RELAXED);
-	}
 	freeb = ld(&sp->free_bytes);
-	since = bytes > ld(&sp->free_base) ? bytes - ld(&sp->free_base) : 0;
-	return freeb > since && freeb - since >= ZP_SPOOL_RESERVE;
+	base = ld(&sp->free_base);
+	bytes = bytes > base ? bytes - base : 0;
+	return freeb > bytes && freeb - bytes >= ZP_SPOOL_RESERVE;
+}
+
+/* Look at the free space of DIR's file system (the I/O thread). */
+static void
+spool_free_look(struct zp_spool *sp)
+{
+	struct statvfs	vfs;
+	uint64_t	bytes = ld(&sp->bytes);
+
+	/* Unknown: the writes will say. */
+	__atomic_store_n(&sp->free_bytes, fstatvfs(sp->dirfd, &vfs) == -1 ?
+	    UINT64_MAX : (uint64_t)vfs.f_bavail * vfs.f_frsize,
+	    __ATOMIC_RELAXED);
+	__atomic_store_n(&sp->free_base, bytes, __ATOMIC_RELAXED);
+}
+
+static void
+spool_free_cb(evutil_socket_t fd, short what, void *arg)
+{
+	spool_free_look(arg);
 }
 
 /*
@@ -514,6 +587,305 @@ spool_rename(struct zp_spool *sp, const char *name, const char *suffix)
 	return renameat(sp->dirfd, name, sp->dirfd, to);
 }
 
+/* ---- the I/O thread ------------------------------------------------ */
+
+/*
+ * A relay thread waits only in its event loop: a disk call there (a
+ * slow disk, a full journal, NFS) would stall every connection of its
+ * thread. So the writers hand their files' creation, syncs, renames and
+ * unlinks, and their look at what was delivered, to this thread as
+ * requests, and get the answers back in their loop (struct io_box); the
+ * sender and the scan of DIR run here altogether. A writer still
+ * splices (or writes) into the file it has open: into the page cache,
+ * which does not wait for the disk.
+ */
+
+static void	io_box_put(struct io_box *, int);
+
+/* Write n bytes at fd's position; what went is counted. Returns 0 or -1. */
+static int
+io_write(struct zp_spool *sp, int fd, const char *b, size_t n, int client)
+{
+	ssize_t	wr;
+
+	while (n > 0) {
+		if ((wr = write(fd, b, n)) == -1 && errno == EINTR)
+			continue;
+		if (wr <= 0) {
+			if (wr == 0)
+				errno = ENOSPC;
+			return -1;
+		}
+		add(&sp->bytes, wr);
+		if (client)
+			add(&sp->spooled, wr);
+		b += wr;
+		n -= (size_t)wr;
+	}
+	return 0;
+}
+
+/*
+ * A file is done: gone when it holds no client byte (fsize <= fhdr),
+ * else synced and renamed "spool" (whole frames) or "partial"; closed in
+ * any case. Returns 0 or an errno.
+ */
+static int
+io_close(struct zp_spool *sp, int fd, const char *name, int whole,
+    uint64_t fsize, uint64_t fhdr)
+{
+	int	err = 0;
+
+	if (fsize <= fhdr) {
+		unlinkat(sp->dirfd, name, 0);
+		add(&sp->files, -1);
+		add(&sp->bytes, -(int64_t)fsize);
+	} else if (fdatasync(fd) == -1 || spool_rename(sp, name, whole ?
+	    "spool" : "partial") == -1)
+		err = errno;
+	close(fd);
+	return err;
+}
+
+/* Create a writer's next file, lock it and write its header. */
+static void
+io_open(struct zp_spool *sp, struct io_req *r)
+{
+	ssize_t	wr = 0;
+	int	n = r->hdrlen;
+
+	r->hdrlen = 0;
+	if ((r->fd = openat(sp->dirfd, r->name, O_RDWR | O_CREAT | O_EXCL |
+	    O_CLOEXEC, 0600)) == -1) {
+		r->err = errno;
+		return;
+	}
+	add(&sp->files, 1);
+	if (file_lock(r->fd) == -1)
+		r->err = errno;
+	else if ((wr = write(r->fd, r->hdr, (size_t)n)) != n)
+		r->err = wr >= 0 ? ENOSPC : errno;
+	if (wr > 0)
+		add(&sp->bytes, wr);
+	if (r->err == 0) {
+		r->hdrlen = n;
+		return;
+	}
+	/* No client byte in it: it goes, uncounted. */
+	(void)io_close(sp, r->fd, r->name, 0, wr > 0 ? (uint64_t)wr : 0,
+	    wr > 0 ? (uint64_t)wr : 0);
+	r->fd = -1;
+}
+
+/* How many of a stream's files from seq r->from to r->to are gone. */
+static void
+io_gone(struct zp_spool *sp, struct io_req *r)
+{
+	static const char *const suffixes[] = { "spool", "partial" };
+	char		name[ZP_SPOOL_NAME_MAX];
+	struct stat	st;
+	unsigned	seq;
+	size_t		i;
+
+	for (seq = r->from; seq <= r->to; seq++, r->gone++)
+		for (i = 0; i < 2; i++)
+			if (zp_spool_name(name, sizeof(name),
+			    r->key.started_ms, &r->key.client, r->conn, seq,
+			    suffixes[i]) == 0 &&
+			    fstatat(sp->dirfd, name, &st, 0) == 0)
+				return;
+}
+
+/*
+ * An OPEN whose writer was freed before the answer came: the file gets
+ * what the writer still held for it, and is done with.
+ */
+static void
+io_orphan(struct zp_spool *sp, struct io_req *r, char *held, size_t n,
+    int whole)
+{
+	uint64_t	fsize = (uint64_t)r->hdrlen;
+
+	if (r->fd == -1)
+		return;
+	if (n > 0 && io_write(sp, r->fd, held, n, 1) == 0)
+		fsize += n;
+	if ((r->err = io_close(sp, r->fd, r->name, whole, fsize,
+	    (uint64_t)r->hdrlen)) != 0)
+		zp_log(sp->ctx->log, ZP_LOG_WARN, "spool: %s: %s", r->name,
+		    strerror(r->err));
+	r->fd = -1;
+}
+
+/*
+ * Answer r: into its writer's box, waking the writer's loop; or, the
+ * writer gone (or none waiting), dispose of it here.
+ */
+static void
+io_answer(struct zp_spool *sp, struct io_req *r)
+{
+	struct io_box	*box = r->box;
+	char		*held = NULL;
+	size_t		 n = 0;
+	int		 whole = 0;
+
+	if (box == NULL) {
+		free(r);
+		return;
+	}
+	pthread_mutex_lock(&box->mu);
+	if (box->ev != NULL) {
+		STAILQ_INSERT_TAIL(&box->done, r, entry);
+		event_active(box->ev, EV_TIMEOUT, 0);
+		pthread_mutex_unlock(&box->mu);
+		return;
+	}
+	if (r->kind == IO_OPEN) {
+		held = box->orphan;
+		n = box->norphan;
+		whole = box->orphan_whole;
+		box->orphan = NULL;
+		box->norphan = 0;
+	}
+	pthread_mutex_unlock(&box->mu);
+	if (r->kind == IO_OPEN)
+		io_orphan(sp, r, held, n, whole);
+	free(held);
+	io_box_put(box, 1);
+	free(r);
+}
+
+/* Do what r asks (the I/O thread, or its caller once it ended). */
+static void
+io_run(struct zp_spool *sp, struct io_req *r)
+{
+	switch (r->kind) {
+	case IO_OPEN:
+		io_open(sp, r);
+		break;
+	case IO_SYNC:
+		if (fdatasync(r->fd) == -1)
+			r->err = errno;
+		break;
+	case IO_CLOSE:
+		r->err = io_close(sp, r->fd, r->name, r->whole, r->fsize,
+		    r->fhdr);
+		break;
+	case IO_GONE:
+		io_gone(sp, r);
+		break;
+	case IO_STOP:
+		if (sp->base != NULL)
+			event_base_loopbreak(sp->base);
+		break;
+	}
+	io_answer(sp, r);
+}
+
+/*
+ * Queue r for the I/O thread and wake it (held: only to queue). Once it
+ * ended (the end of zproxy: nothing relays any more) or before it runs,
+ * r is done here.
+ */
+static void
+io_post(struct zp_spool *sp, struct io_req *r)
+{
+	if (r->box != NULL) {
+		pthread_mutex_lock(&r->box->mu);
+		r->box->refs++;
+		pthread_mutex_unlock(&r->box->mu);
+	}
+	pthread_mutex_lock(&sp->mu);
+	if (sp->running) {
+		STAILQ_INSERT_TAIL(&sp->q, r, entry);
+		pthread_mutex_unlock(&sp->mu);
+		event_active(sp->inbox, EV_TIMEOUT, 0);
+		return;
+	}
+	pthread_mutex_unlock(&sp->mu);
+	io_run(sp, r);
+}
+
+/* The first request of q (the I/O thread's queue, a box), or NULL. */
+static struct io_req *
+io_pop(pthread_mutex_t *mu, struct io_reqs *q)
+{
+	struct io_req	*r;
+
+	pthread_mutex_lock(mu);
+	if ((r = STAILQ_FIRST(q)) != NULL)
+		STAILQ_REMOVE_HEAD(q, entry);
+	pthread_mutex_unlock(mu);
+	return r;
+}
+
+/* The I/O thread's loop: run what was queued, in order, one at a time. */
+static void
+io_inbox_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_spool	*sp = arg;
+	struct io_req	*r;
+	int		 stop;
+
+	while ((r = io_pop(&sp->mu, &sp->q)) != NULL) {
+		stop = r->kind == IO_STOP;
+		io_run(sp, r);
+		if (stop)
+			return;
+	}
+}
+
+static void *
+io_main(void *arg)
+{
+	struct zp_spool	*sp = arg;
+	struct io_req	*r;
+
+	(void)event_base_loop(sp->base, EVLOOP_NO_EXIT_ON_EMPTY);
+	/* Asked after IO_STOP (nothing should be): done, then inline. */
+	pthread_mutex_lock(&sp->mu);
+	sp->running = 0;
+	pthread_mutex_unlock(&sp->mu);
+	while ((r = io_pop(&sp->mu, &sp->q)) != NULL)
+		io_run(sp, r);
+	return NULL;
+}
+
+/* A new box for a writer of the loop of base; NULL without memory. */
+static struct io_box *
+io_box_new(struct event_base *base, event_callback_fn cb, void *arg)
+{
+	struct io_box	*box;
+
+	if ((box = calloc(1, sizeof(*box))) == NULL)
+		return NULL;
+	if ((box->ev = event_new(base, -1, 0, cb, arg)) == NULL) {
+		free(box);
+		return NULL;
+	}
+	pthread_mutex_init(&box->mu, NULL);
+	STAILQ_INIT(&box->done);
+	box->refs = 1;
+	return box;
+}
+
+/* Drop n references to box; the last one frees it. */
+static void
+io_box_put(struct io_box *box, int n)
+{
+	int	last;
+
+	pthread_mutex_lock(&box->mu);
+	last = (box->refs -= n) == 0;
+	pthread_mutex_unlock(&box->mu);
+	if (!last)
+		return;
+	assert(STAILQ_EMPTY(&box->done) && box->ev == NULL);
+	free(box->orphan);
+	pthread_mutex_destroy(&box->mu);
+	free(box);
+}
+
 struct zp_spool *
 zp_spool_new(struct zp_ctx *ctx, char *err, size_t errlen)
 {
@@ -529,6 +901,8 @@ zp_spool_new(struct zp_ctx *ctx, char *err, size_t errlen)
 	sp->ctx = ctx;
 	sp->probe_fd = -1;
 	sp->free_bytes = UINT64_MAX;	/* until looked at */
+	pthread_mutex_init(&sp->mu, NULL);
+	STAILQ_INIT(&sp->q);
 	if ((sp->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) ==
 	    -1) {
 		snprintf(err, errlen, "--spool %s: %s", dir, strerror(errno));
@@ -578,8 +952,10 @@ zp_spool_start(struct zp_spool *sp, char *err, size_t errlen)
 	struct zp_ctx	*ctx = sp->ctx;
 	struct timeval	 tv = { SENDER_TICK_MS / 1000,
 			    (SENDER_TICK_MS % 1000) * 1000 };
+	struct timeval	 room = { 0, SPOOL_FREE_MS * 1000 };
+	sigset_t	 all, old;
 	char		 probe[64];
-	int		 fd, i;
+	int		 fd, i, e;
 
 	snprintf(probe, sizeof(probe), ".zproxy-probe.%ld", (long)getpid());
 	if ((fd = openat(sp->dirfd, probe, O_WRONLY | O_CREAT | O_TRUNC |
@@ -590,6 +966,7 @@ zp_spool_start(struct zp_spool *sp, char *err, size_t errlen)
 	}
 	close(fd);
 	unlinkat(sp->dirfd, probe, 0);
+	spool_free_look(sp);
 	sp->nsenders = ctx->cfg->spool_senders;
 	if ((sp->senders = calloc((size_t)sp->nsenders,
 	    sizeof(*sp->senders))) == NULL)
@@ -599,13 +976,30 @@ zp_spool_start(struct zp_spool *sp, char *err, size_t errlen)
 		sp->senders[i].file = sp->senders[i].sock = -1;
 	}
 	/* A persistent timer made active by hand loses its period. */
-	if ((sp->tick = event_new(ctx->base, -1, EV_PERSIST, sender_tick_cb,
+	if ((sp->base = event_base_new()) == NULL ||
+	    (sp->inbox = event_new(sp->base, -1, 0, io_inbox_cb, sp)) ==
+	    NULL ||
+	    (sp->room = event_new(sp->base, -1, EV_PERSIST, spool_free_cb,
+	    sp)) == NULL || event_add(sp->room, &room) == -1 ||
+	    (sp->tick = event_new(sp->base, -1, EV_PERSIST, sender_tick_cb,
 	    sp)) == NULL || event_add(sp->tick, &tv) == -1 ||
-	    (sp->kick = event_new(ctx->base, -1, 0, sender_tick_cb, sp)) ==
+	    (sp->kick = event_new(sp->base, -1, 0, sender_tick_cb, sp)) ==
 	    NULL)
 		goto nomem;
 	/* What a previous run left goes at once. */
 	event_active(sp->kick, EV_TIMEOUT, 0);
+	zp_thread_sigset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_mutex_lock(&sp->mu);
+	if ((e = pthread_create(&sp->tid, NULL, io_main, sp)) == 0)
+		sp->running = 1;
+	pthread_mutex_unlock(&sp->mu);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (e != 0) {
+		snprintf(err, errlen, "--spool: its I/O thread: %s",
+		    strerror(e));
+		return -1;
+	}
 	return 0;
 nomem:
 	snprintf(err, errlen, "--spool: out of memory");
@@ -617,10 +1011,24 @@ static void	sender_reset(struct zp_sender *);
 void
 zp_spool_free(struct zp_spool *sp)
 {
-	int	i;
+	struct io_req	*r;
+	int		 i, running;
 
 	if (sp == NULL)
 		return;
+	/* Whatever the writers asked is done first: then the thread ends. */
+	pthread_mutex_lock(&sp->mu);
+	running = sp->running;
+	pthread_mutex_unlock(&sp->mu);
+	if (running) {
+		if ((r = calloc(1, sizeof(*r))) != NULL) {
+			r->kind = IO_STOP;
+			r->fd = -1;
+			io_post(sp, r);
+		} else
+			event_base_loopbreak(sp->base);
+		pthread_join(sp->tid, NULL);
+	}
 	for (i = 0; i < sp->nsenders; i++)
 		sender_reset(&sp->senders[i]);
 	free(sp->senders);
@@ -628,14 +1036,21 @@ zp_spool_free(struct zp_spool *sp)
 		event_free(sp->tick);
 	if (sp->kick != NULL)
 		event_free(sp->kick);
+	if (sp->room != NULL)
+		event_free(sp->room);
+	if (sp->inbox != NULL)
+		event_free(sp->inbox);
 	if (sp->probe_ev != NULL)
 		event_free(sp->probe_ev);
 	if (sp->probe_fd != -1)
 		close(sp->probe_fd);
+	if (sp->base != NULL)
+		event_base_free(sp->base);
 	names_clear(sp);
 	free(sp->names);
 	if (sp->dirfd != -1)
 		close(sp->dirfd);
+	pthread_mutex_destroy(&sp->mu);
 	free(sp);
 }
 
@@ -659,12 +1074,30 @@ struct zp_spool_writer {
 	char			 name[ZP_SPOOL_NAME_MAX];
 	uint64_t		 fsize;		/* header included */
 	uint64_t		 hdrlen;
+	unsigned char		 last;		/* the stream's last byte */
 	struct timeval		 fopened;
 	struct timeval		 synced;
 	int			 dirty;		/* written since synced */
 	int			 paused;	/* full: the timer resumes */
 	int			 finished;
 	int			 disk;		/* the spool failed, not fd */
+	/*
+	 * What the I/O thread does for it: answers come back to box
+	 * (writer_io_cb). The file asked for (opening) gets what the stream
+	 * gives meanwhile in held; creq, the open file's request, comes
+	 * back to close it.
+	 */
+	struct io_box		*box;
+	struct io_req		*creq;
+	int			 opening;
+	int			 syncing;
+	int			 closing;	/* CLOSEs not answered yet */
+	int			 asking;	/* a GONE not answered yet */
+	char			*held;
+	size_t			 nheld, heldcap;
+	int			 ending;	/* done() once the file is */
+	int			 end_err;
+	int			 end_disk;
 	enum {
 		W_WRITING = 0,
 		W_SEEKING,	/* an upstream takes the files: read up to
@@ -681,7 +1114,8 @@ struct zp_spool_writer {
 };
 
 static void	writer_want_read(struct zp_spool_writer *, int);
-static int	writer_stop(struct zp_spool_writer *);
+static void	writer_stop(struct zp_spool_writer *);
+static int	writer_finish(struct zp_spool_writer *, int);
 
 static struct zp_spool *
 ctx_spool(struct zp_ctx *ctx)
@@ -689,82 +1123,84 @@ ctx_spool(struct zp_ctx *ctx)
 	return zp_ctx_root(ctx)->spool;
 }
 
+/* A request of w's for the I/O thread, answered to its box; or NULL. */
+static struct io_req *
+writer_req(struct zp_spool_writer *w, enum io_kind kind)
+{
+	struct io_req	*r;
+
+	if ((r = calloc(1, sizeof(*r))) == NULL) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	r->kind = kind;
+	r->box = w->box;
+	r->fd = w->fd;
+	return r;
+}
+
 /*
- * Begin the stream's next file: only when the spool has room, but for
- * the rest of a read that a cut split (room: 0). Returns 0, or -1 with
- * errno.
+ * Ask for the stream's next file: only when the spool has room, but for
+ * the rest of a read that a cut split (room: 0). It is made on the I/O
+ * thread (a create waits for the disk like a sync does: the directory's
+ * journal, NFS); what the stream gives until it is open waits in held.
+ * Returns 0, or -1 with errno.
  */
 static int
 writer_open(struct zp_spool_writer *w, int room)
 {
-	char	hb[ZP_SPOOL_HDR_MAX + 1];
-	int	n;
-	ssize_t	wr;
+	struct io_req	*r;
+	int		 n;
 
 	w->disk = 1;		/* until it is open */
 	if (room && !spool_room(w->sp)) {
 		errno = ENOSPC;
 		return -1;
 	}
+	if ((r = writer_req(w, IO_OPEN)) == NULL)
+		return -1;
 	w->seq++;
 	if (zp_spool_name(w->name, sizeof(w->name), w->hdr.started_ms,
 	    &w->hdr.client, w->conn, w->seq, "open") == -1 ||
-	    (n = zp_spool_hdr_format(&w->hdr, hb, sizeof(hb))) == -1) {
+	    (n = zp_spool_hdr_format(&w->hdr, r->hdr, sizeof(r->hdr))) ==
+	    -1) {
+		free(r);
 		errno = ENAMETOOLONG;
 		return -1;
 	}
-	if ((w->fd = openat(w->sp->dirfd, w->name, O_RDWR | O_CREAT |
-	    O_EXCL | O_CLOEXEC, 0600)) == -1)
-		return -1;
+	memcpy(r->name, w->name, sizeof(r->name));
+	r->hdrlen = n;
 	w->fsize = w->hdrlen = 0;
-	add(&w->sp->files, 1);
-	if (file_lock(w->fd) == -1)
-		return -1;
-	wr = write(w->fd, hb, (size_t)n);
-	if (wr > 0)
-		add(&w->sp->bytes, wr);
-	w->fsize = w->hdrlen = wr > 0 ? (uint64_t)wr : 0;
-	if (wr != n) {
-		if (wr >= 0)
-			errno = ENOSPC;
-		return -1;
-	}
-	zp_clock_now(&w->fopened);
-	w->dirty = 1;
-	w->disk = 0;
+	w->opening = 1;
+	io_post(w->sp, r);
 	return 0;
 }
 
 /*
- * Close the open file: gone when it holds no client byte, else synced
- * and renamed "spool" (whole frames) or "partial".
+ * The open file goes to the I/O thread to be done with (io_close):
+ * gone when it holds no client byte, else synced and renamed "spool"
+ * (whole frames) or "partial". Its answer comes to writer_answer.
  */
-static int
+static void
 writer_close_file(struct zp_spool_writer *w, int whole)
 {
-	struct zp_spool	*sp = w->sp;
-	int		 rc = 0, err = 0;
+	struct io_req	*r = w->creq;
 
 	if (w->fd == -1)
-		return 0;
-	w->disk = 1;		/* what fails here is the spool's */
-	if (w->fsize <= w->hdrlen) {
-		unlinkat(sp->dirfd, w->name, 0);
-		add(&sp->files, -1);
-		add(&sp->bytes, -(int64_t)w->fsize);
-	} else {
-		if (fdatasync(w->fd) == -1 || spool_rename(sp, w->name,
-		    whole ? "spool" : "partial") == -1) {
-			err = errno;
-			rc = -1;
-		}
-	}
-	close(w->fd);
+		return;
+	assert(r != NULL);
+	w->creq = NULL;
+	r->kind = IO_CLOSE;
+	r->box = w->box;
+	r->fd = w->fd;
+	r->whole = whole;
+	r->fsize = w->fsize;
+	r->fhdr = w->hdrlen;
+	r->err = 0;
 	w->fd = -1;
 	w->dirty = 0;
-	w->disk = rc == -1;
-	errno = err;
-	return rc;
+	w->closing++;
+	io_post(w->sp, r);
 }
 
 /* The delimiter of a delimited framing, or -1. */
@@ -783,22 +1219,21 @@ writer_delim(const struct zp_spool_writer *w)
 
 /*
  * Is the stream at a frame boundary now? The framer knows when it saw
- * the bytes; after a spliced (blind) stretch of a delimited stream, the
- * file's last byte says: a delimiter ends a frame. A stream whose
- * framing failed is plain bytes: any point will do.
+ * the bytes; after a spliced (blind) stretch of a delimited stream, its
+ * last byte says (writer_splice keeps it): a delimiter ends a frame. A
+ * stream whose framing failed is plain bytes: any point will do.
  */
 static int
 writer_at_boundary(struct zp_spool_writer *w)
 {
-	unsigned char	c;
-	int		delim = writer_delim(w);
+	int	delim = writer_delim(w);
+	int	some = w->fd != -1 ? w->fsize > w->hdrlen : w->nheld > 0;
 
 	/* Dropping a frame's rest: what the file holds ends whole. */
 	if (w->skip || zp_framer_error(&w->f, NULL) != NULL ||
 	    zp_framer_at_boundary(&w->f))
 		return 1;
-	if (delim == -1 || w->fd == -1 || w->fsize <= w->hdrlen ||
-	    pread(w->fd, &c, 1, (off_t)w->fsize - 1) != 1 || c != delim)
+	if (delim == -1 || !some || w->last != delim)
 		return 0;
 	/* Known again: follow it exactly from here. */
 	(void)zp_framer_resume(&w->f, zp_framer_kind(&w->f),
@@ -839,24 +1274,30 @@ writer_due(struct zp_spool_writer *w)
 	return upstream_up(w->ctx);
 }
 
-/* Has every closed file of the stream been delivered (is gone)? */
+/*
+ * Has every closed file of the stream been delivered (is gone)? When it
+ * is not known yet, the I/O thread is asked (it looks for the next
+ * undelivered seq's file), and its answer takes the next step
+ * (writer_answer, writer_live_step).
+ */
 static int
 writer_delivered(struct zp_spool_writer *w)
 {
-	static const char *const suffixes[] = { "spool", "partial" };
-	unsigned	closed = w->fd != -1 ? w->seq - 1 : w->seq;
-	char		name[ZP_SPOOL_NAME_MAX];
-	struct stat	st;
-	size_t		i;
+	unsigned	 closed = w->fd != -1 || w->opening ? w->seq - 1 :
+			     w->seq;
+	struct io_req	*r;
 
-	for (; w->delivered < closed; w->delivered++)
-		for (i = 0; i < 2; i++)
-			if (zp_spool_name(name, sizeof(name),
-			    w->hdr.started_ms, &w->hdr.client, w->conn,
-			    w->delivered + 1, suffixes[i]) == 0 &&
-			    fstatat(w->sp->dirfd, name, &st, 0) == 0)
-				return 0;
-	return 1;
+	if (w->delivered >= closed)
+		return 1;
+	if (w->asking || (r = writer_req(w, IO_GONE)) == NULL)
+		return 0;
+	r->key = w->hdr;
+	r->conn = w->conn;
+	r->from = w->delivered + 1;
+	r->to = closed;
+	w->asking = 1;
+	io_post(w->sp, r);
+	return 0;
 }
 
 /*
@@ -878,7 +1319,8 @@ writer_live_step(struct zp_spool_writer *w)
 		return 0;
 	}
 	/* A frame still being dropped must end first (writer_copy). */
-	if (w->phase == W_SEEKING || w->skip || !writer_delivered(w))
+	if (w->phase == W_SEEKING || w->skip || w->opening ||
+	    !writer_delivered(w))
 		return 0;
 	if (w->phase == W_WRITING) {
 		if (!writer_at_boundary(w)) {
@@ -887,11 +1329,13 @@ writer_live_step(struct zp_spool_writer *w)
 			writer_want_read(w, 1);
 			return 0;
 		}
-		if (writer_stop(w) == -1)
-			return 1;
+		writer_stop(w);
 		if (!writer_delivered(w))
 			return 0;
 	}
+	/* Its last file's close must have gone well. */
+	if (w->closing > 0)
+		return 0;
 	w->finished = 1;
 	w->done(w->arg, ZP_SPOOL_LIVE, 0);
 	return 1;
@@ -932,11 +1376,33 @@ write_all(struct zp_spool_writer *w, const char *b, size_t n)
 	return 0;
 }
 
-/* A file is open to write into (a cut closed the last one). */
+/*
+ * n bytes of the stream for the file: written, or held while the file
+ * is being opened. Returns 0, or -1 with errno.
+ */
 static int
-writer_ensure(struct zp_spool_writer *w)
+writer_give(struct zp_spool_writer *w, const char *b, size_t n)
 {
-	return w->fd != -1 ? 0 : writer_open(w, 1);
+	size_t	 cap;
+	char	*h;
+
+	if (n == 0)
+		return 0;
+	w->last = (unsigned char)b[n - 1];
+	if (w->fd != -1)
+		return write_all(w, b, n);
+	assert(w->opening);
+	if (w->nheld + n > w->heldcap) {
+		cap = w->heldcap * 2 > w->nheld + n ? w->heldcap * 2 :
+		    w->nheld + n;
+		if ((h = realloc(w->held, cap)) == NULL)
+			return -1;
+		w->held = h;
+		w->heldcap = cap;
+	}
+	memcpy(w->held + w->nheld, b, n);
+	w->nheld += n;
+	return 0;
 }
 
 /*
@@ -946,15 +1412,22 @@ writer_ensure(struct zp_spool_writer *w)
 static ssize_t
 writer_splice(struct zp_spool_writer *w, size_t max)
 {
-	ssize_t	n, m;
-	size_t	left;
+	ssize_t		n, m;
+	size_t		left, tail;
+	unsigned char	c;
 
 	n = splice(w->sock, NULL, w->pipe.wfd, NULL, max,
 	    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 	if (n <= 0)
 		return n;
-	for (left = (size_t)n; left > 0; left -= (size_t)m) {
-		m = splice(w->pipe.rfd, NULL, w->fd, NULL, left,
+	/*
+	 * A delimited stream's last byte says whether it stopped at a
+	 * boundary (writer_at_boundary): it is taken out of the pipe and
+	 * written, not read back from the file afterwards.
+	 */
+	tail = writer_delim(w) != -1 ? 1 : 0;
+	for (left = (size_t)n; left > tail; left -= (size_t)m) {
+		m = splice(w->pipe.rfd, NULL, w->fd, NULL, left - tail,
 		    SPLICE_F_MOVE);
 		if (m == -1 && errno == EINTR) {
 			m = 0;
@@ -969,6 +1442,20 @@ writer_splice(struct zp_spool_writer *w, size_t max)
 			return -1;
 		}
 		writer_wrote(w, (size_t)m);
+	}
+	if (tail) {
+		do {
+			m = read(w->pipe.rfd, &c, 1);
+		} while (m == -1 && errno == EINTR);
+		if (m != 1) {
+			if (m == 0)
+				errno = EIO;
+			w->pipe.data = 1;
+			return -1;
+		}
+		if (write_all(w, (const char *)&c, 1) == -1)
+			return -1;
+		w->last = c;
 	}
 	(void)zp_framer_skip(&w->f, (uint64_t)n);
 	return n;
@@ -987,8 +1474,9 @@ writer_buf(struct zp_spool_writer *w)
 
 /*
  * Read into the buffer and write it, seen by the framer; when the file
- * is due, close it at the first boundary within what was read. Returns
- * the bytes read, 0 at EOF, -1 with errno.
+ * is due, close it at the first boundary within what was read (the rest
+ * waits for the next file). Returns the bytes read, 0 at EOF, -1 with
+ * errno.
  */
 static ssize_t
 writer_copy(struct zp_spool_writer *w, int due)
@@ -1015,12 +1503,14 @@ writer_copy(struct zp_spool_writer *w, int due)
 	len = (size_t)n - drop;
 	if (due && (cut = zp_framer_next(&w->f, b, len)) > 0) {
 		(void)zp_framer_feed(&w->f, b, cut);
-		if (write_all(w, b, cut) == -1 ||
-		    writer_close_file(w, 1) == -1 || writer_open(w, 0) == -1)
+		if (writer_give(w, b, cut) == -1)
+			return -1;
+		writer_close_file(w, 1);
+		if (writer_open(w, 0) == -1)
 			return -1;
 	}
 	(void)zp_framer_feed(&w->f, b + cut, len - cut);
-	if (write_all(w, b + cut, len - cut) == -1)
+	if (writer_give(w, b + cut, len - cut) == -1)
 		return -1;
 	return n;
 }
@@ -1035,33 +1525,40 @@ writer_want_read(struct zp_spool_writer *w, int on)
 	w->ron = on;
 }
 
-/* The stream is over (err 0: the client's EOF): close, tell the pair. */
-static void
+/*
+ * The stream is over (err 0: the client's EOF): its file is closed, and
+ * once the I/O thread has done so, the pair is told (the end says
+ * whether it went well). Returns 1 when done() ran (w is gone), 0 when
+ * an answer still has to come back.
+ */
+static int
 writer_finish(struct zp_spool_writer *w, int err)
 {
-	int	whole = writer_at_boundary(w), disk = err != 0 && w->disk;
-
-	writer_want_read(w, 0);
-	if (writer_close_file(w, whole) == -1 && err == 0) {
-		err = errno;
-		disk = 1;
+	if (!w->ending) {
+		w->ending = 1;
+		w->end_err = err;
+		w->end_disk = err != 0 && w->disk;
 	}
+	writer_want_read(w, 0);
+	/* Its file comes (writer_opened), and gets what was held. */
+	if (w->opening)
+		return 0;
+	writer_close_file(w, writer_at_boundary(w));
+	if (w->closing > 0)
+		return 0;
 	w->finished = 1;
-	w->done(w->arg, err == 0 ? ZP_SPOOL_ENDED : disk ?
-	    ZP_SPOOL_DISK_FAILED : ZP_SPOOL_CLIENT_FAILED, err);
+	w->done(w->arg, w->end_err == 0 ? ZP_SPOOL_ENDED : w->end_disk ?
+	    ZP_SPOOL_DISK_FAILED : ZP_SPOOL_CLIENT_FAILED, w->end_err);
+	return 1;
 }
 
 /* At a boundary: the file goes to be sent, nothing more is read. */
-static int
+static void
 writer_stop(struct zp_spool_writer *w)
 {
 	writer_want_read(w, 0);
 	w->phase = W_STOPPED;
-	if (writer_close_file(w, 1) == -1) {
-		writer_finish(w, errno);
-		return -1;
-	}
-	return 0;
+	writer_close_file(w, 1);
 }
 
 /*
@@ -1087,10 +1584,10 @@ writer_seek(struct zp_spool_writer *w)
 	if (n <= 0)
 		return n;
 	(void)zp_framer_feed(&w->f, w->buf, (size_t)n);
-	if (write_all(w, w->buf, (size_t)n) == -1)
+	if (writer_give(w, w->buf, (size_t)n) == -1)
 		return -1;
-	if (cut > 0 && (size_t)n == cut && writer_stop(w) == -1)
-		return -2;	/* finished */
+	if (cut > 0 && (size_t)n == cut)
+		writer_stop(w);
 	return n;
 }
 
@@ -1111,19 +1608,21 @@ writer_pump(struct zp_spool_writer *w)
 	w->paused = 0;
 	while (moved < budget && w->phase != W_STOPPED) {
 		if ((due = writer_due(w)) && writer_at_boundary(w)) {
-			if (writer_close_file(w, 1) == -1) {
-				writer_finish(w, errno);
-				return;
-			}
+			writer_close_file(w, 1);
 			due = 0;
 		}
-		if (writer_ensure(w) == -1) {
-			if (errno == ENOSPC) {
-				w->paused = 1;
-				writer_want_read(w, 0);
+		if (w->fd == -1) {
+			if (!w->opening && writer_open(w, 1) == -1) {
+				if (errno == ENOSPC) {
+					w->paused = 1;
+					writer_want_read(w, 0);
+					return;
+				}
+				(void)writer_finish(w, errno);
 				return;
 			}
-			writer_finish(w, errno);
+			/* Its answer reads on (writer_opened). */
+			writer_want_read(w, 0);
 			return;
 		}
 		blind = w->pipe.rfd != -1 && !due && !w->skip &&
@@ -1131,7 +1630,7 @@ writer_pump(struct zp_spool_writer *w)
 		    zp_framer_error(&w->f, NULL) != NULL);
 		if ((!blind || w->phase == W_SEEKING) && w->buf == NULL &&
 		    writer_buf(w) == -1) {
-			writer_finish(w, errno);
+			(void)writer_finish(w, errno);
 			return;
 		}
 		if (w->phase == W_SEEKING)
@@ -1140,16 +1639,14 @@ writer_pump(struct zp_spool_writer *w)
 			n = writer_splice(w, budget - moved);
 		else
 			n = writer_copy(w, due);
-		if (n == -2)
-			return;
 		if (n > 0) {
 			moved += (size_t)n;
 			continue;
 		}
 		if (n == 0)
-			writer_finish(w, 0);
+			(void)writer_finish(w, 0);
 		else if (errno != EAGAIN)
-			writer_finish(w, errno);
+			(void)writer_finish(w, errno);
 		return;
 	}
 }
@@ -1160,30 +1657,120 @@ writer_read_cb(evutil_socket_t fd, short what, void *arg)
 	writer_pump(arg);
 }
 
+/* The file asked for is open: what waited for it goes in first. */
+static int
+writer_opened(struct zp_spool_writer *w, struct io_req *r)
+{
+	size_t	n = w->nheld;
+	int	err = r->err;
+
+	w->opening = 0;
+	if (err != 0) {
+		zp_log(w->ctx->log, ZP_LOG_WARN, "spool: cannot create %s: "
+		    "%s", r->name, strerror(err));
+		free(r);
+		return writer_finish(w, err);
+	}
+	w->creq = r;
+	w->fd = r->fd;
+	w->fsize = w->hdrlen = (uint64_t)r->hdrlen;
+	zp_clock_now(&w->fopened);
+	w->dirty = 1;
+	w->disk = 0;
+	w->nheld = 0;
+	if (n > 0 && write_all(w, w->held, n) == -1)
+		return writer_finish(w, errno);
+	if (w->ending)
+		return writer_finish(w, w->end_err);
+	if (!w->paused && w->phase != W_STOPPED)
+		writer_want_read(w, 1);
+	return 0;
+}
+
+/*
+ * An answer of the I/O thread's for w (r is then w's: kept or freed).
+ * Returns 1 when done() ran (w is gone).
+ */
+static int
+writer_answer(struct zp_spool_writer *w, struct io_req *r)
+{
+	int	err = r->err;
+
+	switch (r->kind) {
+	case IO_OPEN:
+		return writer_opened(w, r);
+	case IO_SYNC:
+		free(r);
+		w->syncing = 0;
+		if (err != 0 && !w->ending) {
+			w->disk = 1;
+			return writer_finish(w, err);
+		}
+		return 0;
+	case IO_CLOSE:
+		free(r);
+		w->closing--;
+		if (err != 0 && !w->ending) {
+			w->disk = 1;
+			return writer_finish(w, err);
+		}
+		/* The client's EOF, then a failed close: the spool's fault. */
+		if (err != 0 && w->end_err == 0) {
+			w->end_err = err;
+			w->end_disk = 1;
+		}
+		return w->ending ? writer_finish(w, w->end_err) : 0;
+	case IO_GONE:
+		w->asking = 0;
+		w->delivered = r->from - 1 + r->gone;
+		free(r);
+		return w->ending ? 0 : writer_live_step(w);
+	case IO_STOP:
+		break;
+	}
+	free(r);
+	return 0;
+}
+
+/* The I/O thread answered: in w's loop. */
+static void
+writer_io_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_spool_writer	*w = arg;
+	struct io_req		*r;
+
+	while ((r = io_pop(&w->box->mu, &w->box->done)) != NULL) {
+		/* The writer holds a reference too: never the last. */
+		io_box_put(w->box, 1);
+		if (writer_answer(w, r))
+			return;
+	}
+}
+
 static void
 writer_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_spool_writer	*w = arg;
 	struct timeval		 now, dt, sync;
+	struct io_req		*r;
 
+	if (w->ending)
+		return;
 	zp_clock_now(&now);
 	sync = zp_seconds_tv(w->ctx->cfg->spool_sync);
 	timersub(&now, &w->synced, &dt);
-	if (w->dirty && w->fd != -1 && !timercmp(&dt, &sync, <)) {
-		if (fdatasync(w->fd) == -1) {
-			w->disk = 1;
-			writer_finish(w, errno);
-			return;
-		}
+	/* One sync at a time: a slow disk does not pile them up. */
+	if (w->dirty && w->fd != -1 && !w->syncing &&
+	    !timercmp(&dt, &sync, <) && (r = writer_req(w, IO_SYNC)) !=
+	    NULL) {
+		w->syncing = 1;
 		w->dirty = 0;
 		w->synced = now;
+		io_post(w->sp, r);
 	}
 	/* An idle stream's old file goes when it ends a frame. */
-	if (writer_due(w) && writer_at_boundary(w) &&
-	    writer_close_file(w, 1) == -1) {
-		writer_finish(w, errno);
-		return;
-	}
+	if (writer_due(w) && writer_at_boundary(w))
+		writer_close_file(w, 1);
 	if (writer_live_step(w))
 		return;
 	if (w->paused && w->phase != W_STOPPED && spool_room(w->sp)) {
@@ -1227,6 +1814,10 @@ zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
 		errno = EINVAL;
 		goto fail;
 	}
+	if ((w->box = io_box_new(ctx->base, writer_io_cb, w)) == NULL) {
+		errno = ENOMEM;
+		goto fail;
+	}
 	if (writer_open(w, 1) == -1) {
 		if (errno == ENOSPC)
 			add(&sp->refused, 1);
@@ -1243,7 +1834,7 @@ zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
 		errno = ENOMEM;
 		goto fail;
 	}
-	writer_want_read(w, 1);
+	/* The reading begins once the file is open (writer_opened). */
 	return w;
 fail:
 	err = errno;
@@ -1266,7 +1857,7 @@ zp_spool_writer_prefix(struct zp_spool_writer *w, const void *buf,
 	if (len == 0)
 		return 0;
 	(void)zp_framer_feed(&w->f, buf, len);
-	return write_all(w, buf, len);
+	return writer_give(w, buf, len);
 }
 
 uint64_t
@@ -1281,13 +1872,72 @@ zp_spool_writer_bytes(const struct zp_spool_writer *w)
 	return w->bytes;
 }
 
+/*
+ * An answer that came back for a writer being freed: a file it asked
+ * for gets what was held for it and goes to be closed.
+ */
+static void
+writer_dispose(struct zp_spool_writer *w, struct io_req *r, int whole)
+{
+	size_t	n = 0;
+
+	if (r->kind != IO_OPEN || r->err != 0) {
+		free(r);
+		return;
+	}
+	/* A write into an open file, as the writer's own. */
+	if (w->nheld > 0 && io_write(w->sp, r->fd, w->held, w->nheld, 1) ==
+	    0)
+		n = w->nheld;
+	r->kind = IO_CLOSE;
+	r->box = NULL;
+	r->whole = whole;
+	r->fsize = (uint64_t)r->hdrlen + n;
+	r->fhdr = (uint64_t)r->hdrlen;
+	io_post(w->sp, r);
+}
+
 void
 zp_spool_writer_free(struct zp_spool_writer *w)
 {
+	struct io_box	*box;
+	struct io_req	*r;
+	struct event	*ev;
+	int		 whole, n = 0, answered = 0;
+
 	if (w == NULL)
 		return;
+	/* The stream ends where it is: what it gave is kept. */
+	whole = writer_at_boundary(w);
 	if (!w->finished)
-		(void)writer_close_file(w, writer_at_boundary(w));
+		writer_close_file(w, whole);
+	if ((box = w->box) != NULL) {
+		/*
+		 * Answers from now on are the I/O thread's to dispose of: a
+		 * file still being opened gets what was held for it there,
+		 * unless its answer is in already (then it is done here).
+		 */
+		pthread_mutex_lock(&box->mu);
+		ev = box->ev;
+		box->ev = NULL;
+		STAILQ_FOREACH(r, &box->done, entry)
+			if (r->kind == IO_OPEN)
+				answered = 1;
+		if (w->opening && !answered) {
+			box->orphan = w->held;
+			box->norphan = w->nheld;
+			box->orphan_whole = whole;
+			w->held = NULL;
+			w->nheld = 0;
+		}
+		pthread_mutex_unlock(&box->mu);
+		event_free(ev);
+		while ((r = io_pop(&box->mu, &box->done)) != NULL) {
+			writer_dispose(w, r, whole);
+			n++;
+		}
+		io_box_put(box, 1 + n);
+	}
 	if (w->rev != NULL)
 		event_free(w->rev);
 	if (w->timer != NULL)
@@ -1295,6 +1945,8 @@ zp_spool_writer_free(struct zp_spool_writer *w)
 	if (w->pipe.rfd != -1)
 		zp_pipepool_put(w->ctx->pool, &w->pipe);
 	zp_buf_put(&w->ctx->bufs, w->buf, w->bufsize);
+	free(w->held);
+	free(w->creq);
 	add(&w->sp->streams, -1);
 	free(w);
 }
@@ -1476,9 +2128,9 @@ sender_send_cb(evutil_socket_t fd, short what, void *arg)
 	s->timer = NULL;
 	s->phase = SENDER_CLOSING;
 	zp_clock_now(&s->since);
-	if ((s->ev = event_new(ctx->base, s->sock, EV_READ | EV_PERSIST,
+	if ((s->ev = event_new(s->sp->base, s->sock, EV_READ | EV_PERSIST,
 	    sender_closing_cb, s)) == NULL ||
-	    (s->timer = event_new(ctx->base, -1, EV_PERSIST,
+	    (s->timer = event_new(s->sp->base, -1, EV_PERSIST,
 	    sender_closing_cb, s)) == NULL || event_add(s->ev, NULL) == -1 ||
 	    event_add(s->timer, &tv) == -1)
 		sender_fail(s, ENOMEM, "events");
@@ -1632,9 +2284,9 @@ sender_connected(struct zp_sender *s)
 		event_free(s->ev);
 	/* A checkpoint also while the upstream reads too slowly to wake us. */
 	every = zp_seconds_tv(ctx->cfg->spool_sync);
-	if ((s->ev = event_new(ctx->base, s->sock, EV_WRITE | EV_PERSIST,
+	if ((s->ev = event_new(s->sp->base, s->sock, EV_WRITE | EV_PERSIST,
 	    sender_send_cb, s)) == NULL || event_add(s->ev, NULL) == -1 ||
-	    (s->timer = event_new(ctx->base, -1, EV_PERSIST, sender_ck_cb,
+	    (s->timer = event_new(s->sp->base, -1, EV_PERSIST, sender_ck_cb,
 	    s)) == NULL || event_add(s->timer, &every) == -1)
 		sender_fail(s, ENOMEM, "events");
 }
@@ -1752,7 +2404,7 @@ sender_start(struct zp_sender *s, const char *name)
 		return 0;
 	}
 	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
-	if ((s->ev = event_new(ctx->base, s->sock, EV_WRITE,
+	if ((s->ev = event_new(s->sp->base, s->sock, EV_WRITE,
 	    sender_connect_cb, s)) == NULL || event_add(s->ev, &tv) == -1) {
 		sender_fail(s, ENOMEM, "events");
 		return -1;
@@ -1831,7 +2483,7 @@ spool_probe(struct zp_spool *sp)
 		return;
 	}
 	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
-	if ((sp->probe_ev = event_new(ctx->base, sp->probe_fd, EV_WRITE,
+	if ((sp->probe_ev = event_new(sp->base, sp->probe_fd, EV_WRITE,
 	    probe_cb, sp)) == NULL || event_add(sp->probe_ev, &tv) == -1)
 		probe_done(sp, ENOMEM);
 }

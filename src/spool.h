@@ -14,11 +14,15 @@
  * a frame (or was open when a previous run died). Its first line is the
  * header (zp_spool_hdr_*), then the client's bytes as they came.
  *
- * The writer (zp_spool_writer_*) runs on the thread of its pair; the
- * sender, on the main thread, sends finished files with sendfile(2),
- * oldest first, at most --spool-senders at once and one file of a stream
- * at a time, each over a connection of its own, and unlinks a file once
- * the upstream acknowledged all of it and closed. The accounting that
+ * The writer (zp_spool_writer_*) runs on the thread of its pair, and
+ * only splices (or writes) into a file it has open: its files are made,
+ * synced, renamed and looked for by the spool's I/O thread, which it
+ * asks by messages and whose answers come back in its loop; no relay
+ * thread makes a disk call or waits for another thread. The sender, on
+ * that I/O thread too, sends finished files with sendfile(2), oldest
+ * first, at most --spool-senders at once and one file of a stream at a
+ * time, each over a connection of its own, and unlinks a file once the
+ * upstream acknowledged all of it and closed. The accounting that
  * bounds the spool (--spool-max) is shared by atomics.
  */
 #ifndef ZP_SPOOL_H
@@ -99,7 +103,8 @@ int	zp_spool_name(char *buf, size_t len, uint64_t started_ms,
 /* Free space the spool leaves on its file system, at least. */
 #define ZP_SPOOL_RESERVE	(4 * 1024 * 1024)
 
-/* The main thread's; the writers of every thread share its counters. */
+/* The main thread's, run by its I/O thread; the writers of every thread
+   share its counters. */
 struct zp_spool;
 
 /* Its counters, for the metrics (read at any time, from any thread). */
@@ -122,12 +127,19 @@ struct zp_spool_tally {
 struct zp_spool *zp_spool_new(struct zp_ctx *, char *err, size_t errlen);
 
 /*
- * After the privileges are dropped: DIR must take a file from who we
- * are now; then the sender starts. Returns 0, or -1 with err filled.
+ * After the privileges are dropped, before the sandbox: DIR must take a
+ * file from who we are now; then the I/O thread starts (its event base
+ * made here), and the sender on it. libevent's locks must be on
+ * (evthread_use_pthreads()). Returns 0, or -1 with err filled.
  */
 int	zp_spool_start(struct zp_spool *, char *err, size_t errlen);
 
-/* Stop sending (the files being sent stay for the next run); free. */
+/*
+ * After every pair is closed (no writer is left) and before the
+ * upstreams are freed: the I/O thread does what the writers asked,
+ * then ends and is joined; stop sending (the files being sent stay for
+ * the next run); free.
+ */
 void	zp_spool_free(struct zp_spool *);
 
 void	zp_spool_tally(const struct zp_spool *, struct zp_spool_tally *);
@@ -158,9 +170,11 @@ typedef void	(*zp_spool_done_fn)(void *arg, enum zp_spool_end, int err);
  * its bytes go into files, spliced through a pipe of ctx's pool (lf and
  * nul framing; octet, auto's first byte, a cut and a pool out of pipes:
  * read and written), cut at the boundaries of --framing; nothing is sent
- * back. The writer owns a read event on fd, not fd. Returns NULL with
- * errno: ENOSPC when the spool is full (counted as refused), or another
- * error.
+ * back. The writer owns a read event on fd, not fd. Its first file is
+ * made by the I/O thread: reading begins once it is open, and a file
+ * that cannot be made ends the writer (done(ZP_SPOOL_DISK_FAILED)),
+ * never from within this call. Returns NULL with errno: ENOSPC when the
+ * spool is full (counted as refused), or another error.
  */
 struct zp_spool_writer *zp_spool_writer_new(struct zp_ctx *, int fd,
 	    uint64_t conn, const struct zp_addr *client,
@@ -188,8 +202,9 @@ uint64_t zp_spool_writer_cut(const struct zp_spool_writer *);
 
 /*
  * End the stream where it is (the pair closes for another reason): the
- * open file is synced and kept, "partial" when it ends inside a frame.
- * NULL is fine.
+ * open file (or the one being opened, with what waited for it) is
+ * synced and kept, "partial" when it ends inside a frame, by the I/O
+ * thread, after this returns. NULL is fine.
  */
 void	zp_spool_writer_free(struct zp_spool_writer *);
 

@@ -950,6 +950,23 @@ fail:
 	return -1;
 }
 
+void
+zp_thread_sigset(sigset_t *set)
+{
+	/*
+	 * Signals are the root's (libevent's handlers, SIGTERM's drain);
+	 * the faults a thread causes itself stay its own, SIGSYS from the
+	 * sandbox among them: a blocked one would kill the process.
+	 */
+	sigfillset(set);
+	sigdelset(set, SIGSYS);
+	sigdelset(set, SIGSEGV);
+	sigdelset(set, SIGBUS);
+	sigdelset(set, SIGFPE);
+	sigdelset(set, SIGILL);
+	sigdelset(set, SIGABRT);
+}
+
 int
 zp_workers_start(struct zp_ctx *root, char *err, size_t errlen)
 {
@@ -959,18 +976,7 @@ zp_workers_start(struct zp_ctx *root, char *err, size_t errlen)
 
 	if (ws == NULL)
 		return 0;
-	/*
-	 * Signals are the root's (libevent's handlers, SIGTERM's drain);
-	 * the faults a thread causes itself stay its own, SIGSYS from the
-	 * sandbox among them: a blocked one would kill the process.
-	 */
-	sigfillset(&all);
-	sigdelset(&all, SIGSYS);
-	sigdelset(&all, SIGSEGV);
-	sigdelset(&all, SIGBUS);
-	sigdelset(&all, SIGFPE);
-	sigdelset(&all, SIGILL);
-	sigdelset(&all, SIGABRT);
+	zp_thread_sigset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	for (i = 1; i < ws->n; i++) {
 		pthread_mutex_lock(&ws->w[i]->mu);

@@ -18,6 +18,7 @@
 #define ZP_WORKER_H
 
 #include <sys/socket.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,12 @@
  * base was made. Returns 0, or -1 with err filled.
  */
 int	zp_workers_new(struct zp_ctx *root, int n, char *err, size_t errlen);
+
+/*
+ * The signals a thread other than the main one blocks while it is made
+ * (it inherits them): all but the faults it causes itself.
+ */
+void	zp_thread_sigset(sigset_t *);
 
 /* Start the threads: after --user, before the sandbox. */
 int	zp_workers_start(struct zp_ctx *root, char *err, size_t errlen);

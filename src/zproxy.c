@@ -860,6 +860,15 @@ confine(struct zp_ctx *ctx, const struct zp_privs *pv, char *privs,
 		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
 		return ZP_EX_OSERR;
 	}
+	/*
+	 * --spool: as who we are now (the files are that user's), and its
+	 * I/O thread, like the others before the filter.
+	 */
+	if (ctx->spool != NULL && zp_spool_start(ctx->spool, err,
+	    sizeof(err)) == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_CANTCREAT;
+	}
 	if (pv->change)
 		off = snprintf(privs, len, "user %s:%s", pv->user, pv->group);
 	else
@@ -891,6 +900,9 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 
 	zp_workers_free(ctx);
 	zp_pairs_close(ctx, ZP_END_SHUTDOWN);
+	/* Its I/O thread reads the upstreams: it ends before they go. */
+	zp_spool_free(ctx->spool);
+	ctx->spool = NULL;
 	ctx_stop_accepting(ctx);
 	zp_stats_free(ctx->stats_server);
 	ctx->stats_server = NULL;
@@ -901,8 +913,6 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	ctx->ups = NULL;
 	zp_mirrors_free(ctx->mirrors);
 	ctx->mirrors = NULL;
-	zp_spool_free(ctx->spool);
-	ctx->spool = NULL;
 	zp_srctab_free(&ctx->sources);
 	for (i = 0; i < nsigs; i++)
 		if (sigs[i] != NULL)
@@ -1213,7 +1223,8 @@ zp_run(struct zp_config *cfg)
 	 * Threads wake each other's loops (event_active from another
 	 * thread), which needs libevent's locks, set before any base.
 	 */
-	if (nthreads > 1 && evthread_use_pthreads() == -1) {
+	if ((nthreads > 1 || cfg->spool_dir != NULL) &&
+	    evthread_use_pthreads() == -1) {
 		zp_log(ctx.log, ZP_LOG_ERROR, "cannot set up libevent for "
 		    "threads");
 		return ZP_EX_OSERR;
@@ -1324,13 +1335,6 @@ zp_run(struct zp_config *cfg)
 	if ((rc = confine(&ctx, &pv, privs, sizeof(privs))) != 0 ||
 	    (rc = replay_probe(&ctx)) != 0)
 		goto out;
-	/* As who we are now: the files are that user's. */
-	if (ctx.spool != NULL && zp_spool_start(ctx.spool, err,
-	    sizeof(err)) == -1) {
-		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
-		rc = ZP_EX_CANTCREAT;
-		goto out;
-	}
 	/* What confine() kept must still do: a --user drop bug shows here. */
 	if ((rc = zp_source_check(cfg, 1, err, sizeof(err))) != 0) {
 		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);

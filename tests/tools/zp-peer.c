@@ -280,7 +280,9 @@ static void usage(FILE *fp)
 "      --accept-delay SEC   listen: accept nothing during the first SEC seconds\n"
 "      --hold               connect: no FIN; print \"connected N\" once all N are\n"
 "                           up, then keep them open until the peer closes them\n"
-"                           or zp-peer is killed\n"
+"                           or zp-peer is killed\n""                           listen: no FIN, and a connection stays open after\n"
+"                           the peer's EOF (never closed first) until zp-peer\n"
+"                           is killed\n"
 "      --pingpong N         connect: N times send a --msg-size message (100)\n"
 "                           and wait for its echo (verified); prints \"rtt n=N\n"
 "                           p50=...ms p99=...ms max=...ms\" on stdout\n"
@@ -803,6 +805,9 @@ static void sess_check_done(struct sess *s)
 		}
 		s->shut = 1;
 	}
+	/* listen --hold: the peer's EOF, and yet we never close first. */
+	if (o.hold && o.mode == MODE_LISTEN && s->rd_eof)
+		return;
 	if (o.no_read || s->rd_eof)
 		sess_finish(s, "eof", 0);
 	else if (o.no_shut && o.have_expect_gen && s->recvd == o.expect_gen)
@@ -1009,7 +1014,8 @@ static int run_sessions(int lfd)
 		want_accept = lfd != -1 && (o.conns == 0 || accepted < o.conns);
 		if (!want_accept && ndone == nsess)
 			break;
-		if (o.hold && !printed_connected && nconnected == nsess) {
+		if (o.hold && o.mode == MODE_CONNECT && !printed_connected &&
+		    nconnected == nsess) {
 			printf("connected %ld\n", nconnected);
 			fflush(stdout);
 			printed_connected = 1;
@@ -2114,9 +2120,10 @@ static void parse_args(int argc, char **argv)
 		usage_error("--recv with several connections needs %%d");
 	if (o.mode == MODE_CONNECT && o.conns == 0)
 		usage_error("connect --conns must be at least 1");
-	if ((o.hold || o.expect_close > 0 || o.pingpong) &&
-	    o.mode != MODE_CONNECT)
-		usage_error("--hold, --expect-close, --pingpong are for connect");
+	if (o.hold && o.mode != MODE_CONNECT && o.mode != MODE_LISTEN)
+		usage_error("--hold is for connect and listen");
+	if ((o.expect_close > 0 || o.pingpong) && o.mode != MODE_CONNECT)
+		usage_error("--expect-close, --pingpong are for connect");
 	if (o.pingpong > 0) {
 		/* N messages of the --send-gen stream, each echo verified */
 		if (o.send_file || o.have_send_gen || o.have_expect_gen ||
