@@ -8,10 +8,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <event2/event.h>
 
 #include "clock.h"
+#include "connect.h"
 #include "ctx.h"
 #include "health.h"
 #include "log.h"
@@ -24,10 +24,9 @@ struct zp_hcheck {
 	struct zp_health	*h;
 	size_t			 idx;		/* upstream */
 	size_t			 addr;		/* its address being tried */
-	int			 fd;
+	struct zp_connecting	 conn;		/* ev: a check is under way */
 	int			 err;
 	int			 skipping;	/* last round met a local fault */
-	struct event		*ev;		/* one-shot write + timeout */
 };
 
 struct zp_health {
@@ -44,12 +43,7 @@ static void	check_next(struct zp_hcheck *);
 static void
 check_reset(struct zp_hcheck *c)
 {
-	if (c->ev != NULL)
-		event_free(c->ev);
-	c->ev = NULL;
-	if (c->fd != -1)
-		close(c->fd);
-	c->fd = -1;
+	zp_connecting_cancel(&c->conn);
 }
 
 /* Report the verdict and go idle. */
@@ -91,7 +85,7 @@ static void
 check_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_hcheck	*c = arg;
-	int			 err = zp_connect_result(fd, what);
+	int			 err = zp_connecting_result(&c->conn, what);
 
 	if (zp_connect_local_error(err)) {
 		check_skip(c, err);
@@ -132,7 +126,8 @@ check_next(struct zp_hcheck *c)
 			}
 			src = &srcbuf;
 		}
-		switch (zp_connect_start_from(a, src, 0, &c->fd)) {
+		switch (zp_connecting_start(&c->conn, c->h->ctx->base, a, src,
+		    0, &c->h->timeout, check_cb, c)) {
 		case -1:
 			if (zp_connect_local_error(errno)) {
 				check_skip(c, errno);
@@ -142,11 +137,6 @@ check_next(struct zp_hcheck *c)
 			continue;
 		case 0:
 			check_done(c, 1);
-			return;
-		}
-		c->ev = event_new(c->h->ctx->base, c->fd, EV_WRITE, check_cb, c);
-		if (c->ev == NULL || event_add(c->ev, &c->h->timeout) == -1) {
-			check_skip(c, ENOMEM);
 			return;
 		}
 		return;
@@ -162,7 +152,7 @@ health_timer_cb(evutil_socket_t fd, short what, void *arg)
 	size_t			 i;
 
 	for (i = 0; i < h->n; i++) {
-		if (h->checks[i].ev != NULL)
+		if (h->checks[i].conn.ev != NULL)
 			continue;	/* still waiting on the last one */
 		h->checks[i].addr = 0;
 		h->checks[i].err = 0;
@@ -190,7 +180,7 @@ zp_health_new(struct zp_ctx *ctx)
 	for (i = 0; i < h->n; i++) {
 		h->checks[i].h = h;
 		h->checks[i].idx = i;
-		h->checks[i].fd = -1;
+		zp_connecting_init(&h->checks[i].conn);
 	}
 	/* A check never outlives its interval, nor the connect timeout. */
 	t = ctx->cfg->connect_timeout;

@@ -25,6 +25,7 @@
 
 #include <event2/event.h>
 
+#include "connect.h"
 #include "ctx.h"
 #include "mirror.h"
 #include "net.h"
@@ -51,11 +52,12 @@ struct zp_mirrors {
 struct zp_mstream {
 	struct zp_mirror_set	*set;
 	size_t			 idx;		/* which --mirror */
-	int			 fd;		/* -1: closed */
+	struct zp_connecting	 conn;		/* fd -1: connected or closed */
+	int			 fd;		/* -1: connecting or closed */
 	struct zp_pipe		 pipe;		/* .data: bytes not sent yet */
 	struct event		*rev;		/* what it sends: discarded */
-	struct event		*wev;		/* connect, then room to send */
-	struct event		*timer;		/* connect, then the end */
+	struct event		*wev;		/* room to send */
+	struct event		*timer;		/* the end */
 	size_t			 teed;		/* of the head of the pair's pipe */
 	/* Stream offsets, the PROXY header's bytes included. */
 	uint64_t		 base;		/* the header's length */
@@ -64,7 +66,6 @@ struct zp_mstream {
 	uint64_t		 cut_at;	/* cutting: where it ends */
 	char			*held;		/* cutting: its pipe, read out */
 	size_t			 held_len;
-	unsigned		 connecting:1;
 	unsigned		 cutting:1;	/* dropped: takes no more, ends at
 						   cut_at, a message boundary */
 	unsigned		 won:1;		/* wev is added */
@@ -76,7 +77,7 @@ struct zp_mirror_set {
 	struct zp_ctx		*ctx;
 	uint64_t		 id;		/* the pair's conn= */
 	size_t			 n;
-	size_t			 open;		/* streams with fd != -1 */
+	size_t			 open;		/* streams not closed */
 	/*
 	 * --framing: the client's stream offset of the next byte handed to
 	 * the streams (copy: read; splice: the head of the pair's pipe),
@@ -178,11 +179,25 @@ set_maybe_free(struct zp_mirror_set *set)
 	free(set);
 }
 
+/* Its connect is under way: its bytes wait in its pipe. */
+static int
+mstream_connecting(const struct zp_mstream *m)
+{
+	return m->conn.fd != -1;
+}
+
+/* Connecting or connected: not closed. */
+static int
+mstream_open(const struct zp_mstream *m)
+{
+	return m->fd != -1 || mstream_connecting(m);
+}
+
 /* A stream that takes the client's bytes (none after its FIN). */
 static int
 mstream_live(const struct zp_mstream *m)
 {
-	return m->fd != -1 && !m->cutting && !m->wshut;
+	return mstream_open(m) && !m->cutting && !m->wshut;
 }
 
 /* A message ended at the client's stream offset off. */
@@ -199,8 +214,9 @@ set_bound(struct zp_mirror_set *set, uint64_t off)
 static void
 mstream_close(struct zp_mstream *m)
 {
-	if (m->fd == -1)
+	if (!mstream_open(m))
 		return;
+	zp_connecting_cancel(&m->conn);
 	if (m->rev != NULL)
 		event_free(m->rev);
 	if (m->wev != NULL)
@@ -209,7 +225,8 @@ mstream_close(struct zp_mstream *m)
 		event_free(m->timer);
 	m->rev = m->wev = m->timer = NULL;
 	m->won = 0;
-	close(m->fd);
+	if (m->fd != -1)
+		close(m->fd);
 	m->fd = -1;
 	zp_pipe_close(&m->pipe);
 	free(m->held);
@@ -226,7 +243,7 @@ mstream_close(struct zp_mstream *m)
 static void
 mstream_drop(struct zp_mstream *m, const char *why)
 {
-	if (m->fd == -1)
+	if (!mstream_open(m))
 		return;
 	mstream_close(m);
 	if (!m->cutting)
@@ -298,7 +315,7 @@ mstream_cut(struct zp_mstream *m, const char *why)
 	int			 i, whole = 0;	/* b ends a message */
 	char			 buf[96];
 
-	if (m->fd == -1 || m->cutting)
+	if (!mstream_open(m) || m->cutting)
 		return;
 	if (set->framed) {
 		for (i = 0; i < 2 && !whole; i++) {
@@ -310,20 +327,20 @@ mstream_cut(struct zp_mstream *m, const char *why)
 		if (!whole)
 			b = m->in;
 	}
-	if (!m->connecting && !whole) {
+	if (!mstream_connecting(m) && !whole) {
 		(void)snprintf(buf, sizeof(buf), "%s%s", why, set->framed ?
 		    ", inside a message" : "");
 		mstream_drop(m, buf);
 		return;
 	}
-	(void)snprintf(buf, sizeof(buf), "%s%s", why, m->connecting ?
+	(void)snprintf(buf, sizeof(buf), "%s%s", why, mstream_connecting(m) ?
 	    " while it connects" : "; ends at a message boundary");
 	mirror_drop_log(set->ctx, m->idx, set->id, buf);
 	m->cutting = 1;
 	m->cut_at = b;
 	m->teed = 0;
-	/* Connecting, the timer bounds the connect; connected, the end. */
-	if (!m->connecting)
+	/* Connecting, the connect's timeout bounds it; connected, the end. */
+	if (!mstream_connecting(m))
 		mstream_end_timer(m);
 	mstream_drain(m);
 }
@@ -356,7 +373,7 @@ mstream_finish(struct zp_mstream *m)
 	struct zp_mirror_set	*set = m->set;
 
 	if ((!set->ended && !m->cutting) || m->pipe.data > 0 ||
-	    m->held != NULL || m->connecting)
+	    m->held != NULL || mstream_connecting(m))
 		return;
 	if (!m->wshut) {
 		m->wshut = 1;
@@ -388,8 +405,8 @@ mstream_drain(struct zp_mstream *m)
 	size_t		 len;
 	ssize_t		 n;
 
-	if (m->fd == -1 || m->connecting)
-		return;
+	if (m->fd == -1)
+		return;		/* closed, or its bytes wait for the connect */
 	for (;;) {
 		if (m->held != NULL) {
 			len = (size_t)(m->cut_at - m->out);
@@ -440,7 +457,7 @@ mstream_write(struct zp_mstream *m, const char *buf, size_t n)
 
 	while (n > 0 && mstream_live(m)) {
 		/* An empty pipe of an open stream: straight to the socket. */
-		if (m->pipe.data == 0 && !m->connecting) {
+		if (m->pipe.data == 0 && m->fd != -1) {
 			w = send(m->fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 			if (w > 0) {
 				m->set->ctx->stats.mirrors[m->idx].bytes +=
@@ -469,8 +486,8 @@ mstream_write(struct zp_mstream *m, const char *buf, size_t n)
 		m->in += (uint64_t)w;
 		buf += w;
 		n -= (size_t)w;
-		/* While connecting, wev waits for the connect. */
-		if (!m->connecting)
+		/* While connecting, the pipe waits for the connect. */
+		if (m->fd != -1)
 			mstream_want_write(m, 1);
 		if (n > 0) {
 			mstream_slow(m);
@@ -540,10 +557,7 @@ mstream_timer_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_mstream	*m = arg;
 	struct zp_mirror_set	*set = m->set;
 
-	if (m->connecting) {
-		mirror_failed(set->ctx, m->idx, ETIMEDOUT);
-		mstream_drop(m, "connect: timed out");
-	} else if (m->pipe.data > 0 || m->held != NULL || !m->wshut)
+	if (m->pipe.data > 0 || m->held != NULL || !m->wshut)
 		mstream_drop(m, "too slow");	/* said already if cutting */
 	else
 		mstream_close(m);	/* all delivered; its FIN never came */
@@ -569,9 +583,7 @@ mstream_connected(struct zp_mstream *m)
 	struct zp_ctx	*ctx = m->set->ctx;
 	short		 rflags = EV_READ | EV_PERSIST;
 
-	m->connecting = 0;
 	__atomic_store_n(&ctx->mirrors->t[m->idx].fails, 0, __ATOMIC_RELAXED);
-	event_del(m->timer);
 	m->rev = event_new(ctx->base, m->fd, rflags, mstream_read_cb, m);
 	if (m->rev == NULL || event_add(m->rev, NULL) == -1) {
 		mstream_drop(m, "out of memory");
@@ -587,19 +599,21 @@ mstream_connect_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_mstream	*m = arg;
 	struct zp_mirror_set	*set = m->set;
-	int			 err = zp_connect_result(fd, what);
+	int			 err = zp_connecting_result(&m->conn, what);
 	char			 why[128];
 
-	/* One-shot: not pending any more. */
-	m->won = 0;
 	if (err != 0) {
 		mirror_failed(set->ctx, m->idx, err);
-		snprintf(why, sizeof(why), "connect: %s", strerror(err));
+		snprintf(why, sizeof(why), "connect: %s", what & EV_TIMEOUT ?
+		    "timed out" : strerror(err));
 		mstream_drop(m, why);
-	} else if (mstream_writer(m) == -1)
-		mstream_drop(m, "out of memory");
-	else
-		mstream_connected(m);
+	} else {
+		m->fd = zp_connecting_take(&m->conn);
+		if (mstream_writer(m) == -1)
+			mstream_drop(m, "out of memory");
+		else
+			mstream_connected(m);
+	}
 	set_maybe_free(set);
 }
 
@@ -640,6 +654,7 @@ mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
 
 	m->set = set;
 	m->idx = i;
+	zp_connecting_init(&m->conn);
 	m->fd = -1;
 	m->pipe.rfd = m->pipe.wfd = -1;
 	if (!zp_mirror_up(ctx->mirrors, i)) {
@@ -657,9 +672,9 @@ mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
 		return -1;
 	}
 	k = __atomic_load_n(&t->cursor, __ATOMIC_RELAXED) % t->naddrs;
-	if ((rc = zp_connect_start(&t->addrs[k], &m->fd)) == -1) {
+	if ((rc = zp_connecting_start(&m->conn, ctx->base, &t->addrs[k], NULL,
+	    0, &tv, mstream_connect_cb, m)) == -1) {
 		err = errno;
-		m->fd = -1;
 		zp_pipe_close(&m->pipe);
 		if (!zp_connect_local_error(err))
 			mirror_failed(ctx, i, err);
@@ -668,14 +683,11 @@ mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
 		return -1;
 	}
 	set->open++;
-	m->connecting = 1;
-	m->timer = event_new(ctx->base, -1, 0, mstream_timer_cb, m);
 	/* Connected at once (a local address): wev writes from now. */
-	if (rc == 1)
-		m->wev = event_new(ctx->base, m->fd, EV_WRITE,
-		    mstream_connect_cb, m);
-	if (m->timer == NULL || (rc == 1 ? m->wev == NULL :
-	    mstream_writer(m) == -1)) {
+	if (rc == 0)
+		m->fd = zp_connecting_take(&m->conn);
+	m->timer = event_new(ctx->base, -1, 0, mstream_timer_cb, m);
+	if (m->timer == NULL || (rc == 0 && mstream_writer(m) == -1)) {
 		mstream_drop(m, "out of memory");
 		return -1;
 	}
@@ -691,9 +703,6 @@ mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
 		mstream_connected(m);
 		return m->fd == -1 ? -1 : 0;
 	}
-	event_add(m->timer, &tv);
-	if (event_add(m->wev, NULL) == 0)
-		m->won = 1;
 	return 0;
 }
 
@@ -854,8 +863,7 @@ zp_mirror_set_release(struct zp_mirror_set *set)
 	zp_mirror_set_end(set);
 	/* Whatever is left has --linger-timeout to go out. */
 	for (i = 0; i < set->n; i++)
-		if (set->s[i].fd != -1 && !set->s[i].connecting &&
-		    !set->s[i].wshut)
+		if (set->s[i].fd != -1 && !set->s[i].wshut)
 			mstream_end_timer(&set->s[i]);
 	set_maybe_free(set);
 }

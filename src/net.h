@@ -54,7 +54,9 @@ const unsigned char *zp_addr_v4(const struct zp_addr *);
 void	zp_addr_unmap(struct zp_addr *);
 
 /*
- * Start a non-blocking TCP connect to a, for a pair or a health check.
+ * Start a non-blocking TCP connect to a: the first half of
+ * zp_connecting_start() (connect.h), which callers use; the spool's
+ * connects still call it directly, for now.
  * Returns 1 with *fd set while it is in progress (wait for writable),
  * 0 with *fd set when it is connected already (to a local address it
  * usually is), or -1 with errno set and no descriptor left open.

@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "clock.h"
+#include "connect.h"
 #include "ctx.h"
 #include "listener.h"
 #include "log.h"
@@ -802,7 +803,7 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 		pair_framing_error(p);
 		if (rc & ZP_PUMP_MOVE)
 			return pair_move(p, ZP_MOVE_FAILED);
-		if ((rc & ZP_PUMP_BOUNDARY) && p->next_fd != -1)
+		if ((rc & ZP_PUMP_BOUNDARY) && p->next.fd != -1)
 			return pair_switch(p);
 		if (rc & ZP_PUMP_BOUNDARY) {
 			/* A retiring upstream lost bytes: send them again. */
@@ -885,14 +886,17 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 static void
 pair_check(const struct zp_pair *p)
 {
-	int	fds[4] = { p->client.fd, p->upstream.fd, p->retiring.fd,
-		    p->next_fd };
+	int	fds[5] = { p->client.fd, p->upstream.fd, p->retiring.fd,
+		    p->next.fd, p->conn.fd };
 	int	i, j;
 
-	for (i = 0; i < 4; i++)
-		for (j = i + 1; j < 4; j++)
+	for (i = 0; i < 5; i++)
+		for (j = i + 1; j < 5; j++)
 			assert(fds[i] == -1 || fds[i] != fds[j]);
 	assert(p->state != ZP_PAIR_RELAYING || p->upstream.fd != -1);
+	/* A connect to the upstream is under way only while it has none. */
+	assert(p->conn.fd == -1 || (p->upstream.fd == -1 &&
+	    (p->state == ZP_PAIR_CONNECTING || p->state == ZP_PAIR_MOVING)));
 	assert(p->retiring.fd == -1 || p->down.src == &p->retiring ||
 	    p->state == ZP_PAIR_MOVING);
 	assert(p->spool == NULL || p->state == ZP_PAIR_SPOOLING);
@@ -1303,18 +1307,6 @@ pair_connected(struct zp_pair *p)
 	return pair_run(p, &p->down);
 }
 
-/* Close the upstream socket of a connect that did not succeed. */
-static void
-pair_connect_drop(struct zp_pair *p)
-{
-	if (p->upstream.wev != NULL)
-		event_free(p->upstream.wev);
-	p->upstream.wev = NULL;
-	if (p->upstream.fd != -1)
-		close(p->upstream.fd);
-	p->upstream.fd = -1;
-}
-
 /*
  * Give up on the current upstream address and try the next one. Returns
  * 1 when the pair was freed.
@@ -1322,7 +1314,7 @@ pair_connect_drop(struct zp_pair *p)
 static int ZP_MAY_FREE
 pair_connect_failed(struct zp_pair *p, int err)
 {
-	pair_connect_drop(p);
+	zp_connecting_cancel(&p->conn);
 	p->connect_err = err;
 	p->addr_idx++;
 	return pair_connect_next(p);
@@ -1357,6 +1349,7 @@ pair_connect_release(struct zp_pair *p)
 	if (p->retry != NULL)
 		event_free(p->retry);
 	p->retry = NULL;
+	zp_connecting_cancel(&p->conn);
 }
 
 /*
@@ -1420,7 +1413,7 @@ pair_connect_wait(struct zp_pair *p, int err)
 	struct zp_ctx	*ctx = p->ctx;
 	struct timeval	 now, tv, pause = { 0, ZP_CONNECT_RETRY_MS * 1000 };
 
-	pair_connect_drop(p);
+	zp_connecting_cancel(&p->conn);
 	ctx->stats.local_errors++;
 	p->connect_err = err;
 	zp_clock_now(&now);
@@ -1472,15 +1465,14 @@ static void
 pair_connect_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair	*p = arg;
-	int		 err = zp_connect_result(fd, what), gone;
+	int		 err = zp_connecting_result(&p->conn, what), gone;
 
 	if (zp_connect_local_error(err))
 		gone = pair_connect_wait(p, err);
 	else if (err != 0)
 		gone = pair_connect_failed(p, err);
 	else {
-		event_free(p->upstream.wev);
-		p->upstream.wev = NULL;
+		p->upstream.fd = zp_connecting_take(&p->conn);
 		gone = pair_connected(p);
 	}
 	if (!gone)
@@ -1526,12 +1518,13 @@ static int
 pair_connect_next(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
-	struct timeval		 tv, now;
+	struct timeval		 now, tv = zp_seconds_tv(
+				     ctx->cfg->connect_timeout);
 	const struct zp_addr	*a, *src;
 	struct zp_addr		 srcbuf, abuf;
-	double			 t = ctx->cfg->connect_timeout;
-	int			 fd, rc, spoof = ctx->cfg->source ==
+	int			 rc, spoof = ctx->cfg->source ==
 				     ZP_SOURCE_CLIENT;
+	int			 flags = spoof ? ZP_CONNECT_TRANSPARENT : 0;
 
 	for (; p->addr_idx < pair_naddrs(p); p->addr_idx++) {
 		if ((a = pair_addr(p, p->addr_idx, &abuf)) == NULL)
@@ -1543,13 +1536,15 @@ pair_connect_next(struct zp_pair *p)
 			continue;
 		}
 		p->addr_tried = 1;
-		rc = zp_connect_start_from(a, src, spoof, &fd);
+		rc = zp_connecting_start(&p->conn, ctx->base, a, src, flags,
+		    &tv, pair_connect_cb, p);
 		/* Out of descriptors: stats clients give way to ours. */
 		if (rc == -1 && (errno == EMFILE || errno == ENFILE)) {
 			int	err = errno, shed = zp_ctx_shed(ctx);
 
 			if (shed > 0)
-				rc = zp_connect_start_from(a, src, spoof, &fd);
+				rc = zp_connecting_start(&p->conn, ctx->base,
+				    a, src, flags, &tv, pair_connect_cb, p);
 			else if (shed < 0 && !p->shed_asked) {
 				/*
 				 * A worker's: the main thread sheds on its
@@ -1568,17 +1563,12 @@ pair_connect_next(struct zp_pair *p)
 			p->connect_err = errno;
 			continue;
 		}
-		p->upstream.fd = fd;
 		p->connecting_addr = *a;
-		sock_tune_upstream(ctx, fd);
-		if (rc == 0)
+		sock_tune_upstream(ctx, p->conn.fd);
+		if (rc == 0) {
+			p->upstream.fd = zp_connecting_take(&p->conn);
 			return pair_connected(p);
-		p->upstream.wev = event_new(ctx->base, fd, EV_WRITE,
-		    pair_connect_cb, p);
-		tv = zp_seconds_tv(t);
-		if (p->upstream.wev == NULL || event_add(p->upstream.wev,
-		    &tv) == -1)
-			return pair_connect_wait(p, ENOMEM);
+		}
 		return 0;
 	}
 	/*
@@ -2163,12 +2153,7 @@ zp_pair_wind_down(struct zp_pair *p, enum zp_end end)
 static void
 pair_next_drop(struct zp_pair *p)
 {
-	if (p->next_ev != NULL)
-		event_free(p->next_ev);
-	p->next_ev = NULL;
-	if (p->next_fd != -1)
-		close(p->next_fd);
-	p->next_fd = -1;
+	zp_connecting_cancel(&p->next);
 	if (p->up.fr != NULL)
 		p->up.fr->seek = 0;
 }
@@ -2176,7 +2161,7 @@ pair_next_drop(struct zp_pair *p)
 int
 zp_pair_can_move(const struct zp_pair *p)
 {
-	return pair_movable(p) && p->next_fd == -1 &&
+	return pair_movable(p) && p->next.fd == -1 &&
 	    p->retiring.fd == -1 && !p->up.fr->seek && !p->up.fr->cutting &&
 	    !p->ctx->stopping;
 }
@@ -2189,10 +2174,8 @@ pair_next_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_ctx	*ctx = p->ctx;
 	struct timeval	 now;
 	char		 buf[ZP_ADDRSTRLEN];
-	int		 err = zp_connect_result(fd, what);
+	int		 err = zp_connecting_result(&p->next, what);
 
-	event_free(p->next_ev);
-	p->next_ev = NULL;
 	if (err != 0 || !pair_movable(p)) {
 		if (err != 0) {
 			if (!zp_connect_local_error(err)) {
@@ -2224,7 +2207,6 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 	struct zp_addr		 srcbuf, abuf;
 	unsigned char		 tried[ZP_MAX_UPSTREAMS];
 	struct timeval		 tv, now;
-	int			 fd, rc;
 
 	if (!zp_pair_can_move(p))
 		return -1;
@@ -2249,23 +2231,17 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 	a = &abuf;
 	if (pair_source(p, a, &srcbuf, &src) == -1)
 		return -1;
-	rc = zp_connect_start_from(a, src, ctx->cfg->source ==
-	    ZP_SOURCE_CLIENT, &fd);
-	if (rc == -1)
+	/* Even a connect done at once is taken up from the loop. */
+	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
+	if (zp_connecting_start(&p->next, ctx->base, a, src, ZP_CONNECT_DEFER |
+	    (ctx->cfg->source == ZP_SOURCE_CLIENT ? ZP_CONNECT_TRANSPARENT :
+	    0), &tv, pair_next_cb, p) == -1)
 		return -1;
-	sock_tune_upstream(ctx, fd);
-	p->next_fd = fd;
+	sock_tune_upstream(ctx, p->next.fd);
 	p->next_idx = idx;
 	p->next_addr = *a;
 	p->move_reason = reason;
 	p->move_checked = reason == ZP_MOVE_FAILED;
-	/* Even a connect done at once is taken up from the loop. */
-	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
-	if ((p->next_ev = event_new(ctx->base, fd, EV_WRITE, pair_next_cb,
-	    p)) == NULL || event_add(p->next_ev, &tv) == -1) {
-		pair_next_drop(p);
-		return -1;
-	}
 	return 0;
 }
 
@@ -2385,7 +2361,7 @@ pair_rewind(struct zp_pair *p)
  * upstream takes the stream from here. What can fail is made first,
  * while the pair is as it was; then each descriptor changes owner in one
  * step (the old upstream's from upstream to retiring, the next one's
- * from next_fd to upstream). Always returns 1 (pair_run's contract: the
+ * from next to upstream). Always returns 1 (pair_run's contract: the
  * pair was handed on).
  */
 static int
@@ -2445,8 +2421,7 @@ pair_switch(struct zp_pair *p)
 	p->down.src = r;
 	/* The next one is the upstream's, and only its. */
 	memset(h, 0, sizeof(*h));
-	h->fd = p->next_fd;
-	p->next_fd = -1;
+	h->fd = zp_connecting_take(&p->next);
 	p->up_idx = p->next_idx;
 	p->up_addr = p->next_addr;
 	p->up_sent = 0;
@@ -2500,7 +2475,7 @@ zp_pairs_moving(struct zp_ctx *ctx, long *eff, long *movable)
 	TAILQ_FOREACH(p, &ctx->pairs, entry) {
 		if (p->up_idx < 0)
 			continue;
-		if (p->next_fd != -1) {
+		if (p->next.fd != -1) {
 			eff[p->up_idx]--;
 			eff[p->next_idx]++;
 		}
@@ -2572,7 +2547,8 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	p->client.fd = fd;
 	p->upstream.fd = -1;
 	p->retiring.fd = -1;
-	p->next_fd = -1;
+	zp_connecting_init(&p->conn);
+	zp_connecting_init(&p->next);
 	p->up_idx = -1;
 	if (salen > sizeof(p->client_addr.ss))
 		salen = sizeof(p->client_addr.ss);

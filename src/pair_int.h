@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "connect.h"
 #include "pair.h"
 #include "relay.h"
 
@@ -40,6 +41,7 @@ struct zp_pair {
 	size_t			 addr_idx;	/* its address being tried */
 	int			 addr_tried;	/* one was (not skipped by --source) */
 	struct zp_addr		 up_addr;	/* the address connected to */
+	struct zp_connecting	 conn;		/* to the upstream, under way */
 	struct zp_addr		 connecting_addr; /* the one a connect is on */
 	struct zp_addr		 dst;		/* original destination; len 0: none */
 	int			 connect_err;	/* last connect failure */
@@ -87,8 +89,7 @@ struct zp_pair {
 						   at the next boundary */
 	uint64_t		 retiring_sent;	/* bytes sent to it */
 	/* A planned move: the next upstream, connecting or connected. */
-	int			 next_fd;	/* -1: none */
-	struct event		*next_ev;
+	struct zp_connecting	 next;		/* fd -1: none; ev: connecting */
 	int			 next_idx;
 	struct zp_addr		 next_addr;
 	/* The upstream a planned move left, read until it closes. */

@@ -427,6 +427,44 @@ test_refused_marks_down(void **state)
 	fx_free(fx);
 }
 
+/*
+ * A mirror that does not answer (its listener's accept queue full: the
+ * SYN is dropped): what the client sends meanwhile waits in the pipe;
+ * at --connect-timeout the stream is dropped and the mirror is down,
+ * as for a refusal. The timeout is the connect's own (zp_connecting),
+ * not the stream's end timer.
+ */
+static void
+test_timeout_marks_down(void **state)
+{
+	struct fx		*fx = fx_new(1, ZP_FRAMING_NONE);
+	struct zp_mirror_set	*set;
+	long long		 t0 = now_ms(), deadline = t0 + DEADLINE_MS;
+	int			 in;
+
+	(void)state;
+	fx->cfg.connect_timeout = 0.2;
+	assert_int_equal(listen(fx->lfd[0], 0), 0);
+	in = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(in, (struct sockaddr *)&fx->addr[0].ss,
+	    fx->addr[0].len), 0);
+	set = zp_mirror_set_new(&fx->ctx, 12, NULL, 0);
+	assert_non_null(set);
+	zp_mirror_copy(set, "abc\n", 4);
+	while (fx->ctx.stats.mirrors[0].dropped == 0 && now_ms() < deadline) {
+		loop_once(fx);
+		poll(NULL, 0, 5);
+	}
+	assert_int_equal(fx->ctx.stats.mirrors[0].dropped, 1);
+	assert_true(now_ms() - t0 >= 190);
+	assert_int_equal(fx->ctx.stats.mirrors[0].streams, 1);
+	assert_int_equal(fx->ctx.stats.mirrors[0].bytes, 0);
+	assert_false(zp_mirror_up(fx->ctx.mirrors, 0));
+	zp_mirror_set_release(set);
+	close(in);
+	fx_free(fx);
+}
+
 int
 main(void)
 {
@@ -436,6 +474,7 @@ main(void)
 		cmocka_unit_test(test_slow_framed_ends_at_boundary),
 		cmocka_unit_test(test_slow_unframed_prefix),
 		cmocka_unit_test(test_refused_marks_down),
+		cmocka_unit_test(test_timeout_marks_down),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1166,10 +1166,10 @@ test_lifetime_same(void **state)
 	p = TAILQ_FIRST(&h.ctx.pairs);
 	assert_int_equal(p->up_idx, 0);
 	assert_int_equal(zp_pair_plan_move(p, -1, ZP_MOVE_LIFETIME), -1);
-	assert_int_equal(p->next_fd, -1);
+	assert_int_equal(p->next.fd, -1);
 	/* To the other one, as --rebalance would ask: it begins. */
 	assert_int_equal(zp_pair_plan_move(p, 1, ZP_MOVE_LIFETIME), 0);
-	assert_true(p->next_fd != -1);
+	assert_true(p->next.fd != -1);
 	close(c);
 	close(a);
 	h_free(&h);
