@@ -835,6 +835,8 @@ zp_log_start(struct zp_log *lg, char *err, size_t errlen)
 	lg->running = 1;
 	if ((e = pthread_create(&lg->thread, NULL, log_main, lg)) != 0)
 		lg->running = 0;
+	else
+		(void)pthread_setname_np(lg->thread, "zp-log");
 	pthread_mutex_unlock(&lg->mu);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (e != 0) {

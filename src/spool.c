@@ -34,6 +34,7 @@
 #include <event2/event.h>
 
 #include "clock.h"
+#include "connect.h"
 #include "ctx.h"
 #include "framing.h"
 #include "log.h"
@@ -273,6 +274,7 @@ struct zp_sender {
 	enum sender_phase	 phase;
 	char			 name[ZP_SPOOL_NAME_MAX];
 	int			 file;
+	struct zp_connecting	 conn;		/* while SENDER_CONNECTING */
 	int			 sock;
 	struct event		*ev;
 	struct event		*timer;
@@ -374,10 +376,9 @@ struct zp_spool {
 	int			 nsenders;
 	unsigned		 attempt;	/* rotates upstream addresses */
 	struct timeval		 failed_at;	/* last send that failed */
-	int			 probe_fd;	/* a connect to see an upstream
+	struct zp_connecting	 probe;		/* a connect to see an upstream
 						   up, with nothing to send */
 	int			 probe_idx;
-	struct event		*probe_ev;
 	char			**names;	/* the last scan */
 	size_t			 nnames, cap;
 };
@@ -899,7 +900,7 @@ zp_spool_new(struct zp_ctx *ctx, char *err, size_t errlen)
 		return NULL;
 	}
 	sp->ctx = ctx;
-	sp->probe_fd = -1;
+	zp_connecting_init(&sp->probe);
 	sp->free_bytes = UINT64_MAX;	/* until looked at */
 	pthread_mutex_init(&sp->mu, NULL);
 	STAILQ_INIT(&sp->q);
@@ -974,6 +975,7 @@ zp_spool_start(struct zp_spool *sp, char *err, size_t errlen)
 	for (i = 0; i < sp->nsenders; i++) {
 		sp->senders[i].sp = sp;
 		sp->senders[i].file = sp->senders[i].sock = -1;
+		zp_connecting_init(&sp->senders[i].conn);
 	}
 	/* A persistent timer made active by hand loses its period. */
 	if ((sp->base = event_base_new()) == NULL ||
@@ -991,8 +993,10 @@ zp_spool_start(struct zp_spool *sp, char *err, size_t errlen)
 	zp_thread_sigset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_mutex_lock(&sp->mu);
-	if ((e = pthread_create(&sp->tid, NULL, io_main, sp)) == 0)
+	if ((e = pthread_create(&sp->tid, NULL, io_main, sp)) == 0) {
 		sp->running = 1;
+		zp_thread_name(sp->tid, "zp-spool-io");
+	}
 	pthread_mutex_unlock(&sp->mu);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (e != 0) {
@@ -1040,10 +1044,7 @@ zp_spool_free(struct zp_spool *sp)
 		event_free(sp->room);
 	if (sp->inbox != NULL)
 		event_free(sp->inbox);
-	if (sp->probe_ev != NULL)
-		event_free(sp->probe_ev);
-	if (sp->probe_fd != -1)
-		close(sp->probe_fd);
+	zp_connecting_cancel(&sp->probe);
 	if (sp->base != NULL)
 		event_base_free(sp->base);
 	names_clear(sp);
@@ -1970,6 +1971,7 @@ sender_key_busy(const struct zp_spool *sp, const char *name)
 static void
 sender_reset(struct zp_sender *s)
 {
+	zp_connecting_cancel(&s->conn);
 	if (s->ev != NULL)
 		event_free(s->ev);
 	if (s->timer != NULL)
@@ -2280,8 +2282,6 @@ sender_connected(struct zp_sender *s)
 			return;
 		}
 	}
-	if (s->ev != NULL)
-		event_free(s->ev);
 	/* A checkpoint also while the upstream reads too slowly to wake us. */
 	every = zp_seconds_tv(ctx->cfg->spool_sync);
 	if ((s->ev = event_new(s->sp->base, s->sock, EV_WRITE | EV_PERSIST,
@@ -2301,12 +2301,14 @@ static void
 sender_connect_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_sender	*s = arg;
-	int			 err = zp_connect_result(fd, what);
+	int			 err = zp_connecting_result(&s->conn, what);
 
 	if (err != 0)
-		sender_fail(s, err, "connect");
-	else
+		sender_fail(s, err, "connect");	/* its reset cancels conn */
+	else {
+		s->sock = zp_connecting_take(&s->conn);
 		sender_connected(s);
+	}
 }
 
 /*
@@ -2395,19 +2397,15 @@ sender_start(struct zp_sender *s, const char *name)
 	(void)zp_upstream_addr(ctx->ups, (size_t)s->up_idx,
 	    sp->attempt++ % na, &s->to);
 	s->phase = SENDER_CONNECTING;
-	if ((rc = zp_connect_start(&s->to, &s->sock)) == -1) {
+	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
+	if ((rc = zp_connecting_start(&s->conn, sp->base, &s->to, NULL, 0,
+	    &tv, sender_connect_cb, s)) == -1) {
 		sender_fail(s, errno, "connect");
 		return -1;
 	}
 	if (rc == 0) {
+		s->sock = zp_connecting_take(&s->conn);
 		sender_connected(s);
-		return 0;
-	}
-	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
-	if ((s->ev = event_new(s->sp->base, s->sock, EV_WRITE,
-	    sender_connect_cb, s)) == NULL || event_add(s->ev, &tv) == -1) {
-		sender_fail(s, ENOMEM, "events");
-		return -1;
 	}
 	return 0;
 }
@@ -2441,17 +2439,15 @@ probe_done(struct zp_spool *sp, int err)
 	    &now);
 	if (err != 0)
 		sp->failed_at = now;
-	if (sp->probe_ev != NULL)
-		event_free(sp->probe_ev);
-	sp->probe_ev = NULL;
-	close(sp->probe_fd);
-	sp->probe_fd = -1;
+	zp_connecting_cancel(&sp->probe);
 }
 
 static void
 probe_cb(evutil_socket_t fd, short what, void *arg)
 {
-	probe_done(arg, zp_connect_result(fd, what));
+	struct zp_spool	*sp = arg;
+
+	probe_done(sp, zp_connecting_result(&sp->probe, what));
 }
 
 /* A connect to the balancer's choice, only to report how it went. */
@@ -2464,7 +2460,7 @@ spool_probe(struct zp_spool *sp)
 	unsigned char	 tried[ZP_MAX_UPSTREAMS];
 	int		 rc;
 
-	if (sp->probe_fd != -1)
+	if (sp->probe.fd != -1)
 		return;
 	memset(&any, 0, sizeof(any));
 	memset(tried, 0, sizeof(tried));
@@ -2473,19 +2469,14 @@ spool_probe(struct zp_spool *sp)
 	    &now)) < 0 || zp_upstream_addr(ctx->ups, (size_t)sp->probe_idx,
 	    0, &a) == 0)
 		return;
-	if ((rc = zp_connect_start(&a, &sp->probe_fd)) == -1) {
-		sp->probe_fd = -1;
+	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
+	if ((rc = zp_connecting_start(&sp->probe, sp->base, &a, NULL, 0, &tv,
+	    probe_cb, sp)) == -1) {
 		sp->failed_at = now;
 		return;
 	}
-	if (rc == 0) {
+	if (rc == 0)
 		probe_done(sp, 0);
-		return;
-	}
-	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
-	if ((sp->probe_ev = event_new(sp->base, sp->probe_fd, EV_WRITE,
-	    probe_cb, sp)) == NULL || event_add(sp->probe_ev, &tv) == -1)
-		probe_done(sp, ENOMEM);
 }
 
 /* Every second, and when a file was delivered: start what may start. */

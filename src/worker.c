@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -951,6 +953,18 @@ fail:
 }
 
 void
+zp_thread_name(pthread_t t, const char *fmt, ...)
+{
+	char	name[16];
+	va_list	ap;
+
+	va_start(ap, fmt);
+	(void)vsnprintf(name, sizeof(name), fmt, ap);
+	va_end(ap);
+	(void)pthread_setname_np(t, name);	/* a name is not worth a fault */
+}
+
+void
 zp_thread_sigset(sigset_t *set)
 {
 	/*
@@ -992,6 +1006,7 @@ zp_workers_start(struct zp_ctx *root, char *err, size_t errlen)
 			break;
 		}
 		ws->w[i]->started = 1;
+		zp_thread_name(ws->w[i]->tid, "zp-relay-%d", i);
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return rc == 0 ? 0 : -1;
