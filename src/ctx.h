@@ -94,6 +94,7 @@ TAILQ_HEAD(zp_pair_list, zp_pair);
  */
 struct zp_ctx {
 	struct event_base	*base;
+	struct zp_wake		*wake;		/* other threads wake base by it */
 	struct zp_config	*cfg;
 	struct zp_log		*log;
 	struct zp_ctx		*root;		/* NULL in the root itself */

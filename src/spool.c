@@ -43,6 +43,7 @@
 #include "proxyproto.h"
 #include "spool.h"
 #include "upstream.h"
+#include "wake.h"
 #include "worker.h"
 
 /* How often a writer looks at its file (sync, age) and at the room. */
@@ -342,7 +343,8 @@ STAILQ_HEAD(io_reqs, io_req);
 struct io_box {
 	pthread_mutex_t		 mu;
 	int			 refs;
-	struct event		*ev;
+	struct event		*ev;		/* in its writer's loop */
+	struct zp_wake		*wake;		/* that loop's */
 	struct io_reqs		 done;
 	char			*orphan;
 	size_t			 norphan;
@@ -368,6 +370,7 @@ struct zp_spool {
 	struct io_reqs		 q;
 	int			 running;
 	struct event		*inbox;
+	struct zp_wake		*wake;		/* relay threads post inbox */
 	struct event		*room;		/* every SPOOL_FREE_MS */
 	/* The I/O thread's. */
 	struct event		*tick;		/* every second */
@@ -737,7 +740,7 @@ io_answer(struct zp_spool *sp, struct io_req *r)
 	pthread_mutex_lock(&box->mu);
 	if (box->ev != NULL) {
 		STAILQ_INSERT_TAIL(&box->done, r, entry);
-		event_active(box->ev, EV_TIMEOUT, 0);
+		zp_wake_post(box->wake, box->ev);
 		pthread_mutex_unlock(&box->mu);
 		return;
 	}
@@ -800,7 +803,7 @@ io_post(struct zp_spool *sp, struct io_req *r)
 	if (sp->running) {
 		STAILQ_INSERT_TAIL(&sp->q, r, entry);
 		pthread_mutex_unlock(&sp->mu);
-		event_active(sp->inbox, EV_TIMEOUT, 0);
+		zp_wake_post(sp->wake, sp->inbox);
 		return;
 	}
 	pthread_mutex_unlock(&sp->mu);
@@ -852,15 +855,16 @@ io_main(void *arg)
 	return NULL;
 }
 
-/* A new box for a writer of the loop of base; NULL without memory. */
+/* A new box for a writer of ctx's loop; NULL without memory. */
 static struct io_box *
-io_box_new(struct event_base *base, event_callback_fn cb, void *arg)
+io_box_new(struct zp_ctx *ctx, event_callback_fn cb, void *arg)
 {
 	struct io_box	*box;
 
 	if ((box = calloc(1, sizeof(*box))) == NULL)
 		return NULL;
-	if ((box->ev = event_new(base, -1, 0, cb, arg)) == NULL) {
+	box->wake = ctx->wake;
+	if ((box->ev = event_new(ctx->base, -1, 0, cb, arg)) == NULL) {
 		free(box);
 		return NULL;
 	}
@@ -979,6 +983,7 @@ zp_spool_start(struct zp_spool *sp, char *err, size_t errlen)
 	}
 	/* A persistent timer made active by hand loses its period. */
 	if ((sp->base = event_base_new()) == NULL ||
+	    (sp->wake = zp_wake_new(sp->base)) == NULL ||
 	    (sp->inbox = event_new(sp->base, -1, 0, io_inbox_cb, sp)) ==
 	    NULL ||
 	    (sp->room = event_new(sp->base, -1, EV_PERSIST, spool_free_cb,
@@ -1045,6 +1050,7 @@ zp_spool_free(struct zp_spool *sp)
 	if (sp->inbox != NULL)
 		event_free(sp->inbox);
 	zp_connecting_cancel(&sp->probe);
+	zp_wake_free(sp->wake);
 	if (sp->base != NULL)
 		event_base_free(sp->base);
 	names_clear(sp);
@@ -1815,7 +1821,7 @@ zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
 		errno = EINVAL;
 		goto fail;
 	}
-	if ((w->box = io_box_new(ctx->base, writer_io_cb, w)) == NULL) {
+	if ((w->box = io_box_new(ctx, writer_io_cb, w)) == NULL) {
 		errno = ENOMEM;
 		goto fail;
 	}
@@ -1932,6 +1938,8 @@ zp_spool_writer_free(struct zp_spool_writer *w)
 			w->nheld = 0;
 		}
 		pthread_mutex_unlock(&box->mu);
+		/* ev is NULL in the box: the I/O thread posts it no more. */
+		zp_wake_forget(box->wake, ev);
 		event_free(ev);
 		while ((r = io_pop(&box->mu, &box->done)) != NULL) {
 			writer_dispose(w, r, whole);

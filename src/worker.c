@@ -25,6 +25,7 @@
 #include "pair.h"
 #include "pipepool.h"
 #include "stats.h"
+#include "wake.h"
 #include "worker.h"
 
 /*
@@ -213,7 +214,7 @@ void
 zp_ctx_changed(struct zp_ctx *ctx)
 {
 	if (ctx->root != NULL)
-		event_active(ctx->root->workers->wake, EV_TIMEOUT, 0);
+		zp_wake_post(ctx->root->wake, ctx->root->workers->wake);
 	else
 		root_changed(ctx);
 }
@@ -238,7 +239,7 @@ zp_ctx_shed(struct zp_ctx *ctx)
 	if (!ctx->cfg->have_stats)
 		return 0;
 	__atomic_store_n(&ctx->root->workers->shed, 1, __ATOMIC_RELAXED);
-	event_active(ctx->root->workers->wake, EV_TIMEOUT, 0);
+	zp_wake_post(ctx->root->wake, ctx->root->workers->wake);
 	return -1;
 }
 
@@ -269,7 +270,7 @@ wmsg_post(struct zp_worker *w, const struct zp_wmsg *m)
 	}
 	w->q[w->nq++] = *m;
 	pthread_mutex_unlock(&w->mu);
-	event_active(w->inbox, EV_TIMEOUT, 0);
+	zp_wake_post(w->ctx.wake, w->inbox);
 	return 0;
 }
 
@@ -377,7 +378,7 @@ wmsg_publish(struct zp_worker *w, struct zp_wmsg *m)
 {
 	w->answered = m->seq;
 	worker_publish(w);
-	event_active(w->ctx.root->workers->answer, EV_TIMEOUT, 0);
+	zp_wake_post(w->ctx.root->wake, w->ctx.root->workers->answer);
 }
 
 /* A --rebalance move the root decided (rebalance_decide). */
@@ -757,8 +758,8 @@ worker_died(struct zp_worker *w)
 	__atomic_store_n(&w->died_seen, 1, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&w->died, 1, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&ws->dead, 1, __ATOMIC_SEQ_CST);
-	event_active(ws->wake, EV_TIMEOUT, 0);
-	event_active(ws->answer, EV_TIMEOUT, 0);
+	zp_wake_post(w->ctx.root->wake, ws->wake);
+	zp_wake_post(w->ctx.root->wake, ws->answer);
 }
 
 static void *
@@ -839,6 +840,7 @@ worker_free(struct zp_worker *w)
 		close(ctx->tee_pipe.rfd);
 		close(ctx->tee_pipe.wfd);
 	}
+	zp_wake_free(ctx->wake);
 	if (ctx->base != NULL)
 		event_base_free(ctx->base);
 	/* Anything a message still held: a client never started. */
@@ -887,6 +889,7 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	ctx->started = root->started;
 	ctx->bufs.size = root->bufs.size;
 	if ((ctx->base = event_base_new()) == NULL ||
+	    (ctx->wake = zp_wake_new(ctx->base)) == NULL ||
 	    (w->inbox = event_new(ctx->base, -1, 0, inbox_cb, w)) == NULL ||
 	    (w->publish = event_new(ctx->base, -1, EV_PERSIST, publish_cb,
 	    w)) == NULL || event_add(w->publish, &tv) == -1) {
@@ -1063,6 +1066,11 @@ zp_workers_free(struct zp_ctx *root)
 	for (i = 1; i < ZP_MAX_THREADS; i++)
 		if (ws->w[i] != NULL)
 			worker_free(ws->w[i]);
+	/* The threads are gone: nothing posts these any more. */
+	if (root->wake != NULL) {
+		zp_wake_forget(root->wake, ws->wake);
+		zp_wake_forget(root->wake, ws->answer);
+	}
 	if (ws->wake != NULL)
 		event_free(ws->wake);
 	if (ws->answer != NULL)

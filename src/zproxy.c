@@ -38,6 +38,7 @@
 #include "sandbox.h"
 #include "stats.h"
 #include "upstream.h"
+#include "wake.h"
 #include "worker.h"
 #include "zproxy.h"
 
@@ -938,6 +939,8 @@ ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	 */
 	for (i = 0; ctx->base != NULL && i < 4; i++)
 		(void)event_base_loop(ctx->base, EVLOOP_NONBLOCK);
+	zp_wake_free(ctx->wake);
+	ctx->wake = NULL;
 	if (ctx->base != NULL)
 		event_base_free(ctx->base);
 	ctx->base = NULL;
@@ -1220,8 +1223,11 @@ zp_run(struct zp_config *cfg)
 	libevent_log = ctx.log;
 	event_set_log_callback(libevent_log_cb);
 	/*
-	 * Threads wake each other's loops (event_active from another
-	 * thread), which needs libevent's locks, set before any base.
+	 * Threads wake each other's loops through a zp_wake (an eventfd:
+	 * no lock of the other loop), but still stop them from outside
+	 * (event_base_loopbreak at the end), and a wake out of memory falls
+	 * back to event_active: libevent's locks, set before any base. Not
+	 * contended, they cost no system call.
 	 */
 	if ((nthreads > 1 || cfg->spool_dir != NULL) &&
 	    evthread_use_pthreads() == -1) {
@@ -1229,7 +1235,8 @@ zp_run(struct zp_config *cfg)
 		    "threads");
 		return ZP_EX_OSERR;
 	}
-	if ((ctx.base = event_base_new()) == NULL) {
+	if ((ctx.base = event_base_new()) == NULL ||
+	    (ctx.wake = zp_wake_new(ctx.base)) == NULL) {
 		zp_log(ctx.log, ZP_LOG_ERROR, "cannot create the event loop");
 		return ZP_EX_OSERR;
 	}
