@@ -610,12 +610,18 @@ upstream_unacked(const struct zp_pair *p)
  * one upstream, not -u original): else it ends as without framing.
  */
 static int
-pair_movable(const struct zp_pair *p)
+pair_leavable(const struct zp_pair *p)
 {
 	return p->up.fr != NULL && p->state == ZP_PAIR_RELAYING &&
-	    zp_framer_error(&p->up.fr->f, NULL) == NULL && !p->up.done &&
+	    zp_framer_error(&p->up.fr->f, NULL) == NULL &&
 	    !p->client.dead && zp_upstreams_count(p->ctx->ups) > 1 &&
 	    !p->ctx->cfg->original;
+}
+
+static int
+pair_movable(const struct zp_pair *p)
+{
+	return pair_leavable(p) && !p->up.done;
 }
 
 /* Say once that a stream's framing failed: it is plain bytes from now. */
@@ -698,6 +704,15 @@ pair_fin_release(struct zp_pair *p)
 		p->fin_held = 0;
 		p->fin_released = 1;
 		timerclear(&p->stall_since);
+		/*
+		 * Acknowledged is not read: a stopped collector's kernel
+		 * takes a whole receive buffer. One that does not close
+		 * within --stall-timeout of the FIN has stalled too.
+		 */
+		if (p->ctx->cfg->stall_timeout > 0) {
+			p->fin_watch = 1;
+			zp_clock_now(&p->stall_since);
+		}
 		return 1;
 	}
 	if (!p->fin_held) {
@@ -722,7 +737,7 @@ pair_stall_watch(struct zp_pair *p)
 	if (p->ctx->cfg->stall_timeout <= 0 || p->up.fr == NULL ||
 	    p->state != ZP_PAIR_RELAYING)
 		return 0;
-	if (p->fin_held)
+	if (p->fin_held || p->fin_watch)
 		return pair_timer_update(p);
 	if (!p->upstream.wblocked || p->up.done ||
 	    p->up.ops->pending(&p->up) == 0) {
@@ -757,6 +772,18 @@ pair_stall_check(struct zp_pair *p, const struct timeval *now)
 	if (p->state != ZP_PAIR_RELAYING || ctx->cfg->stall_timeout <= 0 ||
 	    dt.tv_sec + dt.tv_usec / 1e6 < ctx->cfg->stall_timeout)
 		return 0;
+	if (p->fin_watch) {
+		/* Its FIN went: it had everything, and did not close. */
+		timerclear(&p->stall_since);
+		if (!pair_leavable(p))
+			return 0;
+		zp_log(ctx->log, ZP_LOG_WARN, "connection %llu: the upstream "
+		    "%s did not close within %.3gs (--stall-timeout) of the "
+		    "client's FIN: it has failed",
+		    (unsigned long long)p->id, zp_addr_str(&p->up_addr, buf,
+		    sizeof(buf)), ctx->cfg->stall_timeout);
+		goto failed;
+	}
 	if (zp_sock_acked(p->upstream.fd, &acked) == 0 &&
 	    acked != p->stall_acked) {
 		p->stall_since = *now;
@@ -771,6 +798,7 @@ pair_stall_check(struct zp_pair *p, const struct timeval *now)
 	    "not acknowledged: it has failed", (unsigned long long)p->id,
 	    zp_addr_str(&p->up_addr, buf, sizeof(buf)),
 	    ctx->cfg->stall_timeout, sock_unacked(&p->upstream, 0));
+failed:
 	(void)setsockopt(p->upstream.fd, SOL_SOCKET, SO_LINGER, &rst,
 	    sizeof(rst));
 	p->upstream.err = ETIMEDOUT;
@@ -1210,7 +1238,7 @@ pair_move(struct zp_pair *p, int reason)
 	p->moves++;
 	ctx->stats.moves[reason]++;
 	/* The next upstream gets the held FIN once it acknowledged all. */
-	p->fin_held = p->fin_released = 0;
+	p->fin_held = p->fin_released = p->fin_watch = 0;
 	timerclear(&p->stall_since);
 	p->state = ZP_PAIR_MOVING;
 	p->move_cut = fr->cut;
@@ -1755,7 +1783,7 @@ pair_spool_moved(struct zp_pair *p)
 	if (p->timer != NULL)
 		evtimer_del(p->timer);
 	timerclear(&p->stall_since);
-	p->fin_held = p->fin_released = 0;
+	p->fin_held = p->fin_released = p->fin_watch = 0;
 	return 0;
 }
 
@@ -2433,7 +2461,7 @@ pair_switch(struct zp_pair *p)
 	p->moves++;
 	ctx->stats.moves[p->move_reason]++;
 	/* A held FIN waits for the next one (and for the retiring one). */
-	p->fin_held = p->fin_released = 0;
+	p->fin_held = p->fin_released = p->fin_watch = 0;
 	timerclear(&p->stall_since);
 	if (ctx->cfg->send_proxy && pair_send_proxy(p, hdr, &hlen) == -1) {
 		zp_pair_close(p, ZP_END_PROXY_HEADER);

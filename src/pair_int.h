@@ -83,6 +83,9 @@ struct zp_pair {
 						   acknowledged, or a retiring
 						   one may need a replay */
 	int			 fin_released;	/* ... no more: carry it */
+	int			 fin_watch;	/* carried: the upstream must
+						   close within --stall-timeout
+						   (stall_since) */
 	int			 fin_poll_ms;	/* looks again after this */
 	int			 rewind_due;	/* a retiring upstream lost
 						   bytes: send the replay again

@@ -1241,12 +1241,13 @@ struct stall_rig {
 	int		 c, a;		/* the client, A's end */
 };
 
+/* A's receive buffer is rcv bytes (the kernel doubles it). */
 static void
-stall_begin(struct stall_rig *r, void **state, const char *stall)
+stall_begin_rcv(struct stall_rig *r, void **state, const char *stall,
+    int rcv)
 {
 	char		u1[32], u2[32];
 	unsigned short	p1, p2;
-	int		rcv = 4096;
 
 	r->s1 = listen_any(&p1);
 	r->s2 = listen_any(&p2);
@@ -1260,6 +1261,13 @@ stall_begin(struct stall_rig *r, void **state, const char *stall)
 	r->c = h_client(&r->h);
 	r->a = h_accept(&r->h, r->s1);
 	assert_true(h_run(&r->h, relaying, 2000));
+}
+
+/* A can take 8 KB unread: a collector that stopped reading. */
+static void
+stall_begin(struct stall_rig *r, void **state, const char *stall)
+{
+	stall_begin_rcv(r, state, stall, 4096);
 }
 
 /* The client sends lines 0 to n-1 (blocking: the kernel takes them). */
@@ -1361,6 +1369,37 @@ test_stall_fin(void **state)
 	assert_non_null(strstr(h_log(&r.h), "(--stall-timeout)"));
 	assert_int_equal(r.h.ctx.stats.moves[ZP_MOVE_STALLED], 1);
 	/* Then B hears the client's FIN, and the client B's. */
+	feed_fd = b;
+	assert_true(h_run(&r.h, peer_eof, 3000));
+	shutdown(b, SHUT_WR);
+	feed_fd = r.c;
+	assert_true(h_run(&r.h, peer_eof, 3000));
+	stall_end(&r, b);
+}
+
+/*
+ * A collector (A) that stopped reading but whose kernel took every line
+ * into its receive buffer (acknowledged, never read), then the client's
+ * FIN after them: A does not close. Within --stall-timeout of the FIN it
+ * has failed all the same: the stream moves to B with its replay window,
+ * B gets every line and then the FIN, and the client B's EOF. The client
+ * waited on A until --fin-timeout (300 s by default), and A's lines
+ * were lost if A was then killed (stall.sh, on a loaded machine).
+ */
+static void
+test_stall_after_fin(void **state)
+{
+	struct stall_rig	r;
+	int			b;
+
+	stall_begin_rcv(&r, state, "0.3", 1 << 20);
+	stall_send(&r, 500);
+	assert_int_equal(shutdown(r.c, SHUT_WR), 0);
+	b = stall_expect_all(&r, 500);
+	assert_non_null(strstr(h_log(&r.h), "of the client's FIN: it has "
+	    "failed"));
+	assert_non_null(strstr(h_log(&r.h), "reason=upstream-stalled"));
+	assert_int_equal(r.h.ctx.stats.moves[ZP_MOVE_STALLED], 1);
 	feed_fd = b;
 	assert_true(h_run(&r.h, peer_eof, 3000));
 	shutdown(b, SHUT_WR);
@@ -1903,6 +1942,9 @@ main(void)
 		cmocka_unit_test_prestate(test_stall_moves, (char *)"copy"),
 		cmocka_unit_test_prestate(test_stall_fin, (char *)"splice"),
 		cmocka_unit_test_prestate(test_stall_fin, (char *)"copy"),
+		cmocka_unit_test_prestate(test_stall_after_fin,
+		    (char *)"splice"),
+		cmocka_unit_test_prestate(test_stall_after_fin, (char *)"copy"),
 		cmocka_unit_test_prestate(test_retire_lost, (char *)"splice"),
 		cmocka_unit_test_prestate(test_retire_lost, (char *)"copy"),
 		cmocka_unit_test_prestate(test_stall_drain, (char *)"splice"),
