@@ -1345,6 +1345,23 @@ test_stall_moves(void **state)
 }
 
 /*
+ * The stream moved to B (b) once, for the stall, after the client's FIN:
+ * B hears that FIN, and the client B's; then the rig ends.
+ */
+static void
+stall_fin_moved(struct stall_rig *r, int b)
+{
+	assert_non_null(strstr(h_log(&r->h), "reason=upstream-stalled"));
+	assert_int_equal(r->h.ctx.stats.moves[ZP_MOVE_STALLED], 1);
+	feed_fd = b;
+	assert_true(h_run(&r->h, peer_eof, 3000));
+	shutdown(b, SHUT_WR);
+	feed_fd = r->c;
+	assert_true(h_run(&r->h, peer_eof, 3000));
+	stall_end(r, b);
+}
+
+/*
  * A collector (A) that stops reading with the client's last lines in
  * zproxy's send queue, none held by zproxy itself, and the client closes
  * (a forwarder that wrote its batch and ends). The client's FIN waits
@@ -1365,16 +1382,8 @@ test_stall_fin(void **state)
 	stall_send(&r, 500);
 	assert_int_equal(shutdown(r.c, SHUT_WR), 0);
 	b = stall_expect_all(&r, 500);
-	assert_non_null(strstr(h_log(&r.h), "reason=upstream-stalled"));
 	assert_non_null(strstr(h_log(&r.h), "(--stall-timeout)"));
-	assert_int_equal(r.h.ctx.stats.moves[ZP_MOVE_STALLED], 1);
-	/* Then B hears the client's FIN, and the client B's. */
-	feed_fd = b;
-	assert_true(h_run(&r.h, peer_eof, 3000));
-	shutdown(b, SHUT_WR);
-	feed_fd = r.c;
-	assert_true(h_run(&r.h, peer_eof, 3000));
-	stall_end(&r, b);
+	stall_fin_moved(&r, b);
 }
 
 /*
@@ -1398,14 +1407,7 @@ test_stall_after_fin(void **state)
 	b = stall_expect_all(&r, 500);
 	assert_non_null(strstr(h_log(&r.h), "of the client's FIN: it has "
 	    "failed"));
-	assert_non_null(strstr(h_log(&r.h), "reason=upstream-stalled"));
-	assert_int_equal(r.h.ctx.stats.moves[ZP_MOVE_STALLED], 1);
-	feed_fd = b;
-	assert_true(h_run(&r.h, peer_eof, 3000));
-	shutdown(b, SHUT_WR);
-	feed_fd = r.c;
-	assert_true(h_run(&r.h, peer_eof, 3000));
-	stall_end(&r, b);
+	stall_fin_moved(&r, b);
 }
 
 /*
