@@ -17,8 +17,6 @@
 #include "listener.h"
 #include "log.h"
 #include "net.h"
-#include "pair.h"
-#include "stats.h"
 #include "worker.h"
 
 /* Accepts per callback: enough to empty a burst, few enough to be fair. */

@@ -21,7 +21,6 @@
 #include "clock.h"
 #include "connect.h"
 #include "ctx.h"
-#include "listener.h"
 #include "log.h"
 #include "net.h"
 #include "origdst.h"
@@ -29,7 +28,6 @@
 #include "pair_int.h"
 #include "proxyproto.h"
 #include "spool.h"
-#include "stats.h"
 #include "worker.h"
 
 /*
