@@ -42,6 +42,7 @@
 #include "pipepool.h"
 #include "proxyproto.h"
 #include "spool.h"
+#include "thread.h"
 #include "upstream.h"
 #include "wake.h"
 #include "worker.h"

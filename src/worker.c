@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +24,7 @@
 #include "pair.h"
 #include "pipepool.h"
 #include "stats.h"
+#include "thread.h"
 #include "wake.h"
 #include "worker.h"
 
@@ -953,35 +953,6 @@ zp_workers_new(struct zp_ctx *root, int n, char *err, size_t errlen)
 fail:
 	zp_workers_free(root);
 	return -1;
-}
-
-void
-zp_thread_name(pthread_t t, const char *fmt, ...)
-{
-	char	name[16];
-	va_list	ap;
-
-	va_start(ap, fmt);
-	(void)vsnprintf(name, sizeof(name), fmt, ap);
-	va_end(ap);
-	(void)pthread_setname_np(t, name);	/* a name is not worth a fault */
-}
-
-void
-zp_thread_sigset(sigset_t *set)
-{
-	/*
-	 * Signals are the root's (libevent's handlers, SIGTERM's drain);
-	 * the faults a thread causes itself stay its own, SIGSYS from the
-	 * sandbox among them: a blocked one would kill the process.
-	 */
-	sigfillset(set);
-	sigdelset(set, SIGSYS);
-	sigdelset(set, SIGSEGV);
-	sigdelset(set, SIGBUS);
-	sigdelset(set, SIGFPE);
-	sigdelset(set, SIGILL);
-	sigdelset(set, SIGABRT);
 }
 
 int

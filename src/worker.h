@@ -41,20 +41,6 @@
  */
 int	zp_workers_new(struct zp_ctx *root, int n, char *err, size_t errlen);
 
-/*
- * The signals a thread other than the main one blocks while it is made
- * (it inherits them): all but the faults it causes itself.
- */
-void	zp_thread_sigset(sigset_t *);
-
-/*
- * Name a thread (printf-like, at most 15 characters kept) for top -H,
- * ps -L and /proc/PID/task/TID/comm: zp-relay-N, zp-spool-io, zp-log.
- * From the thread that made it, before the sandbox (it writes /proc).
- */
-void	zp_thread_name(pthread_t, const char *fmt, ...)
-	    __attribute__((format(printf, 2, 3)));
-
 /* Start the threads: after --user, before the sandbox. */
 int	zp_workers_start(struct zp_ctx *root, char *err, size_t errlen);
 
