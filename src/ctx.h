@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "acl.h"
+#include "bufcache.h"
 #include "config.h"
 #include "log.h"
 #include "mirror.h"

@@ -35,6 +35,7 @@
 
 #include "clock.h"
 #include "connect.h"
+#include "bufcache.h"
 #include "ctx.h"
 #include "framing.h"
 #include "log.h"
