@@ -46,7 +46,6 @@
 #include "thread.h"
 #include "upstream.h"
 #include "wake.h"
-#include "worker.h"
 
 /* How often a writer looks at its file (sync, age) and at the room. */
 #define SPOOL_TICK_MS		250
