@@ -8,10 +8,12 @@
 #define ZP_CTX_H
 
 #include <sys/queue.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <stdint.h>
 
 #include "acl.h"
+#include "bufcache.h"
 #include "config.h"
 #include "log.h"
 #include "mirror.h"
@@ -30,6 +32,7 @@ struct zp_sandbox;
 struct zp_notify;
 struct zp_workers;
 struct zp_spool;
+struct zp_upstreams;
 
 /* Why a pair relays in copy mode although splice was asked for. */
 enum zp_fallback {
@@ -81,6 +84,51 @@ struct zp_stats {
 	struct zp_mirror_tally mirrors[ZP_MAX_MIRRORS];	/* --mirror */
 };
 
+/* How many open pairs relay in each mode, for the metrics. */
+struct zp_pair_modes {
+	uint64_t	splice;
+	uint64_t	copy;
+	uint64_t	mixed;
+};
+
+/*
+ * What the layers above the context do when a service below them (the
+ * worker threads, worker.c) must have it done without knowing them: the
+ * composition root (zproxy.c, zp_wire) sets these in the root context
+ * before any thread runs, and nobody changes them after. Each runs on
+ * the thread of the context it is given.
+ */
+struct zp_ctx_hooks {
+	/* Start a pair for a client handed here (pair.h: zp_pair_start). */
+	int	(*pair_start)(struct zp_ctx *, int fd,
+		    const struct sockaddr *, socklen_t, int counted);
+	/* Upstream idx went down: move or end what it holds here. */
+	int	(*pairs_upstream_down)(struct zp_ctx *, int idx);
+	/* The drain: wind every framed stream here down, losslessly. */
+	void	(*pairs_wind_down)(struct zp_ctx *);
+	/* The end: close every pair here now. */
+	void	(*pairs_close)(struct zp_ctx *);
+	/* Count the open pairs here by mode. */
+	void	(*pairs_modes)(struct zp_ctx *, struct zp_pair_modes *);
+	/* --rebalance (pair.h): the moves under way here, the movable. */
+	void	(*pairs_moving)(struct zp_ctx *, long *eff, long *movable);
+	/* ... which upstream gives a stream to which, if any (1). */
+	int	(*rebalance_choose)(const struct zp_upstreams *,
+		    const long *eff, int *hi, int *lo);
+	/* ... one move from hi to lo here; 1 when it began. */
+	int	(*pairs_move_one)(struct zp_ctx *, int hi, int lo);
+	/*
+	 * On the root: pairs closed or stopped waiting somewhere, so the
+	 * listeners may accept again.
+	 */
+	void	(*root_changed)(struct zp_ctx *root);
+	/*
+	 * On the root: out of descriptors, let the --stats clients give
+	 * way; returns how many closed.
+	 */
+	int	(*root_shed)(struct zp_ctx *root);
+};
+
 TAILQ_HEAD(zp_pair_list, zp_pair);
 
 /*
@@ -98,6 +146,7 @@ struct zp_ctx {
 	struct zp_config	*cfg;
 	struct zp_log		*log;
 	struct zp_ctx		*root;		/* NULL in the root itself */
+	const struct zp_ctx_hooks *hooks; /* the root's: zp_ctx_hooks() */
 	int			 thread;	/* 0: the root */
 	struct zp_workers	*workers;	/* the root's; NULL: 1 thread */
 	/*
@@ -160,5 +209,14 @@ struct zp_ctx {
 						   after a clean stop (a worker
 						   died: ZP_EX_SOFTWARE) */
 };
+
+/* The root context (the main thread's): ctx itself, or what it points to. */
+struct zp_ctx *zp_ctx_root(struct zp_ctx *);
+
+/* The hooks the root was wired with (zproxy.c); never NULL. */
+const struct zp_ctx_hooks *zp_ctx_hooks(struct zp_ctx *);
+
+/* The next connection id, unique over the threads. */
+uint64_t zp_ctx_next_id(struct zp_ctx *);
 
 #endif

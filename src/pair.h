@@ -165,12 +165,8 @@ const char *zp_pair_mode(const struct zp_pair *);
 void	zp_pairs_wind_down(struct zp_ctx *, enum zp_end end);
 void	zp_pairs_close(struct zp_ctx *, enum zp_end end);
 
-/* How many open pairs relay in each mode, for the metrics. */
-struct zp_pair_modes {
-	uint64_t	splice;
-	uint64_t	copy;
-	uint64_t	mixed;
-};
+/* How many open pairs relay in each mode (ctx.h), for the metrics. */
+struct zp_pair_modes;
 void	zp_pairs_modes(struct zp_ctx *, struct zp_pair_modes *);
 
 #endif

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <event2/event.h>
 
+#include "bufcache.h"
 #include "ctx.h"
 #include "net.h"
 #include "relay.h"

@@ -17,6 +17,7 @@
 #include "pipepool.h"
 #include "replay.h"
 
+struct zp_bufcache;
 struct zp_dir;
 struct zp_ctx;
 struct zp_mirror_set;
@@ -138,26 +139,6 @@ struct zp_tally {
 	uint64_t	spliced;	/* of which through a pipe */
 	uint64_t	frames;		/* --framing: messages delivered */
 };
-
-/*
- * Copy-mode buffers of --buffer-size kept for the next pass (a context's:
- * one per thread, no lock). A direction gives its buffer back whenever
- * it empties, so that an idle connection holds none; without the cache
- * every pass of a busy one would be a free and a malloc.
- */
-#define ZP_BUFCACHE_MAX	32
-struct zp_bufcache {
-	size_t		 size;		/* the one size kept; 0: keep none */
-	size_t		 n;
-	char		*v[ZP_BUFCACHE_MAX];
-};
-
-/* A buffer of size bytes: from the cache when it keeps that size. */
-char	*zp_buf_get(struct zp_bufcache *, size_t size);
-/* Give it back: kept while there is room, else freed. NULL is fine. */
-void	 zp_buf_put(struct zp_bufcache *, char *, size_t size);
-/* Free what the cache keeps. */
-void	 zp_bufcache_clear(struct zp_bufcache *);
 
 /* The tallies a direction adds to: [0] the process's, [1] its upstream's. */
 #define ZP_DIR_TALLIES	2

@@ -35,6 +35,7 @@
 
 #include "clock.h"
 #include "connect.h"
+#include "bufcache.h"
 #include "ctx.h"
 #include "framing.h"
 #include "log.h"
@@ -42,9 +43,9 @@
 #include "pipepool.h"
 #include "proxyproto.h"
 #include "spool.h"
+#include "thread.h"
 #include "upstream.h"
 #include "wake.h"
-#include "worker.h"
 
 /* How often a writer looks at its file (sync, age) and at the room. */
 #define SPOOL_TICK_MS		250

@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +18,10 @@
 #include <event2/event.h>
 
 #include "ctx.h"
-#include "listener.h"
 #include "log.h"
 #include "net.h"
-#include "pair.h"
 #include "pipepool.h"
-#include "stats.h"
+#include "thread.h"
 #include "wake.h"
 #include "worker.h"
 
@@ -124,24 +121,12 @@ struct zp_workers {
 #define LOAD(x)		__atomic_load_n(&(x), __ATOMIC_SEQ_CST)
 #define ADD(x, v)	__atomic_add_fetch(&(x), (v), __ATOMIC_SEQ_CST)
 
-struct zp_ctx *
-zp_ctx_root(struct zp_ctx *ctx)
-{
-	return ctx->root != NULL ? ctx->root : ctx;
-}
-
 int
 zp_ctx_threads(const struct zp_ctx *ctx)
 {
 	const struct zp_ctx *root = ctx->root != NULL ? ctx->root : ctx;
 
 	return root->workers != NULL ? root->workers->n : 1;
-}
-
-uint64_t
-zp_ctx_next_id(struct zp_ctx *ctx)
-{
-	return ADD(zp_ctx_root(ctx)->next_id, 1);
 }
 
 /* Open pairs here, and clients on their way here. */
@@ -192,14 +177,11 @@ root_changed(struct zp_ctx *root)
 {
 	if (root->workers != NULL &&
 	    __atomic_exchange_n(&root->workers->shed, 0, __ATOMIC_RELAXED))
-		(void)zp_stats_shed(root->stats_server);
+		(void)zp_ctx_hooks(root)->root_shed(root);
 	if (root->workers != NULL &&
 	    __atomic_exchange_n(&root->workers->dead, 0, __ATOMIC_SEQ_CST))
 		root_deaths(root);
-	if (root->listener != NULL) {
-		zp_listener_resume(root->listener);
-		zp_listener_update(root->listener);
-	}
+	zp_ctx_hooks(root)->root_changed(root);
 	if (root->stopping && zp_ctx_open_all(root) == 0)
 		event_base_loopbreak(root->base);	/* drained */
 }
@@ -234,7 +216,7 @@ int
 zp_ctx_shed(struct zp_ctx *ctx)
 {
 	if (ctx->root == NULL)
-		return zp_stats_shed(ctx->stats_server);
+		return zp_ctx_hooks(ctx)->root_shed(ctx);
 	/* The configuration, not the root's pointer: that is its own. */
 	if (!ctx->cfg->have_stats)
 		return 0;
@@ -302,7 +284,7 @@ wmsg_start(struct zp_worker *w, struct zp_wmsg *m)
 {
 	if (!w->exiting) {
 		/* Counted in load by the root already. */
-		(void)zp_pair_start(&w->ctx, m->fd,
+		(void)zp_ctx_hooks(&w->ctx)->pair_start(&w->ctx, m->fd,
 		    (struct sockaddr *)&m->ss, m->len, 1);
 		return;
 	}
@@ -314,7 +296,8 @@ wmsg_start(struct zp_worker *w, struct zp_wmsg *m)
 static void
 wmsg_upstream_down(struct zp_worker *w, struct zp_wmsg *m)
 {
-	(void)zp_pairs_upstream_down(&w->ctx, (int)m->arg);
+	(void)zp_ctx_hooks(&w->ctx)->pairs_upstream_down(&w->ctx,
+	    (int)m->arg);
 }
 
 static void
@@ -324,7 +307,7 @@ wmsg_drain(struct zp_worker *w, struct zp_wmsg *m)
 
 	ctx->stopping = 1;
 	if (m->arg)
-		zp_pairs_wind_down(ctx, ZP_END_SHUTDOWN);
+		zp_ctx_hooks(ctx)->pairs_wind_down(ctx);
 }
 
 static void
@@ -332,7 +315,7 @@ wmsg_exit(struct zp_worker *w, struct zp_wmsg *m)
 {
 	w->exiting = 1;
 	w->ctx.stopping = 1;
-	zp_pairs_close(&w->ctx, ZP_END_SHUTDOWN);
+	zp_ctx_hooks(&w->ctx)->pairs_close(&w->ctx);
 	event_base_loopbreak(w->ctx.base);
 }
 
@@ -344,9 +327,9 @@ snap_take(struct zp_ctx *ctx, struct zp_snap *sn)
 	sn->stats = ctx->stats;
 	if (ctx->pool != NULL)
 		zp_pipepool_stats(ctx->pool, &sn->pool);
-	zp_pairs_modes(ctx, &sn->modes);
+	zp_ctx_hooks(ctx)->pairs_modes(ctx, &sn->modes);
 	if (ctx->cfg->rebalance)
-		zp_pairs_moving(ctx, sn->moving, sn->movable);
+		zp_ctx_hooks(ctx)->pairs_moving(ctx, sn->moving, sn->movable);
 }
 
 /*
@@ -385,7 +368,8 @@ wmsg_publish(struct zp_worker *w, struct zp_wmsg *m)
 static void
 wmsg_move(struct zp_worker *w, struct zp_wmsg *m)
 {
-	(void)zp_pairs_move_one(&w->ctx, (int)m->arg, (int)m->arg2);
+	(void)zp_ctx_hooks(&w->ctx)->pairs_move_one(&w->ctx, (int)m->arg,
+	    (int)m->arg2);
 }
 
 /*
@@ -581,6 +565,7 @@ static void
 rebalance_decide(struct zp_ctx *root, uint64_t seq)
 {
 	struct zp_workers	*ws = root->workers;
+	const struct zp_ctx_hooks *hk = zp_ctx_hooks(root);
 	struct zp_upstream	 u;
 	struct zp_snap		 sn;
 	struct zp_wmsg		 m;
@@ -607,7 +592,7 @@ rebalance_decide(struct zp_ctx *root, uint64_t seq)
 				has[i] |= (uint64_t)1 << t;
 		}
 	}
-	if (!zp_rebalance_choose(root->ups, eff, &hi, &lo))
+	if (!hk->rebalance_choose(root->ups, eff, &hi, &lo))
 		return;
 	memset(&m, 0, sizeof(m));
 	m.fn = wmsg_move;
@@ -617,7 +602,7 @@ rebalance_decide(struct zp_ctx *root, uint64_t seq)
 		if (!(has[hi] & ((uint64_t)1 << t)))
 			continue;
 		if (t == 0) {
-			if (zp_pairs_move_one(root, hi, lo) == 1)
+			if (hk->pairs_move_one(root, hi, lo) == 1)
 				return;
 		} else if (wmsg_post(ws->w[t], &m) == 0)
 			return;
@@ -665,7 +650,7 @@ zp_ctx_upstream_down(struct zp_ctx *root, int idx)
 {
 	struct zp_wmsg	m;
 
-	(void)zp_pairs_upstream_down(root, idx);
+	(void)zp_ctx_hooks(root)->pairs_upstream_down(root, idx);
 	memset(&m, 0, sizeof(m));
 	m.fn = wmsg_upstream_down;
 	m.arg = idx;
@@ -688,13 +673,14 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
     socklen_t len)
 {
 	struct zp_workers	*ws = root->workers;
+	const struct zp_ctx_hooks *hk = zp_ctx_hooks(root);
 	struct zp_worker	*w;
 	struct zp_wmsg		 m;
 	long			 least, l;
 	int			 i, best = 0;
 
 	if (ws == NULL) {
-		(void)zp_pair_start(root, fd, sa, len, 0);
+		(void)hk->pair_start(root, fd, sa, len, 0);
 		return;
 	}
 	/* The fewest open pairs; ties go to the lowest thread. */
@@ -706,7 +692,7 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 			best = i;
 		}
 	if (best == 0) {
-		(void)zp_pair_start(root, fd, sa, len, 0);
+		(void)hk->pair_start(root, fd, sa, len, 0);
 		return;
 	}
 	w = ws->w[best];
@@ -722,7 +708,7 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 		ADD(w->ctx.load, -1);
 		if (errno == ESRCH) {
 			/* Its loop ended just now: the root takes it. */
-			(void)zp_pair_start(root, fd, sa, len, 0);
+			(void)hk->pair_start(root, fd, sa, len, 0);
 			return;
 		}
 		zp_log(root->log, ZP_LOG_WARN, "dropping a client: %s",
@@ -955,35 +941,6 @@ fail:
 	return -1;
 }
 
-void
-zp_thread_name(pthread_t t, const char *fmt, ...)
-{
-	char	name[16];
-	va_list	ap;
-
-	va_start(ap, fmt);
-	(void)vsnprintf(name, sizeof(name), fmt, ap);
-	va_end(ap);
-	(void)pthread_setname_np(t, name);	/* a name is not worth a fault */
-}
-
-void
-zp_thread_sigset(sigset_t *set)
-{
-	/*
-	 * Signals are the root's (libevent's handlers, SIGTERM's drain);
-	 * the faults a thread causes itself stay its own, SIGSYS from the
-	 * sandbox among them: a blocked one would kill the process.
-	 */
-	sigfillset(set);
-	sigdelset(set, SIGSYS);
-	sigdelset(set, SIGSEGV);
-	sigdelset(set, SIGBUS);
-	sigdelset(set, SIGFPE);
-	sigdelset(set, SIGILL);
-	sigdelset(set, SIGABRT);
-}
-
 int
 zp_workers_start(struct zp_ctx *root, char *err, size_t errlen)
 {
@@ -1040,7 +997,7 @@ zp_workers_stop(struct zp_ctx *root)
 		if (!ws->w[i]->exiting) {
 			ws->w[i]->exiting = 1;
 			ws->w[i]->ctx.stopping = 1;
-			zp_pairs_close(&ws->w[i]->ctx, ZP_END_SHUTDOWN);
+			zp_ctx_hooks(root)->pairs_close(&ws->w[i]->ctx);
 		}
 	}
 	/* Every counter is read directly now: nobody is left to wait for. */

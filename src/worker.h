@@ -13,6 +13,13 @@
  * root reads the snapshots as they are (zp_ctx_totals), so that nothing
  * a pair does while it relays takes a lock, and a busy or stalled worker
  * stalls nothing but itself.
+ *
+ * The worker threads are a service below the pairs, the listeners and the
+ * stats endpoint: what runs on a thread for them (a pair started, closed,
+ * moved, counted; the root's listeners told a pair closed) goes through
+ * the hooks the composition root wired into the root context (ctx.h,
+ * struct zp_ctx_hooks; zproxy.c, zp_wire), so this module knows only
+ * what sits below it.
  */
 #ifndef ZP_WORKER_H
 #define ZP_WORKER_H
@@ -24,7 +31,6 @@
 #include <stdint.h>
 
 #include "ctx.h"
-#include "pair.h"
 #include "pipepool.h"
 
 #define ZP_MAX_THREADS	ZP_THREADS_MAX
@@ -40,20 +46,6 @@
  * base was made. Returns 0, or -1 with err filled.
  */
 int	zp_workers_new(struct zp_ctx *root, int n, char *err, size_t errlen);
-
-/*
- * The signals a thread other than the main one blocks while it is made
- * (it inherits them): all but the faults it causes itself.
- */
-void	zp_thread_sigset(sigset_t *);
-
-/*
- * Name a thread (printf-like, at most 15 characters kept) for top -H,
- * ps -L and /proc/PID/task/TID/comm: zp-relay-N, zp-spool-io, zp-log.
- * From the thread that made it, before the sandbox (it writes /proc).
- */
-void	zp_thread_name(pthread_t, const char *fmt, ...)
-	    __attribute__((format(printf, 2, 3)));
 
 /* Start the threads: after --user, before the sandbox. */
 int	zp_workers_start(struct zp_ctx *root, char *err, size_t errlen);
@@ -77,9 +69,6 @@ void	zp_workers_free(struct zp_ctx *root);
  */
 void	zp_workers_on_death(struct zp_ctx *root,
 	    void (*cb)(struct zp_ctx *root, int thread));
-
-/* The root context (the main thread's): ctx itself, or what it points to. */
-struct zp_ctx *zp_ctx_root(struct zp_ctx *);
 
 /* How many threads relay (1 without workers). */
 int	zp_ctx_threads(const struct zp_ctx *);
@@ -132,9 +121,6 @@ void	zp_ctx_closed(struct zp_ctx *);
  * (it sheds on its own thread, in a moment); 0 when there is no --stats.
  */
 int	zp_ctx_shed(struct zp_ctx *);
-
-/* The next connection id, unique over the threads. */
-uint64_t zp_ctx_next_id(struct zp_ctx *);
 
 /*
  * Everything counted, summed over the threads, for reports: the root's

@@ -134,6 +134,60 @@ cpu_seconds(void)
 	    (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+/* The drain, on one thread: wind its framed streams down losslessly. */
+static void
+hook_wind_down(struct zp_ctx *ctx)
+{
+	zp_pairs_wind_down(ctx, ZP_END_SHUTDOWN);
+}
+
+/* The end, on one thread: close its pairs now. */
+static void
+hook_close(struct zp_ctx *ctx)
+{
+	zp_pairs_close(ctx, ZP_END_SHUTDOWN);
+}
+
+/* On the root: a pair closed or stopped waiting, the listeners may accept. */
+static void
+hook_root_changed(struct zp_ctx *root)
+{
+	if (root->listener != NULL) {
+		zp_listener_resume(root->listener);
+		zp_listener_update(root->listener);
+	}
+}
+
+/* On the root: out of descriptors, --stats clients give way. */
+static int
+hook_root_shed(struct zp_ctx *root)
+{
+	return zp_stats_shed(root->stats_server);
+}
+
+/*
+ * The worker threads (worker.c) sit below the pairs, the listeners and
+ * the stats endpoint, and reach them through these alone.
+ */
+static const struct zp_ctx_hooks zp_hooks = {
+	.pair_start = zp_pair_start,
+	.pairs_upstream_down = zp_pairs_upstream_down,
+	.pairs_wind_down = hook_wind_down,
+	.pairs_close = hook_close,
+	.pairs_modes = zp_pairs_modes,
+	.pairs_moving = zp_pairs_moving,
+	.rebalance_choose = zp_rebalance_choose,
+	.pairs_move_one = zp_pairs_move_one,
+	.root_changed = hook_root_changed,
+	.root_shed = hook_root_shed,
+};
+
+void
+zp_wire(struct zp_ctx *root)
+{
+	root->hooks = &zp_hooks;
+}
+
 /*
  * The service manager's status line (sd_notify STATUS=): what `systemctl
  * status` shows, bytes of open pairs too.
@@ -1176,6 +1230,7 @@ zp_run(struct zp_config *cfg)
 		return rc;
 	TAILQ_INIT(&ctx.pairs);
 	TAILQ_INIT(&ctx.mirror_sets);
+	zp_wire(&ctx);
 	ctx.cfg = cfg;
 	ctx.log = &log;
 	ctx.bufs.size = cfg->buffer_size;

@@ -13,4 +13,12 @@
  */
 int	zp_run(struct zp_config *);
 
+/*
+ * Wire what the layers above the context do into root (ctx.h, struct
+ * zp_ctx_hooks): zp_run does it, and so does a test that builds a
+ * context of its own.
+ */
+struct zp_ctx;
+void	zp_wire(struct zp_ctx *root);
+
 #endif

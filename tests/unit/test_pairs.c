@@ -47,6 +47,7 @@
 #include "upstream.h"
 #include "upstream_int.h"
 #include "worker.h"
+#include "zproxy.h"
 
 #define MAXARGS	16
 
@@ -281,6 +282,7 @@ h_init(struct harness *h, ...)
 	h->ctx.log = &h->logst;
 	zp_log_init(h->ctx.log, h->log, ZP_LOG_CONN);
 	h->ctx.cfg = &h->cfg;
+	zp_wire(&h->ctx);	/* as zp_run() does */
 	h->ctx.tee_pipe.rfd = h->ctx.tee_pipe.wfd = -1;
 	h->ctx.devnull = -1;
 	h->ctx.daemon_fd = -1;

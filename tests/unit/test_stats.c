@@ -48,6 +48,7 @@
 #include "stats.h"
 #include "upstream.h"
 #include "upstream_int.h"
+#include "zproxy.h"
 
 #define DEADLINE_MS	5000
 #define NPAIRS		4
@@ -124,6 +125,7 @@ setup_ctx(void **state)
 	add_upstream(&f->cfg, "10.0.0.1", "80");
 	TAILQ_INIT(&ctx->pairs);
 	ctx->cfg = &f->cfg;
+	zp_wire(ctx);	/* as zp_run() does */
 	assert_non_null(f->logfp = tmpfile());
 	ctx->log = &f->logst;
 	zp_log_init(ctx->log, f->logfp, ZP_LOG_DEBUG);
