@@ -1,6 +1,7 @@
 /*
- * pair_int.h - the fields of struct zp_pair, for pair.c and its unit
- * tests only: every other module goes through pair.h.
+ * pair_int.h - the fields of struct zp_pair, and the functions the parts
+ * of the pair share (pair.c, pair_header.c), for them and their unit tests
+ * only: every other module goes through pair.h.
  */
 #ifndef ZP_PAIR_INT_H
 #define ZP_PAIR_INT_H
@@ -110,5 +111,34 @@ struct zp_pair {
 						   the spool (up= counts them) */
 	TAILQ_ENTRY(zp_pair)	 entry;
 };
+
+/*
+ * Each function below that may free the pair (or hand it on to a move or
+ * a connect) returns nonzero when it did, and is ZP_MAY_FREE: its caller
+ * returns at once then, and an event callback that ends with one checks
+ * the pair's invariants when it is still there (pair_check).
+ */
+
+/* pair.c */
+
+/*
+ * Assert what holds of a pair still there after an event was handled
+ * (one owner per descriptor; what its state says).
+ */
+void	pair_check(const struct zp_pair *);
+
+/*
+ * The client may be relayed: count it under its source, take pipes,
+ * start connecting. Returns 1 when the pair was freed (or moved on).
+ */
+int	pair_begin(struct zp_pair *) ZP_MAY_FREE;
+
+/* pair_header.c */
+
+/*
+ * --accept-proxy: read the client's PROXY header first, for
+ * --proxy-timeout at most. Returns 1 when the pair was freed.
+ */
+int	pair_header_start(struct zp_pair *) ZP_MAY_FREE;
 
 #endif
