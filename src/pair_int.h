@@ -1,7 +1,7 @@
 /*
  * pair_int.h - the fields of struct zp_pair, and the functions the parts
- * of the pair share (pair.c, pair_header.c), for them and their unit tests
- * only: every other module goes through pair.h.
+ * of the pair share (pair.c, pair_header.c, pair_spool.c), for them and
+ * their unit tests only: every other module goes through pair.h.
  */
 #ifndef ZP_PAIR_INT_H
 #define ZP_PAIR_INT_H
@@ -128,10 +128,23 @@ struct zp_pair {
 void	pair_check(const struct zp_pair *);
 
 /*
+ * Choose an upstream not tried yet and connect to it; with none left,
+ * spool or end the pair. Returns 1 when the pair was freed (or moved
+ * on, once connected).
+ */
+int	pair_connect_upstream(struct zp_pair *) ZP_MAY_FREE;
+
+/*
  * The client may be relayed: count it under its source, take pipes,
  * start connecting. Returns 1 when the pair was freed (or moved on).
  */
 int	pair_begin(struct zp_pair *) ZP_MAY_FREE;
+
+/*
+ * Close the upstream a planned move left (it closed or failed, or
+ * timed_out: --drain-timeout); the down direction reads the current one.
+ */
+void	pair_retire_done(struct zp_pair *, int timed_out);
 
 /* pair_header.c */
 
@@ -140,5 +153,20 @@ int	pair_begin(struct zp_pair *) ZP_MAY_FREE;
  * --proxy-timeout at most. Returns 1 when the pair was freed.
  */
 int	pair_header_start(struct zp_pair *) ZP_MAY_FREE;
+
+/* pair_spool.c */
+
+/*
+ * --spool: the client's stream goes into files. Returns 0, or -1 with
+ * errno (ENOSPC: the spool is full); the pair is not freed.
+ */
+int	pair_spool(struct zp_pair *);
+
+/*
+ * --spool: a moving framed stream found no upstream; its stream goes
+ * into files from a frame boundary. Returns 0 (spooling), 1 (freed),
+ * or -1 with errno when the spool did not take it (ENOSPC: full).
+ */
+int	pair_spool_moved(struct zp_pair *) ZP_MAY_FREE;
 
 #endif
