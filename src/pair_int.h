@@ -1,7 +1,8 @@
 /*
  * pair_int.h - the fields of struct zp_pair, and the functions the parts
- * of the pair share (pair.c, pair_header.c, pair_spool.c), for them and
- * their unit tests only: every other module goes through pair.h.
+ * of the pair share (pair.c, pair_connect.c, pair_header.c, pair_spool.c),
+ * for them and their unit tests only: every other module goes through
+ * pair.h.
  */
 #ifndef ZP_PAIR_INT_H
 #define ZP_PAIR_INT_H
@@ -122,10 +123,71 @@ struct zp_pair {
 /* pair.c */
 
 /*
+ * The pool had no pipe for the pair or a direction: it copies; said
+ * once (and with -v for every connection).
+ */
+void	pair_no_pipe(struct zp_pair *);
+
+/*
+ * Tune an upstream socket: TCP_NODELAY, --keepalive, and under
+ * --replay-window a send queue held within the window.
+ */
+void	pair_sock_tune_upstream(struct zp_ctx *, int fd);
+
+/* Count what d delivers from now on as upstream idx's. */
+void	pair_tally(struct zp_pair *, struct zp_dir *d, int idx);
+
+/*
+ * Pump direction d and whatever its failures wake; close the pair or
+ * move its stream as they say. Returns 1 when the pair was freed or
+ * handed on.
+ */
+int	pair_run(struct zp_pair *, struct zp_dir *d) ZP_MAY_FREE;
+
+/*
  * Assert what holds of a pair still there after an event was handled
  * (one owner per descriptor; what its state says).
  */
 void	pair_check(const struct zp_pair *);
+
+/* Make a half's two persistent events (not added). Returns 0 or -1. */
+int	pair_half_events(struct zp_pair *, struct zp_half *);
+
+/*
+ * Arm the pair's timer for its earliest deadline (made the first time
+ * one is needed). Returns 0, or -1 when it could not be made.
+ */
+int	pair_timer_update(struct zp_pair *);
+
+/*
+ * One line per move: to the next upstream's address, or NULL when
+ * none answered (the end line follows).
+ */
+void	pair_move_log(struct zp_pair *, const struct zp_addr *to);
+
+/*
+ * Close the upstream a planned move left (it closed or failed, or
+ * timed_out: --drain-timeout); the down direction reads the current one.
+ */
+void	pair_retire_done(struct zp_pair *, int timed_out);
+
+/* pair_connect.c */
+
+/*
+ * Write the --send-proxy header to the upstream and leave it in hdr
+ * (ZP_PROXY_MAX bytes), *hlen long. Returns 0 or -1.
+ */
+int	pair_send_proxy(struct zp_pair *, char *hdr, size_t *hlen);
+
+/* Free what the connect phase holds (zp_pair_close). */
+void	pair_connect_release(struct zp_pair *);
+
+/*
+ * Where to connect to a from (--source): *src NULL (the kernel's
+ * choice) or buf. Returns -1 when a is of the other family.
+ */
+int	pair_source(struct zp_pair *, const struct zp_addr *a,
+	    struct zp_addr *buf, const struct zp_addr **src);
 
 /*
  * Choose an upstream not tried yet and connect to it; with none left,
@@ -139,12 +201,6 @@ int	pair_connect_upstream(struct zp_pair *) ZP_MAY_FREE;
  * start connecting. Returns 1 when the pair was freed (or moved on).
  */
 int	pair_begin(struct zp_pair *) ZP_MAY_FREE;
-
-/*
- * Close the upstream a planned move left (it closed or failed, or
- * timed_out: --drain-timeout); the down direction reads the current one.
- */
-void	pair_retire_done(struct zp_pair *, int timed_out);
 
 /* pair_header.c */
 
