@@ -1,8 +1,8 @@
 /*
  * pair_int.h - the fields of struct zp_pair, and the functions the parts
  * of the pair share (pair.c, pair_connect.c, pair_header.c, pair_spool.c,
- * pair_move.c), for them and their unit tests only: every other module
- * goes through pair.h.
+ * pair_move.c, pair_timer.c), for them and their unit tests only: every
+ * other module goes through pair.h.
  */
 #ifndef ZP_PAIR_INT_H
 #define ZP_PAIR_INT_H
@@ -153,6 +153,13 @@ void	pair_tally(struct zp_pair *, struct zp_dir *d, int idx);
 void	pair_half_close(struct zp_half *, int abort);
 
 /*
+ * Both directions are done: close the pair, or let it linger while
+ * the survivor of a one-sided failure acknowledges. Returns 1 when the
+ * pair was freed.
+ */
+int	pair_finish(struct zp_pair *) ZP_MAY_FREE;
+
+/*
  * Pump direction d and whatever its failures wake; close the pair or
  * move its stream as they say. Returns 1 when the pair was freed or
  * handed on.
@@ -167,12 +174,6 @@ void	pair_check(const struct zp_pair *);
 
 /* Make a half's two persistent events (not added). Returns 0 or -1. */
 int	pair_half_events(struct zp_pair *, struct zp_half *);
-
-/*
- * Arm the pair's timer for its earliest deadline (made the first time
- * one is needed). Returns 0, or -1 when it could not be made.
- */
-int	pair_timer_update(struct zp_pair *);
 
 /* pair_connect.c */
 
@@ -297,5 +298,19 @@ int	pair_rewind(struct zp_pair *) ZP_MAY_FREE;
  * stream, the old one retires. Always returns 1 (handed on).
  */
 int	pair_switch(struct zp_pair *) ZP_MAY_FREE;
+
+/* pair_timer.c */
+
+/*
+ * The pair's one timer (arg: the pair): lingering, a stall, a held
+ * FIN, --max-lifetime, --fin-timeout, --idle-timeout.
+ */
+void	pair_timer_cb(evutil_socket_t, short, void *);
+
+/*
+ * Arm the pair's timer for its earliest deadline (made the first time
+ * one is needed). Returns 0, or -1 when it could not be made.
+ */
+int	pair_timer_update(struct zp_pair *);
 
 #endif
