@@ -1,6 +1,8 @@
 /*
- * pair_int.h - the fields of struct zp_pair, for pair.c and its unit
- * tests only: every other module goes through pair.h.
+ * pair_int.h - the fields of struct zp_pair, and the functions the parts
+ * of the pair share (pair.c, pair_connect.c, pair_header.c, pair_spool.c,
+ * pair_move.c, pair_timer.c), for them and their unit tests only: every
+ * other module goes through pair.h.
  */
 #ifndef ZP_PAIR_INT_H
 #define ZP_PAIR_INT_H
@@ -110,5 +112,205 @@ struct zp_pair {
 						   the spool (up= counts them) */
 	TAILQ_ENTRY(zp_pair)	 entry;
 };
+
+/*
+ * Each function below that may free the pair (or hand it on to a move or
+ * a connect) returns nonzero when it did, and is ZP_MAY_FREE: its caller
+ * returns at once then, and an event callback that ends with one checks
+ * the pair's invariants when it is still there (pair_check).
+ */
+
+/* pair.c */
+
+/*
+ * The pool had no pipe for the pair or a direction: it copies; said
+ * once (and with -v for every connection).
+ */
+void	pair_no_pipe(struct zp_pair *);
+
+/*
+ * Tune an upstream socket: TCP_NODELAY, --keepalive, and under
+ * --replay-window a send queue held within the window.
+ */
+void	pair_sock_tune_upstream(struct zp_ctx *, int fd);
+
+/*
+ * Read and drop what waits in a socket's receive queue, so that its
+ * close does not reset it; returns how many bytes.
+ */
+uint64_t pair_sock_discard(int fd);
+
+/*
+ * Bytes of a half's send queue its peer has not acknowledged (our FIN
+ * too when with_fin); 0 when it cannot tell.
+ */
+int	pair_sock_unacked(const struct zp_half *, int with_fin);
+
+/* Count what d delivers from now on as upstream idx's. */
+void	pair_tally(struct zp_pair *, struct zp_dir *d, int idx);
+
+/* Free a half's events and close its socket; abort: with an RST. */
+void	pair_half_close(struct zp_half *, int abort);
+
+/*
+ * Both directions are done: close the pair, or let it linger while
+ * the survivor of a one-sided failure acknowledges. Returns 1 when the
+ * pair was freed.
+ */
+int	pair_finish(struct zp_pair *) ZP_MAY_FREE;
+
+/*
+ * Pump direction d and whatever its failures wake; close the pair or
+ * move its stream as they say. Returns 1 when the pair was freed or
+ * handed on.
+ */
+int	pair_run(struct zp_pair *, struct zp_dir *d) ZP_MAY_FREE;
+
+/*
+ * Assert what holds of a pair still there after an event was handled
+ * (one owner per descriptor; what its state says).
+ */
+void	pair_check(const struct zp_pair *);
+
+/* Make a half's two persistent events (not added). Returns 0 or -1. */
+int	pair_half_events(struct zp_pair *, struct zp_half *);
+
+/* pair_connect.c */
+
+/*
+ * Write the --send-proxy header to the upstream and leave it in hdr
+ * (ZP_PROXY_MAX bytes), *hlen long. Returns 0 or -1.
+ */
+int	pair_send_proxy(struct zp_pair *, char *hdr, size_t *hlen);
+
+/* Free what the connect phase holds (zp_pair_close). */
+void	pair_connect_release(struct zp_pair *);
+
+/*
+ * Where to connect to a from (--source): *src NULL (the kernel's
+ * choice) or buf. Returns -1 when a is of the other family.
+ */
+int	pair_source(struct zp_pair *, const struct zp_addr *a,
+	    struct zp_addr *buf, const struct zp_addr **src);
+
+/*
+ * Choose an upstream not tried yet and connect to it; with none left,
+ * spool or end the pair. Returns 1 when the pair was freed (or moved
+ * on, once connected).
+ */
+int	pair_connect_upstream(struct zp_pair *) ZP_MAY_FREE;
+
+/*
+ * The client may be relayed: count it under its source, take pipes,
+ * start connecting. Returns 1 when the pair was freed (or moved on).
+ */
+int	pair_begin(struct zp_pair *) ZP_MAY_FREE;
+
+/* pair_header.c */
+
+/*
+ * --accept-proxy: read the client's PROXY header first, for
+ * --proxy-timeout at most. Returns 1 when the pair was freed.
+ */
+int	pair_header_start(struct zp_pair *) ZP_MAY_FREE;
+
+/* pair_spool.c */
+
+/*
+ * --spool: the client's stream goes into files. Returns 0, or -1 with
+ * errno (ENOSPC: the spool is full); the pair is not freed.
+ */
+int	pair_spool(struct zp_pair *);
+
+/*
+ * --spool: a moving framed stream found no upstream; its stream goes
+ * into files from a frame boundary. Returns 0 (spooling), 1 (freed),
+ * or -1 with errno when the spool did not take it (ENOSPC: full).
+ */
+int	pair_spool_moved(struct zp_pair *) ZP_MAY_FREE;
+
+/* pair_move.c */
+
+/*
+ * May the stream move to another upstream should this one fail: framed,
+ * relaying, its framing whole, its client still sending, another
+ * upstream to go to?
+ */
+int	pair_movable(const struct zp_pair *);
+
+/*
+ * Before each pump: what the directions hold back while the stream may
+ * move (the up direction's store, the FINs).
+ */
+void	pair_hold(struct zp_pair *);
+
+/*
+ * The client's FIN, held by the up direction: 1 when it may go on to
+ * the upstream now; 0 while it waits (the pair timer looks again).
+ */
+int	pair_fin_release(struct zp_pair *);
+
+/*
+ * --stall-timeout: note when the upstream stopped taking the stream's
+ * bytes, and arm the timer. Returns 0, or -1 when the timer could not
+ * be made.
+ */
+int	pair_stall_watch(struct zp_pair *);
+
+/*
+ * The pair timer, with a stall noted (now: the loop's time): once
+ * --stall-timeout passed without progress, the stream moves on.
+ * Returns 1 when the pair was handed on.
+ */
+int	pair_stall_check(struct zp_pair *, const struct timeval *now)
+	    ZP_MAY_FREE;
+
+/*
+ * One line per move: to the next upstream's address, or NULL when
+ * none answered (the end line follows).
+ */
+void	pair_move_log(struct zp_pair *, const struct zp_addr *to);
+
+/*
+ * A framed stream's upstream failed (reason: ZP_MOVE_FAILED or
+ * ZP_MOVE_STALLED): close it, connect to another, the stream going on
+ * from a frame boundary. Always returns 1 (freed or connecting).
+ */
+int	pair_move(struct zp_pair *, int reason) ZP_MAY_FREE;
+
+/* Forget a planned move's next upstream. */
+void	pair_next_drop(struct zp_pair *);
+
+/*
+ * Close the upstream a planned move left (it closed or failed, or
+ * timed_out: --drain-timeout); the down direction reads the current one.
+ */
+void	pair_retire_done(struct zp_pair *, int timed_out);
+
+/*
+ * At a boundary sought for a replay: the window goes again to the
+ * current upstream, when due. Returns 1 when the pair was freed.
+ */
+int	pair_rewind(struct zp_pair *) ZP_MAY_FREE;
+
+/*
+ * A planned move reached a frame boundary: the next upstream takes the
+ * stream, the old one retires. Always returns 1 (handed on).
+ */
+int	pair_switch(struct zp_pair *) ZP_MAY_FREE;
+
+/* pair_timer.c */
+
+/*
+ * The pair's one timer (arg: the pair): lingering, a stall, a held
+ * FIN, --max-lifetime, --fin-timeout, --idle-timeout.
+ */
+void	pair_timer_cb(evutil_socket_t, short, void *);
+
+/*
+ * Arm the pair's timer for its earliest deadline (made the first time
+ * one is needed). Returns 0, or -1 when it could not be made.
+ */
+int	pair_timer_update(struct zp_pair *);
 
 #endif
