@@ -412,6 +412,18 @@ zp_parse_source(const char *s, int *mode, struct zp_addr *a, char *err,
 	return 0;
 }
 
+int
+zp_addr_set(struct zp_addr *a, const struct sockaddr *sa, socklen_t len)
+{
+	if ((sa->sa_family != AF_INET && sa->sa_family != AF_INET6) ||
+	    len > sizeof(a->ss))
+		return -1;
+	memset(a, 0, sizeof(*a));
+	memcpy(&a->ss, sa, len);
+	a->len = len;
+	return 0;
+}
+
 /* The usable addresses of a getaddrinfo result. */
 int
 zp_addrs_from_ai(const struct addrinfo *res, struct zp_addr **vp, size_t *np)

@@ -9,6 +9,7 @@
 
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <netinet/in.h>
 #include <netdb.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,10 +34,32 @@ enum zp_mode {
 	ZP_MODE_COPY,
 };
 
+/*
+ * An IPv4 or IPv6 address and port: 28 bytes, where a sockaddr_storage
+ * takes 128. A pair holds nine of these (client, balancer, PROXY
+ * destination, upstream, ...): with sockaddr_storage they were more than
+ * half of an idle connection's memory. ss_family reads the family as on
+ * a sockaddr_storage (every member begins with it); (struct sockaddr *)
+ * &a->ss is the address for the socket calls, sizeof(a->ss) their room.
+ */
+union zp_sockaddr {
+	sa_family_t		ss_family;
+	struct sockaddr		sa;
+	struct sockaddr_in	sin;
+	struct sockaddr_in6	sin6;
+};
+
 struct zp_addr {
-	struct sockaddr_storage	ss;
+	union zp_sockaddr	ss;
 	socklen_t		len;
 };
+
+/*
+ * Copy a socket address of len bytes into a; -1 (a untouched) when it
+ * is not one that fits (a family other than IPv4 and IPv6).
+ */
+int	zp_addr_set(struct zp_addr *a, const struct sockaddr *sa,
+	    socklen_t len);
 
 /* systemd's FileDescriptorName= is at most 255 characters. */
 #define ZP_FDNAME_MAX	255

@@ -144,8 +144,8 @@ listener_admit(struct zp_listener *l, int fd, const struct sockaddr *sa,
 	id = zp_ctx_next_id(ctx);
 	if (zp_log_enabled(ctx->log, ZP_LOG_CONN)) {
 		memset(&a, 0, sizeof(a));
-		memcpy(&a.ss, sa, len < sizeof(a.ss) ? len : sizeof(a.ss));
-		a.len = len;
+		a.len = len < sizeof(a.ss) ? len : sizeof(a.ss);
+		memcpy(&a.ss, sa, a.len);
 		memset(&rec, 0, sizeof(rec));
 		rec.id = id;
 		rec.client = zp_addr_str(&a, cbuf, sizeof(cbuf));

@@ -49,11 +49,12 @@ pair_send_proxy(struct zp_pair *p, char *hdr, size_t *hlen)
 	 * Behind a balancer, the address its client connected to; under
 	 * --tproxy or after a redirect, where the client meant.
 	 */
+	memset(&local, 0, sizeof(local));
 	if (p->proxy_dst.len > 0) {
-		memcpy(&local, &p->proxy_dst.ss, sizeof(local));
+		memcpy(&local, &p->proxy_dst.ss, sizeof(p->proxy_dst.ss));
 		len = p->proxy_dst.len;
 	} else if (p->dst.len > 0)
-		memcpy(&local, &p->dst.ss, sizeof(local));
+		memcpy(&local, &p->dst.ss, sizeof(p->dst.ss));
 	else if (getsockname(p->client.fd, (struct sockaddr *)&local,
 	    &len) == -1)
 		return -1;

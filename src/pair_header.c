@@ -45,10 +45,11 @@ header_done(struct zp_pair *p, const struct zp_proxy_info *info)
 	p->hdr = NULL;
 	if (!info->local) {
 		p->peer_addr = p->client_addr;
-		p->client_addr.ss = info->src;
-		p->client_addr.len = info->srclen;
-		p->proxy_dst.ss = info->dst;
-		p->proxy_dst.len = info->dstlen;
+		/* The parser gives IPv4 or IPv6 (else it says local). */
+		(void)zp_addr_set(&p->client_addr,
+		    (const struct sockaddr *)&info->src, info->srclen);
+		(void)zp_addr_set(&p->proxy_dst,
+		    (const struct sockaddr *)&info->dst, info->dstlen);
 	}
 	if (zp_log_enabled(ctx->log, ZP_LOG_DEBUG)) {
 		char	cbuf[ZP_ADDRSTRLEN], q1[ZP_ESCLEN], q2[ZP_ESCLEN];
