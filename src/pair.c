@@ -513,7 +513,7 @@ pair_finish(struct zp_pair *p)
 	zp_clock_now(&now);
 	heard = surv == &p->client ? &p->up : &p->down;
 	if (p->state != ZP_PAIR_LINGERING) {
-		p->state = ZP_PAIR_LINGERING;
+		pair_set_state(p, ZP_PAIR_LINGERING);
 		p->linger_acked = now;
 		p->linger_outq = outq;
 		p->linger_ms = 5;
@@ -674,6 +674,43 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 		return 0;
 	}
 	return pair_finish(p);
+}
+
+/* Each state's name, and the states a pair may go to from it. */
+#define S(x)	(1u << ZP_PAIR_##x)
+static const struct {
+	const char	*name;
+	unsigned	 to;
+} pair_moves[] = {
+	[ZP_PAIR_HEADER] =	{ "header", S(CONNECTING) },
+	[ZP_PAIR_CONNECTING] =	{ "connecting", S(RELAYING) | S(SPOOLING) },
+	[ZP_PAIR_RELAYING] =	{ "relaying", S(MOVING) | S(LINGERING) },
+	[ZP_PAIR_LINGERING] =	{ "lingering", 0 },
+	[ZP_PAIR_MOVING] =	{ "moving", S(RELAYING) | S(SPOOLING) |
+				    S(LINGERING) },
+	[ZP_PAIR_SPOOLING] =	{ "spooling", S(CONNECTING) | S(MOVING) },
+};
+#undef S
+
+const char *
+pair_state_str(enum zp_pair_state s)
+{
+	return (size_t)s < sizeof(pair_moves) / sizeof(pair_moves[0]) ?
+	    pair_moves[s].name : "?";
+}
+
+void
+pair_set_state(struct zp_pair *p, enum zp_pair_state to)
+{
+	if (to == p->state)
+		return;
+	assert((size_t)p->state < sizeof(pair_moves) / sizeof(pair_moves[0]));
+	assert(pair_moves[p->state].to & (1u << to));
+	if (zp_log_enabled(p->ctx->log, ZP_LOG_DEBUG))
+		zp_log(p->ctx->log, ZP_LOG_DEBUG, "connection %llu: %s -> %s",
+		    (unsigned long long)p->id, pair_state_str(p->state),
+		    pair_state_str(to));
+	p->state = to;
 }
 
 /*

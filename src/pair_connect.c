@@ -124,7 +124,7 @@ pair_connected(struct zp_pair *p)
 	/* An old upstream still closing is still the client's source. */
 	if (p->retiring.fd == -1)
 		pair_tally(p, &p->down, p->up_idx);
-	p->state = ZP_PAIR_RELAYING;
+	pair_set_state(p, ZP_PAIR_RELAYING);
 	zp_clock_now(&p->up_since);
 	if (ctx->cfg->send_proxy && pair_send_proxy(p, hdr, &hlen) == -1) {
 		zp_pair_close(p, ZP_END_PROXY_HEADER);
@@ -608,7 +608,7 @@ pair_begin(struct zp_pair *p)
 		return 1;
 	}
 	p->source_counted = 1;
-	p->state = ZP_PAIR_CONNECTING;
+	pair_set_state(p, ZP_PAIR_CONNECTING);
 	if (ctx->pool != NULL && ctx->cfg->splice_min == 0) {
 		if (pair_take_pipes(p) == 0)
 			p->up.ops = p->down.ops = &zp_relay_splice;

@@ -157,7 +157,7 @@ pair_header_start(struct zp_pair *p)
 	struct zp_ctx	*ctx = p->ctx;
 	struct timeval	 now, tv;
 
-	p->state = ZP_PAIR_HEADER;
+	pair_set_state(p, ZP_PAIR_HEADER);
 	tv = zp_seconds_tv(ctx->cfg->proxy_timeout);
 	zp_clock_now(&now);
 	timeradd(&now, &tv, &p->hdr_deadline);

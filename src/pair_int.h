@@ -172,6 +172,17 @@ int	pair_run(struct zp_pair *, struct zp_dir *d) ZP_MAY_FREE;
  */
 void	pair_check(const struct zp_pair *);
 
+/*
+ * The one place a pair's state changes: asserts that from its state the
+ * pair may go to `to` (the table in DESIGN.md, "Pair states", is the
+ * code's pair_moves[]) and logs it at debug level. Going to the state it
+ * is in is no change.
+ */
+void	pair_set_state(struct zp_pair *, enum zp_pair_state to);
+
+/* A state's name, for the log. */
+const char *pair_state_str(enum zp_pair_state);
+
 /* Make a half's two persistent events (not added). Returns 0 or -1. */
 int	pair_half_events(struct zp_pair *, struct zp_half *);
 

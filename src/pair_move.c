@@ -300,7 +300,7 @@ pair_move(struct zp_pair *p, int reason)
 	/* The next upstream gets the held FIN once it acknowledged all. */
 	p->fin_held = p->fin_released = p->fin_watch = 0;
 	timerclear(&p->stall_since);
-	p->state = ZP_PAIR_MOVING;
+	pair_set_state(p, ZP_PAIR_MOVING);
 	p->move_cut = fr->cut;
 	p->move_replayed = fr->replayed;
 	if (zp_dir_move(ctx, &p->up) == -1) {

@@ -46,7 +46,8 @@ pair_spool_done(void *arg, enum zp_spool_end end, int err)
 	}
 	zp_spool_writer_free(p->spool);
 	p->spool = NULL;
-	p->state = ZP_PAIR_CONNECTING;
+	pair_set_state(p, p->spool_live ? ZP_PAIR_MOVING :
+	    ZP_PAIR_CONNECTING);
 	if (p->spool_live) {
 		/*
 		 * It was live: it goes on as a move (its client's events are
@@ -63,7 +64,6 @@ pair_spool_done(void *arg, enum zp_spool_end end, int err)
 		fr->teed = 0;
 		if (fr->rp != NULL)
 			zp_replay_reset(fr->rp, fr->sent, 1);
-		p->state = ZP_PAIR_MOVING;
 	}
 	/* Told to finish (the drain): it does so into the spool. */
 	if (p->winding) {
@@ -122,7 +122,7 @@ pair_spool(struct zp_pair *p)
 		errno = spool_err;
 		return -1;
 	}
-	p->state = ZP_PAIR_SPOOLING;
+	pair_set_state(p, ZP_PAIR_SPOOLING);
 	zp_log(ctx->log, ZP_LOG_NOTICE, "connection %llu: %s%s%s; spooling "
 	    "client %s to %s", (unsigned long long)p->id, err != 0 ?
 	    "no upstream answered (" : "zproxy is stopping",
