@@ -180,38 +180,51 @@ zp_replay_reset(struct zp_replay *rp, uint64_t at, int at_boundary)
 	rp->known = at_boundary != 0;
 }
 
+/* What compaction moves at a time: 16 pages, on the stack. */
+#define ZP_REPLAY_STEP	(64 * 1024)
+
 /*
- * The pipe is out of pieces with `held` bytes in far fewer pages: read
- * it out and write it back, so that each piece is a whole page again.
+ * The pipe is out of pieces with `held` bytes in far fewer pages: move
+ * them from its head to its tail through a buffer, a step at a time, so
+ * that each piece is a whole page again (a pipe is a queue: read from
+ * the head, written behind what is left, they stay in order). No
+ * allocation: a step read frees at least 15 pieces of at most a page,
+ * and its write takes 16 at most, merged into the last page written, so
+ * that what waits in the buffer always goes once the next step is read.
  * Offsets and marks do not change. Returns 0, or -1 when the pipe failed
  * (it is then closed: empty, at its end).
  */
 static int
 replay_compact(struct zp_replay *rp, size_t held)
 {
-	char	*buf;
-	size_t	 put = 0;
+	char	 buf[2 * ZP_REPLAY_STEP];
+	size_t	 got = 0, len = 0, n;
 	ssize_t	 r;
 
-	if ((buf = malloc(held)) == NULL)
-		return -1;	/* the pipe is as it was: drop instead */
-	if (replay_read(rp, buf, held) == -1)
-		goto fail;
-	/* The pipe is empty and holds `cap` >= held bytes of pages. */
-	while (put < held) {
-		r = write(rp->pipe.wfd, buf + put, held - put);
-		if (r > 0)
-			put += (size_t)r;
-		else if (r == -1 && errno == EINTR)
+	while (got < held || len > 0) {
+		n = held - got;
+		if (n > sizeof(buf) - len)
+			n = sizeof(buf) - len;
+		if (n > ZP_REPLAY_STEP)
+			n = ZP_REPLAY_STEP;
+		if (n > 0) {
+			if (replay_read(rp, buf + len, n) == -1)
+				goto fail;
+			got += n;
+			len += n;
+		}
+		r = write(rp->pipe.wfd, buf, len);
+		if (r > 0) {
+			memmove(buf, buf + r, len - (size_t)r);
+			len -= (size_t)r;
+		} else if (r == -1 && errno == EINTR)
 			continue;
-		else
-			goto fail;
+		else if (!(r == -1 && errno == EAGAIN && got < held))
+			goto fail;	/* full with nothing left to read */
 	}
-	free(buf);
 	rp->compactions++;
 	return 0;
 fail:
-	free(buf);
 	replay_lose(rp);
 	return -1;
 }
