@@ -265,18 +265,24 @@ zp_half_end(const struct zp_half *h, int client)
 	return reset ? ZP_END_UPSTREAM_RESET : ZP_END_UPSTREAM_ERROR;
 }
 
-/* Free a half's events and close its socket; `abort`: with an RST. */
 void
-pair_half_close(struct zp_half *h, int abort)
+pair_half_events_free(struct zp_half *h)
 {
-	static const struct linger	rst = { 1, 0 };
-
 	if (h->rev != NULL)
 		event_free(h->rev);
 	if (h->wev != NULL)
 		event_free(h->wev);
 	h->rev = h->wev = NULL;
 	h->ron = h->won = 0;
+}
+
+/* Free a half's events and close its socket; `abort`: with an RST. */
+void
+pair_half_close(struct zp_half *h, int abort)
+{
+	static const struct linger	rst = { 1, 0 };
+
+	pair_half_events_free(h);
 	if (h->fd != -1) {
 		if (abort && !h->dead)
 			(void)setsockopt(h->fd, SOL_SOCKET, SO_LINGER, &rst,
@@ -711,6 +717,16 @@ pair_set_state(struct zp_pair *p, enum zp_pair_state to)
 		    (unsigned long long)p->id, pair_state_str(p->state),
 		    pair_state_str(to));
 	p->state = to;
+}
+
+void
+pair_fin_set(struct zp_pair *p, enum zp_fin to)
+{
+	/* OPEN -> HELD -> CARRIED | WATCHED, or OPEN again (a move). */
+	assert(to == ZP_FIN_OPEN || to == ZP_FIN_HELD ?
+	    p->fin == ZP_FIN_OPEN || to == ZP_FIN_OPEN :
+	    p->fin == ZP_FIN_OPEN || p->fin == ZP_FIN_HELD);
+	p->fin = to;
 }
 
 /*

@@ -20,6 +20,20 @@ struct zp_ctx;
 struct event;
 struct zp_spool_writer;
 
+/*
+ * The client's FIN on a framed stream that may move (pair_hold): OPEN
+ * until it comes; HELD while the upstream has not acknowledged all it was
+ * sent (or a retiring one may want a replay); then CARRIED to it, or
+ * WATCHED: carried, and the upstream must close within --stall-timeout
+ * (stall_since). A move makes it OPEN again, for the next upstream.
+ */
+enum zp_fin {
+	ZP_FIN_OPEN = 0,
+	ZP_FIN_HELD,
+	ZP_FIN_CARRIED,
+	ZP_FIN_WATCHED,
+};
+
 struct zp_pair {
 	struct zp_ctx		*ctx;
 	uint64_t		 id;
@@ -80,14 +94,8 @@ struct zp_pair {
 	struct timeval		 stall_since;	/* --stall-timeout: it stopped
 						   taking the stream's bytes */
 	uint64_t		 stall_acked;	/* ... having acknowledged this */
-	int			 fin_held;	/* the client's FIN waits: its
-						   upstream has bytes not yet
-						   acknowledged, or a retiring
-						   one may need a replay */
-	int			 fin_released;	/* ... no more: carry it */
-	int			 fin_watch;	/* carried: the upstream must
-						   close within --stall-timeout
-						   (stall_since) */
+	enum zp_fin		 fin;		/* the client's FIN, held or
+						   carried: pair_fin_set() */
 	int			 fin_poll_ms;	/* looks again after this */
 	int			 rewind_due;	/* a retiring upstream lost
 						   bytes: send the replay again
@@ -171,6 +179,16 @@ int	pair_run(struct zp_pair *, struct zp_dir *d) ZP_MAY_FREE;
  * (one owner per descriptor; what its state says).
  */
 void	pair_check(const struct zp_pair *);
+
+/*
+ * The one place the client's FIN changes state (enum zp_fin): asserts
+ * the move (OPEN -> HELD -> CARRIED or WATCHED; OPEN after a move, for
+ * the next upstream).
+ */
+void	pair_fin_set(struct zp_pair *, enum zp_fin to);
+
+/* Free a half's two events (its socket stays). */
+void	pair_half_events_free(struct zp_half *);
 
 /*
  * The one place a pair's state changes: asserts that from its state the

@@ -83,7 +83,8 @@ pair_hold(struct zp_pair *p)
 	 * in a wind-down too: the drain must not lose it to a stalled
 	 * collector.
 	 */
-	p->up.hold_fin = movable && !p->fin_released &&
+	p->up.hold_fin = movable && (p->fin == ZP_FIN_OPEN ||
+	    p->fin == ZP_FIN_HELD) &&
 	    (p->ctx->cfg->stall_timeout > 0 || p->retiring.fd != -1);
 }
 
@@ -112,9 +113,9 @@ pair_stall_begin(struct zp_pair *p)
 int
 pair_fin_release(struct zp_pair *p)
 {
+	if (p->fin == ZP_FIN_CARRIED || p->fin == ZP_FIN_WATCHED)
+		return 1;	/* carried already */
 	if (p->retiring.fd == -1 && pair_sock_unacked(&p->upstream, 0) <= 0) {
-		p->fin_held = 0;
-		p->fin_released = 1;
 		timerclear(&p->stall_since);
 		/*
 		 * Acknowledged is not read: a stopped collector's kernel
@@ -122,13 +123,14 @@ pair_fin_release(struct zp_pair *p)
 		 * within --stall-timeout of the FIN has stalled too.
 		 */
 		if (p->ctx->cfg->stall_timeout > 0) {
-			p->fin_watch = 1;
+			pair_fin_set(p, ZP_FIN_WATCHED);
 			zp_clock_now(&p->stall_since);
-		}
+		} else
+			pair_fin_set(p, ZP_FIN_CARRIED);
 		return 1;
 	}
-	if (!p->fin_held) {
-		p->fin_held = 1;
+	if (p->fin != ZP_FIN_HELD) {
+		pair_fin_set(p, ZP_FIN_HELD);
 		p->fin_poll_ms = 5;
 		pair_stall_begin(p);
 	}
@@ -149,7 +151,7 @@ pair_stall_watch(struct zp_pair *p)
 	if (p->ctx->cfg->stall_timeout <= 0 || p->up.fr == NULL ||
 	    p->state != ZP_PAIR_RELAYING)
 		return 0;
-	if (p->fin_held || p->fin_watch)
+	if (p->fin == ZP_FIN_HELD || p->fin == ZP_FIN_WATCHED)
 		return pair_timer_update(p);
 	if (!p->upstream.wblocked || p->up.done ||
 	    p->up.ops->pending(&p->up) == 0) {
@@ -184,7 +186,7 @@ pair_stall_check(struct zp_pair *p, const struct timeval *now)
 	if (p->state != ZP_PAIR_RELAYING || ctx->cfg->stall_timeout <= 0 ||
 	    dt.tv_sec + dt.tv_usec / 1e6 < ctx->cfg->stall_timeout)
 		return 0;
-	if (p->fin_watch) {
+	if (p->fin == ZP_FIN_WATCHED) {
 		/* Its FIN went: it had everything, and did not close. */
 		timerclear(&p->stall_since);
 		if (!pair_leavable(p))
@@ -298,7 +300,7 @@ pair_move(struct zp_pair *p, int reason)
 	p->moves++;
 	ctx->stats.moves[reason]++;
 	/* The next upstream gets the held FIN once it acknowledged all. */
-	p->fin_held = p->fin_released = p->fin_watch = 0;
+	pair_fin_set(p, ZP_FIN_OPEN);
 	timerclear(&p->stall_since);
 	pair_set_state(p, ZP_PAIR_MOVING);
 	p->move_cut = fr->cut;
@@ -598,12 +600,7 @@ pair_switch(struct zp_pair *p)
 	if (!h->wshut && shutdown(h->fd, SHUT_WR) == 0)
 		h->fin = 1;
 	h->wshut = 1;
-	if (h->rev != NULL)
-		event_free(h->rev);
-	if (h->wev != NULL)
-		event_free(h->wev);
-	h->rev = h->wev = NULL;
-	h->ron = h->won = 0;
+	pair_half_events_free(h);
 	/* The old upstream is the retiring one's, and only its. */
 	*r = *h;
 	r->rev = rev;
@@ -625,7 +622,7 @@ pair_switch(struct zp_pair *p)
 	p->moves++;
 	ctx->stats.moves[p->move_reason]++;
 	/* A held FIN waits for the next one (and for the retiring one). */
-	p->fin_held = p->fin_released = p->fin_watch = 0;
+	pair_fin_set(p, ZP_FIN_OPEN);
 	timerclear(&p->stall_since);
 	if (ctx->cfg->send_proxy && pair_send_proxy(p, hdr, &hlen) == -1) {
 		zp_pair_close(p, ZP_END_PROXY_HEADER);

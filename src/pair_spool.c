@@ -183,6 +183,6 @@ pair_spool_moved(struct zp_pair *p)
 	if (p->timer != NULL)
 		evtimer_del(p->timer);
 	timerclear(&p->stall_since);
-	p->fin_held = p->fin_released = p->fin_watch = 0;
+	pair_fin_set(p, ZP_FIN_OPEN);
 	return 0;
 }

@@ -36,7 +36,7 @@ pair_timer_cb(evutil_socket_t fd, short what, void *arg)
 	zp_clock_now(&now);
 	if (timerisset(&p->stall_since) && pair_stall_check(p, &now) != 0)
 		return;		/* moved on */
-	if (p->fin_held && p->state == ZP_PAIR_RELAYING) {
+	if (p->fin == ZP_FIN_HELD && p->state == ZP_PAIR_RELAYING) {
 		if (p->fin_poll_ms < 200)
 			p->fin_poll_ms *= 2;
 		/* The held FIN: pair_run asks pair_fin_release again. */
@@ -95,7 +95,7 @@ pair_timer_update(struct zp_pair *p)
 	    (limit == 0 || cfg->fin_timeout < limit))
 		limit = cfg->fin_timeout;
 	if (limit == 0 && cfg->max_lifetime == 0 &&
-	    !timerisset(&p->stall_since) && !p->fin_held)
+	    !timerisset(&p->stall_since) && p->fin != ZP_FIN_HELD)
 		return 0;
 	if (p->timer == NULL && (p->timer = evtimer_new(p->ctx->base,
 	    pair_timer_cb, p)) == NULL)
@@ -111,7 +111,7 @@ pair_timer_update(struct zp_pair *p)
 			    dt.tv_usec / 1e6);
 	}
 	/* A held FIN is looked at again soon. */
-	if (p->fin_held && p->fin_poll_ms / 1000.0 < wait)
+	if (p->fin == ZP_FIN_HELD && p->fin_poll_ms / 1000.0 < wait)
 		wait = p->fin_poll_ms / 1000.0;
 	/* --stall-timeout counts from when the upstream stopped taking. */
 	if (timerisset(&p->stall_since)) {
