@@ -86,7 +86,7 @@ zp_move_reason_str(int r)
 static int
 dir_splices(const struct zp_dir *d)
 {
-	return !d->fellback && (d->ops == &zp_relay_splice || d->lazy);
+	return !d->fellback && (d->ops->piped || d->lazy);
 }
 
 /* "splice", "copy" or "mixed", from the pair's directions. */
@@ -653,7 +653,7 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 	 * The upstream's FIN waited while the stream could still move; once
 	 * it cannot (the client is done, the framing failed), carry it over.
 	 */
-	if (p->move_log_due && !p->up.fr->cutting) {
+	if (p->move_log_due && !zp_dframe_cutting(p->up.fr)) {
 		p->move_log_due = 0;
 		pair_move_log(p, &p->up_addr);
 	}
@@ -810,7 +810,7 @@ dir_init(struct zp_dir *d, struct zp_half *src, struct zp_half *dst,
 {
 	d->src = src;
 	d->dst = dst;
-	d->ops = ops;
+	zp_dir_set_backend(d, ops);
 	d->pipe.rfd = d->pipe.wfd = -1;
 	d->bufsize = bufsize;
 }
@@ -867,6 +867,8 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 		return -1;
 	}
 	if (p->up.fr != NULL) {
+		p->up.fr->log = ctx->log;
+		p->up.fr->id = p->id;
 		p->up.fr->tee_rfd = ctx->tee_pipe.rfd;
 		p->up.fr->tee_wfd = ctx->tee_pipe.wfd;
 		if (ctx->cfg->replay_window > 0) {

@@ -610,9 +610,10 @@ pair_begin(struct zp_pair *p)
 	p->source_counted = 1;
 	pair_set_state(p, ZP_PAIR_CONNECTING);
 	if (ctx->pool != NULL && ctx->cfg->splice_min == 0) {
-		if (pair_take_pipes(p) == 0)
-			p->up.ops = p->down.ops = &zp_relay_splice;
-		else {
+		if (pair_take_pipes(p) == 0) {
+			zp_dir_set_backend(&p->up, &zp_relay_splice);
+			zp_dir_set_backend(&p->down, &zp_relay_splice);
+		} else {
 			p->up.fellback = p->down.fellback = 1;
 			pair_no_pipe(p);
 		}

@@ -280,7 +280,7 @@ pair_move(struct zp_pair *p, int reason)
 	int			 old = p->up_idx, err;
 
 	pair_next_drop(p);
-	fr->seek = 0;
+	zp_dframe_seek(fr, 0);
 	p->move_reason = reason;
 	p->move_checked = 0;
 	p->move_from = p->up_addr;
@@ -349,14 +349,14 @@ pair_next_drop(struct zp_pair *p)
 {
 	zp_connecting_cancel(&p->next);
 	if (p->up.fr != NULL)
-		p->up.fr->seek = 0;
+		zp_dframe_seek(p->up.fr, 0);
 }
 
 int
 zp_pair_can_move(const struct zp_pair *p)
 {
 	return pair_movable(p) && p->next.fd == -1 &&
-	    p->retiring.fd == -1 && !p->up.fr->seek && !p->up.fr->cutting &&
+	    p->retiring.fd == -1 && p->up.fr->state == ZP_FR_RELAYING &&
 	    !p->ctx->stopping;
 }
 
@@ -388,7 +388,7 @@ pair_next_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	/* Until the boundary, the current upstream gets the frame in hand. */
-	p->up.fr->seek = 1;
+	zp_dframe_seek(p->up.fr, 1);
 	if (pair_run(p, &p->up) == 0)
 		pair_check(p);
 }
@@ -500,7 +500,7 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 	if (lost > 0 && p->up.fr != NULL && p->up.fr->rp != NULL &&
 	    !p->up.done) {
 		p->rewind_due = 1;
-		p->up.fr->seek = 1;
+		zp_dframe_seek(p->up.fr, 1);
 	}
 	if (p->retire_timer != NULL)
 		event_free(p->retire_timer);
@@ -528,7 +528,7 @@ pair_rewind(struct zp_pair *p)
 	char			 buf[ZP_ADDRSTRLEN];
 	int			 rc;
 
-	fr->seek = 0;
+	zp_dframe_seek(fr, 0);
 	if (!p->rewind_due)
 		return 0;
 	p->rewind_due = 0;
@@ -584,7 +584,7 @@ pair_switch(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_NOMEM);
 		return 1;
 	}
-	fr->seek = 0;
+	zp_dframe_seek(fr, 0);
 	p->move_from = p->up_addr;
 	p->move_err = 0;
 	p->move_unacked = (uint64_t)pair_sock_unacked(h, 0);

@@ -60,7 +60,8 @@ pair_spool_done(void *arg, enum zp_spool_end end, int err)
 		(void)zp_framer_resume(&fr->f, zp_framer_kind(&fr->f),
 		    fr->f.max_asked, fr->sent, 1);
 		fr->mcount = 0;
-		fr->cutting = fr->seek = 0;
+		zp_dframe_cut(fr, 0);
+		zp_dframe_seek(fr, 0);
 		fr->teed = 0;
 		if (fr->rp != NULL)
 			zp_replay_reset(fr->rp, fr->sent, 1);
@@ -158,7 +159,7 @@ pair_spool_moved(struct zp_pair *p)
 	if (p->retiring.fd != -1)
 		pair_retire_done(p, 0);
 	p->rewind_due = 0;
-	fr->seek = 0;
+	zp_dframe_seek(fr, 0);
 	if (pair_spool(p) == -1)
 		return -1;
 	p->spool_live = 1;
@@ -166,7 +167,7 @@ pair_spool_moved(struct zp_pair *p)
 	if (p->mir != NULL)
 		zp_mirror_set_leave(p->mir, "its stream went to the spool");
 	if (zp_spool_writer_prefix(p->spool, d->buf != NULL ? d->buf + d->off :
-	    NULL, d->len, fr->cutting ? &fr->f : NULL) == -1) {
+	    NULL, d->len, zp_dframe_cutting(fr) ? &fr->f : NULL) == -1) {
 		p->client.err = errno;
 		zp_pair_close(p, ZP_END_SPOOL_FAILED);
 		return 1;
@@ -178,7 +179,7 @@ pair_spool_moved(struct zp_pair *p)
 		d->buf = NULL;
 		d->bufsize = ctx->cfg->buffer_size;
 	}
-	fr->cutting = 0;
+	zp_dframe_cut(fr, 0);
 	/* Its timers (idle, fin, lifetime, a stall) wait for it to be live. */
 	if (p->timer != NULL)
 		evtimer_del(p->timer);

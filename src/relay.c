@@ -13,6 +13,7 @@
 
 #include "bufcache.h"
 #include "ctx.h"
+#include "log.h"
 #include "net.h"
 #include "relay.h"
 
@@ -111,6 +112,15 @@ dir_discard(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 	return rc;
 }
 
+/* The one place a direction changes backend; see relay.h. */
+void
+zp_dir_set_backend(struct zp_dir *d, const struct zp_relay_ops *ops)
+{
+	/* Never bytes in two stores: the one left behind is empty. */
+	assert(d->ops == NULL || d->ops->pending(d) == 0);
+	d->ops = ops;
+}
+
 /* Give back the store and copy from now on. */
 static void
 dir_to_copy(struct zp_ctx *ctx, struct zp_dir *d)
@@ -118,7 +128,7 @@ dir_to_copy(struct zp_ctx *ctx, struct zp_dir *d)
 	/* Never bytes in both stores: the pipe given up is empty. */
 	assert(d->pipe.data == 0 && d->len == 0);
 	d->ops->release(ctx, d);
-	d->ops = &zp_relay_copy;
+	zp_dir_set_backend(d, &zp_relay_copy);
 	d->bufsize = ctx->cfg->buffer_size;
 	d->full = 0;
 	/* Copy mode shows the mirrors their boundaries from here. */
@@ -152,7 +162,7 @@ dir_promote(struct zp_ctx *ctx, struct zp_dir *d)
 		return ZP_PUMP_NOPIPE;
 	}
 	d->ops->release(ctx, d);
-	d->ops = &zp_relay_splice;
+	zp_dir_set_backend(d, &zp_relay_splice);
 	d->full = 0;
 	/* The framer passes from delivery to the pipe: here they meet. */
 	if (d->fr != NULL && zp_framer_at_boundary(&d->fr->f))
@@ -191,7 +201,7 @@ dir_frame_small(struct zp_dir *d)
 		return 0;
 	f = &d->fr->f;
 	k = zp_framer_kind(f);
-	if (d->fr->cutting || d->fr->seek || (zp_framer_error(f, NULL) == NULL &&
+	if (zp_dframe_cutting(d->fr) || zp_dframe_seeking(d->fr) || (zp_framer_error(f, NULL) == NULL &&
 	    (k == ZP_FRAMING_OCTET || k == ZP_FRAMING_AUTO) &&
 	    !zp_framer_at_boundary(f) &&
 	    zp_framer_body_left(f) < zp_octet_splice_min(d))) {
@@ -221,7 +231,7 @@ dir_seek_fill(const struct zp_dir *d)
 {
 	enum zp_framing	k;
 
-	if (d->fr == NULL || !d->fr->seek || d->ops != &zp_relay_splice)
+	if (d->fr == NULL || !zp_dframe_seeking(d->fr) || !d->ops->piped)
 		return 1;
 	k = zp_framer_kind(&d->fr->f);
 	if (k == ZP_FRAMING_OCTET || k == ZP_FRAMING_AUTO)
@@ -250,7 +260,7 @@ dir_tail_delim(const struct zp_dir *d)
 static size_t
 dir_seek_cap(const struct zp_dir *d)
 {
-	if (d->fr == NULL || !d->fr->seek || d->ops != &zp_relay_copy ||
+	if (d->fr == NULL || !zp_dframe_seeking(d->fr) || d->ops->piped ||
 	    d->len == 0)
 		return 0;
 	return zp_framer_next(&d->fr->f, d->buf + d->off, d->len);
@@ -263,7 +273,7 @@ dir_seek_cap(const struct zp_dir *d)
 static int
 dir_seek_done(const struct zp_dir *d)
 {
-	if (d->ops == &zp_relay_copy)
+	if (!d->ops->piped)
 		return zp_framer_at_boundary(&d->fr->f);
 	return d->pipe.data == 0 && (zp_framer_at_boundary(&d->fr->f) ||
 	    dir_tail_delim(d));
@@ -380,13 +390,13 @@ dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 	d->drained = 0;
 	for (;;) {
 		progress = 0;
-		if (d->fr != NULL && d->fr->seek) {
+		if (d->fr != NULL && zp_dframe_seeking(d->fr)) {
 			if (dir_seek_done(d)) {
 				rc |= ZP_PUMP_BOUNDARY;
 				break;
 			}
 			/* A blind pipe, empty: copy on to the newline. */
-			if (d->ops == &zp_relay_splice && d->pipe.data == 0 &&
+			if (d->ops->piped && d->pipe.data == 0 &&
 			    !dir_seek_fill(d))
 				dir_demote(ctx, d);
 		}
@@ -497,6 +507,60 @@ dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 
 /* ---- framed streams (--framing) -------------------------------------- */
 
+static const char *const fr_state_names[] = {
+	[ZP_FR_RELAYING] = "relaying",
+	[ZP_FR_SEEKING] = "seeking",
+	[ZP_FR_CUTTING] = "cutting",
+	[ZP_FR_CUT_SEEK] = "cutting, then seeking",
+};
+
+/*
+ * The moves a framed direction's boundary work may make (docs/DESIGN.md,
+ * "Framed direction states"): bit `to` of fr_moves[from]. Asking for
+ * what already is, is no move.
+ */
+#define FR(s)	(1u << (s))
+static const unsigned fr_moves[] = {
+	[ZP_FR_RELAYING] = FR(ZP_FR_SEEKING) | FR(ZP_FR_CUTTING),
+	[ZP_FR_SEEKING] = FR(ZP_FR_RELAYING),
+	[ZP_FR_CUTTING] = FR(ZP_FR_RELAYING) | FR(ZP_FR_CUT_SEEK),
+	[ZP_FR_CUT_SEEK] = FR(ZP_FR_SEEKING) | FR(ZP_FR_CUTTING) |
+	    FR(ZP_FR_RELAYING),
+};
+#undef FR
+
+static void
+dframe_set(struct zp_dframe *fr, enum zp_fr_state to)
+{
+	if (to == fr->state)
+		return;
+	assert((size_t)fr->state < sizeof(fr_moves) / sizeof(fr_moves[0]));
+	assert(fr_moves[fr->state] & (1u << to));
+	if (fr->log != NULL && zp_log_enabled(fr->log, ZP_LOG_DEBUG))
+		zp_log(fr->log, ZP_LOG_DEBUG, "connection %llu: framing %s -> "
+		    "%s", (unsigned long long)fr->id,
+		    fr_state_names[fr->state], fr_state_names[to]);
+	fr->state = to;
+}
+
+void
+zp_dframe_seek(struct zp_dframe *fr, int on)
+{
+	int	cut = zp_dframe_cutting(fr);
+
+	dframe_set(fr, on ? (cut ? ZP_FR_CUT_SEEK : ZP_FR_SEEKING) :
+	    (cut ? ZP_FR_CUTTING : ZP_FR_RELAYING));
+}
+
+void
+zp_dframe_cut(struct zp_dframe *fr, int on)
+{
+	int	seek = zp_dframe_seeking(fr);
+
+	dframe_set(fr, on ? (seek ? ZP_FR_CUT_SEEK : ZP_FR_CUTTING) :
+	    (seek ? ZP_FR_SEEKING : ZP_FR_RELAYING));
+}
+
 void
 zp_dframe_mark(struct zp_dframe *fr, uint64_t off)
 {
@@ -596,7 +660,7 @@ dir_unpipe(struct zp_ctx *ctx, struct zp_dir *d)
 	if (d->mir != NULL)
 		zp_mirror_unpipe(d->mir, buf, got,
 		    d->fr != NULL ? &d->fr->f : NULL);
-	d->ops = &zp_relay_copy;
+	zp_dir_set_backend(d, &zp_relay_copy);
 	d->buf = buf;
 	d->off = 0;
 	d->len = got;
@@ -625,7 +689,7 @@ dir_replay(struct zp_ctx *ctx, struct zp_dir *d)
 	    kind != ZP_FRAMING_OCTET && kind != ZP_FRAMING_NUL) ||
 	    zp_replay_take(fr->rp, kind, fr->sent, &rb, &rlen, &from) == -1)
 		return 1;
-	if (d->ops == &zp_relay_splice) {
+	if (d->ops->piped) {
 		if (dir_unpipe(ctx, d) == -1) {
 			free(rb);
 			return -1;
@@ -655,7 +719,7 @@ dir_replay(struct zp_ctx *ctx, struct zp_dir *d)
 	(void)zp_framer_resume(f, kind, f->max_asked, from, 1);
 	fr->sent = from;
 	fr->mcount = 0;
-	fr->cutting = 0;
+	zp_dframe_cut(fr, 0);
 	fr->replayed += rlen;
 	return 0;
 }
@@ -698,7 +762,7 @@ zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)
 			return -1;
 		}
 	}
-	if (d->ops == &zp_relay_splice) {
+	if (d->ops->piped) {
 		if (dir_unpipe(ctx, d) == -1)
 			return -1;
 		d->lazy = !d->fellback && ctx->pool != NULL;
@@ -742,7 +806,7 @@ zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)
 		else {
 			if (d->len > 0)
 				zp_dir_cut(d, d->len);
-			fr->cutting = zp_framer_error(f, NULL) == NULL;
+			zp_dframe_cut(fr, zp_framer_error(f, NULL) == NULL);
 		}
 	}
 	if (zp_framer_error(f, NULL) != NULL) {

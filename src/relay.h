@@ -20,6 +20,7 @@
 struct zp_bufcache;
 struct zp_dir;
 struct zp_ctx;
+struct zp_log;
 struct zp_mirror_set;
 
 /* fill() result that asks the relay loop to switch this direction to copy. */
@@ -32,6 +33,14 @@ struct zp_mirror_set;
 
 struct zp_relay_ops {
 	const char	*name;
+
+	/*
+	 * The store is a pipe (d->pipe): its bytes cannot be looked at
+	 * without reading them, so the framer follows what enters the store
+	 * (marks[] says where frames end) and a move must read it out first.
+	 * 0: a buffer (d->buf), whose framer follows what is delivered.
+	 */
+	unsigned	 piped:1;
 
 	/*
 	 * Move at most `max` bytes from d->src into the store. Returns the
@@ -67,6 +76,13 @@ struct zp_relay_ops {
 extern const struct zp_relay_ops zp_relay_splice;
 extern const struct zp_relay_ops zp_relay_copy;
 
+/*
+ * The one place a direction changes backend: the old store must be empty
+ * (asserted; never bytes in two stores) and given back by the caller
+ * first. Both stores' fields are left as they are.
+ */
+void	zp_dir_set_backend(struct zp_dir *, const struct zp_relay_ops *);
+
 /* How many octet frame ends a framed pipe holds at most. */
 #define ZP_MARKS	64
 
@@ -90,6 +106,22 @@ size_t	zp_octet_splice_min(const struct zp_dir *);
  * what was delivered are known without reading the pipe. The two meet
  * where the store is empty, which is where a direction changes backend.
  */
+/*
+ * A framed direction's boundary work, changed only by zp_dframe_seek()
+ * and zp_dframe_cut(), which assert the move (docs/DESIGN.md, "Framed
+ * direction states"). Seeking and cutting are independent asks: a seek
+ * may come while a cut is under way, and is then done where the cut
+ * ends, at a boundary.
+ */
+enum zp_fr_state {
+	ZP_FR_RELAYING,		/* frame after frame */
+	ZP_FR_SEEKING,		/* a planned move or a rewind waits: deliver
+				   up to the next boundary, nothing after */
+	ZP_FR_CUTTING,		/* an unplanned move came mid-frame: drop the
+				   rest of that frame */
+	ZP_FR_CUT_SEEK,		/* cutting, and a seek was asked meanwhile */
+};
+
 struct zp_dframe {
 	struct zp_framer f;
 	uint64_t	 sent;		/* stream offset of the next byte out */
@@ -99,9 +131,10 @@ struct zp_dframe {
 	unsigned	 mcount;
 	uint64_t	 frames;	/* frames delivered, to every upstream */
 	uint64_t	 cut;		/* bytes dropped to reach a boundary */
-	unsigned	 cutting:1;	/* dropping the rest of a frame */
-	unsigned	 seek:1;	/* a planned move: stop at a boundary */
-	unsigned	 hold:1;	/* dst dies: keep the store, the pair moves */
+	enum zp_fr_state state;		/* zp_dframe_seek(), zp_dframe_cut() */
+	unsigned	 hold:1;	/* dst dies: keep the store, the pair moves
+					   (the pair's policy, set before each
+					   pump: pair_hold()) */
 	unsigned	 told:1;	/* its framing error was logged */
 	unsigned	 tail_delim:1;	/* the byte before tail_at ends a frame */
 	uint64_t	 tail_at;	/* lf, nul spliced: where the last byte
@@ -112,7 +145,29 @@ struct zp_dframe {
 	size_t		 teed;		/* splice: bytes at the head of the
 					   pipe the replay holds already */
 	uint64_t	 replayed;	/* bytes sent again after moves */
+	struct zp_log	*log;		/* for its moves at debug level; NULL */
+	uint64_t	 id;		/* its connection's, in those lines */
 };
+
+/* Ask for a seek, or drop it (the boundary was reached or not needed). */
+void	zp_dframe_seek(struct zp_dframe *, int on);
+
+/* Begin or end a cut to the next boundary. */
+void	zp_dframe_cut(struct zp_dframe *, int on);
+
+/* Delivery stops at the next boundary (SEEKING, or CUT_SEEK). */
+static inline int
+zp_dframe_seeking(const struct zp_dframe *fr)
+{
+	return fr->state == ZP_FR_SEEKING || fr->state == ZP_FR_CUT_SEEK;
+}
+
+/* The rest of a frame is being dropped (CUTTING, or CUT_SEEK). */
+static inline int
+zp_dframe_cutting(const struct zp_dframe *fr)
+{
+	return fr->state == ZP_FR_CUTTING || fr->state == ZP_FR_CUT_SEEK;
+}
 
 /* One socket of a pair, and its two events. */
 struct zp_half {
@@ -187,7 +242,7 @@ struct zp_dir {
 #define ZP_PUMP_NOPIPE		0x4	/* bulk, but the pool had no pipe */
 #define ZP_PUMP_MOVE		0x8	/* the upstream is gone and the stream
 					   is framed: the pair moves it */
-#define ZP_PUMP_BOUNDARY	0x10	/* fr->seek: delivered up to a frame
+#define ZP_PUMP_BOUNDARY	0x10	/* seeking: delivered up to a frame
 					   boundary, nothing after it */
 #define ZP_PUMP_SRC_FIN		0x20	/* hold_fin: the source ended and
 					   everything it sent is delivered */
@@ -215,8 +270,8 @@ struct zp_dir {
  * A direction that holds (the pair may move a framed stream instead)
  * keeps its store when its destination fails and says ZP_PUMP_MOVE
  * (d->fr->hold), or carries no FIN from a source that ended, saying
- * ZP_PUMP_SRC_FIN once everything it sent is delivered (d->hold_fin). One that seeks (d->fr->seek: a planned
- * move) delivers up to the next frame boundary and nothing after it, and
+ * ZP_PUMP_SRC_FIN once everything it sent is delivered (d->hold_fin).
+ * One that seeks (zp_dframe_seeking(d->fr): a planned move) delivers up to the next frame boundary and nothing after it, and
  * says ZP_PUMP_BOUNDARY: copy mode reads on, splice mode ends the octet
  * frame it is in, and a blind lf pipe takes no more, empties, and copies
  * on to find the newline.
@@ -242,7 +297,7 @@ int	zp_dir_pump(struct zp_ctx *, struct zp_dir *, size_t budget);
 int	zp_dir_move(struct zp_ctx *, struct zp_dir *);
 
 /*
- * A framed direction at a frame boundary (d->fr->seek met it), whose
+ * A framed direction at a frame boundary (a seek met it), whose
  * earlier destination may have lost what it was sent: send the replay
  * window again, to the current destination, from its first boundary,
  * before what the store holds (at-least-once: what this destination had

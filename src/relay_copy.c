@@ -29,15 +29,15 @@ copy_cut(struct zp_dir *d)
 	if (k == 0)
 		k = d->len;
 	else
-		fr->cutting = 0;
+		zp_dframe_cut(fr, 0);
 	/* The frame that ends here was not delivered: fed, not counted. */
 	zp_dir_cut(d, k);
 	if (zp_framer_error(&fr->f, NULL) != NULL) {
-		fr->cutting = 0;
+		zp_dframe_cut(fr, 0);
 		errno = EPROTO;
 		return -1;
 	}
-	if (!fr->cutting)
+	if (!zp_dframe_cutting(fr))
 		fr->last_mark = fr->sent;
 	return 0;
 }
@@ -84,7 +84,7 @@ copy_fill(struct zp_dir *d, size_t max)
 			zp_mirror_copy(d->mir, d->buf + d->off + d->len,
 			    (size_t)n);
 		d->len += n;
-		if (d->fr != NULL && d->fr->cutting && copy_cut(d) == -1)
+		if (d->fr != NULL && zp_dframe_cutting(d->fr) && copy_cut(d) == -1)
 			return -1;
 		if ((size_t)n < space)
 			d->drained = 1;	/* TCP hands over all it has */

@@ -358,6 +358,7 @@ splice_release(struct zp_ctx *ctx, struct zp_dir *d)
 
 const struct zp_relay_ops zp_relay_splice = {
 	.name = "splice",
+	.piped = 1,
 	.fill = splice_fill,
 	.flush = splice_flush,
 	.pending = splice_pending,

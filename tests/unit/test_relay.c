@@ -433,7 +433,7 @@ fx_setup(void **state, const struct fx_opts *o)
 
 	fx->d.src = &fx->src;
 	fx->d.dst = &fx->dst;
-	fx->d.ops = o->ops;
+	zp_dir_set_backend(&fx->d, o->ops);
 	fx->d.lazy = o->lazy;
 	fx->d.bufsize = fx->cfg.buffer_size;
 	if (o->ops == &zp_relay_splice &&
@@ -2388,6 +2388,48 @@ test_half_want(void **state)
 }
 
 /* zp_dir_release gives the store back and is safe to call twice. */
+/*
+ * A framed direction's boundary work: a seek and a cut are separate
+ * asks, and a seek asked during a cut is kept until the cut ends (where
+ * it is done at once: a cut ends at a boundary). Every move below is in
+ * relay.c's table; one that is not would abort here (debug build).
+ */
+static void
+test_dframe_states(void **state)
+{
+	struct zp_dframe	fr;
+
+	(void)state;
+	memset(&fr, 0, sizeof(fr));
+	assert_int_equal(fr.state, ZP_FR_RELAYING);
+	zp_dframe_seek(&fr, 1);
+	assert_int_equal(fr.state, ZP_FR_SEEKING);
+	assert_true(zp_dframe_seeking(&fr));
+	assert_false(zp_dframe_cutting(&fr));
+	zp_dframe_seek(&fr, 1);			/* asked twice: no move */
+	assert_int_equal(fr.state, ZP_FR_SEEKING);
+	zp_dframe_cut(&fr, 0);			/* no cut to end: no move */
+	assert_int_equal(fr.state, ZP_FR_SEEKING);
+	zp_dframe_seek(&fr, 0);
+	assert_int_equal(fr.state, ZP_FR_RELAYING);
+
+	zp_dframe_cut(&fr, 1);
+	assert_int_equal(fr.state, ZP_FR_CUTTING);
+	zp_dframe_seek(&fr, 1);			/* a rewind asked mid-cut */
+	assert_int_equal(fr.state, ZP_FR_CUT_SEEK);
+	assert_true(zp_dframe_seeking(&fr) && zp_dframe_cutting(&fr));
+	zp_dframe_cut(&fr, 0);			/* the cut ends: the seek is on */
+	assert_int_equal(fr.state, ZP_FR_SEEKING);
+	zp_dframe_seek(&fr, 0);
+
+	zp_dframe_cut(&fr, 1);
+	zp_dframe_seek(&fr, 1);
+	zp_dframe_seek(&fr, 0);			/* the seek dropped: cutting on */
+	assert_int_equal(fr.state, ZP_FR_CUTTING);
+	zp_dframe_cut(&fr, 0);
+	assert_int_equal(fr.state, ZP_FR_RELAYING);
+}
+
 static void
 test_dir_release(void **state)
 {
@@ -2456,6 +2498,7 @@ main(void)
 		SPLICE(test_splice_fallback_errnos),
 		SPLICE(test_splice_einval_after_bytes),
 		SPLICE(test_splice_einval_pipe_holds),
+		cmocka_unit_test(test_dframe_states),
 		cmocka_unit_test_setup_teardown(test_copy_buffer_full,
 		    setup_copy_small, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_copy_idle_frees_buffer,
