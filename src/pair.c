@@ -785,7 +785,8 @@ half_write_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * Create a half's two persistent events. Where the backend can tell
+ * Create a half's read event (its write event is made when a write first
+ * falls short: zp_half_want_write). Where the backend can tell
  * (epoll's EPOLLRDHUP), the read event also says when the peer's FIN is
  * queued. Returns 0 or -1.
  */
@@ -798,9 +799,9 @@ pair_half_events(struct zp_pair *p, struct zp_half *h)
 	if (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE)
 		rflags |= EV_CLOSED;
 	h->rev = event_new(base, h->fd, rflags, half_read_cb, p);
-	h->wev = event_new(base, h->fd, EV_WRITE | EV_PERSIST, half_write_cb,
-	    p);
-	return h->rev == NULL || h->wev == NULL ? -1 : 0;
+	h->wev = NULL;		/* made when first wanted */
+	h->wcb = half_write_cb;
+	return h->rev == NULL ? -1 : 0;
 }
 
 /* Set up a direction from src to dst with the given backend. */

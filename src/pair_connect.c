@@ -451,15 +451,17 @@ pair_connect_upstream(struct zp_pair *p)
 {
 	struct zp_ctx	*ctx = p->ctx;
 	struct timeval	 now;
-	int		 idx = -1, retries = ctx->cfg->retries;
+	unsigned char	 tried[ZP_MAX_UPSTREAMS];
+	int		 idx = -1, retries = ctx->cfg->retries, i;
 
 	if (retries < 0 || p->attempts <= retries) {
+		for (i = 0; i < ZP_MAX_UPSTREAMS; i++)
+			tried[i] = (p->tried >> i) & 1;
 		zp_clock_now(&now);
-		idx = zp_upstream_pick(ctx->ups, &p->client_addr, p->tried,
-		    &now);
+		idx = zp_upstream_pick(ctx->ups, &p->client_addr, tried, &now);
 	}
 	if (idx >= 0) {
-		p->tried[idx] = 1;
+		p->tried |= (uint64_t)1 << idx;
 		p->attempts++;
 		p->up_idx = idx;
 		p->addr_idx = 0;

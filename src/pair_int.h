@@ -34,6 +34,9 @@ enum zp_fin {
 	ZP_FIN_WATCHED,
 };
 
+/* zp_pair.tried is a bit set of the upstreams. */
+_Static_assert(ZP_MAX_UPSTREAMS <= 64, "zp_pair.tried holds 64 upstreams");
+
 struct zp_pair {
 	struct zp_ctx		*ctx;
 	uint64_t		 id;
@@ -52,7 +55,7 @@ struct zp_pair {
 	struct timeval		 hdr_deadline;	/* --proxy-timeout */
 	const char		*hdr_why;	/* why it was refused */
 	int			 up_idx;	/* upstream in use, or -1 */
-	unsigned char		 tried[ZP_MAX_UPSTREAMS];
+	uint64_t		 tried;		/* bit i: upstream i was tried */
 	int			 attempts;	/* upstreams tried */
 	size_t			 addr_idx;	/* its address being tried */
 	int			 addr_tried;	/* one was (not skipped by --source) */

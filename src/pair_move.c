@@ -326,14 +326,13 @@ pair_move(struct zp_pair *p, int reason)
 		p->down.eof = p->down.done = p->down.shut = p->down.drained =
 		    0;
 	zp_half_want_read(&p->client, 0);
-	zp_half_want_write(&p->client, 0);
+	(void)zp_half_want_write(&p->client, 0);
 	p->up_base = p->up.bytes;
 	p->frames_base = fr->frames;
 	p->up_sent = 0;
 	p->up_addr.len = 0;
 	p->connect_err = 0;
-	memset(p->tried, 0, sizeof(p->tried));
-	p->tried[old] = 1;
+	p->tried = (uint64_t)1 << old;
 	p->attempts = 1;
 	timerclear(&p->retry_until);
 	if (pair_connect_upstream(p) != 0)

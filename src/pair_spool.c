@@ -76,7 +76,7 @@ pair_spool_done(void *arg, enum zp_spool_end end, int err)
 	zp_log(ctx->log, ZP_LOG_NOTICE, "connection %llu: its spool was "
 	    "delivered (%llu bytes); it goes on to an upstream",
 	    (unsigned long long)p->id, (unsigned long long)p->spooled);
-	memset(p->tried, 0, sizeof(p->tried));
+	p->tried = 0;
 	p->attempts = 0;
 	p->connect_err = 0;
 	timerclear(&p->retry_until);

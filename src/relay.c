@@ -36,17 +36,25 @@ zp_half_want_read(struct zp_half *h, int on)
 }
 
 /* Add or delete the write event only when its state changes. */
-void
+int
 zp_half_want_write(struct zp_half *h, int on)
 {
-	on = on && !h->dead && h->wev != NULL;
+	on = on && !h->dead &&
+	    (h->wev != NULL || (h->wcb != NULL && h->rev != NULL));
 	if (on == h->won)
-		return;
+		return 0;
+	if (on && h->wev == NULL && (h->wev = event_new(event_get_base(h->rev),
+	    h->fd, EV_WRITE | EV_PERSIST, h->wcb,
+	    event_get_callback_arg(h->rev))) == NULL) {
+		errno = ENOMEM;
+		return -1;
+	}
 	if (on)
 		event_add(h->wev, NULL);
 	else
 		event_del(h->wev);
 	h->won = on;
+	return 0;
 }
 
 /*
@@ -70,7 +78,7 @@ half_kill(struct zp_half *h, int err)
 	h->dead = 1;
 	h->err = err;
 	zp_half_want_read(h, 0);
-	zp_half_want_write(h, 0);
+	(void)zp_half_want_write(h, 0);
 }
 
 /*
@@ -108,7 +116,7 @@ dir_discard(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 		}
 	}
 	zp_half_want_read(d->src, !d->eof);
-	zp_half_want_write(d->dst, 0);
+	(void)zp_half_want_write(d->dst, 0);
 	return rc;
 }
 
@@ -318,25 +326,198 @@ tally_cut(uint64_t have, uint64_t n)
 	return n < have ? n : have;
 }
 
-static int	dir_pump(struct zp_ctx *, struct zp_dir *, size_t);
-
-/* Move bytes for one direction, counted; see relay.h. */
-int
-zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
+/*
+ * One read into the store, at most `ask` bytes. Returns 1 when it moved
+ * something (bytes or the EOF), 0 when not, -1 when the direction
+ * changed backend and the pass must begin again; ORs ZP_PUMP_* into *rc.
+ */
+static int
+dir_fill_once(struct zp_ctx *ctx, struct zp_dir *d, size_t ask, size_t *moved,
+    int *rc)
 {
-	struct zp_tally	was = dir_counts(d), now;
-	size_t		i;
-	int		rc;
+	ssize_t	n = d->ops->fill(d, ask);
 
-	rc = dir_pump(ctx, d, budget);
-	now = dir_counts(d);
-	for (i = 0; i < ZP_DIR_TALLIES; i++) {
-		if (d->tally[i] == NULL)
-			continue;
-		d->tally[i]->bytes += now.bytes - was.bytes;
-		d->tally[i]->spliced += now.spliced - was.spliced;
-		d->tally[i]->frames += now.frames - was.frames;
+	if (n > 0) {
+		*moved += n;
+		/* A read that filled what it asked for had more. */
+		if (d->lazy && ((size_t)n >= ctx->cfg->splice_min ||
+		    !d->drained))
+			d->bulk = 1;
+		/* Short, but the FIN is queued behind: read it now. */
+		if (d->src->rdhup)
+			d->drained = 0;
+		return 1;
 	}
+	if (n == 0) {
+		d->eof = 1;
+		return 1;
+	}
+	if (n == ZP_FILL_FALLBACK) {
+		dir_fall_back(ctx, d);
+		*rc |= ZP_PUMP_FELLBACK;
+		return -1;
+	}
+	if (n == ZP_FILL_LAZY) {
+		dir_demote(ctx, d);
+		return -1;
+	}
+	if (errno != EAGAIN) {
+		if (!d->src->dead)
+			*rc |= ZP_PUMP_DEAD;
+		half_kill(d->src, errno);
+		d->eof = 1;
+	} else if (d->src->dead && !d->full) {
+		/* Read to the end of what the reset left. */
+		d->eof = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * One write from the store to the destination. Returns 1 when it moved
+ * bytes, 0 when not, -1 when the destination failed and the pump is over
+ * (*rc says what the pair must do); ORs ZP_PUMP_* into *rc.
+ */
+static int
+dir_flush_once(struct zp_ctx *ctx, struct zp_dir *d, size_t left, int *rc)
+{
+	size_t	before = d->ops->pending(d);
+	ssize_t	n;
+
+	d->flush_max = dir_seek_cap(d);
+	if (d->flush_max > 0 && d->flush_max < before)
+		before = d->flush_max;
+	n = d->ops->flush(d);
+	d->flush_max = 0;
+	if (n > 0) {
+		d->bytes += n;
+		d->full = 0;
+		if ((size_t)n < before)
+			d->dst->wblocked = 1;
+		return 1;
+	}
+	if (errno == EAGAIN) {
+		d->dst->wblocked = 1;
+		return 0;
+	}
+	half_kill(d->dst, errno);
+	if (dir_holds(d)) {
+		zp_half_want_read(d->src, 0);
+		*rc |= ZP_PUMP_DEAD | ZP_PUMP_MOVE;
+	} else
+		*rc |= ZP_PUMP_DEAD | dir_discard(ctx, d, left);
+	return -1;
+}
+
+/*
+ * Everything is out: carry the FIN over. When the other way is over too,
+ * the pair closes both sockets now and close() sends it, after the queued
+ * bytes. Returns ZP_PUMP_DEAD when the shutdown failed.
+ */
+static int
+dir_carry_fin(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	int	rc = 0;
+
+	if (!d->src->wshut) {
+		if (shutdown(d->dst->fd, SHUT_WR) == 0)
+			d->dst->fin = 1;
+		else if (errno != ENOTCONN) {
+			half_kill(d->dst, errno);
+			rc = ZP_PUMP_DEAD;
+		}
+	}
+	d->dst->wshut = 1;
+	d->shut = 1;
+	d->done = 1;
+	zp_dir_release(ctx, d);
+	return rc;
+}
+
+/*
+ * A seeking direction: ZP_PUMP_BOUNDARY when it stands at its boundary;
+ * a blind pipe that emptied goes back to copy to find the newline.
+ */
+static int
+dir_seek_step(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	if (dir_seek_done(d))
+		return ZP_PUMP_BOUNDARY;
+	if (d->ops->piped && d->pipe.data == 0 && !dir_seek_fill(d))
+		dir_demote(ctx, d);
+	return 0;
+}
+
+static int
+dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
+{
+	size_t	moved = 0;
+	int	rc = 0, progress, r;
+
+	if (d->dst->dead) {
+		if (dir_holds(d)) {
+			zp_half_want_read(d->src, 0);
+			return ZP_PUMP_MOVE;	/* the next one gets it */
+		}
+		return dir_discard(ctx, d, budget);	/* nobody to deliver to */
+	}
+	if (d->done)
+		return 0;
+
+	/*
+	 * d->drained stops a second read in one pass after a short one, and
+	 * dst->wblocked a write after a short one, in this pass or since,
+	 * until dst's write event clears it: either would only hear EAGAIN,
+	 * and the level-triggered events tell when to go on. A slow reader
+	 * behind zproxy (a collector that takes its bytes 128 at a time)
+	 * would otherwise cost a failed write on every wake-up of the source.
+	 */
+	d->drained = 0;
+	for (;;) {
+		progress = 0;
+		if (d->fr != NULL && zp_dframe_seeking(d->fr) &&
+		    (rc |= dir_seek_step(ctx, d)) & ZP_PUMP_BOUNDARY)
+			break;
+		if (dir_can_fill(d) && !d->drained && moved < budget) {
+			if ((r = dir_fill_once(ctx, d, budget - moved, &moved,
+			    &rc)) == -1)
+				continue;
+			progress |= r;
+		}
+		if (d->ops->pending(d) > 0 && !d->dst->wblocked) {
+			if ((r = dir_flush_once(ctx, d, budget > moved ?
+			    budget - moved : 0, &rc)) == -1)
+				return rc;
+			progress |= r;
+		}
+		if (d->bulk && !d->eof && d->ops->pending(d) == 0 &&
+		    !dir_frame_small(d)) {
+			rc |= dir_promote(ctx, d);
+			progress = 1;
+		}
+		if (d->eof && d->ops->pending(d) == 0) {
+			if (d->hold_fin)
+				rc |= ZP_PUMP_SRC_FIN;	/* the pair acts */
+			else
+				rc |= dir_carry_fin(ctx, d);
+			break;
+		}
+		if (!progress || moved >= budget)
+			break;
+	}
+	if (d->ops->trim != NULL && d->ops->pending(d) == 0) {
+		d->ops->trim(d);
+		d->bufsize = ctx->cfg->buffer_size;	/* after a move's */
+	}
+	zp_half_want_read(d->src, !d->done && dir_can_fill(d));
+	if (zp_half_want_write(d->dst, !d->done && d->ops->pending(d) > 0) ==
+	    -1) {
+		half_kill(d->dst, errno);
+		rc |= ZP_PUMP_DEAD;
+	}
+	/* A done direction waits for nothing. */
+	assert(!d->done || (!d->src->ron && !d->dst->won));
 	return rc;
 }
 
@@ -362,146 +543,23 @@ zp_dir_uncount(struct zp_dir *d, uint64_t n)
 }
 
 /* Move bytes for one direction. */
-static int
-dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
+/* Move bytes for one direction, counted; see relay.h. */
+int
+zp_dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 {
-	size_t	moved = 0, ask, before;
-	ssize_t	n;
-	int	rc = 0, progress;
+	struct zp_tally	was = dir_counts(d), now;
+	size_t		i;
+	int		rc;
 
-	if (d->dst->dead) {
-		if (dir_holds(d)) {
-			zp_half_want_read(d->src, 0);
-			return ZP_PUMP_MOVE;	/* the next one gets it */
-		}
-		return dir_discard(ctx, d, budget);	/* nobody to deliver to */
+	rc = dir_pump(ctx, d, budget);
+	now = dir_counts(d);
+	for (i = 0; i < ZP_DIR_TALLIES; i++) {
+		if (d->tally[i] == NULL)
+			continue;
+		d->tally[i]->bytes += now.bytes - was.bytes;
+		d->tally[i]->spliced += now.spliced - was.spliced;
+		d->tally[i]->frames += now.frames - was.frames;
 	}
-	if (d->done)
-		return 0;
-
-	/*
-	 * d->drained stops a second read in one pass after a short one, and
-	 * dst->wblocked a write after a short one, in this pass or since,
-	 * until dst's write event clears it: either would only hear EAGAIN,
-	 * and the level-triggered events tell when to go on. A slow reader
-	 * behind zproxy (a collector that takes its bytes 128 at a time)
-	 * would otherwise cost a failed write on every wake-up of the source.
-	 */
-	d->drained = 0;
-	for (;;) {
-		progress = 0;
-		if (d->fr != NULL && zp_dframe_seeking(d->fr)) {
-			if (dir_seek_done(d)) {
-				rc |= ZP_PUMP_BOUNDARY;
-				break;
-			}
-			/* A blind pipe, empty: copy on to the newline. */
-			if (d->ops->piped && d->pipe.data == 0 &&
-			    !dir_seek_fill(d))
-				dir_demote(ctx, d);
-		}
-		if (dir_can_fill(d) && !d->drained && moved < budget) {
-			ask = budget - moved;
-			n = d->ops->fill(d, ask);
-			if (n > 0) {
-				moved += n;
-				progress = 1;
-				/* A read that filled what it asked for had more. */
-				if (d->lazy && ((size_t)n >= ctx->cfg->splice_min ||
-				    !d->drained))
-					d->bulk = 1;
-				/*
-				 * Short, but the FIN is queued behind: read it
-				 * now rather than on the next wake-up.
-				 */
-				if (d->src->rdhup)
-					d->drained = 0;
-			} else if (n == 0) {
-				d->eof = 1;
-				progress = 1;
-			} else if (n == ZP_FILL_FALLBACK) {
-				dir_fall_back(ctx, d);
-				rc |= ZP_PUMP_FELLBACK;
-				continue;
-			} else if (n == ZP_FILL_LAZY) {
-				dir_demote(ctx, d);
-				continue;
-			} else if (errno != EAGAIN) {
-				if (!d->src->dead)
-					rc |= ZP_PUMP_DEAD;
-				half_kill(d->src, errno);
-				d->eof = 1;
-			} else if (d->src->dead && !d->full) {
-				/* Read to the end of what the reset left. */
-				d->eof = 1;
-				progress = 1;
-			}
-		}
-		if ((before = d->ops->pending(d)) > 0 && !d->dst->wblocked) {
-			d->flush_max = dir_seek_cap(d);
-			if (d->flush_max > 0 && d->flush_max < before)
-				before = d->flush_max;
-			n = d->ops->flush(d);
-			d->flush_max = 0;
-			if (n > 0) {
-				d->bytes += n;
-				d->full = 0;
-				progress = 1;
-				if ((size_t)n < before)
-					d->dst->wblocked = 1;
-			} else if (errno == EAGAIN)
-				d->dst->wblocked = 1;
-			else {
-				half_kill(d->dst, errno);
-				if (dir_holds(d)) {
-					zp_half_want_read(d->src, 0);
-					return rc | ZP_PUMP_DEAD | ZP_PUMP_MOVE;
-				}
-				rc |= ZP_PUMP_DEAD | dir_discard(ctx, d,
-				    budget > moved ? budget - moved : 0);
-				return rc;
-			}
-		}
-		if (d->bulk && !d->eof && d->ops->pending(d) == 0 &&
-		    !dir_frame_small(d)) {
-			rc |= dir_promote(ctx, d);
-			progress = 1;
-		}
-		if (d->eof && d->ops->pending(d) == 0 && d->hold_fin) {
-			rc |= ZP_PUMP_SRC_FIN;	/* not carried: the pair acts */
-			break;
-		}
-		if (d->eof && d->ops->pending(d) == 0) {
-			/*
-			 * Everything is out: carry the FIN over. When the other
-			 * way is over too, the pair closes both sockets now and
-			 * close() sends it, after the queued bytes.
-			 */
-			if (!d->src->wshut) {
-				if (shutdown(d->dst->fd, SHUT_WR) == 0)
-					d->dst->fin = 1;
-				else if (errno != ENOTCONN) {
-					half_kill(d->dst, errno);
-					rc |= ZP_PUMP_DEAD;
-				}
-			}
-			d->dst->wshut = 1;
-			d->shut = 1;
-			d->done = 1;
-			zp_dir_release(ctx, d);
-			break;
-		}
-		if (!progress || moved >= budget)
-			break;
-	}
-	if (d->ops->trim != NULL && d->ops->pending(d) == 0) {
-		d->ops->trim(d);
-		d->bufsize = ctx->cfg->buffer_size;	/* after a move's */
-	}
-	zp_half_want_read(d->src, !d->done && dir_can_fill(d));
-	zp_half_want_write(d->dst, !d->done && d->ops->pending(d) > 0);
-	/* A done direction waits for nothing. */
-	assert(!d->done || (!d->src->ron && !d->dst->won));
 	return rc;
 }
 

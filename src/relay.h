@@ -173,7 +173,10 @@ zp_dframe_cutting(const struct zp_dframe *fr)
 struct zp_half {
 	int		 fd;
 	struct event	*rev;		/* read, EV_PERSIST */
-	struct event	*wev;		/* write, EV_PERSIST */
+	struct event	*wev;		/* write, EV_PERSIST; NULL until a write
+					   first falls short (most never do) */
+	void		(*wcb)(int, short, void *); /* wev's callback (its
+					   argument and base are rev's) */
 	unsigned	 ron:1;		/* rev is added */
 	unsigned	 won:1;		/* wev is added */
 	unsigned	 dead:1;	/* reset or failed: no more I/O */
@@ -333,8 +336,13 @@ void	zp_dir_uncount(struct zp_dir *, uint64_t n);
 /* Give back the store and clear the direction's events. */
 void	zp_dir_release(struct zp_ctx *, struct zp_dir *);
 
-/* Add or delete an event only when its state changes. */
+/*
+ * Add or delete an event only when its state changes. The write event is
+ * created the first time it is wanted (with h->wcb, on rev's base and
+ * argument): an idle connection holds none. Returns 0, or -1 (ENOMEM)
+ * when it could not be: the caller gives the half up.
+ */
 void	zp_half_want_read(struct zp_half *, int);
-void	zp_half_want_write(struct zp_half *, int);
+int	zp_half_want_write(struct zp_half *, int);
 
 #endif

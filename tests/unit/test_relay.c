@@ -2387,7 +2387,6 @@ test_half_want(void **state)
 	assert_false(bare.won);
 }
 
-/* zp_dir_release gives the store back and is safe to call twice. */
 /*
  * A framed direction's boundary work: a seek and a cut are separate
  * asks, and a seek asked during a cut is kept until the cut ends (where
@@ -2430,6 +2429,59 @@ test_dframe_states(void **state)
 	assert_int_equal(fr.state, ZP_FR_RELAYING);
 }
 
+static void
+lazy_wcb(int fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(*(int *)arg)++;
+}
+
+/*
+ * A half's write event is made the first time it is wanted, with the
+ * half's wcb on its read event's base and argument, and kept after; a
+ * half without wcb (or without a read event) never gets one.
+ */
+static void
+test_half_lazy_write(void **state)
+{
+	struct event_base	*base = event_base_new();
+	struct zp_half		 h;
+	int			 sv[2], calls = 0;
+
+	(void)state;
+	assert_non_null(base);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	memset(&h, 0, sizeof(h));
+	h.fd = sv[0];
+	h.rev = event_new(base, h.fd, EV_READ | EV_PERSIST, lazy_wcb, &calls);
+	assert_non_null(h.rev);
+	assert_int_equal(zp_half_want_write(&h, 1), 0);	/* no wcb: none */
+	assert_null(h.wev);
+	assert_false(h.won);
+	h.wcb = lazy_wcb;
+	assert_int_equal(zp_half_want_write(&h, 0), 0);
+	assert_null(h.wev);
+	assert_int_equal(zp_half_want_write(&h, 1), 0);
+	assert_non_null(h.wev);
+	assert_true(h.won);
+	assert_ptr_equal(event_get_callback_arg(h.wev), &calls);
+	assert_ptr_equal(event_get_base(h.wev), base);
+	/* An empty socket is writable: the callback runs, with rev's arg. */
+	assert_int_equal(event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK),
+	    0);
+	assert_int_equal(calls, 1);
+	assert_int_equal(zp_half_want_write(&h, 0), 0);
+	assert_false(h.won);
+	assert_non_null(h.wev);
+	event_free(h.wev);
+	event_free(h.rev);
+	close(sv[0]);
+	close(sv[1]);
+	event_base_free(base);
+}
+
+/* zp_dir_release gives the store back and is safe to call twice. */
 static void
 test_dir_release(void **state)
 {
@@ -2499,6 +2551,7 @@ main(void)
 		SPLICE(test_splice_einval_after_bytes),
 		SPLICE(test_splice_einval_pipe_holds),
 		cmocka_unit_test(test_dframe_states),
+		cmocka_unit_test(test_half_lazy_write),
 		cmocka_unit_test_setup_teardown(test_copy_buffer_full,
 		    setup_copy_small, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_copy_idle_frees_buffer,
