@@ -292,6 +292,69 @@ pair_half_close(struct zp_half *h, int abort)
 	h->fd = -1;
 }
 
+/*
+ * How a connection's end is logged: its level, the errno that says why
+ * (0: none), and whether the line is rate-limited (*limited).
+ */
+static int
+pair_end_level(const struct zp_pair *p, enum zp_end end, int *err,
+    int *limited)
+{
+	int	level;
+
+	*err = 0;
+	*limited = 0;
+	switch (end) {
+	case ZP_END_BAD_DST:
+		level = ZP_LOG_WARN;
+		*err = p->connect_err;	/* SO_ORIGINAL_DST's failure, if any */
+		break;
+	case ZP_END_REFUSED:
+	case ZP_END_TIMEOUT:
+	case ZP_END_UNREACHABLE:
+	case ZP_END_NOMEM:
+	case ZP_END_LOCAL_RESOURCE:
+	case ZP_END_SOURCE_FAMILY:
+		level = ZP_LOG_WARN;
+		*err = p->connect_err;
+		break;
+	case ZP_END_CLIENT_RESET:
+	case ZP_END_CLIENT_ERROR:
+		level = ZP_LOG_CONN;
+		*err = p->client.err;
+		break;
+	case ZP_END_SPOOL_FAILED:
+		level = ZP_LOG_ERROR;
+		*err = p->client.err;
+		break;
+	case ZP_END_SPOOL_FULL:
+		/* Why no upstream took it; refusals are rate-limited. */
+		level = ZP_LOG_WARN;
+		*err = p->connect_err;
+		*limited = 1;
+		break;
+	case ZP_END_UPSTREAM_RESET:
+	case ZP_END_UPSTREAM_ERROR:
+		level = ZP_LOG_CONN;
+		*err = p->upstream.err;
+		break;
+	case ZP_END_BAD_PROXY_HEADER:
+		/* Seen by default (a balancer sending none), but limited. */
+		level = ZP_LOG_WARN;
+		*limited = 1;
+		break;
+	case ZP_END_DENIED:
+	case ZP_END_SOURCE_LIMIT:
+		level = ZP_LOG_CONN;
+		*limited = 1;
+		break;
+	default:
+		level = ZP_LOG_CONN;
+		break;
+	}
+	return level;
+}
+
 /* Log the whole story of a pair in one line. */
 static void
 pair_log(struct zp_pair *p, enum zp_end end)
@@ -301,56 +364,9 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	char			 cbuf[ZP_ADDRSTRLEN], pbuf[ZP_ADDRSTRLEN];
 	char			 dbuf[ZP_ADDRSTRLEN], ubuf[300];
 	struct timeval		 now, dt;
-	int			 level, err = 0, limited = 0;
+	int			 level, err, limited;
 
-	switch (end) {
-	case ZP_END_BAD_DST:
-		level = ZP_LOG_WARN;
-		err = p->connect_err;	/* SO_ORIGINAL_DST's failure, if any */
-		break;
-	case ZP_END_REFUSED:
-	case ZP_END_TIMEOUT:
-	case ZP_END_UNREACHABLE:
-	case ZP_END_NOMEM:
-	case ZP_END_LOCAL_RESOURCE:
-	case ZP_END_SOURCE_FAMILY:
-		level = ZP_LOG_WARN;
-		err = p->connect_err;
-		break;
-	case ZP_END_CLIENT_RESET:
-	case ZP_END_CLIENT_ERROR:
-		level = ZP_LOG_CONN;
-		err = p->client.err;
-		break;
-	case ZP_END_SPOOL_FAILED:
-		level = ZP_LOG_ERROR;
-		err = p->client.err;
-		break;
-	case ZP_END_SPOOL_FULL:
-		/* Why no upstream took it; refusals are rate-limited. */
-		level = ZP_LOG_WARN;
-		err = p->connect_err;
-		limited = 1;
-		break;
-	case ZP_END_UPSTREAM_RESET:
-	case ZP_END_UPSTREAM_ERROR:
-		level = ZP_LOG_CONN;
-		err = p->upstream.err;
-		break;
-	case ZP_END_BAD_PROXY_HEADER:
-		/* Seen by default (a balancer sending none), but limited. */
-		level = ZP_LOG_WARN;
-		limited = 1;
-		break;
-	case ZP_END_DENIED:
-	case ZP_END_SOURCE_LIMIT:
-		level = ZP_LOG_CONN;
-		limited = 1;
-		break;
-	default:
-		level = ZP_LOG_CONN;
-		break;
-	}
+	level = pair_end_level(p, end, &err, &limited);
 	if (!zp_log_enabled(ctx->log, level))
 		return;
 	zp_clock_now(&now);
@@ -388,6 +404,59 @@ pair_log(struct zp_pair *p, enum zp_end end)
 		zp_log_conn(ctx->log, level, &rec);
 }
 
+/* Count a connection's end in the statistics it has a counter in. */
+static void
+pair_end_count(struct zp_stats *st, enum zp_end end)
+{
+	switch (end) {
+	case ZP_END_IDLE:
+		st->timeouts_idle++;
+		break;
+	case ZP_END_FIN_TIMEOUT:
+		st->timeouts_fin++;
+		break;
+	case ZP_END_BAD_PROXY_HEADER:
+		st->bad_proxy_headers++;
+		break;
+	case ZP_END_DENIED:
+		st->clients_denied++;
+		break;
+	case ZP_END_SOURCE_LIMIT:
+		st->clients_source_limited++;
+		break;
+	case ZP_END_REFUSED:
+	case ZP_END_TIMEOUT:
+	case ZP_END_UNREACHABLE:
+	case ZP_END_SPOOL_FULL:
+		st->conns_failed++;
+		break;
+	default:
+		break;
+	}
+}
+
+/*
+ * Free what a closing pair holds besides its sockets, stores and
+ * mirrors: the framing and replay, the header, the spool writer, a
+ * connect under way, the timer.
+ */
+static void
+pair_free_parts(struct zp_pair *p)
+{
+	if (p->up.fr != NULL)
+		dframe_replay_free(p->up.fr);
+	free(p->up.fr);
+	p->up.fr = NULL;
+	free(p->hdr);
+	p->hdr = NULL;
+	zp_spool_writer_free(p->spool);
+	p->spool = NULL;
+	pair_connect_release(p);
+	if (p->timer != NULL)
+		event_free(p->timer);
+	p->timer = NULL;
+}
+
 /* End a pair in any state, log it, free everything it owns. */
 void
 zp_pair_close(struct zp_pair *p, enum zp_end end)
@@ -421,37 +490,8 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	ctx->stats.discarded += p->up.discarded + p->down.discarded;
 	if (p->up_idx >= 0 && live)
 		zp_upstream_release(ctx->ups, (size_t)p->up_idx);
-	if (p->up.fr != NULL)
-		dframe_replay_free(p->up.fr);
-	free(p->up.fr);
-	p->up.fr = NULL;
-	if (end == ZP_END_IDLE)
-		ctx->stats.timeouts_idle++;
-	else if (end == ZP_END_FIN_TIMEOUT)
-		ctx->stats.timeouts_fin++;
-	else if (end == ZP_END_BAD_PROXY_HEADER)
-		ctx->stats.bad_proxy_headers++;
-	else if (end == ZP_END_DENIED)
-		ctx->stats.clients_denied++;
-	else if (end == ZP_END_SOURCE_LIMIT)
-		ctx->stats.clients_source_limited++;
-	free(p->hdr);
-	zp_spool_writer_free(p->spool);
-	p->spool = NULL;
-	pair_connect_release(p);
-	if (p->timer != NULL)
-		event_free(p->timer);
-	p->timer = NULL;
-	switch (end) {
-	case ZP_END_REFUSED:
-	case ZP_END_TIMEOUT:
-	case ZP_END_UNREACHABLE:
-	case ZP_END_SPOOL_FULL:
-		ctx->stats.conns_failed++;
-		break;
-	default:
-		break;
-	}
+	pair_end_count(&ctx->stats, end);
+	pair_free_parts(p);
 	zp_mirror_set_release(p->mir);
 	p->mir = p->up.mir = NULL;
 	zp_dir_release(ctx, &p->up);
@@ -463,10 +503,14 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	pair_half_close(&p->client, p->linger_abort || end == ZP_END_DENIED ||
 	    end == ZP_END_SOURCE_LIMIT || end == ZP_END_BAD_DST);
 	pair_half_close(&p->upstream, p->linger_abort);
-	pair_half_close(&p->retiring, 0);
-	if (p->retire_timer != NULL)
-		event_free(p->retire_timer);
 	pair_next_drop(p);
+	if (p->mv != NULL) {
+		pair_half_close(&p->mv->retiring, 0);
+		if (p->mv->retire_timer != NULL)
+			event_free(p->mv->retire_timer);
+		free(p->mv);
+		p->mv = NULL;
+	}
 	TAILQ_REMOVE(&ctx->pairs, p, entry);
 	ctx->stats.conns_open--;
 	__atomic_sub_fetch(&ctx->load, 1, __ATOMIC_SEQ_CST);
@@ -583,6 +627,51 @@ pair_framing_error(struct zp_pair *p)
 }
 
 /*
+ * After the pumps of an event: log a move whose cut is done, carry a held
+ * FIN that can no longer wait for a move, end the mirrors of a finished
+ * stream, and start the timers a half-close or a stall asks for; or end
+ * the pair when both directions are done. Returns 1 when it was freed.
+ */
+static int ZP_MAY_FREE
+pair_settle(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx;
+
+	/* A move is logged once its cut is done. */
+	if (p->move_log_due && !zp_dframe_cutting(p->up.fr)) {
+		p->move_log_due = 0;
+		pair_move_log(p, &p->up_addr);
+	}
+	/*
+	 * The upstream's FIN waited while the stream could still move; once
+	 * it cannot (the client is done, the framing failed), carry it over.
+	 */
+	if (p->down.hold_fin && p->down.eof && !p->down.done &&
+	    !pair_from_retiring(p) && !pair_movable(p)) {
+		p->up.fr->hold = p->down.hold_fin = 0;
+		if (zp_dir_pump(ctx, &p->down, ctx->budget) & ZP_PUMP_DEAD)
+			(void)zp_dir_pump(ctx, &p->up, ctx->budget);
+	}
+	if (p->mir != NULL && p->up.done)
+		zp_mirror_set_end(p->mir);
+	if (!p->up.done || !p->down.done) {
+		if ((p->up.done || p->down.done) && !timerisset(&p->half_closed)) {
+			p->half_closed = p->last_active;
+			if (pair_timer_update(p) == -1) {
+				zp_pair_close(p, ZP_END_NOMEM);
+				return 1;
+			}
+		}
+		if (pair_stall_watch(p) == -1) {
+			zp_pair_close(p, ZP_END_NOMEM);
+			return 1;
+		}
+		return 0;
+	}
+	return pair_finish(p);
+}
+
+/*
  * Pump one direction and whatever its failures wake; close the pair when
  * both directions are done, or move a framed stream whose upstream
  * failed. Returns 1 when the pair was freed or moved on: the caller must
@@ -608,7 +697,7 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 		pair_framing_error(p);
 		if (rc & ZP_PUMP_MOVE)
 			return pair_move(p, ZP_MOVE_FAILED);
-		if ((rc & ZP_PUMP_BOUNDARY) && p->next.fd != -1)
+		if ((rc & ZP_PUMP_BOUNDARY) && pair_next_on(p))
 			return pair_switch(p);
 		if (rc & ZP_PUMP_BOUNDARY) {
 			/* A retiring upstream lost bytes: send them again. */
@@ -636,7 +725,7 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 			    "by the kernel; relaying in copy mode",
 			    (unsigned long long)p->id);
 		}
-		if (p->down.src == &p->retiring && p->down.eof &&
+		if (pair_from_retiring(p) && p->down.eof &&
 		    p->down.ops->pending(&p->down) == 0) {
 			/* The old upstream said all it had: read the new one. */
 			pair_retire_done(p, 0);
@@ -649,37 +738,7 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 		d = other;
 		other = d == &p->up ? &p->down : &p->up;
 	}
-	/*
-	 * The upstream's FIN waited while the stream could still move; once
-	 * it cannot (the client is done, the framing failed), carry it over.
-	 */
-	if (p->move_log_due && !zp_dframe_cutting(p->up.fr)) {
-		p->move_log_due = 0;
-		pair_move_log(p, &p->up_addr);
-	}
-	if (p->down.hold_fin && p->down.eof && !p->down.done &&
-	    p->down.src != &p->retiring && !pair_movable(p)) {
-		p->up.fr->hold = p->down.hold_fin = 0;
-		if (zp_dir_pump(ctx, &p->down, ctx->budget) & ZP_PUMP_DEAD)
-			(void)zp_dir_pump(ctx, &p->up, ctx->budget);
-	}
-	if (p->mir != NULL && p->up.done)
-		zp_mirror_set_end(p->mir);
-	if (!p->up.done || !p->down.done) {
-		if ((p->up.done || p->down.done) && !timerisset(&p->half_closed)) {
-			p->half_closed = p->last_active;
-			if (pair_timer_update(p) == -1) {
-				zp_pair_close(p, ZP_END_NOMEM);
-				return 1;
-			}
-		}
-		if (pair_stall_watch(p) == -1) {
-			zp_pair_close(p, ZP_END_NOMEM);
-			return 1;
-		}
-		return 0;
-	}
-	return pair_finish(p);
+	return pair_settle(p);
 }
 
 /* Each state's name, and the states a pair may go to from it. */
@@ -729,6 +788,17 @@ pair_fin_set(struct zp_pair *p, enum zp_fin to)
 	p->fin = to;
 }
 
+struct pair_mv *
+pair_mv(struct zp_pair *p)
+{
+	if (p->mv == NULL && (p->mv = calloc(1, sizeof(*p->mv))) != NULL) {
+		zp_connecting_init(&p->mv->next);
+		p->mv->retiring.fd = -1;
+		p->mv->next_idx = p->mv->retiring_idx = -1;
+	}
+	return p->mv;
+}
+
 /*
  * What holds of a pair that is still there after an event was handled:
  * each descriptor has one owner (a copy of one in two halves would be
@@ -738,8 +808,9 @@ pair_fin_set(struct zp_pair *p, enum zp_fin to)
 void
 pair_check(const struct zp_pair *p)
 {
-	int	fds[5] = { p->client.fd, p->upstream.fd, p->retiring.fd,
-		    p->next.fd, p->conn.fd };
+	int	fds[5] = { p->client.fd, p->upstream.fd,
+		    p->mv != NULL ? p->mv->retiring.fd : -1,
+		    p->mv != NULL ? p->mv->next.fd : -1, p->conn.fd };
 	int	i, j;
 
 	for (i = 0; i < 5; i++)
@@ -749,7 +820,7 @@ pair_check(const struct zp_pair *p)
 	/* A connect to the upstream is under way only while it has none. */
 	assert(p->conn.fd == -1 || (p->upstream.fd == -1 &&
 	    (p->state == ZP_PAIR_CONNECTING || p->state == ZP_PAIR_MOVING)));
-	assert(p->retiring.fd == -1 || p->down.src == &p->retiring ||
+	assert(!pair_retiring(p) || pair_from_retiring(p) ||
 	    p->state == ZP_PAIR_MOVING);
 	assert(p->spool == NULL || p->state == ZP_PAIR_SPOOLING);
 	(void)fds;
@@ -838,9 +909,7 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	p->id = zp_ctx_next_id(ctx);
 	p->client.fd = fd;
 	p->upstream.fd = -1;
-	p->retiring.fd = -1;
 	zp_connecting_init(&p->conn);
-	zp_connecting_init(&p->next);
 	p->up_idx = -1;
 	if (salen > sizeof(p->client_addr.ss))
 		salen = sizeof(p->client_addr.ss);

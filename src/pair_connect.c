@@ -122,7 +122,7 @@ pair_connected(struct zp_pair *p)
 	zp_upstream_acquire(ctx->ups, (size_t)p->up_idx);
 	pair_tally(p, &p->up, p->up_idx);
 	/* An old upstream still closing is still the client's source. */
-	if (p->retiring.fd == -1)
+	if (!pair_retiring(p))
 		pair_tally(p, &p->down, p->up_idx);
 	pair_set_state(p, ZP_PAIR_RELAYING);
 	zp_clock_now(&p->up_since);
@@ -486,8 +486,9 @@ pair_connect_upstream(struct zp_pair *p)
 		pair_move_log(p, NULL);
 		/* None to try (all down and tried): the failure that began it. */
 		if (p->connect_err == 0) {
-			p->upstream.err = p->move_err;
-			zp_pair_close(p, p->move_err == 0 ? ZP_END_CLOSED :
+			/* MOVING: pair_move() made p->mv. */
+			p->upstream.err = p->mv->move_err;
+			zp_pair_close(p, p->upstream.err == 0 ? ZP_END_CLOSED :
 			    zp_half_end(&p->upstream, 0));
 			return 1;
 		}

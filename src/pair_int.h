@@ -34,6 +34,36 @@ enum zp_fin {
 	ZP_FIN_WATCHED,
 };
 
+/*
+ * What only a stream that moves needs (the last move's account, a planned
+ * move's next upstream, the upstream it left): made by the first move,
+ * planned or not (pair_mv()), and freed with the pair. An idle or plain
+ * pair has none.
+ */
+struct pair_mv {
+	struct zp_addr		 move_from;	/* the upstream left */
+	int			 move_err;	/* why: errno, 0 for its FIN */
+	int			 move_reason;	/* enum zp_move_reason */
+	uint64_t		 move_frames;	/* delivered to it */
+	uint64_t		 move_unacked;	/* sent, not acknowledged */
+	uint64_t		 move_cut;	/* up.fr->cut when it began */
+	uint64_t		 move_replayed;	/* sent again to the next */
+	int			 move_checked;	/* the health checks began it */
+	int			 rewind_due;	/* a retiring upstream lost
+						   bytes: send the replay again
+						   at the next boundary */
+	uint64_t		 retiring_sent;	/* bytes sent to it */
+	/* A planned move: the next upstream, connecting or connected. */
+	struct zp_connecting	 next;		/* fd -1: none; ev: connecting */
+	int			 next_idx;
+	struct zp_addr		 next_addr;
+	/* The upstream a planned move left, read until it closes. */
+	struct zp_half		 retiring;	/* fd -1: none */
+	int			 retiring_idx;
+	struct zp_addr		 retiring_addr;
+	struct event		*retire_timer;	/* --drain-timeout */
+};
+
 /* zp_pair.tried is a bit set of the upstreams. */
 _Static_assert(ZP_MAX_UPSTREAMS <= 64, "zp_pair.tried holds 64 upstreams");
 
@@ -84,15 +114,8 @@ struct zp_pair {
 	uint64_t		 frames_base;	/* up.fr->frames when it began */
 	uint64_t		 up_sent;	/* bytes written to it (header too) */
 	uint64_t		 moves;
-	struct zp_addr		 move_from;	/* the upstream left */
-	int			 move_err;	/* why: errno, 0 for its FIN */
-	uint64_t		 move_frames;	/* delivered to it */
-	uint64_t		 move_unacked;	/* sent, not acknowledged */
-	uint64_t		 move_cut;	/* up.fr->cut when it began */
-	uint64_t		 move_replayed;	/* sent again to the next */
+	struct pair_mv		*mv;		/* made by its first move */
 	int			 move_log_due;	/* said once its cut is done */
-	int			 move_reason;	/* enum zp_move_reason */
-	int			 move_checked;	/* the health checks began it */
 	struct timeval		 up_since;	/* on the current upstream since */
 	struct timeval		 stall_since;	/* --stall-timeout: it stopped
 						   taking the stream's bytes */
@@ -100,19 +123,6 @@ struct zp_pair {
 	enum zp_fin		 fin;		/* the client's FIN, held or
 						   carried: pair_fin_set() */
 	int			 fin_poll_ms;	/* looks again after this */
-	int			 rewind_due;	/* a retiring upstream lost
-						   bytes: send the replay again
-						   at the next boundary */
-	uint64_t		 retiring_sent;	/* bytes sent to it */
-	/* A planned move: the next upstream, connecting or connected. */
-	struct zp_connecting	 next;		/* fd -1: none; ev: connecting */
-	int			 next_idx;
-	struct zp_addr		 next_addr;
-	/* The upstream a planned move left, read until it closes. */
-	struct zp_half		 retiring;	/* fd -1: none */
-	int			 retiring_idx;
-	struct zp_addr		 retiring_addr;
-	struct event		*retire_timer;	/* --drain-timeout */
 	int			 winding;	/* 0, or the end its wind-down
 						   stands for (idle, shutdown) */
 	struct zp_spool_writer	*spool;		/* ZP_PAIR_SPOOLING */
@@ -123,6 +133,30 @@ struct zp_pair {
 						   the spool (up= counts them) */
 	TAILQ_ENTRY(zp_pair)	 entry;
 };
+
+/* The pair's move state, made the first time; NULL when out of memory. */
+struct pair_mv *pair_mv(struct zp_pair *);
+
+/* A planned move left an upstream that is still read. */
+static inline int
+pair_retiring(const struct zp_pair *p)
+{
+	return p->mv != NULL && p->mv->retiring.fd != -1;
+}
+
+/* A planned move's next upstream is connecting or connected. */
+static inline int
+pair_next_on(const struct zp_pair *p)
+{
+	return p->mv != NULL && p->mv->next.fd != -1;
+}
+
+/* The down direction reads the retiring upstream, not the current one. */
+static inline int
+pair_from_retiring(const struct zp_pair *p)
+{
+	return p->mv != NULL && p->down.src == &p->mv->retiring;
+}
 
 /*
  * Each function below that may free the pair (or hand it on to a move or

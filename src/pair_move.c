@@ -77,7 +77,7 @@ pair_hold(struct zp_pair *p)
 	movable = pair_movable(p);
 	m = movable && !p->winding;
 	p->up.fr->hold = m;
-	p->down.hold_fin = !p->winding && (m || p->down.src == &p->retiring);
+	p->down.hold_fin = !p->winding && (m || pair_from_retiring(p));
 	/*
 	 * The client's FIN waits while what it sent may need sending again,
 	 * in a wind-down too: the drain must not lose it to a stalled
@@ -85,7 +85,7 @@ pair_hold(struct zp_pair *p)
 	 */
 	p->up.hold_fin = movable && (p->fin == ZP_FIN_OPEN ||
 	    p->fin == ZP_FIN_HELD) &&
-	    (p->ctx->cfg->stall_timeout > 0 || p->retiring.fd != -1);
+	    (p->ctx->cfg->stall_timeout > 0 || pair_retiring(p));
 }
 
 /*
@@ -115,7 +115,7 @@ pair_fin_release(struct zp_pair *p)
 {
 	if (p->fin == ZP_FIN_CARRIED || p->fin == ZP_FIN_WATCHED)
 		return 1;	/* carried already */
-	if (p->retiring.fd == -1 && pair_sock_unacked(&p->upstream, 0) <= 0) {
+	if (!pair_retiring(p) && pair_sock_unacked(&p->upstream, 0) <= 0) {
 		timerclear(&p->stall_since);
 		/*
 		 * Acknowledged is not read: a stopped collector's kernel
@@ -223,8 +223,8 @@ failed:
 static int
 pair_move_failed(const struct zp_pair *p)
 {
-	return p->move_reason == ZP_MOVE_FAILED ||
-	    p->move_reason == ZP_MOVE_STALLED;
+	return p->mv->move_reason == ZP_MOVE_FAILED ||
+	    p->mv->move_reason == ZP_MOVE_STALLED;
 }
 
 /*
@@ -239,23 +239,25 @@ pair_move_log(struct zp_pair *p, const struct zp_addr *to)
 	char		 fbuf[ZP_ADDRSTRLEN], tbuf[ZP_ADDRSTRLEN];
 	char		 cbuf[ZP_ADDRSTRLEN];
 
+	if (p->mv == NULL)
+		return;		/* never moved */
 	zp_log(ctx->log, to != NULL ? ZP_LOG_CONN : ZP_LOG_WARN,
 	    "connection %llu %s: client=%s from=%s to=%s reason=%s%s%s%s "
 	    "frames=%llu unacked=%llu cut=%llu replayed=%llu",
 	    (unsigned long long)p->id, to != NULL ? "moved" :
 	    "could not move", zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)),
-	    zp_addr_str(&p->move_from, fbuf, sizeof(fbuf)),
+	    zp_addr_str(&p->mv->move_from, fbuf, sizeof(fbuf)),
 	    to != NULL ? zp_addr_str(to, tbuf, sizeof(tbuf)) : "none",
-	    zp_move_reason_str(p->move_reason),
+	    zp_move_reason_str(p->mv->move_reason),
 	    pair_move_failed(p) ? " error=\"" : "",
-	    !pair_move_failed(p) ? "" : p->move_err != 0 ?
-	    strerror(p->move_err) : p->move_checked ? "marked down by the "
+	    !pair_move_failed(p) ? "" : p->mv->move_err != 0 ?
+	    strerror(p->mv->move_err) : p->mv->move_checked ? "marked down by the "
 	    "health checks" : "closed by the upstream",
 	    pair_move_failed(p) ? "\"" : "",
-	    (unsigned long long)p->move_frames,
-	    (unsigned long long)p->move_unacked,
-	    (unsigned long long)(p->up.fr->cut - p->move_cut),
-	    (unsigned long long)p->move_replayed);
+	    (unsigned long long)p->mv->move_frames,
+	    (unsigned long long)p->mv->move_unacked,
+	    (unsigned long long)(p->up.fr->cut - p->mv->move_cut),
+	    (unsigned long long)p->mv->move_replayed);
 }
 
 /*
@@ -279,14 +281,18 @@ pair_move(struct zp_pair *p, int reason)
 	struct timeval		 now;
 	int			 old = p->up_idx, err;
 
+	if (pair_mv(p) == NULL) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return 1;
+	}
 	pair_next_drop(p);
 	zp_dframe_seek(fr, 0);
-	p->move_reason = reason;
-	p->move_checked = 0;
-	p->move_from = p->up_addr;
-	p->move_err = h->err;
-	p->move_unacked = upstream_unacked(p);
-	p->move_frames = fr->frames - p->frames_base;
+	p->mv->move_reason = reason;
+	p->mv->move_checked = 0;
+	p->mv->move_from = p->up_addr;
+	p->mv->move_err = h->err;
+	p->mv->move_unacked = upstream_unacked(p);
+	p->mv->move_frames = fr->frames - p->frames_base;
 	zp_upstream_release(ctx->ups, (size_t)old);
 	if (h->err != 0) {
 		zp_clock_now(&now);
@@ -303,8 +309,8 @@ pair_move(struct zp_pair *p, int reason)
 	pair_fin_set(p, ZP_FIN_OPEN);
 	timerclear(&p->stall_since);
 	pair_set_state(p, ZP_PAIR_MOVING);
-	p->move_cut = fr->cut;
-	p->move_replayed = fr->replayed;
+	p->mv->move_cut = fr->cut;
+	p->mv->move_replayed = fr->replayed;
 	if (zp_dir_move(ctx, &p->up) == -1) {
 		p->client.err = errno;
 		pair_move_log(p, NULL);
@@ -312,8 +318,8 @@ pair_move(struct zp_pair *p, int reason)
 		    ZP_END_NOMEM);
 		return 1;
 	}
-	p->move_replayed = fr->replayed - p->move_replayed;
-	ctx->stats.replayed += p->move_replayed;
+	p->mv->move_replayed = fr->replayed - p->mv->move_replayed;
+	ctx->stats.replayed += p->mv->move_replayed;
 	if (fr->rp != NULL && (err = zp_replay_retry(fr->rp)) != 0)
 		zp_log(ctx->log, ZP_LOG_WARN, "connection %llu: no replay "
 		    "window could be kept (a pipe: %s); nothing is sent again",
@@ -346,7 +352,8 @@ pair_move(struct zp_pair *p, int reason)
 void
 pair_next_drop(struct zp_pair *p)
 {
-	zp_connecting_cancel(&p->next);
+	if (p->mv != NULL)
+		zp_connecting_cancel(&p->mv->next);
 	if (p->up.fr != NULL)
 		zp_dframe_seek(p->up.fr, 0);
 }
@@ -354,8 +361,8 @@ pair_next_drop(struct zp_pair *p)
 int
 zp_pair_can_move(const struct zp_pair *p)
 {
-	return pair_movable(p) && p->next.fd == -1 &&
-	    p->retiring.fd == -1 && p->up.fr->state == ZP_FR_RELAYING &&
+	return pair_movable(p) && !pair_next_on(p) && !pair_retiring(p) &&
+	    p->up.fr->state == ZP_FR_RELAYING &&
 	    !p->ctx->stopping;
 }
 
@@ -367,20 +374,20 @@ pair_next_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_ctx	*ctx = p->ctx;
 	struct timeval	 now;
 	char		 buf[ZP_ADDRSTRLEN];
-	int		 err = zp_connecting_result(&p->next, what);
+	int		 err = zp_connecting_result(&p->mv->next, what);
 
 	if (err != 0 || !pair_movable(p)) {
 		if (err != 0) {
 			if (!zp_connect_local_error(err)) {
 				zp_clock_now(&now);
 				zp_upstream_report(ctx->ups,
-				    (size_t)p->next_idx, 0, err, &now);
+				    (size_t)p->mv->next_idx, 0, err, &now);
 			}
 			zp_log(ctx->log, ZP_LOG_CONN, "connection %llu stays: "
 			    "%s move to %s failed: %s",
 			    (unsigned long long)p->id,
-			    zp_move_reason_str(p->move_reason),
-			    zp_addr_str(&p->next_addr, buf, sizeof(buf)),
+			    zp_move_reason_str(p->mv->move_reason),
+			    zp_addr_str(&p->mv->next_addr, buf, sizeof(buf)),
 			    strerror(err));
 		}
 		pair_next_drop(p);
@@ -422,19 +429,19 @@ zp_pair_plan_move(struct zp_pair *p, int idx, int reason)
 	if (zp_upstream_addr(ctx->ups, (size_t)idx, 0, &abuf) == 0)
 		return -1;
 	a = &abuf;
-	if (pair_source(p, a, &srcbuf, &src) == -1)
+	if (pair_source(p, a, &srcbuf, &src) == -1 || pair_mv(p) == NULL)
 		return -1;
 	/* Even a connect done at once is taken up from the loop. */
 	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
-	if (zp_connecting_start(&p->next, ctx->base, a, src, ZP_CONNECT_DEFER |
-	    (ctx->cfg->source == ZP_SOURCE_CLIENT ? ZP_CONNECT_TRANSPARENT :
-	    0), &tv, pair_next_cb, p) == -1)
+	if (zp_connecting_start(&p->mv->next, ctx->base, a, src,
+	    ZP_CONNECT_DEFER | (ctx->cfg->source == ZP_SOURCE_CLIENT ?
+	    ZP_CONNECT_TRANSPARENT : 0), &tv, pair_next_cb, p) == -1)
 		return -1;
-	pair_sock_tune_upstream(ctx, p->next.fd);
-	p->next_idx = idx;
-	p->next_addr = *a;
-	p->move_reason = reason;
-	p->move_checked = reason == ZP_MOVE_FAILED;
+	pair_sock_tune_upstream(ctx, p->mv->next.fd);
+	p->mv->next_idx = idx;
+	p->mv->next_addr = *a;
+	p->mv->move_reason = reason;
+	p->mv->move_checked = reason == ZP_MOVE_FAILED;
 	return 0;
 }
 
@@ -444,7 +451,7 @@ retiring_read_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_pair	*p = arg;
 
 	if (what & EV_CLOSED)
-		p->retiring.rdhup = 1;
+		p->mv->retiring.rdhup = 1;
 	if (pair_run(p, &p->down) == 0)
 		pair_check(p);
 }
@@ -474,7 +481,7 @@ void
 pair_retire_done(struct zp_pair *p, int timed_out)
 {
 	struct zp_ctx		*ctx = p->ctx;
-	struct zp_half		*r = &p->retiring;
+	struct zp_half		*r = &p->mv->retiring;
 	char			 buf[ZP_ADDRSTRLEN];
 	uint64_t		 acked, lost = 0;
 	int			 left = r->dead ? 0 : pair_sock_unacked(r, 0);
@@ -484,13 +491,13 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 	/* What the client gets from now on is the current upstream's. */
 	pair_tally(p, &p->down, p->up_idx);
 	if ((timed_out || r->dead) && zp_sock_acked(r->fd, &acked) == 0)
-		lost = acked >= p->retiring_sent ? 0 : p->retiring_sent - acked;
+		lost = acked >= p->mv->retiring_sent ? 0 : p->mv->retiring_sent - acked;
 	else if (timed_out || r->dead)
 		lost = (uint64_t)left;
 	if (timed_out || left > 0 || r->dead)
 		zp_log(ctx->log, ZP_LOG_WARN, "connection %llu: the old "
 		    "upstream %s %s; %d bytes sent to it not acknowledged%s",
-		    (unsigned long long)p->id, zp_addr_str(&p->retiring_addr,
+		    (unsigned long long)p->id, zp_addr_str(&p->mv->retiring_addr,
 		    buf, sizeof(buf)), timed_out ? "did not close within "
 		    "--drain-timeout" : r->dead ? strerror(r->err) :
 		    "closed", left, lost > 0 && p->up.fr != NULL &&
@@ -498,12 +505,12 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 		    "window goes again to the current one" : "");
 	if (lost > 0 && p->up.fr != NULL && p->up.fr->rp != NULL &&
 	    !p->up.done) {
-		p->rewind_due = 1;
+		p->mv->rewind_due = 1;
 		zp_dframe_seek(p->up.fr, 1);
 	}
-	if (p->retire_timer != NULL)
-		event_free(p->retire_timer);
-	p->retire_timer = NULL;
+	if (p->mv->retire_timer != NULL)
+		event_free(p->mv->retire_timer);
+	p->mv->retire_timer = NULL;
 	if (!r->dead)
 		p->down.discarded += pair_sock_discard(r->fd);
 	pair_half_close(r, 0);
@@ -528,9 +535,9 @@ pair_rewind(struct zp_pair *p)
 	int			 rc;
 
 	zp_dframe_seek(fr, 0);
-	if (!p->rewind_due)
+	if (p->mv == NULL || !p->mv->rewind_due)
 		return 0;
-	p->rewind_due = 0;
+	p->mv->rewind_due = 0;
 	if ((rc = zp_dir_rewind(ctx, &p->up)) == -1) {
 		zp_pair_close(p, errno == EPROTO ? ZP_END_CLIENT_ERROR :
 		    ZP_END_NOMEM);
@@ -562,7 +569,7 @@ pair_switch(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
 	struct zp_dframe	*fr = p->up.fr;
-	struct zp_half		*h = &p->upstream, *r = &p->retiring;
+	struct zp_half		*h = &p->upstream, *r = &p->mv->retiring;
 	struct event_base	*base = ctx->base;
 	struct event		*rev, *timer = NULL;
 	struct timeval		 tv, now;
@@ -584,15 +591,15 @@ pair_switch(struct zp_pair *p)
 		return 1;
 	}
 	zp_dframe_seek(fr, 0);
-	p->move_from = p->up_addr;
-	p->move_err = 0;
-	p->move_unacked = (uint64_t)pair_sock_unacked(h, 0);
-	p->move_frames = fr->frames - p->frames_base;
-	p->move_cut = fr->cut;
-	p->move_replayed = 0;
+	p->mv->move_from = p->up_addr;
+	p->mv->move_err = 0;
+	p->mv->move_unacked = (uint64_t)pair_sock_unacked(h, 0);
+	p->mv->move_frames = fr->frames - p->frames_base;
+	p->mv->move_cut = fr->cut;
+	p->mv->move_replayed = 0;
 	/* Its bytes down stay its own until it closes (pair_retire_done). */
 	zp_upstream_release(ctx->ups, (size_t)p->up_idx);
-	p->retiring_sent = p->up_sent + (p->up.bytes - p->up_base);
+	p->mv->retiring_sent = p->up_sent + (p->up.bytes - p->up_base);
 	p->up_base = p->up.bytes;
 	p->frames_base = fr->frames;
 	/* A FIN after its last whole frame; it stays open until it closes. */
@@ -603,15 +610,15 @@ pair_switch(struct zp_pair *p)
 	/* The old upstream is the retiring one's, and only its. */
 	*r = *h;
 	r->rev = rev;
-	p->retire_timer = timer;
-	p->retiring_idx = p->up_idx;
-	p->retiring_addr = p->up_addr;
+	p->mv->retire_timer = timer;
+	p->mv->retiring_idx = p->up_idx;
+	p->mv->retiring_addr = p->up_addr;
 	p->down.src = r;
 	/* The next one is the upstream's, and only its. */
 	memset(h, 0, sizeof(*h));
-	h->fd = zp_connecting_take(&p->next);
-	p->up_idx = p->next_idx;
-	p->up_addr = p->next_addr;
+	h->fd = zp_connecting_take(&p->mv->next);
+	p->up_idx = p->mv->next_idx;
+	p->up_addr = p->mv->next_addr;
 	p->up_sent = 0;
 	pair_tally(p, &p->up, p->up_idx);
 	zp_clock_now(&now);
@@ -619,7 +626,7 @@ pair_switch(struct zp_pair *p)
 	zp_upstream_acquire(ctx->ups, (size_t)p->up_idx);
 	zp_clock_now(&p->up_since);
 	p->moves++;
-	ctx->stats.moves[p->move_reason]++;
+	ctx->stats.moves[p->mv->move_reason]++;
 	/* A held FIN waits for the next one (and for the retiring one). */
 	pair_fin_set(p, ZP_FIN_OPEN);
 	timerclear(&p->stall_since);
@@ -663,9 +670,9 @@ zp_pairs_moving(struct zp_ctx *ctx, long *eff, long *movable)
 	TAILQ_FOREACH(p, &ctx->pairs, entry) {
 		if (p->up_idx < 0)
 			continue;
-		if (p->next.fd != -1) {
+		if (pair_next_on(p)) {
 			eff[p->up_idx]--;
-			eff[p->next_idx]++;
+			eff[p->mv->next_idx]++;
 		}
 		if (zp_pair_can_move(p))
 			movable[p->up_idx]++;

@@ -156,9 +156,10 @@ pair_spool_moved(struct zp_pair *p)
 		return -1;
 	}
 	/* An old upstream still being read is done with: nothing follows. */
-	if (p->retiring.fd != -1)
+	if (pair_retiring(p))
 		pair_retire_done(p, 0);
-	p->rewind_due = 0;
+	if (p->mv != NULL)
+		p->mv->rewind_due = 0;
 	zp_dframe_seek(fr, 0);
 	if (pair_spool(p) == -1)
 		return -1;

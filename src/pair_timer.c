@@ -158,7 +158,7 @@ zp_pair_wind_down(struct zp_pair *p, enum zp_end end)
 	if (p->down.done)
 		return 0;
 	/* Nothing more from the upstream: deliver what is here, then FIN. */
-	if (p->down.src == &p->retiring)
+	if (pair_from_retiring(p))
 		pair_retire_done(p, 0);
 	p->down.eof = 1;
 	return pair_run(p, &p->down);

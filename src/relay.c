@@ -800,9 +800,14 @@ zp_dir_rewind(struct zp_ctx *ctx, struct zp_dir *d)
 	return 0;
 }
 
-/* Move a framed direction to another destination; see relay.h. */
-int
-zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)
+/*
+ * A framed splice direction that moves: its pipe is read into a buffer,
+ * and the framer, which stood where the pipe was filled, is put where
+ * delivery stopped (what was cut to get there is counted). Returns 0, or
+ * -1 with errno.
+ */
+static int
+dir_move_unpipe(struct zp_ctx *ctx, struct zp_dir *d)
 {
 	struct zp_dframe	*fr = d->fr;
 	struct zp_framer	*f = &fr->f;
@@ -812,6 +817,52 @@ zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)
 	size_t			 k;
 	int			 known;
 
+	if (dir_unpipe(ctx, d) == -1)
+		return -1;
+	d->lazy = !d->fellback && ctx->pool != NULL;
+	d->bulk = 0;
+	/*
+	 * The framer stood where the pipe was filled; the copy
+	 * store needs it where delivery stopped.
+	 */
+	if (kind == ZP_FRAMING_OCTET) {
+		if (at == 0 || at == fr->last_mark)
+			(void)zp_framer_resume(f, kind, max, at, 1);
+		else if (fr->mcount > 0) {
+			k = (size_t)(fr->marks[fr->mhead] - at);
+			fr->sent += k;
+			fr->cut += k;
+			d->off += k;
+			d->len -= k;
+			(void)zp_framer_resume(f, kind, max, fr->sent, 1);
+		} else {
+			/* The frame goes on past the pipe. */
+			fr->sent = end;
+			fr->cut += d->len;
+			d->len = 0;
+		}
+	} else if (kind == ZP_FRAMING_LF || kind == ZP_FRAMING_NUL) {
+		/*
+		 * Spliced blind: whether delivery stopped at a
+		 * boundary is known only if nothing was stored past
+		 * a delimiter seen.
+		 */
+		known = at == 0 || (at == end &&
+		    (zp_framer_at_boundary(f) || dir_tail_delim(d)));
+		(void)zp_framer_resume(f, kind, max, at, known);
+	}
+	fr->mcount = 0;
+	return 0;
+}
+
+/* Move a framed direction to another destination; see relay.h. */
+int
+zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)
+{
+	struct zp_dframe	*fr = d->fr;
+	struct zp_framer	*f = &fr->f;
+	size_t			 k;
+
 	if (fr->rp != NULL) {
 		switch (dir_replay(ctx, d)) {
 		case 0:
@@ -820,43 +871,8 @@ zp_dir_move(struct zp_ctx *ctx, struct zp_dir *d)
 			return -1;
 		}
 	}
-	if (d->ops->piped) {
-		if (dir_unpipe(ctx, d) == -1)
-			return -1;
-		d->lazy = !d->fellback && ctx->pool != NULL;
-		d->bulk = 0;
-		/*
-		 * The framer stood where the pipe was filled; the copy
-		 * store needs it where delivery stopped.
-		 */
-		if (kind == ZP_FRAMING_OCTET) {
-			if (at == 0 || at == fr->last_mark)
-				(void)zp_framer_resume(f, kind, max, at, 1);
-			else if (fr->mcount > 0) {
-				k = (size_t)(fr->marks[fr->mhead] - at);
-				fr->sent += k;
-				fr->cut += k;
-				d->off += k;
-				d->len -= k;
-				(void)zp_framer_resume(f, kind, max, fr->sent, 1);
-			} else {
-				/* The frame goes on past the pipe. */
-				fr->sent = end;
-				fr->cut += d->len;
-				d->len = 0;
-			}
-		} else if (kind == ZP_FRAMING_LF || kind == ZP_FRAMING_NUL) {
-			/*
-			 * Spliced blind: whether delivery stopped at a
-			 * boundary is known only if nothing was stored past
-			 * a delimiter seen.
-			 */
-			known = at == 0 || (at == end &&
-			    (zp_framer_at_boundary(f) || dir_tail_delim(d)));
-			(void)zp_framer_resume(f, kind, max, at, known);
-		}
-		fr->mcount = 0;
-	}
+	if (d->ops->piped && dir_move_unpipe(ctx, d) == -1)
+		return -1;
 	if (!zp_framer_at_boundary(f) && zp_framer_error(f, NULL) == NULL) {
 		k = d->len > 0 ? zp_framer_next(f, d->buf + d->off, d->len) : 0;
 		if (k > 0)
