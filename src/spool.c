@@ -18,24 +18,24 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <dirent.h>
+#include <sys/time.h>
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
-#include "clock.h"
-#include "connect.h"
 #include "bufcache.h"
+#include "clock.h"
+#include "config.h"
+#include "connect.h"
 #include "ctx.h"
 #include "framing.h"
 #include "log.h"
@@ -43,366 +43,18 @@
 #include "pipepool.h"
 #include "proxyproto.h"
 #include "spool.h"
+#include "spool_int.h"
 #include "thread.h"
 #include "upstream.h"
 #include "wake.h"
 
-/* How often a writer looks at its file (sync, age) and at the room. */
-#define SPOOL_TICK_MS		250
-/* How often the sender looks for files, and at a closing upstream. */
-#define SENDER_TICK_MS		1000
-#define SENDER_POLL_MS		20
-/* How often the file system's free space is looked at, at most. */
-#define SPOOL_FREE_MS		100
-
-/* ---- the header and the names -------------------------------------- */
-
-int
-zp_spool_hdr_format(const struct zp_spool_hdr *h, char *buf, size_t len)
-{
-	char	c[ZP_ADDRSTRLEN], d[ZP_ADDRSTRLEN];
-	int	n;
-
-	/* "1.2.3.4:80" (v4-mapped too), "[::1]:80"; dst "-" for none. */
-	zp_addr_str(&h->client, c, sizeof(c));
-	if (h->dst.len > 0)
-		zp_addr_str(&h->dst, d, sizeof(d));
-	else
-		snprintf(d, sizeof(d), "-");
-	if (c[0] == '?' || d[0] == '?')
-		return -1;
-	n = snprintf(buf, len, "ZPSPOOL 1 client=%s dst=%s framing=%s "
-	    "started=%llu sent=%0*llu\n", c, d, zp_framing_name(h->framing),
-	    (unsigned long long)h->started_ms, ZP_SPOOL_SENT_DIGITS,
-	    (unsigned long long)h->sent);
-	if (n < 0 || (size_t)n >= len || n > ZP_SPOOL_HDR_MAX)
-		return -1;
-	return n;
-}
-
-/* 1 to maxd decimal digits, exactly s[0..n), into *v. */
-static int
-parse_digits(const char *s, size_t n, unsigned maxd, uint64_t *v)
-{
-	size_t	i;
-
-	if (n == 0 || n > maxd)
-		return -1;
-	*v = 0;
-	for (i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		*v = *v * 10 + (uint64_t)(s[i] - '0');
-	}
-	return 0;
-}
-
-/* "1.2.3.4:80" or "[v6]:80" (or "-" when dash) in s[0..n). */
-static int
-parse_addr(const char *s, size_t n, struct zp_addr *a, int dash)
-{
-	struct sockaddr_in	*s4 = (void *)&a->ss;
-	struct sockaddr_in6	*s6 = (void *)&a->ss;
-	char			 h[INET6_ADDRSTRLEN + 1];
-	const char		*colon;
-	size_t			 hl;
-	uint64_t		 port;
-
-	memset(a, 0, sizeof(*a));
-	if (dash && n == 1 && s[0] == '-')
-		return 0;
-	if ((colon = memrchr(s, ':', n)) == NULL ||
-	    parse_digits(colon + 1, n - (size_t)(colon + 1 - s), 5,
-	    &port) == -1 || port > 65535)
-		return -1;
-	hl = (size_t)(colon - s);
-	if (hl >= 2 && s[0] == '[' && s[hl - 1] == ']') {
-		if (hl - 2 >= sizeof(h))
-			return -1;
-		memcpy(h, s + 1, hl - 2);
-		h[hl - 2] = '\0';
-		if (inet_pton(AF_INET6, h, &s6->sin6_addr) != 1)
-			return -1;
-		s6->sin6_family = AF_INET6;
-		s6->sin6_port = htons((uint16_t)port);
-		a->len = sizeof(*s6);
-		/* As written, and as a PROXY header says it: IPv4. */
-		zp_addr_unmap(a);
-		return 0;
-	}
-	if (hl == 0 || hl >= sizeof(h))
-		return -1;
-	memcpy(h, s, hl);
-	h[hl] = '\0';
-	if (inet_pton(AF_INET, h, &s4->sin_addr) != 1)
-		return -1;
-	s4->sin_family = AF_INET;
-	s4->sin_port = htons((uint16_t)port);
-	a->len = sizeof(*s4);
-	return 0;
-}
-
-/* The next space-separated word of [*p, end): exactly "key=" first. */
-static int
-next_field(const char **p, const char *end, const char *key,
-    const char **v, size_t *vn)
-{
-	const char	*sp;
-	size_t		 kl = strlen(key);
-
-	if ((size_t)(end - *p) < kl || memcmp(*p, key, kl) != 0)
-		return -1;
-	*v = *p + kl;
-	sp = memchr(*v, ' ', (size_t)(end - *v));
-	*vn = (size_t)((sp != NULL ? sp : end) - *v);
-	*p = sp != NULL ? sp + 1 : end;
-	/* A space must separate two fields, and end none. */
-	if (sp != NULL && *p == end)
-		return -1;
-	return 0;
-}
-
-int
-zp_spool_hdr_parse(const void *vbuf, size_t len, struct zp_spool_hdr *h)
-{
-	static const char	 magic[] = "ZPSPOOL 1 ";
-	const char		*buf = vbuf, *nl, *p, *v;
-	size_t			 vn, n = len < ZP_SPOOL_HDR_MAX ? len :
-				     ZP_SPOOL_HDR_MAX;
-	char			 fw[16];
-	int			 fr;
-
-	memset(h, 0, sizeof(*h));
-	/* A wrong start says so early, even before the line is whole. */
-	if (memcmp(buf, magic, n < sizeof(magic) - 1 ? n :
-	    sizeof(magic) - 1) != 0)
-		return -1;
-	if ((nl = memchr(buf, '\n', n)) == NULL)
-		return len < ZP_SPOOL_HDR_MAX ? 0 : -1;
-	if ((size_t)(nl - buf) < sizeof(magic) - 1 ||
-	    memchr(buf, '\0', (size_t)(nl - buf)) != NULL)
-		return -1;
-	p = buf + sizeof(magic) - 1;
-	if (next_field(&p, nl, "client=", &v, &vn) == -1 ||
-	    parse_addr(v, vn, &h->client, 0) == -1 ||
-	    next_field(&p, nl, "dst=", &v, &vn) == -1 ||
-	    parse_addr(v, vn, &h->dst, 1) == -1 ||
-	    next_field(&p, nl, "framing=", &v, &vn) == -1 ||
-	    vn == 0 || vn >= sizeof(fw))
-		return -1;
-	memcpy(fw, v, vn);
-	fw[vn] = '\0';
-	if ((fr = zp_framing_parse(fw)) == -1 || fr == ZP_FRAMING_NONE)
-		return -1;
-	h->framing = fr;
-	if (next_field(&p, nl, "started=", &v, &vn) == -1 ||
-	    parse_digits(v, vn, 19, &h->started_ms) == -1 ||
-	    next_field(&p, nl, "sent=", &v, &vn) == -1 ||
-	    parse_digits(v, vn, 19, &h->sent) == -1 || p != nl)
-		return -1;
-	h->sent_fixed = vn == ZP_SPOOL_SENT_DIGITS;
-	return (int)(nl - buf) + 1;
-}
-
-int
-zp_spool_name(char *buf, size_t len, uint64_t ms,
-    const struct zp_addr *client, uint64_t conn, unsigned seq,
-    const char *suffix)
-{
-	struct zp_addr			 c = *client;
-	const struct sockaddr_in	*s4 = (const void *)&c.ss;
-	const struct sockaddr_in6	*s6 = (const void *)&c.ss;
-	char				 h[INET6_ADDRSTRLEN] = "unknown";
-	unsigned			 port = 0;
-	time_t				 t = (time_t)(ms / 1000);
-	struct tm			 tm;
-	int				 n;
-
-	/* As the header writes it: a dual-stack listener's IPv4 client. */
-	zp_addr_unmap(&c);
-	if (c.len > 0 && c.ss.ss_family == AF_INET) {
-		inet_ntop(AF_INET, &s4->sin_addr, h, sizeof(h));
-		port = ntohs(s4->sin_port);
-	} else if (c.len > 0 && c.ss.ss_family == AF_INET6) {
-		inet_ntop(AF_INET6, &s6->sin6_addr, h, sizeof(h));
-		port = ntohs(s6->sin6_port);
-	}
-	if (gmtime_r(&t, &tm) == NULL)
-		return -1;
-	n = snprintf(buf, len, "%04d%02d%02dT%02d%02d%02d.%03uZ-%s_%u-c%llu-"
-	    "%06u.%s", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-	    tm.tm_hour, tm.tm_min, tm.tm_sec, (unsigned)(ms % 1000), h, port,
-	    (unsigned long long)conn, seq, suffix);
-	return n < 0 || (size_t)n >= len ? -1 : 0;
-}
-
-/* The suffix of a name ("spool"), or NULL. */
-static const char *
-name_suffix(const char *name)
-{
-	const char	*dot = strrchr(name, '.');
-
-	return dot != NULL && strrchr(name, '-') != NULL ? dot + 1 : NULL;
-}
-
-/* A stream's key is its files' name up to the last '-'. */
-static size_t
-name_key_len(const char *name)
-{
-	const char	*dash = strrchr(name, '-');
-
-	return dash != NULL ? (size_t)(dash - name) : strlen(name);
-}
-
-static int
-is_ours(const char *suffix)
-{
-	return suffix != NULL && (strcmp(suffix, "spool") == 0 ||
-	    strcmp(suffix, "partial") == 0 || strcmp(suffix, "open") == 0);
-}
-
-/* ---- the spool ----------------------------------------------------- */
-
-enum sender_phase {
-	SENDER_IDLE = 0,
-	SENDER_CONNECTING,
-	SENDER_SENDING,
-	SENDER_CLOSING,		/* FIN sent: wait for the ack and theirs */
-};
-
-/* One file on its way to an upstream (the main thread's). */
-struct zp_sender {
-	struct zp_spool		*sp;
-	enum sender_phase	 phase;
-	char			 name[ZP_SPOOL_NAME_MAX];
-	int			 file;
-	struct zp_connecting	 conn;		/* while SENDER_CONNECTING */
-	int			 sock;
-	struct event		*ev;
-	struct event		*timer;
-	off_t			 off;
-	off_t			 size;
-	off_t			 hdrlen;
-	off_t			 start;		/* this connection's first byte */
-	/* Checkpoints: how far the upstream has it, to a boundary. */
-	int			 ck_ok;		/* sent= can be written */
-	int			 delim;		/* lf, nul; -1: the framer */
-	off_t			 ck;		/* sent= says up to here */
-	struct timeval		 ck_at;
-	struct zp_framer	 fr;		/* octet, auto: fed up to fr_off */
-	off_t			 fr_off;
-	off_t			 fr_last;	/* its last boundary */
-	int			 up_idx;
-	struct zp_addr		 to;
-	struct timeval		 since;		/* the phase began */
-	int			 eof;		/* the upstream closed */
-};
-
 /*
- * What the I/O thread is asked to do (io_run). A writer's requests carry
- * its box, and come back there answered; the others nobody waits for.
+ * The parts (spool_int.h): the codec of a file's header and names
+ * (spool_hdr.c), DIR and its room (spool_dir.c), the I/O thread
+ * (spool_io.c), the writer (spool_writer.c, spool_pump.c) and the
+ * senders (spool_sender.c). This file is the spool object: made, started
+ * and ended here, and its tallies.
  */
-enum io_kind {
-	IO_OPEN = 0,	/* create name, lock it, write the header: fd */
-	IO_SYNC,	/* fdatasync fd */
-	IO_CLOSE,	/* fd's file is done: see io_close() */
-	IO_GONE,	/* how many of a stream's files from seq `from` on
-			   are delivered (gone from DIR) */
-	IO_STOP,	/* the end: what was asked before is done */
-};
-
-struct io_box;
-
-struct io_req {
-	STAILQ_ENTRY(io_req)	 entry;
-	enum io_kind		 kind;
-	struct io_box		*box;		/* NULL: no answer */
-	int			 fd;		/* OPEN: made; else the file */
-	char			 name[ZP_SPOOL_NAME_MAX];
-	char			 hdr[ZP_SPOOL_HDR_MAX + 1];	/* OPEN */
-	int			 hdrlen;	/* OPEN: to write, then written */
-	int			 whole;		/* CLOSE: "spool", else "partial" */
-	uint64_t		 fsize;		/* CLOSE: header included */
-	uint64_t		 fhdr;		/* CLOSE: no byte past it: unlink */
-	struct zp_spool_hdr	 key;		/* GONE: the stream's names */
-	uint64_t		 conn;
-	unsigned		 from, to;
-	unsigned		 gone;		/* GONE: the answer */
-	int			 err;		/* the answer: 0 or an errno */
-};
-
-STAILQ_HEAD(io_reqs, io_req);
-
-/*
- * Where the I/O thread answers a writer: mu guards all of it, and is
- * held to queue or take an answer, never across a system call. ev is the
- * writer's (its loop's); NULL once the writer was freed, when the I/O
- * thread disposes of the answers itself (an OPEN's file is finished with
- * what the writer still held for it, orphan). Freed by whoever drops the
- * last reference: the writer holds one, each request in flight one.
- */
-struct io_box {
-	pthread_mutex_t		 mu;
-	int			 refs;
-	struct event		*ev;		/* in its writer's loop */
-	struct zp_wake		*wake;		/* that loop's */
-	struct io_reqs		 done;
-	char			*orphan;
-	size_t			 norphan;
-	int			 orphan_whole;
-};
-
-struct zp_spool {
-	struct zp_ctx		*ctx;		/* the root */
-	int			 dirfd;
-	/* Shared by every thread's writers: atomics. */
-	uint64_t		 bytes, files, streams, spooled, replayed;
-	uint64_t		 refused, delivered;
-	uint64_t		 free_bytes;	/* for us on DIR's file system */
-	uint64_t		 free_base;	/* bytes (above) then */
-	/*
-	 * The I/O thread: every disk call of the spool after start-up (but
-	 * a writer's writes into a file it has open) and the sender run on
-	 * it, in its own loop. mu guards the queue and running.
-	 */
-	struct event_base	*base;
-	pthread_t		 tid;
-	pthread_mutex_t		 mu;
-	struct io_reqs		 q;
-	int			 running;
-	struct event		*inbox;
-	struct zp_wake		*wake;		/* relay threads post inbox */
-	struct event		*room;		/* every SPOOL_FREE_MS */
-	/* The I/O thread's. */
-	struct event		*tick;		/* every second */
-	struct event		*kick;		/* now: a file went */
-	struct zp_sender	*senders;
-	int			 nsenders;
-	unsigned		 attempt;	/* rotates upstream addresses */
-	struct timeval		 failed_at;	/* last send that failed */
-	struct zp_connecting	 probe;		/* a connect to see an upstream
-						   up, with nothing to send */
-	int			 probe_idx;
-	char			**names;	/* the last scan */
-	size_t			 nnames, cap;
-};
-
-static void	sender_tick_cb(evutil_socket_t, short, void *);
-static void	sender_checkpoint(struct zp_sender *);
-static void	sender_ck_cb(evutil_socket_t, short, void *);
-static void	spool_probe(struct zp_spool *);
-
-static uint64_t
-ld(const uint64_t *v)
-{
-	return __atomic_load_n(v, __ATOMIC_RELAXED);
-}
-
-static void
-add(uint64_t *v, int64_t n)
-{
-	__atomic_add_fetch(v, (uint64_t)n, __ATOMIC_RELAXED);
-}
 
 void
 zp_spool_tally(const struct zp_spool *sp, struct zp_spool_tally *t)
@@ -410,13 +62,159 @@ zp_spool_tally(const struct zp_spool *sp, struct zp_spool_tally *t)
 	memset(t, 0, sizeof(*t));
 	if (sp == NULL)
 		return;
-	t->bytes = ld(&sp->bytes);
-	t->files = ld(&sp->files);
-	t->streams = ld(&sp->streams);
-	t->spooled = ld(&sp->spooled);
-	t->replayed = ld(&sp->replayed);
-	t->refused = ld(&sp->refused);
-	t->delivered = ld(&sp->delivered);
+	t->bytes = spool_ld(&sp->bytes);
+	t->files = spool_ld(&sp->files);
+	t->streams = spool_ld(&sp->streams);
+	t->spooled = spool_ld(&sp->spooled);
+	t->replayed = spool_ld(&sp->replayed);
+	t->refused = spool_ld(&sp->refused);
+	t->delivered = spool_ld(&sp->delivered);
+}
+
+/* Does some upstream look up (it may take files)? */
+int
+spool_upstream_up(struct zp_ctx *ctx)
+{
+	struct zp_upstream	u;
+	size_t			i, n = zp_upstreams_count(ctx->ups);
+
+	for (i = 0; i < n; i++) {
+		zp_upstream_get(ctx->ups, i, &u);
+		if (u.up)
+			return 1;
+	}
+	return 0;
+}
+
+
+struct zp_spool *
+zp_spool_new(struct zp_ctx *ctx, char *err, size_t errlen)
+{
+	const char		*dir = ctx->cfg->spool_dir;
+	struct zp_spool		*sp;
+	size_t			 i;
+	int			 partial = 0, fd, busy;
+
+	if ((sp = calloc(1, sizeof(*sp))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	sp->ctx = ctx;
+	zp_connecting_init(&sp->probe);
+	sp->free_bytes = UINT64_MAX;	/* until looked at */
+	pthread_mutex_init(&sp->mu, NULL);
+	STAILQ_INIT(&sp->q);
+	if ((sp->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) ==
+	    -1) {
+		snprintf(err, errlen, "--spool %s: %s", dir, strerror(errno));
+		free(sp);
+		return NULL;
+	}
+	if (spool_scan(sp) == -1) {
+		snprintf(err, errlen, "--spool %s: cannot read it: %s", dir,
+		    strerror(errno));
+		zp_spool_free(sp);
+		return NULL;
+	}
+	for (i = 0; i < sp->nnames; i++) {
+		if (strcmp(spool_name_suffix(sp->names[i]), "open") != 0)
+			continue;
+		/* Still written: by the zproxy we take over from. */
+		if ((fd = openat(sp->dirfd, sp->names[i], O_RDONLY |
+		    O_CLOEXEC | O_NOFOLLOW)) == -1)
+			continue;
+		busy = spool_file_lock(fd) == -1;
+		close(fd);
+		/* Its writer died with the last run: it may end mid-frame. */
+		if (!busy) {
+			if (spool_rename(sp, sp->names[i], "partial") == -1) {
+				snprintf(err, errlen, "--spool %s: cannot "
+				    "rename %s: %s", dir, sp->names[i],
+				    strerror(errno));
+				zp_spool_free(sp);
+				return NULL;
+			}
+			partial++;
+		}
+	}
+	spool_names_clear(sp);
+	if (sp->files > 0)
+		zp_log(ctx->log, ZP_LOG_NOTICE, "spool %s: %llu files "
+		    "(%llu bytes) found, %d of them cut short by the end "
+		    "of a previous run: they are sent first", dir,
+		    (unsigned long long)sp->files,
+		    (unsigned long long)sp->bytes, partial);
+	return sp;
+}
+
+int
+zp_spool_start(struct zp_spool *sp, char *err, size_t errlen)
+{
+	struct zp_ctx	*ctx = sp->ctx;
+	struct timeval	 tv = { SENDER_TICK_MS / 1000,
+			    (SENDER_TICK_MS % 1000) * 1000 };
+	struct timeval	 room = { 0, SPOOL_FREE_MS * 1000 };
+	char		 probe[64];
+	int		 fd;
+
+	snprintf(probe, sizeof(probe), ".zproxy-probe.%ld", (long)getpid());
+	if ((fd = openat(sp->dirfd, probe, O_WRONLY | O_CREAT | O_TRUNC |
+	    O_CLOEXEC, 0600)) == -1) {
+		snprintf(err, errlen, "--spool %s: cannot create a file "
+		    "there: %s", ctx->cfg->spool_dir, strerror(errno));
+		return -1;
+	}
+	close(fd);
+	unlinkat(sp->dirfd, probe, 0);
+	spool_free_look(sp);
+	if (spool_senders_new(sp) == -1)
+		goto nomem;
+	/* A persistent timer made active by hand loses its period. */
+	if ((sp->base = event_base_new()) == NULL ||
+	    (sp->wake = zp_wake_new(sp->base)) == NULL ||
+	    (sp->inbox = event_new(sp->base, -1, 0, spool_io_inbox_cb, sp)) ==
+	    NULL ||
+	    (sp->room = event_new(sp->base, -1, EV_PERSIST, spool_free_cb,
+	    sp)) == NULL || event_add(sp->room, &room) == -1 ||
+	    (sp->tick = event_new(sp->base, -1, EV_PERSIST,
+	    spool_sender_tick_cb, sp)) == NULL ||
+	    event_add(sp->tick, &tv) == -1 ||
+	    (sp->kick = event_new(sp->base, -1, 0, spool_sender_tick_cb,
+	    sp)) == NULL)
+		goto nomem;
+	/* What a previous run left goes at once. */
+	event_active(sp->kick, EV_TIMEOUT, 0);
+	return spool_io_start(sp, err, errlen);
+nomem:
+	snprintf(err, errlen, "--spool: out of memory");
+	return -1;
+}
+
+void
+zp_spool_free(struct zp_spool *sp)
+{
+	if (sp == NULL)
+		return;
+	spool_io_stop(sp);
+	spool_senders_free(sp);
+	if (sp->tick != NULL)
+		event_free(sp->tick);
+	if (sp->kick != NULL)
+		event_free(sp->kick);
+	if (sp->room != NULL)
+		event_free(sp->room);
+	if (sp->inbox != NULL)
+		event_free(sp->inbox);
+	zp_connecting_cancel(&sp->probe);
+	zp_wake_free(sp->wake);
+	if (sp->base != NULL)
+		event_base_free(sp->base);
+	spool_names_clear(sp);
+	free(sp->names);
+	if (sp->dirfd != -1)
+		close(sp->dirfd);
+	pthread_mutex_destroy(&sp->mu);
+	free(sp);
 }
 
 /*
@@ -426,25 +224,25 @@ zp_spool_tally(const struct zp_spool *sp, struct zp_spool_tally *t)
  * every SPOOL_FREE_MS, spool_free_cb), less what the spool wrote since.
  * No system call: a relay thread asks.
  */
-static int
+int
 spool_room(struct zp_spool *sp)
 {
 	uint64_t	freeb, bytes, base;
 
-	if ((bytes = ld(&sp->bytes)) >= sp->ctx->cfg->spool_max)
+	if ((bytes = spool_ld(&sp->bytes)) >= sp->ctx->cfg->spool_max)
 		return 0;
-	freeb = ld(&sp->free_bytes);
-	base = ld(&sp->free_base);
+	freeb = spool_ld(&sp->free_bytes);
+	base = spool_ld(&sp->free_base);
 	bytes = bytes > base ? bytes - base : 0;
 	return freeb > bytes && freeb - bytes >= ZP_SPOOL_RESERVE;
 }
 
 /* Look at the free space of DIR's file system (the I/O thread). */
-static void
+void
 spool_free_look(struct zp_spool *sp)
 {
 	struct statvfs	vfs;
-	uint64_t	bytes = ld(&sp->bytes);
+	uint64_t	bytes = spool_ld(&sp->bytes);
 
 	/* Unknown: the writes will say. */
 	__atomic_store_n(&sp->free_bytes, fstatvfs(sp->dirfd, &vfs) == -1 ?
@@ -453,7 +251,7 @@ spool_free_look(struct zp_spool *sp)
 	__atomic_store_n(&sp->free_base, bytes, __ATOMIC_RELAXED);
 }
 
-static void
+void
 spool_free_cb(evutil_socket_t fd, short what, void *arg)
 {
 	spool_free_look(arg);
@@ -504,8 +302,8 @@ names_sort(char **v, size_t n)
 	}
 }
 
-static void
-names_clear(struct zp_spool *sp)
+void
+spool_names_clear(struct zp_spool *sp)
 {
 	size_t	i;
 
@@ -520,7 +318,7 @@ names_clear(struct zp_spool *sp)
  * old zproxy may still write and send there, and delete what it sent).
  * Returns 0 or -1.
  */
-static int
+int
 spool_scan(struct zp_spool *sp)
 {
 	struct dirent	*de;
@@ -530,7 +328,7 @@ spool_scan(struct zp_spool *sp)
 	uint64_t	 bytes = 0, files = 0;
 	int		 fd;
 
-	names_clear(sp);
+	spool_names_clear(sp);
 	if ((fd = openat(sp->dirfd, ".", O_RDONLY | O_DIRECTORY |
 	    O_CLOEXEC)) == -1)
 		return -1;
@@ -539,7 +337,7 @@ spool_scan(struct zp_spool *sp)
 		return -1;
 	}
 	while ((de = readdir(dir)) != NULL) {
-		if (!is_ours(name_suffix(de->d_name)) ||
+		if (!spool_name_ours(spool_name_suffix(de->d_name)) ||
 		    strlen(de->d_name) >= ZP_SPOOL_NAME_MAX)
 			continue;
 		if (sp->nnames == sp->cap) {
@@ -573,14 +371,14 @@ spool_scan(struct zp_spool *sp)
  * dead process holds none. Returns 0, or -1 (EWOULDBLOCK: someone has
  * it).
  */
-static int
-file_lock(int fd)
+int
+spool_file_lock(int fd)
 {
 	return flock(fd, LOCK_EX | LOCK_NB);
 }
 
 /* Rename DIR/name to the same name with another suffix. */
-static int
+int
 spool_rename(struct zp_spool *sp, const char *name, const char *suffix)
 {
 	char	to[ZP_SPOOL_NAME_MAX + 16];
@@ -591,8 +389,6 @@ spool_rename(struct zp_spool *sp, const char *name, const char *suffix)
 		return -1;
 	return renameat(sp->dirfd, name, sp->dirfd, to);
 }
-
-/* ---- the I/O thread ------------------------------------------------ */
 
 /*
  * A relay thread waits only in its event loop: a disk call there (a
@@ -605,11 +401,9 @@ spool_rename(struct zp_spool *sp, const char *name, const char *suffix)
  * which does not wait for the disk.
  */
 
-static void	io_box_put(struct io_box *, int);
-
 /* Write n bytes at fd's position; what went is counted. Returns 0 or -1. */
-static int
-io_write(struct zp_spool *sp, int fd, const char *b, size_t n, int client)
+int
+spool_io_write(struct zp_spool *sp, int fd, const char *b, size_t n, int client)
 {
 	ssize_t	wr;
 
@@ -621,9 +415,9 @@ io_write(struct zp_spool *sp, int fd, const char *b, size_t n, int client)
 				errno = ENOSPC;
 			return -1;
 		}
-		add(&sp->bytes, wr);
+		spool_add(&sp->bytes, wr);
 		if (client)
-			add(&sp->spooled, wr);
+			spool_add(&sp->spooled, wr);
 		b += wr;
 		n -= (size_t)wr;
 	}
@@ -643,8 +437,8 @@ io_close(struct zp_spool *sp, int fd, const char *name, int whole,
 
 	if (fsize <= fhdr) {
 		unlinkat(sp->dirfd, name, 0);
-		add(&sp->files, -1);
-		add(&sp->bytes, -(int64_t)fsize);
+		spool_add(&sp->files, -1);
+		spool_add(&sp->bytes, -(int64_t)fsize);
 	} else if (fdatasync(fd) == -1 || spool_rename(sp, name, whole ?
 	    "spool" : "partial") == -1)
 		err = errno;
@@ -665,13 +459,13 @@ io_open(struct zp_spool *sp, struct io_req *r)
 		r->err = errno;
 		return;
 	}
-	add(&sp->files, 1);
-	if (file_lock(r->fd) == -1)
+	spool_add(&sp->files, 1);
+	if (spool_file_lock(r->fd) == -1)
 		r->err = errno;
 	else if ((wr = write(r->fd, r->hdr, (size_t)n)) != n)
 		r->err = wr >= 0 ? ENOSPC : errno;
 	if (wr > 0)
-		add(&sp->bytes, wr);
+		spool_add(&sp->bytes, wr);
 	if (r->err == 0) {
 		r->hdrlen = n;
 		return;
@@ -713,7 +507,7 @@ io_orphan(struct zp_spool *sp, struct io_req *r, char *held, size_t n,
 
 	if (r->fd == -1)
 		return;
-	if (n > 0 && io_write(sp, r->fd, held, n, 1) == 0)
+	if (n > 0 && spool_io_write(sp, r->fd, held, n, 1) == 0)
 		fsize += n;
 	if ((r->err = io_close(sp, r->fd, r->name, whole, fsize,
 	    (uint64_t)r->hdrlen)) != 0)
@@ -756,7 +550,7 @@ io_answer(struct zp_spool *sp, struct io_req *r)
 	if (r->kind == IO_OPEN)
 		io_orphan(sp, r, held, n, whole);
 	free(held);
-	io_box_put(box, 1);
+	spool_io_box_put(box, 1);
 	free(r);
 }
 
@@ -792,8 +586,8 @@ io_run(struct zp_spool *sp, struct io_req *r)
  * ended (the end of zproxy: nothing relays any more) or before it runs,
  * r is done here.
  */
-static void
-io_post(struct zp_spool *sp, struct io_req *r)
+void
+spool_io_post(struct zp_spool *sp, struct io_req *r)
 {
 	if (r->box != NULL) {
 		pthread_mutex_lock(&r->box->mu);
@@ -812,8 +606,8 @@ io_post(struct zp_spool *sp, struct io_req *r)
 }
 
 /* The first request of q (the I/O thread's queue, a box), or NULL. */
-static struct io_req *
-io_pop(pthread_mutex_t *mu, struct io_reqs *q)
+struct io_req *
+spool_io_pop(pthread_mutex_t *mu, struct io_reqs *q)
 {
 	struct io_req	*r;
 
@@ -825,14 +619,14 @@ io_pop(pthread_mutex_t *mu, struct io_reqs *q)
 }
 
 /* The I/O thread's loop: run what was queued, in order, one at a time. */
-static void
-io_inbox_cb(evutil_socket_t fd, short what, void *arg)
+void
+spool_io_inbox_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_spool	*sp = arg;
 	struct io_req	*r;
 	int		 stop;
 
-	while ((r = io_pop(&sp->mu, &sp->q)) != NULL) {
+	while ((r = spool_io_pop(&sp->mu, &sp->q)) != NULL) {
 		stop = r->kind == IO_STOP;
 		io_run(sp, r);
 		if (stop)
@@ -840,6 +634,7 @@ io_inbox_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* The I/O thread: its loop, until IO_STOP; then what came after. */
 static void *
 io_main(void *arg)
 {
@@ -851,14 +646,14 @@ io_main(void *arg)
 	pthread_mutex_lock(&sp->mu);
 	sp->running = 0;
 	pthread_mutex_unlock(&sp->mu);
-	while ((r = io_pop(&sp->mu, &sp->q)) != NULL)
+	while ((r = spool_io_pop(&sp->mu, &sp->q)) != NULL)
 		io_run(sp, r);
 	return NULL;
 }
 
 /* A new box for a writer of ctx's loop; NULL without memory. */
-static struct io_box *
-io_box_new(struct zp_ctx *ctx, event_callback_fn cb, void *arg)
+struct io_box *
+spool_io_box_new(struct zp_ctx *ctx, event_callback_fn cb, void *arg)
 {
 	struct io_box	*box;
 
@@ -876,8 +671,8 @@ io_box_new(struct zp_ctx *ctx, event_callback_fn cb, void *arg)
 }
 
 /* Drop n references to box; the last one frees it. */
-static void
-io_box_put(struct io_box *box, int n)
+void
+spool_io_box_put(struct io_box *box, int n)
 {
 	int	last;
 
@@ -892,110 +687,12 @@ io_box_put(struct io_box *box, int n)
 	free(box);
 }
 
-struct zp_spool *
-zp_spool_new(struct zp_ctx *ctx, char *err, size_t errlen)
-{
-	const char		*dir = ctx->cfg->spool_dir;
-	struct zp_spool		*sp;
-	size_t			 i;
-	int			 partial = 0, fd, busy;
-
-	if ((sp = calloc(1, sizeof(*sp))) == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	sp->ctx = ctx;
-	zp_connecting_init(&sp->probe);
-	sp->free_bytes = UINT64_MAX;	/* until looked at */
-	pthread_mutex_init(&sp->mu, NULL);
-	STAILQ_INIT(&sp->q);
-	if ((sp->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) ==
-	    -1) {
-		snprintf(err, errlen, "--spool %s: %s", dir, strerror(errno));
-		free(sp);
-		return NULL;
-	}
-	if (spool_scan(sp) == -1) {
-		snprintf(err, errlen, "--spool %s: cannot read it: %s", dir,
-		    strerror(errno));
-		zp_spool_free(sp);
-		return NULL;
-	}
-	for (i = 0; i < sp->nnames; i++) {
-		if (strcmp(name_suffix(sp->names[i]), "open") != 0)
-			continue;
-		/* Still written: by the zproxy we take over from. */
-		if ((fd = openat(sp->dirfd, sp->names[i], O_RDONLY |
-		    O_CLOEXEC | O_NOFOLLOW)) == -1)
-			continue;
-		busy = file_lock(fd) == -1;
-		close(fd);
-		/* Its writer died with the last run: it may end mid-frame. */
-		if (!busy) {
-			if (spool_rename(sp, sp->names[i], "partial") == -1) {
-				snprintf(err, errlen, "--spool %s: cannot "
-				    "rename %s: %s", dir, sp->names[i],
-				    strerror(errno));
-				zp_spool_free(sp);
-				return NULL;
-			}
-			partial++;
-		}
-	}
-	names_clear(sp);
-	if (sp->files > 0)
-		zp_log(ctx->log, ZP_LOG_NOTICE, "spool %s: %llu files "
-		    "(%llu bytes) found, %d of them cut short by the end "
-		    "of a previous run: they are sent first", dir,
-		    (unsigned long long)sp->files,
-		    (unsigned long long)sp->bytes, partial);
-	return sp;
-}
-
 int
-zp_spool_start(struct zp_spool *sp, char *err, size_t errlen)
+spool_io_start(struct zp_spool *sp, char *err, size_t errlen)
 {
-	struct zp_ctx	*ctx = sp->ctx;
-	struct timeval	 tv = { SENDER_TICK_MS / 1000,
-			    (SENDER_TICK_MS % 1000) * 1000 };
-	struct timeval	 room = { 0, SPOOL_FREE_MS * 1000 };
-	sigset_t	 all, old;
-	char		 probe[64];
-	int		 fd, i, e;
+	sigset_t	all, old;
+	int		e;
 
-	snprintf(probe, sizeof(probe), ".zproxy-probe.%ld", (long)getpid());
-	if ((fd = openat(sp->dirfd, probe, O_WRONLY | O_CREAT | O_TRUNC |
-	    O_CLOEXEC, 0600)) == -1) {
-		snprintf(err, errlen, "--spool %s: cannot create a file "
-		    "there: %s", ctx->cfg->spool_dir, strerror(errno));
-		return -1;
-	}
-	close(fd);
-	unlinkat(sp->dirfd, probe, 0);
-	spool_free_look(sp);
-	sp->nsenders = ctx->cfg->spool_senders;
-	if ((sp->senders = calloc((size_t)sp->nsenders,
-	    sizeof(*sp->senders))) == NULL)
-		goto nomem;
-	for (i = 0; i < sp->nsenders; i++) {
-		sp->senders[i].sp = sp;
-		sp->senders[i].file = sp->senders[i].sock = -1;
-		zp_connecting_init(&sp->senders[i].conn);
-	}
-	/* A persistent timer made active by hand loses its period. */
-	if ((sp->base = event_base_new()) == NULL ||
-	    (sp->wake = zp_wake_new(sp->base)) == NULL ||
-	    (sp->inbox = event_new(sp->base, -1, 0, io_inbox_cb, sp)) ==
-	    NULL ||
-	    (sp->room = event_new(sp->base, -1, EV_PERSIST, spool_free_cb,
-	    sp)) == NULL || event_add(sp->room, &room) == -1 ||
-	    (sp->tick = event_new(sp->base, -1, EV_PERSIST, sender_tick_cb,
-	    sp)) == NULL || event_add(sp->tick, &tv) == -1 ||
-	    (sp->kick = event_new(sp->base, -1, 0, sender_tick_cb, sp)) ==
-	    NULL)
-		goto nomem;
-	/* What a previous run left goes at once. */
-	event_active(sp->kick, EV_TIMEOUT, 0);
 	zp_thread_sigset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_mutex_lock(&sp->mu);
@@ -1011,120 +708,33 @@ zp_spool_start(struct zp_spool *sp, char *err, size_t errlen)
 		return -1;
 	}
 	return 0;
-nomem:
-	snprintf(err, errlen, "--spool: out of memory");
-	return -1;
 }
 
-static void	sender_reset(struct zp_sender *);
-
 void
-zp_spool_free(struct zp_spool *sp)
+spool_io_stop(struct zp_spool *sp)
 {
 	struct io_req	*r;
-	int		 i, running;
+	int		 running;
 
-	if (sp == NULL)
-		return;
 	/* Whatever the writers asked is done first: then the thread ends. */
 	pthread_mutex_lock(&sp->mu);
 	running = sp->running;
 	pthread_mutex_unlock(&sp->mu);
-	if (running) {
-		if ((r = calloc(1, sizeof(*r))) != NULL) {
-			r->kind = IO_STOP;
-			r->fd = -1;
-			io_post(sp, r);
-		} else
-			event_base_loopbreak(sp->base);
-		pthread_join(sp->tid, NULL);
-	}
-	for (i = 0; i < sp->nsenders; i++)
-		sender_reset(&sp->senders[i]);
-	free(sp->senders);
-	if (sp->tick != NULL)
-		event_free(sp->tick);
-	if (sp->kick != NULL)
-		event_free(sp->kick);
-	if (sp->room != NULL)
-		event_free(sp->room);
-	if (sp->inbox != NULL)
-		event_free(sp->inbox);
-	zp_connecting_cancel(&sp->probe);
-	zp_wake_free(sp->wake);
-	if (sp->base != NULL)
-		event_base_free(sp->base);
-	names_clear(sp);
-	free(sp->names);
-	if (sp->dirfd != -1)
-		close(sp->dirfd);
-	pthread_mutex_destroy(&sp->mu);
-	free(sp);
+	if (!running)
+		return;
+	if ((r = calloc(1, sizeof(*r))) != NULL) {
+		r->kind = IO_STOP;
+		r->fd = -1;
+		spool_io_post(sp, r);
+	} else
+		event_base_loopbreak(sp->base);
+	pthread_join(sp->tid, NULL);
 }
 
-/* ---- the writer ---------------------------------------------------- */
+/* How often a writer looks at its file (sync, age) and at the room. */
+#define SPOOL_TICK_MS		250
 
-struct zp_spool_writer {
-	struct zp_ctx		*ctx;
-	struct zp_spool		*sp;
-	int			 sock;
-	struct event		*rev;
-	struct event		*timer;
-	int			 ron;
-	struct zp_pipe		 pipe;		/* rfd -1: none */
-	char			*buf;
-	size_t			 bufsize;
-	struct zp_framer	 f;
-	struct zp_spool_hdr	 hdr;
-	uint64_t		 conn;
-	unsigned		 seq;
-	int			 fd;		/* the open file, or -1 */
-	char			 name[ZP_SPOOL_NAME_MAX];
-	uint64_t		 fsize;		/* header included */
-	uint64_t		 hdrlen;
-	unsigned char		 last;		/* the stream's last byte */
-	struct timeval		 fopened;
-	struct timeval		 synced;
-	int			 dirty;		/* written since synced */
-	int			 paused;	/* full: the timer resumes */
-	int			 finished;
-	int			 disk;		/* the spool failed, not fd */
-	/*
-	 * What the I/O thread does for it: answers come back to box
-	 * (writer_io_cb). The file asked for (opening) gets what the stream
-	 * gives meanwhile in held; creq, the open file's request, comes
-	 * back to close it.
-	 */
-	struct io_box		*box;
-	struct io_req		*creq;
-	int			 opening;
-	int			 syncing;
-	int			 closing;	/* CLOSEs not answered yet */
-	int			 asking;	/* a GONE not answered yet */
-	char			*held;
-	size_t			 nheld, heldcap;
-	int			 ending;	/* done() once the file is */
-	int			 end_err;
-	int			 end_disk;
-	enum {
-		W_WRITING = 0,
-		W_SEEKING,	/* an upstream takes the files: read up to
-				   the next boundary, exactly */
-		W_STOPPED,	/* at it: wait for the last file's delivery */
-	}			 phase;
-	unsigned		 delivered;	/* files (by seq) known gone */
-	uint64_t		 bytes;
-	int			 skip;		/* dropping the rest of a frame
-						   whose start went elsewhere */
-	uint64_t		 cut;		/* ... so many bytes */
-	zp_spool_done_fn	 done;
-	void			*arg;
-};
-
-static void	writer_want_read(struct zp_spool_writer *, int);
-static void	writer_stop(struct zp_spool_writer *);
-static int	writer_finish(struct zp_spool_writer *, int);
-
+/* The spool of ctx's root (one for every thread). */
 static struct zp_spool *
 ctx_spool(struct zp_ctx *ctx)
 {
@@ -1154,8 +764,8 @@ writer_req(struct zp_spool_writer *w, enum io_kind kind)
  * journal, NFS); what the stream gives until it is open waits in held.
  * Returns 0, or -1 with errno.
  */
-static int
-writer_open(struct zp_spool_writer *w, int room)
+int
+spool_writer_open(struct zp_spool_writer *w, int room)
 {
 	struct io_req	*r;
 	int		 n;
@@ -1180,7 +790,7 @@ writer_open(struct zp_spool_writer *w, int room)
 	r->hdrlen = n;
 	w->fsize = w->hdrlen = 0;
 	w->opening = 1;
-	io_post(w->sp, r);
+	spool_io_post(w->sp, r);
 	return 0;
 }
 
@@ -1189,8 +799,8 @@ writer_open(struct zp_spool_writer *w, int room)
  * gone when it holds no client byte, else synced and renamed "spool"
  * (whole frames) or "partial". Its answer comes to writer_answer.
  */
-static void
-writer_close_file(struct zp_spool_writer *w, int whole)
+void
+spool_writer_close_file(struct zp_spool_writer *w, int whole)
 {
 	struct io_req	*r = w->creq;
 
@@ -1208,80 +818,8 @@ writer_close_file(struct zp_spool_writer *w, int whole)
 	w->fd = -1;
 	w->dirty = 0;
 	w->closing++;
-	io_post(w->sp, r);
+	spool_io_post(w->sp, r);
 }
-
-/* The delimiter of a delimited framing, or -1. */
-static int
-writer_delim(const struct zp_spool_writer *w)
-{
-	switch (zp_framer_kind(&w->f)) {
-	case ZP_FRAMING_LF:
-		return '\n';
-	case ZP_FRAMING_NUL:
-		return '\0';
-	default:
-		return -1;
-	}
-}
-
-/*
- * Is the stream at a frame boundary now? The framer knows when it saw
- * the bytes; after a spliced (blind) stretch of a delimited stream, its
- * last byte says (writer_splice keeps it): a delimiter ends a frame. A
- * stream whose framing failed is plain bytes: any point will do.
- */
-static int
-writer_at_boundary(struct zp_spool_writer *w)
-{
-	int	delim = writer_delim(w);
-	int	some = w->fd != -1 ? w->fsize > w->hdrlen : w->nheld > 0;
-
-	/* Dropping a frame's rest: what the file holds ends whole. */
-	if (w->skip || zp_framer_error(&w->f, NULL) != NULL ||
-	    zp_framer_at_boundary(&w->f))
-		return 1;
-	if (delim == -1 || !some || w->last != delim)
-		return 0;
-	/* Known again: follow it exactly from here. */
-	(void)zp_framer_resume(&w->f, zp_framer_kind(&w->f),
-	    w->ctx->cfg->max_frame, zp_framer_offset(&w->f), 1);
-	return 1;
-}
-
-/* Does some upstream look up (it may take files)? */
-static int
-upstream_up(struct zp_ctx *ctx)
-{
-	struct zp_upstream	u;
-	size_t			i, n = zp_upstreams_count(ctx->ups);
-
-	for (i = 0; i < n; i++) {
-		zp_upstream_get(ctx->ups, i, &u);
-		if (u.up)
-			return 1;
-	}
-	return 0;
-}
-
-/* Should the open file be closed at the next boundary? */
-static int
-writer_due(struct zp_spool_writer *w)
-{
-	struct timeval	now, dt;
-
-	if (w->fd == -1 || w->fsize <= w->hdrlen)
-		return 0;
-	if (w->fsize >= ZP_SPOOL_FILE_MAX)
-		return 1;
-	zp_clock_now(&now);
-	timersub(&now, &w->fopened, &dt);
-	if (dt.tv_sec * 1000 + dt.tv_usec / 1000 < ZP_SPOOL_FILE_AGE_MS)
-		return 0;
-	/* Old enough to send: worth closing if some upstream may take it. */
-	return upstream_up(w->ctx);
-}
-
 /*
  * Has every closed file of the stream been delivered (is gone)? When it
  * is not known yet, the I/O thread is asked (it looks for the next
@@ -1304,7 +842,7 @@ writer_delivered(struct zp_spool_writer *w)
 	r->from = w->delivered + 1;
 	r->to = closed;
 	w->asking = 1;
-	io_post(w->sp, r);
+	spool_io_post(w->sp, r);
 	return 0;
 }
 
@@ -1318,11 +856,11 @@ writer_delivered(struct zp_spool_writer *w)
 static int
 writer_live_step(struct zp_spool_writer *w)
 {
-	if (!upstream_up(w->ctx)) {
+	if (!spool_upstream_up(w->ctx)) {
 		if (w->phase != W_WRITING) {
 			w->phase = W_WRITING;
 			if (!w->paused)
-				writer_want_read(w, 1);
+				spool_writer_want_read(w, 1);
 		}
 		return 0;
 	}
@@ -1331,13 +869,13 @@ writer_live_step(struct zp_spool_writer *w)
 	    !writer_delivered(w))
 		return 0;
 	if (w->phase == W_WRITING) {
-		if (!writer_at_boundary(w)) {
+		if (!spool_writer_at_boundary(w)) {
 			/* The pump stops at the next one, full or not. */
 			w->phase = W_SEEKING;
-			writer_want_read(w, 1);
+			spool_writer_want_read(w, 1);
 			return 0;
 		}
-		writer_stop(w);
+		spool_writer_stop(w);
 		if (!writer_delivered(w))
 			return 0;
 	}
@@ -1348,7 +886,391 @@ writer_live_step(struct zp_spool_writer *w)
 	w->done(w->arg, ZP_SPOOL_LIVE, 0);
 	return 1;
 }
+/*
+ * The stream is over (err 0: the client's EOF): its file is closed, and
+ * once the I/O thread has done so, the pair is told (the end says
+ * whether it went well). Returns 1 when done() ran (w is gone), 0 when
+ * an answer still has to come back.
+ */
+int
+spool_writer_finish(struct zp_spool_writer *w, int err)
+{
+	if (!w->ending) {
+		w->ending = 1;
+		w->end_err = err;
+		w->end_disk = err != 0 && w->disk;
+	}
+	spool_writer_want_read(w, 0);
+	/* Its file comes (writer_opened), and gets what was held. */
+	if (w->opening)
+		return 0;
+	spool_writer_close_file(w, spool_writer_at_boundary(w));
+	if (w->closing > 0)
+		return 0;
+	w->finished = 1;
+	w->done(w->arg, w->end_err == 0 ? ZP_SPOOL_ENDED : w->end_disk ?
+	    ZP_SPOOL_DISK_FAILED : ZP_SPOOL_CLIENT_FAILED, w->end_err);
+	return 1;
+}
 
+/* At a boundary: the file goes to be sent, nothing more is read. */
+void
+spool_writer_stop(struct zp_spool_writer *w)
+{
+	spool_writer_want_read(w, 0);
+	w->phase = W_STOPPED;
+	spool_writer_close_file(w, 1);
+}
+/* The file asked for is open: what waited for it goes in first. */
+static int
+writer_opened(struct zp_spool_writer *w, struct io_req *r)
+{
+	size_t	n = w->nheld;
+	int	err = r->err;
+
+	w->opening = 0;
+	if (err != 0) {
+		zp_log(w->ctx->log, ZP_LOG_WARN, "spool: cannot create %s: "
+		    "%s", r->name, strerror(err));
+		free(r);
+		return spool_writer_finish(w, err);
+	}
+	w->creq = r;
+	w->fd = r->fd;
+	w->fsize = w->hdrlen = (uint64_t)r->hdrlen;
+	zp_clock_now(&w->fopened);
+	w->dirty = 1;
+	w->disk = 0;
+	w->nheld = 0;
+	if (n > 0 && spool_writer_write(w, w->held, n) == -1)
+		return spool_writer_finish(w, errno);
+	if (w->ending)
+		return spool_writer_finish(w, w->end_err);
+	if (!w->paused && w->phase != W_STOPPED)
+		spool_writer_want_read(w, 1);
+	return 0;
+}
+
+/*
+ * An answer of the I/O thread's for w (r is then w's: kept or freed).
+ * Returns 1 when done() ran (w is gone).
+ */
+static int
+writer_answer(struct zp_spool_writer *w, struct io_req *r)
+{
+	int	err = r->err;
+
+	switch (r->kind) {
+	case IO_OPEN:
+		return writer_opened(w, r);
+	case IO_SYNC:
+		free(r);
+		w->syncing = 0;
+		if (err != 0 && !w->ending) {
+			w->disk = 1;
+			return spool_writer_finish(w, err);
+		}
+		return 0;
+	case IO_CLOSE:
+		free(r);
+		w->closing--;
+		if (err != 0 && !w->ending) {
+			w->disk = 1;
+			return spool_writer_finish(w, err);
+		}
+		/* The client's EOF, then a failed close: the spool's fault. */
+		if (err != 0 && w->end_err == 0) {
+			w->end_err = err;
+			w->end_disk = 1;
+		}
+		return w->ending ? spool_writer_finish(w, w->end_err) : 0;
+	case IO_GONE:
+		w->asking = 0;
+		w->delivered = r->from - 1 + r->gone;
+		free(r);
+		return w->ending ? 0 : writer_live_step(w);
+	case IO_STOP:
+		break;
+	}
+	free(r);
+	return 0;
+}
+
+/* The I/O thread answered: in w's loop. */
+static void
+writer_io_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_spool_writer	*w = arg;
+	struct io_req		*r;
+
+	while ((r = spool_io_pop(&w->box->mu, &w->box->done)) != NULL) {
+		/* The writer holds a reference too: never the last. */
+		spool_io_box_put(w->box, 1);
+		if (writer_answer(w, r))
+			return;
+	}
+}
+
+static void
+writer_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_spool_writer	*w = arg;
+	struct timeval		 now, dt, sync;
+	struct io_req		*r;
+
+	if (w->ending)
+		return;
+	zp_clock_now(&now);
+	sync = zp_seconds_tv(w->ctx->cfg->spool_sync);
+	timersub(&now, &w->synced, &dt);
+	/* One sync at a time: a slow disk does not pile them up. */
+	if (w->dirty && w->fd != -1 && !w->syncing &&
+	    !timercmp(&dt, &sync, <) && (r = writer_req(w, IO_SYNC)) !=
+	    NULL) {
+		w->syncing = 1;
+		w->dirty = 0;
+		w->synced = now;
+		spool_io_post(w->sp, r);
+	}
+	/* An idle stream's old file goes when it ends a frame. */
+	if (spool_writer_due(w) && spool_writer_at_boundary(w))
+		spool_writer_close_file(w, 1);
+	if (writer_live_step(w))
+		return;
+	if (w->paused && w->phase != W_STOPPED && spool_room(w->sp)) {
+		spool_writer_want_read(w, 1);
+		spool_writer_pump(w);
+	}
+}
+
+struct zp_spool_writer *
+zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
+    const struct zp_addr *client, const struct zp_addr *dst,
+    zp_spool_done_fn done, void *arg)
+{
+	struct zp_spool_writer	*w;
+	struct zp_spool		*sp = ctx_spool(ctx);
+	struct timeval		 tv = { 0, SPOOL_TICK_MS * 1000 }, now;
+	struct timeval		 sync = zp_seconds_tv(ctx->cfg->spool_sync);
+	int			 err;
+
+	if ((w = calloc(1, sizeof(*w))) == NULL)
+		return NULL;
+	w->ctx = ctx;
+	w->sp = sp;
+	w->sock = fd;
+	w->fd = -1;
+	w->pipe.rfd = w->pipe.wfd = -1;
+	w->conn = conn;
+	w->done = done;
+	w->arg = arg;
+	w->hdr.client = *client;
+	w->hdr.dst = *dst;
+	w->hdr.framing = ctx->cfg->framing;
+	zp_clock_now(&w->synced);
+	/* Wall time: the files' names and headers say when, for people. */
+	gettimeofday(&now, NULL);
+	w->hdr.started_ms = (uint64_t)now.tv_sec * 1000 +
+	    (uint64_t)now.tv_usec / 1000;
+	spool_add(&sp->streams, 1);
+	if (zp_framer_init(&w->f, (enum zp_framing)ctx->cfg->framing,
+	    ctx->cfg->max_frame) == -1) {
+		errno = EINVAL;
+		goto fail;
+	}
+	if ((w->box = spool_io_box_new(ctx, writer_io_cb, w)) == NULL) {
+		errno = ENOMEM;
+		goto fail;
+	}
+	if (spool_writer_open(w, 1) == -1) {
+		if (errno == ENOSPC)
+			spool_add(&sp->refused, 1);
+		goto fail;
+	}
+	/* No pipe to be had: read and write, as copy mode does. */
+	if (ctx->pool != NULL && zp_pipepool_get(ctx->pool, &w->pipe) == -1)
+		w->pipe.rfd = w->pipe.wfd = -1;
+	if ((w->rev = event_new(ctx->base, fd, EV_READ | EV_PERSIST,
+	    spool_writer_read_cb, w)) == NULL ||
+	    (w->timer = event_new(ctx->base, -1, EV_PERSIST, writer_timer_cb,
+	    w)) == NULL || event_add(w->timer, timercmp(&sync, &tv, <) ?
+	    &sync : &tv) == -1) {
+		errno = ENOMEM;
+		goto fail;
+	}
+	/* The reading begins once the file is open (writer_opened). */
+	return w;
+fail:
+	err = errno;
+	zp_spool_writer_free(w);
+	errno = err;
+	return NULL;
+}
+
+int
+zp_spool_writer_prefix(struct zp_spool_writer *w, const void *buf,
+    size_t len, const struct zp_framer *cutting)
+{
+	if (cutting != NULL) {
+		/* Nothing was held: the frame's rest is still in the socket. */
+		assert(len == 0);
+		w->f = *cutting;
+		w->skip = 1;
+		return 0;
+	}
+	if (len == 0)
+		return 0;
+	(void)zp_framer_feed(&w->f, buf, len);
+	return spool_writer_give(w, buf, len);
+}
+
+uint64_t
+zp_spool_writer_cut(const struct zp_spool_writer *w)
+{
+	return w->cut;
+}
+
+uint64_t
+zp_spool_writer_bytes(const struct zp_spool_writer *w)
+{
+	return w->bytes;
+}
+
+/*
+ * An answer that came back for a writer being freed: a file it asked
+ * for gets what was held for it and goes to be closed.
+ */
+static void
+writer_dispose(struct zp_spool_writer *w, struct io_req *r, int whole)
+{
+	size_t	n = 0;
+
+	if (r->kind != IO_OPEN || r->err != 0) {
+		free(r);
+		return;
+	}
+	/* A write into an open file, as the writer's own. */
+	if (w->nheld > 0 && spool_io_write(w->sp, r->fd, w->held, w->nheld,
+	    1) == 0)
+		n = w->nheld;
+	r->kind = IO_CLOSE;
+	r->box = NULL;
+	r->whole = whole;
+	r->fsize = (uint64_t)r->hdrlen + n;
+	r->fhdr = (uint64_t)r->hdrlen;
+	spool_io_post(w->sp, r);
+}
+
+void
+zp_spool_writer_free(struct zp_spool_writer *w)
+{
+	struct io_box	*box;
+	struct io_req	*r;
+	struct event	*ev;
+	int		 whole, n = 0, answered = 0;
+
+	if (w == NULL)
+		return;
+	/* The stream ends where it is: what it gave is kept. */
+	whole = spool_writer_at_boundary(w);
+	if (!w->finished)
+		spool_writer_close_file(w, whole);
+	if ((box = w->box) != NULL) {
+		/*
+		 * Answers from now on are the I/O thread's to dispose of: a
+		 * file still being opened gets what was held for it there,
+		 * unless its answer is in already (then it is done here).
+		 */
+		pthread_mutex_lock(&box->mu);
+		ev = box->ev;
+		box->ev = NULL;
+		STAILQ_FOREACH(r, &box->done, entry)
+			if (r->kind == IO_OPEN)
+				answered = 1;
+		if (w->opening && !answered) {
+			box->orphan = w->held;
+			box->norphan = w->nheld;
+			box->orphan_whole = whole;
+			w->held = NULL;
+			w->nheld = 0;
+		}
+		pthread_mutex_unlock(&box->mu);
+		/* ev is NULL in the box: the I/O thread posts it no more. */
+		zp_wake_forget(box->wake, ev);
+		event_free(ev);
+		while ((r = spool_io_pop(&box->mu, &box->done)) != NULL) {
+			writer_dispose(w, r, whole);
+			n++;
+		}
+		spool_io_box_put(box, 1 + n);
+	}
+	if (w->rev != NULL)
+		event_free(w->rev);
+	if (w->timer != NULL)
+		event_free(w->timer);
+	if (w->pipe.rfd != -1)
+		zp_pipepool_put(w->ctx->pool, &w->pipe);
+	zp_buf_put(&w->ctx->bufs, w->buf, w->bufsize);
+	free(w->held);
+	free(w->creq);
+	spool_add(&w->sp->streams, -1);
+	free(w);
+}
+
+/* The delimiter of a delimited framing, or -1. */
+static int
+writer_delim(const struct zp_spool_writer *w)
+{
+	switch (zp_framer_kind(&w->f)) {
+	case ZP_FRAMING_LF:
+		return '\n';
+	case ZP_FRAMING_NUL:
+		return '\0';
+	default:
+		return -1;
+	}
+}
+
+/*
+ * Is the stream at a frame boundary now? The framer knows when it saw
+ * the bytes; after a spliced (blind) stretch of a delimited stream, its
+ * last byte says (writer_splice keeps it): a delimiter ends a frame. A
+ * stream whose framing failed is plain bytes: any point will do.
+ */
+int
+spool_writer_at_boundary(struct zp_spool_writer *w)
+{
+	int	delim = writer_delim(w);
+	int	some = w->fd != -1 ? w->fsize > w->hdrlen : w->nheld > 0;
+
+	/* Dropping a frame's rest: what the file holds ends whole. */
+	if (w->skip || zp_framer_error(&w->f, NULL) != NULL ||
+	    zp_framer_at_boundary(&w->f))
+		return 1;
+	if (delim == -1 || !some || w->last != delim)
+		return 0;
+	/* Known again: follow it exactly from here. */
+	(void)zp_framer_resume(&w->f, zp_framer_kind(&w->f),
+	    w->ctx->cfg->max_frame, zp_framer_offset(&w->f), 1);
+	return 1;
+}
+/* Should the open file be closed at the next boundary? */
+int
+spool_writer_due(struct zp_spool_writer *w)
+{
+	struct timeval	now, dt;
+
+	if (w->fd == -1 || w->fsize <= w->hdrlen)
+		return 0;
+	if (w->fsize >= ZP_SPOOL_FILE_MAX)
+		return 1;
+	zp_clock_now(&now);
+	timersub(&now, &w->fopened, &dt);
+	if (dt.tv_sec * 1000 + dt.tv_usec / 1000 < ZP_SPOOL_FILE_AGE_MS)
+		return 0;
+	/* Old enough to send: worth closing if some upstream may take it. */
+	return spool_upstream_up(w->ctx);
+}
 /* n bytes of the stream went into the file. */
 static void
 writer_wrote(struct zp_spool_writer *w, size_t n)
@@ -1356,12 +1278,12 @@ writer_wrote(struct zp_spool_writer *w, size_t n)
 	w->fsize += n;
 	w->bytes += n;
 	w->dirty = 1;
-	add(&w->sp->bytes, (int64_t)n);
-	add(&w->sp->spooled, (int64_t)n);
+	spool_add(&w->sp->bytes, (int64_t)n);
+	spool_add(&w->sp->spooled, (int64_t)n);
 }
 
-static int
-write_all(struct zp_spool_writer *w, const char *b, size_t n)
+int
+spool_writer_write(struct zp_spool_writer *w, const char *b, size_t n)
 {
 	ssize_t	wr;
 
@@ -1388,8 +1310,8 @@ write_all(struct zp_spool_writer *w, const char *b, size_t n)
  * n bytes of the stream for the file: written, or held while the file
  * is being opened. Returns 0, or -1 with errno.
  */
-static int
-writer_give(struct zp_spool_writer *w, const char *b, size_t n)
+int
+spool_writer_give(struct zp_spool_writer *w, const char *b, size_t n)
 {
 	size_t	 cap;
 	char	*h;
@@ -1398,7 +1320,7 @@ writer_give(struct zp_spool_writer *w, const char *b, size_t n)
 		return 0;
 	w->last = (unsigned char)b[n - 1];
 	if (w->fd != -1)
-		return write_all(w, b, n);
+		return spool_writer_write(w, b, n);
 	assert(w->opening);
 	if (w->nheld + n > w->heldcap) {
 		cap = w->heldcap * 2 > w->nheld + n ? w->heldcap * 2 :
@@ -1430,7 +1352,7 @@ writer_splice(struct zp_spool_writer *w, size_t max)
 		return n;
 	/*
 	 * A delimited stream's last byte says whether it stopped at a
-	 * boundary (writer_at_boundary): it is taken out of the pipe and
+	 * boundary (spool_writer_at_boundary): it is taken out of the pipe and
 	 * written, not read back from the file afterwards.
 	 */
 	tail = writer_delim(w) != -1 ? 1 : 0;
@@ -1461,7 +1383,7 @@ writer_splice(struct zp_spool_writer *w, size_t max)
 			w->pipe.data = 1;
 			return -1;
 		}
-		if (write_all(w, (const char *)&c, 1) == -1)
+		if (spool_writer_write(w, (const char *)&c, 1) == -1)
 			return -1;
 		w->last = c;
 	}
@@ -1511,62 +1433,26 @@ writer_copy(struct zp_spool_writer *w, int due)
 	len = (size_t)n - drop;
 	if (due && (cut = zp_framer_next(&w->f, b, len)) > 0) {
 		(void)zp_framer_feed(&w->f, b, cut);
-		if (writer_give(w, b, cut) == -1)
+		if (spool_writer_give(w, b, cut) == -1)
 			return -1;
-		writer_close_file(w, 1);
-		if (writer_open(w, 0) == -1)
+		spool_writer_close_file(w, 1);
+		if (spool_writer_open(w, 0) == -1)
 			return -1;
 	}
 	(void)zp_framer_feed(&w->f, b + cut, len - cut);
-	if (writer_give(w, b + cut, len - cut) == -1)
+	if (spool_writer_give(w, b + cut, len - cut) == -1)
 		return -1;
 	return n;
 }
 
-static void
-writer_want_read(struct zp_spool_writer *w, int on)
+void
+spool_writer_want_read(struct zp_spool_writer *w, int on)
 {
 	if (on == w->ron)
 		return;
 	if (on ? event_add(w->rev, NULL) : event_del(w->rev))
 		return;
 	w->ron = on;
-}
-
-/*
- * The stream is over (err 0: the client's EOF): its file is closed, and
- * once the I/O thread has done so, the pair is told (the end says
- * whether it went well). Returns 1 when done() ran (w is gone), 0 when
- * an answer still has to come back.
- */
-static int
-writer_finish(struct zp_spool_writer *w, int err)
-{
-	if (!w->ending) {
-		w->ending = 1;
-		w->end_err = err;
-		w->end_disk = err != 0 && w->disk;
-	}
-	writer_want_read(w, 0);
-	/* Its file comes (writer_opened), and gets what was held. */
-	if (w->opening)
-		return 0;
-	writer_close_file(w, writer_at_boundary(w));
-	if (w->closing > 0)
-		return 0;
-	w->finished = 1;
-	w->done(w->arg, w->end_err == 0 ? ZP_SPOOL_ENDED : w->end_disk ?
-	    ZP_SPOOL_DISK_FAILED : ZP_SPOOL_CLIENT_FAILED, w->end_err);
-	return 1;
-}
-
-/* At a boundary: the file goes to be sent, nothing more is read. */
-static void
-writer_stop(struct zp_spool_writer *w)
-{
-	writer_want_read(w, 0);
-	w->phase = W_STOPPED;
-	writer_close_file(w, 1);
 }
 
 /*
@@ -1592,15 +1478,15 @@ writer_seek(struct zp_spool_writer *w)
 	if (n <= 0)
 		return n;
 	(void)zp_framer_feed(&w->f, w->buf, (size_t)n);
-	if (writer_give(w, w->buf, (size_t)n) == -1)
+	if (spool_writer_give(w, w->buf, (size_t)n) == -1)
 		return -1;
 	if (cut > 0 && (size_t)n == cut)
-		writer_stop(w);
+		spool_writer_stop(w);
 	return n;
 }
 
-static void
-writer_pump(struct zp_spool_writer *w)
+void
+spool_writer_pump(struct zp_spool_writer *w)
 {
 	size_t	moved = 0, budget = w->ctx->budget;
 	ssize_t	n;
@@ -1610,27 +1496,28 @@ writer_pump(struct zp_spool_writer *w)
 	if (w->phase != W_SEEKING && !spool_room(w->sp)) {
 		/* Full: the client waits in its socket; the timer looks. */
 		w->paused = 1;
-		writer_want_read(w, 0);
+		spool_writer_want_read(w, 0);
 		return;
 	}
 	w->paused = 0;
 	while (moved < budget && w->phase != W_STOPPED) {
-		if ((due = writer_due(w)) && writer_at_boundary(w)) {
-			writer_close_file(w, 1);
+		if ((due = spool_writer_due(w)) &&
+		    spool_writer_at_boundary(w)) {
+			spool_writer_close_file(w, 1);
 			due = 0;
 		}
 		if (w->fd == -1) {
-			if (!w->opening && writer_open(w, 1) == -1) {
+			if (!w->opening && spool_writer_open(w, 1) == -1) {
 				if (errno == ENOSPC) {
 					w->paused = 1;
-					writer_want_read(w, 0);
+					spool_writer_want_read(w, 0);
 					return;
 				}
-				(void)writer_finish(w, errno);
+				(void)spool_writer_finish(w, errno);
 				return;
 			}
 			/* Its answer reads on (writer_opened). */
-			writer_want_read(w, 0);
+			spool_writer_want_read(w, 0);
 			return;
 		}
 		blind = w->pipe.rfd != -1 && !due && !w->skip &&
@@ -1638,7 +1525,7 @@ writer_pump(struct zp_spool_writer *w)
 		    zp_framer_error(&w->f, NULL) != NULL);
 		if ((!blind || w->phase == W_SEEKING) && w->buf == NULL &&
 		    writer_buf(w) == -1) {
-			(void)writer_finish(w, errno);
+			(void)spool_writer_finish(w, errno);
 			return;
 		}
 		if (w->phase == W_SEEKING)
@@ -1652,326 +1539,70 @@ writer_pump(struct zp_spool_writer *w)
 			continue;
 		}
 		if (n == 0)
-			(void)writer_finish(w, 0);
+			(void)spool_writer_finish(w, 0);
 		else if (errno != EAGAIN)
-			(void)writer_finish(w, errno);
+			(void)spool_writer_finish(w, errno);
 		return;
 	}
-}
-
-static void
-writer_read_cb(evutil_socket_t fd, short what, void *arg)
-{
-	writer_pump(arg);
-}
-
-/* The file asked for is open: what waited for it goes in first. */
-static int
-writer_opened(struct zp_spool_writer *w, struct io_req *r)
-{
-	size_t	n = w->nheld;
-	int	err = r->err;
-
-	w->opening = 0;
-	if (err != 0) {
-		zp_log(w->ctx->log, ZP_LOG_WARN, "spool: cannot create %s: "
-		    "%s", r->name, strerror(err));
-		free(r);
-		return writer_finish(w, err);
-	}
-	w->creq = r;
-	w->fd = r->fd;
-	w->fsize = w->hdrlen = (uint64_t)r->hdrlen;
-	zp_clock_now(&w->fopened);
-	w->dirty = 1;
-	w->disk = 0;
-	w->nheld = 0;
-	if (n > 0 && write_all(w, w->held, n) == -1)
-		return writer_finish(w, errno);
-	if (w->ending)
-		return writer_finish(w, w->end_err);
-	if (!w->paused && w->phase != W_STOPPED)
-		writer_want_read(w, 1);
-	return 0;
-}
-
-/*
- * An answer of the I/O thread's for w (r is then w's: kept or freed).
- * Returns 1 when done() ran (w is gone).
- */
-static int
-writer_answer(struct zp_spool_writer *w, struct io_req *r)
-{
-	int	err = r->err;
-
-	switch (r->kind) {
-	case IO_OPEN:
-		return writer_opened(w, r);
-	case IO_SYNC:
-		free(r);
-		w->syncing = 0;
-		if (err != 0 && !w->ending) {
-			w->disk = 1;
-			return writer_finish(w, err);
-		}
-		return 0;
-	case IO_CLOSE:
-		free(r);
-		w->closing--;
-		if (err != 0 && !w->ending) {
-			w->disk = 1;
-			return writer_finish(w, err);
-		}
-		/* The client's EOF, then a failed close: the spool's fault. */
-		if (err != 0 && w->end_err == 0) {
-			w->end_err = err;
-			w->end_disk = 1;
-		}
-		return w->ending ? writer_finish(w, w->end_err) : 0;
-	case IO_GONE:
-		w->asking = 0;
-		w->delivered = r->from - 1 + r->gone;
-		free(r);
-		return w->ending ? 0 : writer_live_step(w);
-	case IO_STOP:
-		break;
-	}
-	free(r);
-	return 0;
-}
-
-/* The I/O thread answered: in w's loop. */
-static void
-writer_io_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct zp_spool_writer	*w = arg;
-	struct io_req		*r;
-
-	while ((r = io_pop(&w->box->mu, &w->box->done)) != NULL) {
-		/* The writer holds a reference too: never the last. */
-		io_box_put(w->box, 1);
-		if (writer_answer(w, r))
-			return;
-	}
-}
-
-static void
-writer_timer_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct zp_spool_writer	*w = arg;
-	struct timeval		 now, dt, sync;
-	struct io_req		*r;
-
-	if (w->ending)
-		return;
-	zp_clock_now(&now);
-	sync = zp_seconds_tv(w->ctx->cfg->spool_sync);
-	timersub(&now, &w->synced, &dt);
-	/* One sync at a time: a slow disk does not pile them up. */
-	if (w->dirty && w->fd != -1 && !w->syncing &&
-	    !timercmp(&dt, &sync, <) && (r = writer_req(w, IO_SYNC)) !=
-	    NULL) {
-		w->syncing = 1;
-		w->dirty = 0;
-		w->synced = now;
-		io_post(w->sp, r);
-	}
-	/* An idle stream's old file goes when it ends a frame. */
-	if (writer_due(w) && writer_at_boundary(w))
-		writer_close_file(w, 1);
-	if (writer_live_step(w))
-		return;
-	if (w->paused && w->phase != W_STOPPED && spool_room(w->sp)) {
-		writer_want_read(w, 1);
-		writer_pump(w);
-	}
-}
-
-struct zp_spool_writer *
-zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
-    const struct zp_addr *client, const struct zp_addr *dst,
-    zp_spool_done_fn done, void *arg)
-{
-	struct zp_spool_writer	*w;
-	struct zp_spool		*sp = ctx_spool(ctx);
-	struct timeval		 tv = { 0, SPOOL_TICK_MS * 1000 }, now;
-	struct timeval		 sync = zp_seconds_tv(ctx->cfg->spool_sync);
-	int			 err;
-
-	if ((w = calloc(1, sizeof(*w))) == NULL)
-		return NULL;
-	w->ctx = ctx;
-	w->sp = sp;
-	w->sock = fd;
-	w->fd = -1;
-	w->pipe.rfd = w->pipe.wfd = -1;
-	w->conn = conn;
-	w->done = done;
-	w->arg = arg;
-	w->hdr.client = *client;
-	w->hdr.dst = *dst;
-	w->hdr.framing = ctx->cfg->framing;
-	zp_clock_now(&w->synced);
-	/* Wall time: the files' names and headers say when, for people. */
-	gettimeofday(&now, NULL);
-	w->hdr.started_ms = (uint64_t)now.tv_sec * 1000 +
-	    (uint64_t)now.tv_usec / 1000;
-	add(&sp->streams, 1);
-	if (zp_framer_init(&w->f, (enum zp_framing)ctx->cfg->framing,
-	    ctx->cfg->max_frame) == -1) {
-		errno = EINVAL;
-		goto fail;
-	}
-	if ((w->box = io_box_new(ctx, writer_io_cb, w)) == NULL) {
-		errno = ENOMEM;
-		goto fail;
-	}
-	if (writer_open(w, 1) == -1) {
-		if (errno == ENOSPC)
-			add(&sp->refused, 1);
-		goto fail;
-	}
-	/* No pipe to be had: read and write, as copy mode does. */
-	if (ctx->pool != NULL && zp_pipepool_get(ctx->pool, &w->pipe) == -1)
-		w->pipe.rfd = w->pipe.wfd = -1;
-	if ((w->rev = event_new(ctx->base, fd, EV_READ | EV_PERSIST,
-	    writer_read_cb, w)) == NULL ||
-	    (w->timer = event_new(ctx->base, -1, EV_PERSIST, writer_timer_cb,
-	    w)) == NULL || event_add(w->timer, timercmp(&sync, &tv, <) ?
-	    &sync : &tv) == -1) {
-		errno = ENOMEM;
-		goto fail;
-	}
-	/* The reading begins once the file is open (writer_opened). */
-	return w;
-fail:
-	err = errno;
-	zp_spool_writer_free(w);
-	errno = err;
-	return NULL;
-}
-
-int
-zp_spool_writer_prefix(struct zp_spool_writer *w, const void *buf,
-    size_t len, const struct zp_framer *cutting)
-{
-	if (cutting != NULL) {
-		/* Nothing was held: the frame's rest is still in the socket. */
-		assert(len == 0);
-		w->f = *cutting;
-		w->skip = 1;
-		return 0;
-	}
-	if (len == 0)
-		return 0;
-	(void)zp_framer_feed(&w->f, buf, len);
-	return writer_give(w, buf, len);
-}
-
-uint64_t
-zp_spool_writer_cut(const struct zp_spool_writer *w)
-{
-	return w->cut;
-}
-
-uint64_t
-zp_spool_writer_bytes(const struct zp_spool_writer *w)
-{
-	return w->bytes;
-}
-
-/*
- * An answer that came back for a writer being freed: a file it asked
- * for gets what was held for it and goes to be closed.
- */
-static void
-writer_dispose(struct zp_spool_writer *w, struct io_req *r, int whole)
-{
-	size_t	n = 0;
-
-	if (r->kind != IO_OPEN || r->err != 0) {
-		free(r);
-		return;
-	}
-	/* A write into an open file, as the writer's own. */
-	if (w->nheld > 0 && io_write(w->sp, r->fd, w->held, w->nheld, 1) ==
-	    0)
-		n = w->nheld;
-	r->kind = IO_CLOSE;
-	r->box = NULL;
-	r->whole = whole;
-	r->fsize = (uint64_t)r->hdrlen + n;
-	r->fhdr = (uint64_t)r->hdrlen;
-	io_post(w->sp, r);
 }
 
 void
-zp_spool_writer_free(struct zp_spool_writer *w)
+spool_writer_read_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct io_box	*box;
-	struct io_req	*r;
-	struct event	*ev;
-	int		 whole, n = 0, answered = 0;
-
-	if (w == NULL)
-		return;
-	/* The stream ends where it is: what it gave is kept. */
-	whole = writer_at_boundary(w);
-	if (!w->finished)
-		writer_close_file(w, whole);
-	if ((box = w->box) != NULL) {
-		/*
-		 * Answers from now on are the I/O thread's to dispose of: a
-		 * file still being opened gets what was held for it there,
-		 * unless its answer is in already (then it is done here).
-		 */
-		pthread_mutex_lock(&box->mu);
-		ev = box->ev;
-		box->ev = NULL;
-		STAILQ_FOREACH(r, &box->done, entry)
-			if (r->kind == IO_OPEN)
-				answered = 1;
-		if (w->opening && !answered) {
-			box->orphan = w->held;
-			box->norphan = w->nheld;
-			box->orphan_whole = whole;
-			w->held = NULL;
-			w->nheld = 0;
-		}
-		pthread_mutex_unlock(&box->mu);
-		/* ev is NULL in the box: the I/O thread posts it no more. */
-		zp_wake_forget(box->wake, ev);
-		event_free(ev);
-		while ((r = io_pop(&box->mu, &box->done)) != NULL) {
-			writer_dispose(w, r, whole);
-			n++;
-		}
-		io_box_put(box, 1 + n);
-	}
-	if (w->rev != NULL)
-		event_free(w->rev);
-	if (w->timer != NULL)
-		event_free(w->timer);
-	if (w->pipe.rfd != -1)
-		zp_pipepool_put(w->ctx->pool, &w->pipe);
-	zp_buf_put(&w->ctx->bufs, w->buf, w->bufsize);
-	free(w->held);
-	free(w->creq);
-	add(&w->sp->streams, -1);
-	free(w);
+	spool_writer_pump(arg);
 }
 
-/* ---- the sender ---------------------------------------------------- */
+/* How often a closing upstream is looked at. */
+#define SENDER_POLL_MS		20
+
+enum sender_phase {
+	SENDER_IDLE = 0,
+	SENDER_CONNECTING,
+	SENDER_SENDING,
+	SENDER_CLOSING,		/* FIN sent: wait for the ack and theirs */
+};
+
+/* One file on its way to an upstream (the main thread's). */
+struct zp_sender {
+	struct zp_spool		*sp;
+	enum sender_phase	 phase;
+	char			 name[ZP_SPOOL_NAME_MAX];
+	int			 file;
+	struct zp_connecting	 conn;		/* while SENDER_CONNECTING */
+	int			 sock;
+	struct event		*ev;
+	struct event		*timer;
+	off_t			 off;
+	off_t			 size;
+	off_t			 hdrlen;
+	off_t			 start;		/* this connection's first byte */
+	/* Checkpoints: how far the upstream has it, to a boundary. */
+	int			 ck_ok;		/* sent= can be written */
+	int			 delim;		/* lf, nul; -1: the framer */
+	off_t			 ck;		/* sent= says up to here */
+	struct timeval		 ck_at;
+	struct zp_framer	 fr;		/* octet, auto: fed up to fr_off */
+	off_t			 fr_off;
+	off_t			 fr_last;	/* its last boundary */
+	int			 up_idx;
+	struct zp_addr		 to;
+	struct timeval		 since;		/* the phase began */
+	int			 eof;		/* the upstream closed */
+};
+
+static void	sender_checkpoint(struct zp_sender *);
+static void	sender_ck_cb(evutil_socket_t, short, void *);
+static void	spool_probe(struct zp_spool *);
 
 static int
 sender_key_busy(const struct zp_spool *sp, const char *name)
 {
-	size_t	kl = name_key_len(name);
+	size_t	kl = spool_name_key_len(name);
 	int	i;
 
 	for (i = 0; i < sp->nsenders; i++)
 		if (sp->senders[i].phase != SENDER_IDLE &&
-		    name_key_len(sp->senders[i].name) == kl &&
+		    spool_name_key_len(sp->senders[i].name) == kl &&
 		    strncmp(sp->senders[i].name, name, kl) == 0)
 			return 1;
 	return 0;
@@ -2052,10 +1683,10 @@ sender_delivered(struct zp_sender *s)
 		sender_fail(s, errno, "unlink");
 		return;
 	}
-	add(&sp->files, -1);
-	add(&sp->bytes, -(int64_t)s->size);
-	add(&sp->replayed, (int64_t)(s->size - s->start));
-	add(&sp->delivered, 1);
+	spool_add(&sp->files, -1);
+	spool_add(&sp->bytes, -(int64_t)s->size);
+	spool_add(&sp->replayed, (int64_t)(s->size - s->start));
+	spool_add(&sp->delivered, 1);
 	zp_log(sp->ctx->log, ZP_LOG_NOTICE, "spool: %s delivered to %s "
 	    "(%lld bytes)", s->name, sender_to(s, to, sizeof(to)),
 	    (long long)(s->size - s->start));
@@ -2346,7 +1977,7 @@ sender_start(struct zp_sender *s, const char *name)
 	 * between the listing and the lock: not ours now.
 	 */
 	if ((s->file = openat(sp->dirfd, name, O_RDWR | O_CLOEXEC |
-	    O_NOFOLLOW)) == -1 || file_lock(s->file) == -1 ||
+	    O_NOFOLLOW)) == -1 || spool_file_lock(s->file) == -1 ||
 	    fstat(s->file, &st) == -1 || fstatat(sp->dirfd, name, &cur,
 	    AT_SYMLINK_NOFOLLOW) == -1 || cur.st_ino != st.st_ino ||
 	    cur.st_dev != st.st_dev) {
@@ -2360,8 +1991,8 @@ sender_start(struct zp_sender *s, const char *name)
 		zp_log(ctx->log, ZP_LOG_WARN, "spool: %s has no valid "
 		    "header; renamed .bad, not sent", name);
 		if (spool_rename(sp, name, "bad") == 0) {
-			add(&sp->files, -1);
-			add(&sp->bytes, -(int64_t)s->size);
+			spool_add(&sp->files, -1);
+			spool_add(&sp->bytes, -(int64_t)s->size);
 		}
 		sender_reset(s);
 		return 1;
@@ -2427,7 +2058,7 @@ sender_may(struct zp_spool *sp, int *probe)
 	struct timeval		 now, dt, wait;
 
 	*probe = 0;
-	if (upstream_up(ctx))
+	if (spool_upstream_up(ctx))
 		return 1;
 	zp_clock_now(&now);
 	timersub(&now, &sp->failed_at, &dt);
@@ -2489,8 +2120,8 @@ spool_probe(struct zp_spool *sp)
 }
 
 /* Every second, and when a file was delivered: start what may start. */
-static void
-sender_tick_cb(evutil_socket_t fd, short what, void *arg)
+void
+spool_sender_tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_spool	*sp = arg;
 	size_t		 i, kl, okl = 0;
@@ -2503,17 +2134,17 @@ sender_tick_cb(evutil_socket_t fd, short what, void *arg)
 	/* The gauges are counted again, whatever happens next. */
 	if (spool_scan(sp) == -1 || k == sp->nsenders || sp->nnames == 0 ||
 	    !sender_may(sp, &probe)) {
-		names_clear(sp);
+		spool_names_clear(sp);
 		return;
 	}
 	for (i = 0; i < sp->nnames && k < sp->nsenders; i++) {
 		const char	*name = sp->names[i];
 
-		kl = name_key_len(name);
+		kl = spool_name_key_len(name);
 		/* Only a stream's first file left; none still written. */
 		if ((other != NULL && kl == okl &&
 		    strncmp(other, name, kl) == 0) ||
-		    strcmp(name_suffix(name), "open") == 0 ||
+		    strcmp(spool_name_suffix(name), "open") == 0 ||
 		    sender_key_busy(sp, name)) {
 			other = name;
 			okl = kl;
@@ -2530,7 +2161,7 @@ sender_tick_cb(evutil_socket_t fd, short what, void *arg)
 		    SENDER_IDLE)
 			k++;
 	}
-	names_clear(sp);
+	spool_names_clear(sp);
 	/*
 	 * Nothing to send yet (files still written) while every upstream
 	 * looks down: see whether one is back, so that the writers may cut
@@ -2538,4 +2169,31 @@ sender_tick_cb(evutil_socket_t fd, short what, void *arg)
 	 */
 	if (probe && started == 0 && rc != -1)
 		spool_probe(sp);
+}
+
+int
+spool_senders_new(struct zp_spool *sp)
+{
+	int	i;
+
+	sp->nsenders = sp->ctx->cfg->spool_senders;
+	if ((sp->senders = calloc((size_t)sp->nsenders,
+	    sizeof(*sp->senders))) == NULL)
+		return -1;
+	for (i = 0; i < sp->nsenders; i++) {
+		sp->senders[i].sp = sp;
+		sp->senders[i].file = sp->senders[i].sock = -1;
+		zp_connecting_init(&sp->senders[i].conn);
+	}
+	return 0;
+}
+
+void
+spool_senders_free(struct zp_spool *sp)
+{
+	int	i;
+
+	for (i = 0; i < sp->nsenders; i++)
+		sender_reset(&sp->senders[i]);
+	free(sp->senders);
 }
