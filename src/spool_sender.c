@@ -432,26 +432,19 @@ sender_connect_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * Send file name (whole: its header checked) to the balancer's choice.
- * Returns 0 when it began, 1 when the file was skipped (gone, or set
- * aside: no header), -1 when no upstream could be tried (logged).
+ * Open file name for s, locked, and read its header into *h. Returns the
+ * header's length, or 0 when the file was skipped (gone, or set aside:
+ * no header), s reset.
  */
 static int
-sender_start(struct zp_sender *s, const char *name)
+sender_open(struct zp_sender *s, const char *name, struct zp_spool_hdr *h)
 {
 	struct zp_spool		*sp = s->sp;
-	struct zp_ctx		*ctx = sp->ctx;
-	struct zp_spool_hdr	 h;
 	struct stat		 st, cur;
-	struct timeval		 now, tv;
-	unsigned char		 tried[ZP_MAX_UPSTREAMS];
 	char			 b[ZP_SPOOL_HDR_MAX];
 	ssize_t			 n;
-	size_t			 na;
-	uint64_t		 at;
-	int			 rc, hl;
+	int			 hl;
 
-	snprintf(s->name, sizeof(s->name), "%s", name);
 	/*
 	 * Another sender has it (a takeover's other zproxy), or it went
 	 * between the listing and the lock: not ours now.
@@ -462,21 +455,36 @@ sender_start(struct zp_sender *s, const char *name)
 	    AT_SYMLINK_NOFOLLOW) == -1 || cur.st_ino != st.st_ino ||
 	    cur.st_dev != st.st_dev) {
 		sender_reset(s);
-		return 1;
+		return 0;
 	}
 	s->size = st.st_size;
 	n = pread(s->file, b, sizeof(b), 0);
-	if (n < 0 || (hl = zp_spool_hdr_parse(b, (size_t)n, &h)) <= 0) {
+	if (n < 0 || (hl = zp_spool_hdr_parse(b, (size_t)n, h)) <= 0) {
 		/* Not ours to send: set aside, no longer counted. */
-		zp_log(ctx->log, ZP_LOG_WARN, "spool: %s has no valid "
+		zp_log(sp->ctx->log, ZP_LOG_WARN, "spool: %s has no valid "
 		    "header; renamed .bad, not sent", name);
 		if (spool_rename(sp, name, "bad") == 0) {
 			spool_add(&sp->files, -1);
 			spool_add(&sp->bytes, -(int64_t)s->size);
 		}
 		sender_reset(s);
-		return 1;
+		return 0;
 	}
+	return hl;
+}
+
+/*
+ * Where s begins in file name, whose header h is hl bytes long: past it,
+ * and past what an upstream acknowledged before, to a boundary; and how
+ * its checkpoints will be found.
+ */
+static void
+sender_resume(struct zp_sender *s, const char *name,
+    const struct zp_spool_hdr *h, int hl)
+{
+	struct zp_ctx	*ctx = s->sp->ctx;
+	uint64_t	 at;
+
 	s->hdrlen = s->off = hl;
 	/*
 	 * Acknowledged before: a failed send, or a run that died. sent= is
@@ -484,27 +492,49 @@ sender_start(struct zp_sender *s, const char *name)
 	 * message would send the collector a torn one, so the resume is at
 	 * the boundary at or before it (a message twice rather than torn).
 	 */
-	if (h.sent > 0 && h.sent <= (uint64_t)(s->size - hl)) {
-		at = zp_spool_resume(s->file, hl, h.sent, h.framing,
+	if (h->sent > 0 && h->sent <= (uint64_t)(s->size - hl)) {
+		at = zp_spool_resume(s->file, hl, h->sent, h->framing,
 		    ctx->cfg->max_frame);
 		s->off += (off_t)at;
-		if (at != h.sent)
+		if (at != h->sent)
 			zp_log(ctx->log, ZP_LOG_WARN, "spool: %s: sent=%llu "
 			    "is not a message boundary; resumes after %llu "
 			    "bytes, the boundary before it", name,
-			    (unsigned long long)h.sent,
+			    (unsigned long long)h->sent,
 			    (unsigned long long)at);
 		else
 			zp_log(ctx->log, ZP_LOG_NOTICE, "spool: %s resumes "
 			    "after the %llu bytes an upstream had already",
-			    name, (unsigned long long)h.sent);
+			    name, (unsigned long long)h->sent);
 	}
 	s->start = s->ck = s->fr_off = s->fr_last = s->off;
 	zp_clock_now(&s->ck_at);
-	s->delim = h.framing == ZP_FRAMING_LF ? '\n' :
-	    h.framing == ZP_FRAMING_NUL ? '\0' : -1;
-	s->ck_ok = h.sent_fixed && zp_framer_init(&s->fr, h.framing,
+	s->delim = h->framing == ZP_FRAMING_LF ? '\n' :
+	    h->framing == ZP_FRAMING_NUL ? '\0' : -1;
+	s->ck_ok = h->sent_fixed && zp_framer_init(&s->fr, h->framing,
 	    ctx->cfg->max_frame) == 0;
+}
+
+/*
+ * Send file name (whole: its header checked) to the balancer's choice.
+ * Returns 0 when it began, 1 when the file was skipped (gone, or set
+ * aside: no header), -1 when no upstream could be tried (logged).
+ */
+static int
+sender_start(struct zp_sender *s, const char *name)
+{
+	struct zp_spool		*sp = s->sp;
+	struct zp_ctx		*ctx = sp->ctx;
+	struct zp_spool_hdr	 h;
+	struct timeval		 now, tv;
+	unsigned char		 tried[ZP_MAX_UPSTREAMS];
+	size_t			 na;
+	int			 rc, hl;
+
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	if ((hl = sender_open(s, name, &h)) == 0)
+		return 1;
+	sender_resume(s, name, &h, hl);
 	memset(tried, 0, sizeof(tried));
 	zp_clock_now(&now);
 	s->since = now;
