@@ -32,11 +32,10 @@ struct zp_ctx;
 struct zp_sender;
 struct zp_wake;
 
-/* How often the sender looks for files, and at a closing upstream. */
+/* How often the senders look for files (spool_sender_tick_cb). */
 #define SENDER_TICK_MS		1000
 /* How often the file system's free space is looked at, at most. */
 #define SPOOL_FREE_MS		100
-
 
 /*
  * What the I/O thread is asked to do (io_run). A writer's requests carry

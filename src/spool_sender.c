@@ -42,7 +42,7 @@ enum sender_phase {
 	SENDER_CLOSING,		/* FIN sent: wait for the ack and theirs */
 };
 
-/* One file on its way to an upstream (the main thread's). */
+/* One file on its way to an upstream (the I/O thread's). */
 struct zp_sender {
 	struct zp_spool		*sp;
 	enum sender_phase	 phase;
