@@ -1,7 +1,7 @@
 /*
  * test_spool.c - unit tests for the spool's file header and names
- * (spool.c): what a restarted zproxy, or another one, reads back from a
- * file to send it on.
+ * (spool_hdr.c) and its resume point (spool_sender.c): what a restarted
+ * zproxy, or another one, reads back from a file to send it on.
  */
 
 #ifndef _GNU_SOURCE
