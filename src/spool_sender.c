@@ -686,10 +686,11 @@ spool_senders_new(struct zp_spool *sp)
 {
 	int	i;
 
-	sp->nsenders = sp->ctx->cfg->spool_senders;
-	if ((sp->senders = calloc((size_t)sp->nsenders,
+	if ((sp->senders = calloc((size_t)sp->ctx->cfg->spool_senders,
 	    sizeof(*sp->senders))) == NULL)
 		return -1;
+	/* Counted once they exist: spool_senders_free() walks them. */
+	sp->nsenders = sp->ctx->cfg->spool_senders;
 	for (i = 0; i < sp->nsenders; i++) {
 		sp->senders[i].sp = sp;
 		sp->senders[i].file = sp->senders[i].sock = -1;
