@@ -381,8 +381,8 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	memset(&rec, 0, sizeof(rec));
 	rec.id = p->id;
 	rec.client = zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf));
-	if (p->peer_addr.len > 0)
-		rec.peer = zp_addr_str(&p->peer_addr, pbuf, sizeof(pbuf));
+	if (p->px != NULL && p->px->peer_addr.len > 0)
+		rec.peer = zp_addr_str(&p->px->peer_addr, pbuf, sizeof(pbuf));
 	rec.upstream = ubuf;
 	if (p->dst.len > 0)
 		rec.dst = zp_addr_str(&p->dst, dbuf, sizeof(dbuf));
@@ -449,6 +449,8 @@ pair_free_parts(struct zp_pair *p)
 	p->up.fr = NULL;
 	free(p->hdr);
 	p->hdr = NULL;
+	free(p->px);
+	p->px = NULL;
 	zp_spool_writer_free(p->spool);
 	p->spool = NULL;
 	pair_connect_release(p);

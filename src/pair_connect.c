@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <event2/event.h>
 
@@ -32,6 +33,7 @@
 #define ZP_SHED_RETRY_MS	5
 
 static int	pair_connect_next(struct zp_pair *) ZP_MAY_FREE;
+static void	pair_dial_end(struct zp_pair *);
 
 /*
  * Write the PROXY header before any client byte, and leave it in hdr
@@ -50,9 +52,10 @@ pair_send_proxy(struct zp_pair *p, char *hdr, size_t *hlen)
 	 * --tproxy or after a redirect, where the client meant.
 	 */
 	memset(&local, 0, sizeof(local));
-	if (p->proxy_dst.len > 0) {
-		memcpy(&local, &p->proxy_dst.ss, sizeof(p->proxy_dst.ss));
-		len = p->proxy_dst.len;
+	if (p->px != NULL && p->px->proxy_dst.len > 0) {
+		memcpy(&local, &p->px->proxy_dst.ss,
+		    sizeof(p->px->proxy_dst.ss));
+		len = p->px->proxy_dst.len;
 	} else if (p->dst.len > 0)
 		memcpy(&local, &p->dst.ss, sizeof(p->dst.ss));
 	else if (getsockname(p->client.fd, (struct sockaddr *)&local,
@@ -116,7 +119,8 @@ pair_connected(struct zp_pair *p)
 	size_t			 hlen = 0;
 
 	/* As connected: a re-resolution may have changed the list since. */
-	p->up_addr = p->connecting_addr;
+	p->up_addr = p->dial->addr;
+	pair_dial_end(p);
 	zp_clock_now(&now);
 	zp_upstream_report(ctx->ups, (size_t)p->up_idx, 1, 0, &now);
 	zp_upstream_acquire(ctx->ups, (size_t)p->up_idx);
@@ -167,7 +171,7 @@ pair_connect_failed(struct zp_pair *p, int err)
 {
 	zp_connecting_cancel(&p->conn);
 	p->connect_err = err;
-	p->addr_idx++;
+	p->dial->addr_idx++;
 	return pair_connect_next(p);
 }
 
@@ -180,9 +184,9 @@ pair_set_waiting(struct zp_pair *p, int on)
 {
 	struct zp_ctx	*ctx = p->ctx;
 
-	if (p->waiting == on)
+	if (p->dial == NULL || p->dial->waiting == on)
 		return;
-	p->waiting = on;
+	p->dial->waiting = on;
 	if (on)
 		ctx->stats.conns_waiting++;
 	else
@@ -192,14 +196,36 @@ pair_set_waiting(struct zp_pair *p, int on)
 	zp_ctx_changed(ctx);
 }
 
+/*
+ * The connect phase's state, made when a pair begins to connect (at its
+ * start, after a move, after its spool); NULL when out of memory.
+ */
+struct pair_dial *
+pair_dial(struct zp_pair *p)
+{
+	if (p->dial == NULL)
+		p->dial = calloc(1, sizeof(*p->dial));
+	return p->dial;
+}
+
+/* The connect phase is over (connected, or the pair ends): free it. */
+static void
+pair_dial_end(struct zp_pair *p)
+{
+	if (p->dial == NULL)
+		return;
+	pair_set_waiting(p, 0);
+	if (p->dial->retry != NULL)
+		event_free(p->dial->retry);
+	free(p->dial);
+	p->dial = NULL;
+}
+
 /* Free what the connect phase holds; zp_pair_close() calls this. */
 void
 pair_connect_release(struct zp_pair *p)
 {
-	pair_set_waiting(p, 0);
-	if (p->retry != NULL)
-		event_free(p->retry);
-	p->retry = NULL;
+	pair_dial_end(p);
 	zp_connecting_cancel(&p->conn);
 }
 
@@ -231,7 +257,7 @@ pair_wait_log(struct zp_pair *p, int err)
 	    zp_upstream_label(ctx->ups, (size_t)p->up_idx, ubuf,
 	    sizeof(ubuf)),
 	    strerror(err), ctx->cfg->connect_timeout,
-	    (unsigned long long)ctx->stats.conns_waiting + !p->waiting);
+	    (unsigned long long)ctx->stats.conns_waiting + !p->dial->waiting);
 }
 
 /* The pause after a local fault is over: the same address again. */
@@ -241,8 +267,8 @@ pair_retry_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_pair		*p = arg;
 
 	/* A re-resolution may have shortened the list meanwhile. */
-	if (p->addr_idx >= pair_naddrs(p))
-		p->addr_idx = 0;
+	if (p->dial->addr_idx >= pair_naddrs(p))
+		p->dial->addr_idx = 0;
 	if (pair_connect_next(p) == 0)
 		pair_check(p);
 }
@@ -268,22 +294,22 @@ pair_connect_wait(struct zp_pair *p, int err)
 	ctx->stats.local_errors++;
 	p->connect_err = err;
 	zp_clock_now(&now);
-	if (!timerisset(&p->retry_until)) {
+	if (!timerisset(&p->dial->retry_until)) {
 		tv = zp_seconds_tv(ctx->cfg->connect_timeout);
-		timeradd(&now, &tv, &p->retry_until);
+		timeradd(&now, &tv, &p->dial->retry_until);
 		pair_wait_log(p, err);
 	}
-	if (!timercmp(&now, &p->retry_until, <)) {
+	if (!timercmp(&now, &p->dial->retry_until, <)) {
 		ctx->stats.conns_local_failed++;
 		zp_pair_close(p, ZP_END_LOCAL_RESOURCE);
 		return 1;
 	}
-	timersub(&p->retry_until, &now, &tv);
+	timersub(&p->dial->retry_until, &now, &tv);
 	if (timercmp(&tv, &pause, >))
 		tv = pause;
-	if (p->retry == NULL)
-		p->retry = evtimer_new(ctx->base, pair_retry_cb, p);
-	if (p->retry == NULL || evtimer_add(p->retry, &tv) == -1) {
+	if (p->dial->retry == NULL)
+		p->dial->retry = evtimer_new(ctx->base, pair_retry_cb, p);
+	if (p->dial->retry == NULL || evtimer_add(p->dial->retry, &tv) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
 		return 1;
 	}
@@ -302,9 +328,9 @@ pair_shed_wait(struct zp_pair *p)
 {
 	struct timeval	tv = { 0, ZP_SHED_RETRY_MS * 1000 };
 
-	if (p->retry == NULL)
-		p->retry = evtimer_new(p->ctx->base, pair_retry_cb, p);
-	if (p->retry == NULL || evtimer_add(p->retry, &tv) == -1) {
+	if (p->dial->retry == NULL)
+		p->dial->retry = evtimer_new(p->ctx->base, pair_retry_cb, p);
+	if (p->dial->retry == NULL || evtimer_add(p->dial->retry, &tv) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
 		return 1;
 	}
@@ -377,8 +403,8 @@ pair_connect_next(struct zp_pair *p)
 				     ZP_SOURCE_CLIENT;
 	int			 flags = spoof ? ZP_CONNECT_TRANSPARENT : 0;
 
-	for (; p->addr_idx < pair_naddrs(p); p->addr_idx++) {
-		if ((a = pair_addr(p, p->addr_idx, &abuf)) == NULL)
+	for (; p->dial->addr_idx < pair_naddrs(p); p->dial->addr_idx++) {
+		if ((a = pair_addr(p, p->dial->addr_idx, &abuf)) == NULL)
 			break;
 		if (pair_source(p, a, &srcbuf, &src) == -1) {
 			/* Says why only when no address was tried at all. */
@@ -386,7 +412,7 @@ pair_connect_next(struct zp_pair *p)
 				p->connect_err = EAFNOSUPPORT;
 			continue;
 		}
-		p->addr_tried = 1;
+		p->dial->addr_tried = 1;
 		rc = zp_connecting_start(&p->conn, ctx->base, a, src, flags,
 		    &tv, pair_connect_cb, p);
 		/* Out of descriptors: stats clients give way to ours. */
@@ -414,7 +440,7 @@ pair_connect_next(struct zp_pair *p)
 			p->connect_err = errno;
 			continue;
 		}
-		p->connecting_addr = *a;
+		p->dial->addr = *a;
 		pair_sock_tune_upstream(ctx, p->conn.fd);
 		if (rc == 0) {
 			p->upstream.fd = zp_connecting_take(&p->conn);
@@ -429,7 +455,7 @@ pair_connect_next(struct zp_pair *p)
 	 * to the client's address, and whether it came back through this
 	 * host is the return path's doing, not the upstream's (DESIGN.md).
 	 */
-	if (p->addr_tried) {
+	if (p->dial->addr_tried) {
 		zp_upstream_connect_failed(ctx->ups, (size_t)p->up_idx);
 		if (!spoof || p->connect_err != ETIMEDOUT) {
 			zp_clock_now(&now);
@@ -454,18 +480,22 @@ pair_connect_upstream(struct zp_pair *p)
 	unsigned char	 tried[ZP_MAX_UPSTREAMS];
 	int		 idx = -1, retries = ctx->cfg->retries, i;
 
-	if (retries < 0 || p->attempts <= retries) {
+	if (pair_dial(p) == NULL) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return 1;
+	}
+	if (retries < 0 || p->dial->attempts <= retries) {
 		for (i = 0; i < ZP_MAX_UPSTREAMS; i++)
-			tried[i] = (p->tried >> i) & 1;
+			tried[i] = (p->dial->tried >> i) & 1;
 		zp_clock_now(&now);
 		idx = zp_upstream_pick(ctx->ups, &p->client_addr, tried, &now);
 	}
 	if (idx >= 0) {
-		p->tried |= (uint64_t)1 << idx;
-		p->attempts++;
+		p->dial->tried |= (uint64_t)1 << idx;
+		p->dial->attempts++;
 		p->up_idx = idx;
-		p->addr_idx = 0;
-		p->addr_tried = 0;
+		p->dial->addr_idx = 0;
+		p->dial->addr_tried = 0;
 		return pair_connect_next(p);
 	}
 	if (p->state == ZP_PAIR_MOVING && ctx->spool != NULL) {

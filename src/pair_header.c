@@ -38,17 +38,23 @@ header_done(struct zp_pair *p, const struct zp_proxy_info *info)
 	struct zp_ctx		*ctx = p->ctx;
 	struct zp_config	*cfg = ctx->cfg;
 	const struct sockaddr	*sa;
+	size_t			 hlen;
 
 	event_free(p->client.rev);
 	p->client.rev = NULL;
+	hlen = p->hdr->len;
 	free(p->hdr);
 	p->hdr = NULL;
 	if (!info->local) {
-		p->peer_addr = p->client_addr;
+		if ((p->px = calloc(1, sizeof(*p->px))) == NULL) {
+			zp_pair_close(p, ZP_END_NOMEM);
+			return 1;
+		}
+		p->px->peer_addr = p->client_addr;
 		/* The parser gives IPv4 or IPv6 (else it says local). */
 		(void)zp_addr_set(&p->client_addr,
 		    (const struct sockaddr *)&info->src, info->srclen);
-		(void)zp_addr_set(&p->proxy_dst,
+		(void)zp_addr_set(&p->px->proxy_dst,
 		    (const struct sockaddr *)&info->dst, info->dstlen);
 	}
 	if (zp_log_enabled(ctx->log, ZP_LOG_DEBUG)) {
@@ -57,7 +63,7 @@ header_done(struct zp_pair *p, const struct zp_proxy_info *info)
 		/* Not "conn=": scripts count those as connection lines. */
 		zp_log(ctx->log, ZP_LOG_DEBUG, "PROXY v%d header of "
 		    "connection %llu (%zu bytes): client=%s, %u TLVs%s%s%s%s%s",
-		    info->version, (unsigned long long)p->id, p->hdr_len,
+		    info->version, (unsigned long long)p->id, hlen,
 		    info->local ? "local" : zp_addr_str(&p->client_addr, cbuf,
 		    sizeof(cbuf)), info->ntlvs,
 		    info->crc32c ? ", crc32c ok" : "",
@@ -88,20 +94,21 @@ header_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_pair		*p = arg;
 	struct zp_proxy_info	 info;
+	struct pair_hdr		*h = p->hdr;
 	struct timeval		 now, left;
 	const char		*why = "malformed";
 	ssize_t			 n, hl, got;
 	size_t			 want;
 
 	if (what & EV_TIMEOUT) {
-		header_refuse(p, p->hdr_len == 0 ? "no header within "
+		header_refuse(p, h->len == 0 ? "no header within "
 		    "--proxy-timeout" : "header incomplete after "
 		    "--proxy-timeout");
 		return;
 	}
 	do {
-		n = recv(fd, p->hdr + p->hdr_len,
-		    ZP_PROXY_ACCEPT_MAX - p->hdr_len, MSG_PEEK);
+		n = recv(fd, h->buf + h->len, ZP_PROXY_ACCEPT_MAX - h->len,
+		    MSG_PEEK);
 	} while (n == -1 && errno == EINTR);
 	if (n == -1 && errno != EAGAIN) {
 		p->client.err = errno;
@@ -109,20 +116,19 @@ header_read_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (n == 0) {
-		header_refuse(p, p->hdr_len == 0 ? "closed before a header" :
+		header_refuse(p, h->len == 0 ? "closed before a header" :
 		    "closed inside the header");
 		return;
 	}
 	if (n > 0) {
-		hl = zp_proxy_parse(p->hdr, p->hdr_len + (size_t)n, &info,
-		    &why);
+		hl = zp_proxy_parse(h->buf, h->len + (size_t)n, &info, &why);
 		if (hl == -1) {
 			header_refuse(p, why);
 			return;
 		}
-		want = hl == 0 ? (size_t)n : (size_t)hl - p->hdr_len;
+		want = hl == 0 ? (size_t)n : (size_t)hl - h->len;
 		do {
-			got = recv(fd, p->hdr + p->hdr_len, want, 0);
+			got = recv(fd, h->buf + h->len, want, 0);
 		} while (got == -1 && errno == EINTR);
 		if (got != (ssize_t)want) {
 			/* What was peeked is there: only a reset takes it. */
@@ -130,7 +136,7 @@ header_read_cb(evutil_socket_t fd, short what, void *arg)
 			zp_pair_close(p, zp_half_end(&p->client, 1));
 			return;
 		}
-		p->hdr_len += want;
+		h->len += want;
 		if (hl > 0) {
 			if (header_done(p, &info) == 0)
 				pair_check(p);
@@ -138,11 +144,11 @@ header_read_cb(evutil_socket_t fd, short what, void *arg)
 		}
 	}
 	zp_clock_now(&now);
-	if (!timercmp(&now, &p->hdr_deadline, <)) {
+	if (!timercmp(&now, &h->deadline, <)) {
 		header_refuse(p, "header incomplete after --proxy-timeout");
 		return;
 	}
-	timersub(&p->hdr_deadline, &now, &left);
+	timersub(&h->deadline, &now, &left);
 	if (event_add(p->client.rev, &left) == -1)
 		zp_pair_close(p, ZP_END_NOMEM);
 }
@@ -159,10 +165,14 @@ pair_header_start(struct zp_pair *p)
 
 	pair_set_state(p, ZP_PAIR_HEADER);
 	tv = zp_seconds_tv(ctx->cfg->proxy_timeout);
+	if ((p->hdr = malloc(sizeof(*p->hdr))) == NULL) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return 1;
+	}
+	p->hdr->len = 0;
 	zp_clock_now(&now);
-	timeradd(&now, &tv, &p->hdr_deadline);
-	if ((p->hdr = malloc(ZP_PROXY_ACCEPT_MAX)) == NULL ||
-	    (p->client.rev = event_new(ctx->base, p->client.fd, EV_READ,
+	timeradd(&now, &tv, &p->hdr->deadline);
+	if ((p->client.rev = event_new(ctx->base, p->client.fd, EV_READ,
 	    header_read_cb, p)) == NULL ||
 	    event_add(p->client.rev, &tv) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);

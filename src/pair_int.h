@@ -14,6 +14,7 @@
 #include "config.h"
 #include "connect.h"
 #include "pair.h"
+#include "proxyproto.h"
 #include "relay.h"
 
 struct zp_ctx;
@@ -64,42 +65,68 @@ struct pair_mv {
 	struct event		*retire_timer;	/* --drain-timeout */
 };
 
-/* zp_pair.tried is a bit set of the upstreams. */
-_Static_assert(ZP_MAX_UPSTREAMS <= 64, "zp_pair.tried holds 64 upstreams");
+/*
+ * --accept-proxy: the header being read (HEADER state only, freed once
+ * it is whole), and what a header that named a client leaves for the
+ * pair's life.
+ */
+struct pair_hdr {
+	size_t			 len;		/* bytes taken so far */
+	struct timeval		 deadline;	/* --proxy-timeout */
+	unsigned char		 buf[ZP_PROXY_ACCEPT_MAX];
+};
+
+struct pair_proxied {
+	struct zp_addr		 peer_addr;	/* the balancer that sent it */
+	struct zp_addr		 proxy_dst;	/* the header's destination */
+};
+
+/*
+ * The connect phase (at the start, after a move, after the spool): made
+ * by pair_dial(), freed once connected or with the pair.
+ */
+struct pair_dial {
+	uint64_t		 tried;		/* bit i: upstream i was tried */
+	int			 attempts;	/* upstreams tried */
+	int			 addr_tried;	/* one was (not skipped by --source) */
+	size_t			 addr_idx;	/* its address being tried */
+	struct zp_addr		 addr;		/* the one a connect is on */
+	struct event		*retry;		/* after a local fault */
+	struct timeval		 retry_until;	/* local faults' deadline */
+	int			 waiting;	/* retry is armed */
+};
+
+/* pair_dial.tried is a bit set of the upstreams. */
+_Static_assert(ZP_MAX_UPSTREAMS <= 64, "pair_dial.tried holds 64 upstreams");
 
 struct zp_pair {
 	struct zp_ctx		*ctx;
 	uint64_t		 id;
 	enum zp_pair_state	 state;
+	unsigned		 source_counted:1; /* in ctx->sources */
+	unsigned		 shed_asked:1;	/* a worker out of descriptors
+						   asked the main thread to shed
+						   --stats clients, once */
+	unsigned		 linger_abort:1; /* gave up on a sending survivor */
+	unsigned		 move_log_due:1; /* said once its cut is done */
+	unsigned		 spool_live:1;	/* ... a stream that was live
+						   (its move found no upstream):
+						   it goes back as a move */
 	struct zp_half		 client;
 	struct zp_half		 upstream;
 	struct zp_dir		 up;		/* client -> upstream */
 	struct zp_dir		 down;		/* upstream -> client */
 	struct zp_mirror_set	*mir;		/* --mirror; up.mir too */
 	struct zp_addr		 client_addr;	/* the PROXY header's, if any */
-	struct zp_addr		 peer_addr;	/* the balancer that sent it */
-	struct zp_addr		 proxy_dst;	/* the header's destination */
-	int			 source_counted; /* in ctx->sources */
-	unsigned char		*hdr;		/* PROXY header bytes so far */
-	size_t			 hdr_len;
-	struct timeval		 hdr_deadline;	/* --proxy-timeout */
+	struct pair_proxied	*px;		/* a PROXY header's addresses */
+	struct pair_hdr		*hdr;		/* reading the header */
 	const char		*hdr_why;	/* why it was refused */
 	int			 up_idx;	/* upstream in use, or -1 */
-	uint64_t		 tried;		/* bit i: upstream i was tried */
-	int			 attempts;	/* upstreams tried */
-	size_t			 addr_idx;	/* its address being tried */
-	int			 addr_tried;	/* one was (not skipped by --source) */
 	struct zp_addr		 up_addr;	/* the address connected to */
 	struct zp_connecting	 conn;		/* to the upstream, under way */
-	struct zp_addr		 connecting_addr; /* the one a connect is on */
+	struct pair_dial	*dial;		/* connecting: pair_dial() */
 	struct zp_addr		 dst;		/* original destination; len 0: none */
 	int			 connect_err;	/* last connect failure */
-	struct event		*retry;		/* after a local fault */
-	struct timeval		 retry_until;	/* local faults' deadline */
-	int			 waiting;	/* retry is armed */
-	int			 shed_asked;	/* a worker out of descriptors
-						   asked the main thread to shed
-						   --stats clients, once */
 	struct timeval		 started;
 	struct timeval		 last_active;	/* a byte moved (loop time) */
 	struct timeval		 half_closed;	/* one direction done */
@@ -108,14 +135,12 @@ struct zp_pair {
 	int			 linger_outq;	/* its unacknowledged bytes */
 	int			 linger_ms;	/* wait before the next look */
 	uint64_t		 linger_heard;	/* discarded when it began */
-	int			 linger_abort;	/* gave up on a sending survivor */
 	/* --framing: the current upstream's share, and moves. */
 	uint64_t		 up_base;	/* up.bytes when it began */
 	uint64_t		 frames_base;	/* up.fr->frames when it began */
 	uint64_t		 up_sent;	/* bytes written to it (header too) */
 	uint64_t		 moves;
 	struct pair_mv		*mv;		/* made by its first move */
-	int			 move_log_due;	/* said once its cut is done */
 	struct timeval		 up_since;	/* on the current upstream since */
 	struct timeval		 stall_since;	/* --stall-timeout: it stopped
 						   taking the stream's bytes */
@@ -126,13 +151,13 @@ struct zp_pair {
 	int			 winding;	/* 0, or the end its wind-down
 						   stands for (idle, shutdown) */
 	struct zp_spool_writer	*spool;		/* ZP_PAIR_SPOOLING */
-	int			 spool_live;	/* ... a stream that was live
-						   (its move found no upstream):
-						   it goes back as a move */
 	uint64_t		 spooled;	/* client bytes that went to
 						   the spool (up= counts them) */
 	TAILQ_ENTRY(zp_pair)	 entry;
 };
+
+/* pair_connect.c: the connect phase's state, made the first time. */
+struct pair_dial *pair_dial(struct zp_pair *);
 
 /* The pair's move state, made the first time; NULL when out of memory. */
 struct pair_mv *pair_mv(struct zp_pair *);

@@ -338,9 +338,13 @@ pair_move(struct zp_pair *p, int reason)
 	p->up_sent = 0;
 	p->up_addr.len = 0;
 	p->connect_err = 0;
-	p->tried = (uint64_t)1 << old;
-	p->attempts = 1;
-	timerclear(&p->retry_until);
+	if (pair_dial(p) == NULL) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return 1;
+	}
+	p->dial->tried = (uint64_t)1 << old;
+	p->dial->attempts = 1;
+	timerclear(&p->dial->retry_until);
 	if (pair_connect_upstream(p) != 0)
 		return 1;	/* freed */
 	return 1;		/* connecting: the connect's events have it */

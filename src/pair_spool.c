@@ -76,10 +76,13 @@ pair_spool_done(void *arg, enum zp_spool_end end, int err)
 	zp_log(ctx->log, ZP_LOG_NOTICE, "connection %llu: its spool was "
 	    "delivered (%llu bytes); it goes on to an upstream",
 	    (unsigned long long)p->id, (unsigned long long)p->spooled);
-	p->tried = 0;
-	p->attempts = 0;
 	p->connect_err = 0;
-	timerclear(&p->retry_until);
+	/* A fresh connect phase: pair_connect_upstream() makes it anew. */
+	if (p->dial != NULL) {
+		p->dial->tried = 0;
+		p->dial->attempts = 0;
+		timerclear(&p->dial->retry_until);
+	}
 	if (pair_connect_upstream(p) == 0)
 		pair_check(p);
 }
@@ -99,8 +102,8 @@ pair_spool(struct zp_pair *p)
 	int			 err = p->connect_err, spool_err;
 
 	memset(&dst, 0, sizeof(dst));
-	if (p->proxy_dst.len > 0)
-		dst = p->proxy_dst;
+	if (p->px != NULL && p->px->proxy_dst.len > 0)
+		dst = p->px->proxy_dst;
 	else if (p->dst.len > 0)
 		dst = p->dst;
 	else {
