@@ -120,6 +120,293 @@ zp_wire(struct zp_ctx *root)
 	root->hooks = &zp_hooks;
 }
 
+/*
+ * The first steps: ctx (with its log at log) and offer made safe for
+ * zproxy_ctx_free() whatever comes next, --daemon's fork, the log on
+ * stderr at the level -v/-q ask. Returns 0 or an exit status.
+ */
+static int
+run_init(struct zp_ctx *ctx, struct zp_log *log, struct zp_offer *offer,
+    struct zp_config *cfg)
+{
+	int	rc, level;
+
+	memset(ctx, 0, sizeof(*ctx));
+	memset(offer, 0, sizeof(*offer));
+	offer->conn = -1;
+	ctx->tee_pipe.rfd = ctx->tee_pipe.wfd = -1;
+	ctx->devnull = -1;
+	ctx->daemon_fd = -1;
+	if (cfg->daemon && (rc = zproxy_daemonize(&ctx->daemon_fd)) != 0)
+		return rc;
+	TAILQ_INIT(&ctx->pairs);
+	TAILQ_INIT(&ctx->mirror_sets);
+	zp_wire(ctx);
+	ctx->cfg = cfg;
+	ctx->log = log;
+	ctx->bufs.size = cfg->buffer_size;
+	if (cfg->quiet)
+		level = ZP_LOG_ERROR;
+	else if (cfg->verbose == 0)
+		level = ZP_LOG_NOTICE;
+	else
+		level = cfg->verbose == 1 ? ZP_LOG_CONN : ZP_LOG_DEBUG;
+	zp_log_init(ctx->log, stderr, level);
+	return 0;
+}
+
+/*
+ * Before any socket: look --user up (pv), check --source, open the log
+ * sink, make the upstreams and mirrors, raise RLIMIT_NOFILE (*nofile)
+ * and derive the limits from it, make the event loop. Returns 0 or an
+ * exit status; on failure the caller returns it at once, as nothing
+ * here needs undoing but what this undid.
+ */
+static int
+run_open(struct zp_ctx *ctx, struct zp_privs *pv, int nthreads,
+    long *nofile)
+{
+	struct zp_config	*cfg = ctx->cfg;
+	char			 err[ZP_ERRLEN];
+	int			 rc;
+
+	/* Before anything is opened: a wrong name must not bind a port. */
+	if ((rc = zp_privs_lookup(pv, cfg->user, cfg->group, err,
+	    sizeof(err))) != 0) {
+		fprintf(stderr, "zproxy: %s\n", err);
+		return rc;
+	}
+	pv->keep_transparent = cfg->source == ZP_SOURCE_CLIENT;
+	if ((rc = zp_source_check(cfg, 0, err, sizeof(err))) != 0) {
+		fprintf(stderr, "zproxy: %s\n", err);
+		return rc;
+	}
+	if (zp_log_open(ctx->log, cfg->log_file, cfg->use_syslog,
+	    cfg->log_format == ZP_LOG_JSON, err, sizeof(err)) == -1) {
+		fprintf(stderr, "zproxy: %s\n", err);
+		return ZP_EX_CANTCREAT;
+	}
+	gettimeofday(&ctx->started, NULL);
+	if ((ctx->ups = zp_upstreams_new(cfg->upstreams, cfg->nupstreams,
+	    (enum zp_balance)cfg->balance, cfg->max_fails, cfg->fail_timeout,
+	    ctx->log)) == NULL ||
+	    (ctx->mirrors = zp_mirrors_new(cfg)) == NULL) {
+		zp_upstreams_free(ctx->ups);
+		zp_log(ctx->log, ZP_LOG_ERROR, "out of memory");
+		zp_log_close(ctx->log);
+		return ZP_EX_OSERR;
+	}
+
+	if (cfg->max_conns_per_source > 0)
+		zp_srctab_init(&ctx->sources, zproxy_source_seed());
+
+	/* splice(2) cannot take MSG_NOSIGNAL: a closed peer must not kill us. */
+	signal(SIGPIPE, SIG_IGN);
+	*nofile = zproxy_raise_nofile(ctx->log);
+	zproxy_size_limits(ctx, *nofile);
+
+	libevent_log = ctx->log;
+	event_set_log_callback(libevent_log_cb);
+	/*
+	 * Threads wake each other's loops through a zp_wake (an eventfd:
+	 * no lock of the other loop), but still stop them from outside
+	 * (event_base_loopbreak at the end), and a wake out of memory falls
+	 * back to event_active: libevent's locks, set before any base. Not
+	 * contended, they cost no system call.
+	 */
+	if ((nthreads > 1 || cfg->spool_dir != NULL) &&
+	    evthread_use_pthreads() == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "cannot set up libevent for "
+		    "threads");
+		return ZP_EX_OSERR;
+	}
+	if ((ctx->base = event_base_new()) == NULL ||
+	    (ctx->wake = zp_wake_new(ctx->base)) == NULL) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "cannot create the event loop");
+		return ZP_EX_OSERR;
+	}
+	return 0;
+}
+
+/*
+ * The sockets and pipes clients need: what --takeover fetches (offer),
+ * the listeners, the pipe pool, the replay's /dev/null, the spool, the
+ * signal events (into sigs). Returns 0, or an exit status, logged.
+ */
+static int
+run_listen(struct zp_ctx *ctx, struct zp_offer *offer, int nthreads,
+    struct event **sigs)
+{
+	struct zp_config	*cfg = ctx->cfg;
+	char			 err[ZP_ERRLEN];
+	int			 rc;
+
+	/* The old zproxy keeps serving until this one says it does. */
+	if (cfg->takeover != NULL && (rc = zp_takeover_fetch(cfg->takeover,
+	    offer, err, sizeof(err))) != 0) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return rc;
+	}
+	if ((rc = zproxy_listeners_setup(ctx, cfg->takeover != NULL ? offer :
+	    NULL)) != 0)
+		return rc;
+	/*
+	 * The replay's and the mirrors' pipes may grow where the per-user
+	 * pipe budget does not bind. Decided now: the sandbox refuses
+	 * geteuid() later.
+	 */
+	ctx->pipes_roomy = cfg->user == NULL && geteuid() == 0;
+	if ((cfg->mode == ZP_MODE_SPLICE && (rc = zproxy_pool_setup(ctx,
+	    nthreads)) != 0) ||
+	    (rc = zproxy_replay_setup(ctx)) != 0)
+		return rc;
+	if (cfg->spool_dir != NULL && (ctx->spool = zp_spool_new(ctx, err,
+	    sizeof(err))) == NULL) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_CANTCREAT;
+	}
+	if (zproxy_signals_add(ctx, sigs) == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "cannot set up signals");
+		return ZP_EX_OSERR;
+	}
+	return 0;
+}
+
+/*
+ * What serves besides the listeners: --stats (its socket from offer on
+ * a takeover), the health checks, re-resolution, --rebalance's timer.
+ * Returns 0, or an exit status, logged.
+ */
+static int
+run_services(struct zp_ctx *ctx, struct zp_offer *offer)
+{
+	struct zp_config	*cfg = ctx->cfg;
+	char			 err[ZP_ERRLEN];
+	int			 stats_fd = -1;
+
+	if (cfg->have_stats && cfg->takeover != NULL) {
+		char	label[ZP_INHERIT_LABELLEN];
+
+		stats_fd = zp_inherit_take_stats(&offer->set,
+		    zp_listen_spec_str(&cfg->stats, label, sizeof(label)));
+	}
+	if (cfg->have_stats && (ctx->stats_server = zp_stats_new(ctx,
+	    &cfg->stats, stats_fd, err, sizeof(err))) == NULL) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_OSERR;
+	}
+	if (cfg->check_interval > 0 &&
+	    (ctx->health = zp_health_new(ctx)) == NULL) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "cannot start health checks");
+		return ZP_EX_OSERR;
+	}
+	if (cfg->resolve_interval > 0 && (ctx->resolver =
+	    zp_resolver_new(ctx, err, sizeof(err))) == NULL) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_OSERR;
+	}
+	if (cfg->rebalance) {
+		struct timeval	tv = zp_seconds_tv(1.0 / cfg->rebalance_rate);
+
+		if ((ctx->rebalance_timer = event_new(ctx->base, -1, EV_PERSIST,
+		    zproxy_rebalance_cb, ctx)) == NULL ||
+		    event_add(ctx->rebalance_timer, &tv) == -1) {
+			zp_log(ctx->log, ZP_LOG_ERROR, "cannot start "
+			    "--rebalance");
+			return ZP_EX_OSERR;
+		}
+	}
+	return 0;
+}
+
+/*
+ * The other threads' contexts (they start in zproxy_confine()), the
+ * service manager's socket, --control for the next zproxy (pv: the user
+ * it is given to). Returns 0, or an exit status, logged.
+ */
+static int
+run_manager(struct zp_ctx *ctx, struct zp_offer *offer,
+    const struct zp_privs *pv, int nthreads)
+{
+	struct zp_config	*cfg = ctx->cfg;
+	char			 err[ZP_ERRLEN];
+
+	if (nthreads > 1 && zp_workers_new(ctx, nthreads, err,
+	    sizeof(err)) == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_OSERR;
+	}
+	zp_workers_on_death(ctx, zproxy_worker_death_cb);
+
+	/* Opened as who we start as: the manager's socket may be root's. */
+	ctx->notify = zp_notify_new(ctx->base, ctx->log, zproxy_notify_status,
+	    ctx, err, sizeof(err));
+	if (ctx->notify == NULL && err[0] != '\0') {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_OSERR;
+	}
+	if (cfg->takeover != NULL || cfg->daemon)
+		zp_notify_takeover(ctx->notify, offer->watchdog_usec);
+	/* Made as root, then given to --user: the next zproxy is that user. */
+	if (cfg->control != NULL && (ctx->control = zp_control_new(ctx->base,
+	    ctx->log, cfg->control, pv->change ? pv->uid : (uid_t)-1, pv->gid,
+	    &zproxy_control_ops, ctx, err, sizeof(err))) == NULL) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_OSERR;
+	}
+	return 0;
+}
+
+/*
+ * Serving: say so in the log, to the service manager, to the zproxy
+ * taken over (offer, freed here) and to --daemon's parent.
+ */
+static void
+run_ready(struct zp_ctx *ctx, struct zp_offer *offer, long nofile,
+    const char *privs)
+{
+	char	err[ZP_ERRLEN];
+
+	zproxy_log_access(ctx);
+	zproxy_log_start(ctx, nofile, privs);
+	zproxy_log_original(ctx);
+	/* Every listener is up, --stats too: the manager may send clients. */
+	zp_notify_ready(ctx->notify);
+	if (ctx->cfg->takeover != NULL) {
+		if (zp_takeover_done(offer, err, sizeof(err)) == -1)
+			zp_log(ctx->log, ZP_LOG_WARN, "%s", err);
+		else
+			zp_log(ctx->log, ZP_LOG_NOTICE, "took over from pid "
+			    "%ld: it stops accepting and drains", offer->pid);
+	}
+	zp_offer_free(offer);
+	zproxy_daemon_ready(ctx);
+}
+
+/*
+ * Run the loop until the drain ends it, then close what is left and log
+ * the totals. Returns the exit status: 0, ctx->exit_status (a worker
+ * died), or ZP_EX_OSERR when the loop failed.
+ */
+static int
+run_loop(struct zp_ctx *ctx)
+{
+	int	rc = 0;
+
+	if (event_base_dispatch(ctx->base) == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "event loop failed");
+		rc = ZP_EX_OSERR;
+	}
+	ctx->stopping = 1;
+	zproxy_stop_accepting(ctx);
+	zp_workers_stop(ctx);
+	zp_pairs_close(ctx, ZP_END_SHUTDOWN);
+	zproxy_log_stats(ctx, "stopping");
+	if (rc == 0)
+		rc = ctx->exit_status;
+	return rc;
+}
+
 /* Run until SIGTERM/SIGINT. */
 int
 zp_run(struct zp_config *cfg)
@@ -131,212 +418,25 @@ zp_run(struct zp_config *cfg)
 	struct zp_offer	 offer;
 	char		 err[ZP_ERRLEN], privs[200];
 	long		 nofile;
-	int		 rc = 0, level, stats_fd = -1;
+	int		 rc;
 	int		 nthreads = zproxy_threads_wanted(cfg);
 
-	memset(&ctx, 0, sizeof(ctx));
-	memset(&offer, 0, sizeof(offer));
-	offer.conn = -1;
-	ctx.tee_pipe.rfd = ctx.tee_pipe.wfd = -1;
-	ctx.devnull = -1;
-	ctx.daemon_fd = -1;
-	if (cfg->daemon && (rc = zproxy_daemonize(&ctx.daemon_fd)) != 0)
+	if ((rc = run_init(&ctx, &log, &offer, cfg)) != 0 ||
+	    (rc = run_open(&ctx, &pv, nthreads, &nofile)) != 0)
 		return rc;
-	TAILQ_INIT(&ctx.pairs);
-	TAILQ_INIT(&ctx.mirror_sets);
-	zp_wire(&ctx);
-	ctx.cfg = cfg;
-	ctx.log = &log;
-	ctx.bufs.size = cfg->buffer_size;
-	if (cfg->quiet)
-		level = ZP_LOG_ERROR;
-	else if (cfg->verbose == 0)
-		level = ZP_LOG_NOTICE;
-	else
-		level = cfg->verbose == 1 ? ZP_LOG_CONN : ZP_LOG_DEBUG;
-	zp_log_init(ctx.log, stderr, level);
-	/* Before anything is opened: a wrong name must not bind a port. */
-	if ((rc = zp_privs_lookup(&pv, cfg->user, cfg->group, err,
-	    sizeof(err))) != 0) {
-		fprintf(stderr, "zproxy: %s\n", err);
-		return rc;
-	}
-	pv.keep_transparent = cfg->source == ZP_SOURCE_CLIENT;
-	if ((rc = zp_source_check(cfg, 0, err, sizeof(err))) != 0) {
-		fprintf(stderr, "zproxy: %s\n", err);
-		return rc;
-	}
-	if (zp_log_open(ctx.log, cfg->log_file, cfg->use_syslog,
-	    cfg->log_format == ZP_LOG_JSON, err, sizeof(err)) == -1) {
-		fprintf(stderr, "zproxy: %s\n", err);
-		return ZP_EX_CANTCREAT;
-	}
-	gettimeofday(&ctx.started, NULL);
-	if ((ctx.ups = zp_upstreams_new(cfg->upstreams, cfg->nupstreams,
-	    (enum zp_balance)cfg->balance, cfg->max_fails, cfg->fail_timeout,
-	    ctx.log)) == NULL || (ctx.mirrors = zp_mirrors_new(cfg)) == NULL) {
-		zp_upstreams_free(ctx.ups);
-		zp_log(ctx.log, ZP_LOG_ERROR, "out of memory");
-		zp_log_close(ctx.log);
-		return ZP_EX_OSERR;
-	}
-
-	if (cfg->max_conns_per_source > 0)
-		zp_srctab_init(&ctx.sources, zproxy_source_seed());
-
-	/* splice(2) cannot take MSG_NOSIGNAL: a closed peer must not kill us. */
-	signal(SIGPIPE, SIG_IGN);
-	nofile = zproxy_raise_nofile(ctx.log);
-	zproxy_size_limits(&ctx, nofile);
-
-	libevent_log = ctx.log;
-	event_set_log_callback(libevent_log_cb);
-	/*
-	 * Threads wake each other's loops through a zp_wake (an eventfd:
-	 * no lock of the other loop), but still stop them from outside
-	 * (event_base_loopbreak at the end), and a wake out of memory falls
-	 * back to event_active: libevent's locks, set before any base. Not
-	 * contended, they cost no system call.
-	 */
-	if ((nthreads > 1 || cfg->spool_dir != NULL) &&
-	    evthread_use_pthreads() == -1) {
-		zp_log(ctx.log, ZP_LOG_ERROR, "cannot set up libevent for "
-		    "threads");
-		return ZP_EX_OSERR;
-	}
-	if ((ctx.base = event_base_new()) == NULL ||
-	    (ctx.wake = zp_wake_new(ctx.base)) == NULL) {
-		zp_log(ctx.log, ZP_LOG_ERROR, "cannot create the event loop");
-		return ZP_EX_OSERR;
-	}
-	/* The old zproxy keeps serving until this one says it does. */
-	if (cfg->takeover != NULL && (rc = zp_takeover_fetch(cfg->takeover,
-	    &offer, err, sizeof(err))) != 0) {
-		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
-		goto out;
-	}
-	if ((rc = zproxy_listeners_setup(&ctx, cfg->takeover != NULL ? &offer :
-	    NULL)) != 0)
-		goto out;
-	/*
-	 * The replay's and the mirrors' pipes may grow where the per-user
-	 * pipe budget does not bind. Decided now: the sandbox refuses
-	 * geteuid() later.
-	 */
-	ctx.pipes_roomy = cfg->user == NULL && geteuid() == 0;
-	if ((cfg->mode == ZP_MODE_SPLICE && (rc = zproxy_pool_setup(&ctx,
-	    nthreads)) != 0) ||
-	    (rc = zproxy_replay_setup(&ctx)) != 0)
-		goto out;
-	if (cfg->spool_dir != NULL && (ctx.spool = zp_spool_new(&ctx, err,
-	    sizeof(err))) == NULL) {
-		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
-		rc = ZP_EX_CANTCREAT;
-		goto out;
-	}
-	if (zproxy_signals_add(&ctx, sigs) == -1) {
-		zp_log(ctx.log, ZP_LOG_ERROR, "cannot set up signals");
-		rc = ZP_EX_OSERR;
-		goto out;
-	}
-	if (cfg->have_stats && cfg->takeover != NULL) {
-		char	label[ZP_INHERIT_LABELLEN];
-
-		stats_fd = zp_inherit_take_stats(&offer.set,
-		    zp_listen_spec_str(&cfg->stats, label, sizeof(label)));
-	}
-	if (cfg->have_stats && (ctx.stats_server = zp_stats_new(&ctx,
-	    &cfg->stats, stats_fd, err, sizeof(err))) == NULL) {
-		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
-		rc = ZP_EX_OSERR;
-		goto out;
-	}
-	if (cfg->check_interval > 0 &&
-	    (ctx.health = zp_health_new(&ctx)) == NULL) {
-		zp_log(ctx.log, ZP_LOG_ERROR, "cannot start health checks");
-		rc = ZP_EX_OSERR;
-		goto out;
-	}
-	if (cfg->resolve_interval > 0 && (ctx.resolver =
-	    zp_resolver_new(&ctx, err, sizeof(err))) == NULL) {
-		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
-		rc = ZP_EX_OSERR;
-		goto out;
-	}
-	if (cfg->rebalance) {
-		struct timeval	tv = zp_seconds_tv(1.0 / cfg->rebalance_rate);
-
-		if ((ctx.rebalance_timer = event_new(ctx.base, -1, EV_PERSIST,
-		    zproxy_rebalance_cb, &ctx)) == NULL ||
-		    event_add(ctx.rebalance_timer, &tv) == -1) {
-			zp_log(ctx.log, ZP_LOG_ERROR, "cannot start --rebalance");
-			rc = ZP_EX_OSERR;
-			goto out;
-		}
-	}
-
-	/* The other threads' contexts; they start in zproxy_confine(). */
-	if (nthreads > 1 && zp_workers_new(&ctx, nthreads, err,
-	    sizeof(err)) == -1) {
-		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
-		rc = ZP_EX_OSERR;
-		goto out;
-	}
-	zp_workers_on_death(&ctx, zproxy_worker_death_cb);
-
-	/* Opened as who we start as: the manager's socket may be root's. */
-	ctx.notify = zp_notify_new(ctx.base, ctx.log, zproxy_notify_status, &ctx,
-	    err, sizeof(err));
-	if (ctx.notify == NULL && err[0] != '\0') {
-		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
-		rc = ZP_EX_OSERR;
-		goto out;
-	}
-	if (cfg->takeover != NULL || cfg->daemon)
-		zp_notify_takeover(ctx.notify, offer.watchdog_usec);
-	/* Made as root, then given to --user: the next zproxy is that user. */
-	if (cfg->control != NULL && (ctx.control = zp_control_new(ctx.base,
-	    ctx.log, cfg->control, pv.change ? pv.uid : (uid_t)-1, pv.gid,
-	    &zproxy_control_ops, &ctx, err, sizeof(err))) == NULL) {
-		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
-		rc = ZP_EX_OSERR;
-		goto out;
-	}
-	if ((rc = zproxy_confine(&ctx, &pv, privs, sizeof(privs))) != 0 ||
+	if ((rc = run_listen(&ctx, &offer, nthreads, sigs)) != 0 ||
+	    (rc = run_services(&ctx, &offer)) != 0 ||
+	    (rc = run_manager(&ctx, &offer, &pv, nthreads)) != 0 ||
+	    (rc = zproxy_confine(&ctx, &pv, privs, sizeof(privs))) != 0 ||
 	    (rc = zproxy_replay_probe(&ctx)) != 0)
 		goto out;
-	/* What zproxy_confine() kept must still do: a --user drop bug shows here. */
+	/* What confine() kept must still do: a --user drop bug shows here. */
 	if ((rc = zp_source_check(cfg, 1, err, sizeof(err))) != 0) {
 		zp_log(ctx.log, ZP_LOG_ERROR, "%s", err);
 		goto out;
 	}
-
-	zproxy_log_access(&ctx);
-	zproxy_log_start(&ctx, nofile, privs);
-	zproxy_log_original(&ctx);
-	/* Every listener is up, --stats too: the manager may send clients. */
-	zp_notify_ready(ctx.notify);
-	if (cfg->takeover != NULL) {
-		if (zp_takeover_done(&offer, err, sizeof(err)) == -1)
-			zp_log(ctx.log, ZP_LOG_WARN, "%s", err);
-		else
-			zp_log(ctx.log, ZP_LOG_NOTICE, "took over from pid "
-			    "%ld: it stops accepting and drains", offer.pid);
-	}
-	zp_offer_free(&offer);
-	zproxy_daemon_ready(&ctx);
-
-	if (event_base_dispatch(ctx.base) == -1) {
-		zp_log(ctx.log, ZP_LOG_ERROR, "event loop failed");
-		rc = ZP_EX_OSERR;
-	}
-	ctx.stopping = 1;
-	zproxy_stop_accepting(&ctx);
-	zp_workers_stop(&ctx);
-	zp_pairs_close(&ctx, ZP_END_SHUTDOWN);
-	zproxy_log_stats(&ctx, "stopping");
-	if (rc == 0)
-		rc = ctx.exit_status;
+	run_ready(&ctx, &offer, nofile, privs);
+	rc = run_loop(&ctx);
 out:
 	zp_offer_free(&offer);
 	if (ctx.daemon_fd != -1)
