@@ -473,6 +473,50 @@ bad:
 static const unsigned char zero4[4];
 
 /*
+ * The v2 header's CRC32c TLV (its value at crc_off) against the whole
+ * header (total bytes), computed with the checksum's 4 bytes as zeroes.
+ * Returns 1 when they agree.
+ */
+static int
+pp_v2_crc_ok(const unsigned char *p, size_t total, size_t crc_off)
+{
+	uint32_t	crc, want;
+
+	want = (uint32_t)p[crc_off] << 24 | (uint32_t)p[crc_off + 1] << 16 |
+	    (uint32_t)p[crc_off + 2] << 8 | p[crc_off + 3];
+	crc = pp_crc32c(0xffffffff, p, crc_off);
+	crc = pp_crc32c(crc, zero4, 4);
+	crc = pp_crc32c(crc, p + crc_off + 4, total - crc_off - 4);
+	return (crc ^ 0xffffffff) == want;
+}
+
+/* A PROXY v2 address block b of family fam (1 INET, 2 INET6) into info. */
+static void
+pp_v2_set(struct zp_proxy_info *info, unsigned fam, const unsigned char *b)
+{
+	struct sockaddr_in	*s4 = (struct sockaddr_in *)&info->src;
+	struct sockaddr_in	*d4 = (struct sockaddr_in *)&info->dst;
+	struct sockaddr_in6	*s6 = (struct sockaddr_in6 *)&info->src;
+	struct sockaddr_in6	*d6 = (struct sockaddr_in6 *)&info->dst;
+
+	if (fam == 1) {
+		s4->sin_family = d4->sin_family = AF_INET;
+		memcpy(&s4->sin_addr, b, 4);
+		memcpy(&d4->sin_addr, b + 4, 4);
+		memcpy(&s4->sin_port, b + 8, 2);
+		memcpy(&d4->sin_port, b + 10, 2);
+		info->srclen = info->dstlen = sizeof(struct sockaddr_in);
+	} else {
+		s6->sin6_family = d6->sin6_family = AF_INET6;
+		memcpy(&s6->sin6_addr, b, 16);
+		memcpy(&d6->sin6_addr, b + 16, 16);
+		memcpy(&s6->sin6_port, b + 32, 2);
+		memcpy(&d6->sin6_port, b + 34, 2);
+		info->srclen = info->dstlen = sizeof(struct sockaddr_in6);
+	}
+}
+
+/*
  * The binary header. Fails as soon as the bytes there are say it must:
  * at the first byte off the signature, at a bad version, command or
  * family byte, and, once the 16 fixed bytes are in, at a length over
@@ -482,14 +526,8 @@ static ssize_t
 pp_v2_parse(const unsigned char *p, size_t len, struct zp_proxy_info *info,
     const char **why)
 {
-	struct sockaddr_in	*s4 = (struct sockaddr_in *)&info->src;
-	struct sockaddr_in	*d4 = (struct sockaddr_in *)&info->dst;
-	struct sockaddr_in6	*s6 = (struct sockaddr_in6 *)&info->src;
-	struct sockaddr_in6	*d6 = (struct sockaddr_in6 *)&info->dst;
-	const unsigned char	*b = p + V2_HDR;
 	size_t			 total, alen, crc_off;
 	unsigned		 fam, proto;
-	uint32_t		 crc, want;
 	const char		*reason = "";
 
 	if (memcmp(p, v2_sig, len < 12 ? len : 12) != 0)
@@ -530,14 +568,7 @@ pp_v2_parse(const unsigned char *p, size_t len, struct zp_proxy_info *info,
 	    -1)
 		return pp_fail(why, reason);
 	if (crc_off != 0) {
-		/* Over the whole header, the checksum's 4 bytes as zeroes. */
-		want = (uint32_t)p[crc_off] << 24 |
-		    (uint32_t)p[crc_off + 1] << 16 |
-		    (uint32_t)p[crc_off + 2] << 8 | p[crc_off + 3];
-		crc = pp_crc32c(0xffffffff, p, crc_off);
-		crc = pp_crc32c(crc, zero4, 4);
-		crc = pp_crc32c(crc, p + crc_off + 4, total - crc_off - 4);
-		if ((crc ^ 0xffffffff) != want)
+		if (!pp_v2_crc_ok(p, total, crc_off))
 			return pp_fail(why, "v2 CRC32c mismatch");
 		info->crc32c = 1;
 	}
@@ -545,23 +576,8 @@ pp_v2_parse(const unsigned char *p, size_t len, struct zp_proxy_info *info,
 	info->version = 2;
 	info->local = (p[12] & 0x0f) == 0 || proto != 1 ||
 	    (fam != 1 && fam != 2);
-	if (info->local)
-		return (ssize_t)total;
-	if (fam == 1) {
-		s4->sin_family = d4->sin_family = AF_INET;
-		memcpy(&s4->sin_addr, b, 4);
-		memcpy(&d4->sin_addr, b + 4, 4);
-		memcpy(&s4->sin_port, b + 8, 2);
-		memcpy(&d4->sin_port, b + 10, 2);
-		info->srclen = info->dstlen = sizeof(struct sockaddr_in);
-	} else {
-		s6->sin6_family = d6->sin6_family = AF_INET6;
-		memcpy(&s6->sin6_addr, b, 16);
-		memcpy(&d6->sin6_addr, b + 16, 16);
-		memcpy(&s6->sin6_port, b + 32, 2);
-		memcpy(&d6->sin6_port, b + 34, 2);
-		info->srclen = info->dstlen = sizeof(struct sockaddr_in6);
-	}
+	if (!info->local)
+		pp_v2_set(info, fam, p + V2_HDR);
 	return (ssize_t)total;
 }
 
