@@ -168,14 +168,17 @@ check_listens(const struct zp_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-/* Parse argv into cfg. */
-int
-zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
-    size_t errlen)
+/*
+ * getopt_long over argv, each value into cfg; given[] (CLI_NOPTS) gets
+ * each option's value. Returns ZP_PARSE_OK to go on to the checks, or
+ * what zp_config_parse() returns now (-h, -V, an error in err).
+ */
+static int
+parse_argv(struct zp_config *cfg, int argc, char **argv, const char **given,
+    char *err, size_t errlen)
 {
 	struct option		 lo[CLI_NOPTS + 1];
 	const struct cli_opt	*o;
-	const char		*given[CLI_NOPTS] = { NULL };
 	char			 q[ZP_ESCLEN];
 	size_t			 i;
 	int			 c;
@@ -211,22 +214,32 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		    zp_escape(argv[optind], q, sizeof(q)));
 		return ZP_PARSE_ERROR;
 	}
+	return ZP_PARSE_OK;
+}
+
+/*
+ * What a run needs: -l and -u, each -l once, -u original's rules, one
+ * log destination, --user with --group. Returns 0, or -1 with err filled.
+ */
+static int
+check_needs(const struct zp_config *cfg, char *err, size_t errlen)
+{
 	if (cfg->nlistens == 0) {
 		zp_seterr(err, errlen, "missing --listen [ADDR]:PORT");
-		return ZP_PARSE_ERROR;
+		return -1;
 	}
 	if (check_listens(cfg, err, errlen) == -1)
-		return ZP_PARSE_ERROR;
+		return -1;
 	if (cfg->nupstreams == 0) {
 		zp_seterr(err, errlen, "missing --upstream HOST:PORT");
-		return ZP_PARSE_ERROR;
+		return -1;
 	}
 	if (check_original(cfg, err, errlen) == -1)
-		return ZP_PARSE_ERROR;
+		return -1;
 	if (cfg->log_file != NULL && cfg->use_syslog) {
 		zp_seterr(err, errlen, "--log-file and --syslog exclude each "
 		    "other");
-		return ZP_PARSE_ERROR;
+		return -1;
 	}
 	/*
 	 * A group alone would leave uid 0 and its capabilities: the drop
@@ -234,14 +247,28 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 	 */
 	if (cfg->group != NULL && cfg->user == NULL) {
 		zp_seterr(err, errlen, "--group needs --user");
-		return ZP_PARSE_ERROR;
+		return -1;
 	}
+	return 0;
+}
+
+/*
+ * Options that mean something only with another: --proxy-from and
+ * --proxy-timeout with --accept-proxy, the moves with --framing, the
+ * spool's with --spool, --rebalance-rate with --rebalance; and those that
+ * exclude each other. given[] as parse_argv() filled it. Returns 0, or
+ * -1 with err filled.
+ */
+static int
+check_depends(const struct zp_config *cfg, const char **given, char *err,
+    size_t errlen)
+{
 	/* Said of headers nobody would read: a mistake, not a no-op. */
 	if (!cfg->accept_proxy && (cfg->proxy_from.n > 0 ||
 	    given_opt(given, OPT_PROXY_TIMEOUT))) {
 		zp_seterr(err, errlen, "--%s needs --accept-proxy",
 		    cfg->proxy_from.n > 0 ? "proxy-from" : "proxy-timeout");
-		return ZP_PARSE_ERROR;
+		return -1;
 	}
 	/* Only a framed stream has boundaries to move at. */
 	if (cfg->framing == ZP_FRAMING_NONE && (given_opt(given,
@@ -256,12 +283,12 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		    cfg->rebalance ? "rebalance" :
 		    cfg->replay_window > 0 ? "replay-window" :
 		    "rebalance-rate");
-		return ZP_PARSE_ERROR;
+		return -1;
 	}
 	/* A spool file is cut, and a spooled stream sent on, at messages. */
 	if (cfg->spool_dir != NULL && cfg->framing == ZP_FRAMING_NONE) {
 		zp_seterr(err, errlen, "--spool needs --framing");
-		return ZP_PARSE_ERROR;
+		return -1;
 	}
 	if (cfg->spool_dir == NULL && (given_opt(given, OPT_SPOOL_MAX) ||
 	    given_opt(given, OPT_SPOOL_SENDERS) ||
@@ -270,31 +297,48 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
 		    given_opt(given, OPT_SPOOL_MAX) ? "spool-max" :
 		    given_opt(given, OPT_SPOOL_SENDERS) ? "spool-senders" :
 		    "spool-sync");
-		return ZP_PARSE_ERROR;
+		return -1;
 	}
 	/* Sent on later to "the upstream": -u original has none to name. */
 	if (cfg->spool_dir != NULL && cfg->original) {
 		zp_seterr(err, errlen, "--spool cannot be used with "
 		    "-u original");
-		return ZP_PARSE_ERROR;
+		return -1;
 	}
 	if (given_opt(given, OPT_REBALANCE_RATE) && !cfg->rebalance) {
 		zp_seterr(err, errlen, "--rebalance-rate needs --rebalance");
-		return ZP_PARSE_ERROR;
+		return -1;
 	}
 	/* An even spread is what leastconn and roundrobin aim at. */
 	if (cfg->rebalance && cfg->balance != ZP_BALANCE_LEASTCONN &&
 	    cfg->balance != ZP_BALANCE_ROUNDROBIN) {
 		zp_seterr(err, errlen, "--rebalance needs --balance leastconn "
 		    "or roundrobin");
-		return ZP_PARSE_ERROR;
+		return -1;
 	}
 	/* Which one was meant is a guess: say so rather than take the last. */
 	if (cfg->verbose > 0 && cfg->quiet) {
 		zp_seterr(err, errlen,
 		    "--verbose (-v) and --quiet (-q) exclude "
 		    "each other");
-		return ZP_PARSE_ERROR;
+		return -1;
 	}
+	return 0;
+}
+
+/* Parse argv into cfg. */
+int
+zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
+    size_t errlen)
+{
+	const char	*given[CLI_NOPTS] = { NULL };
+	int		 rc;
+
+	if ((rc = parse_argv(cfg, argc, argv, given, err, errlen)) !=
+	    ZP_PARSE_OK)
+		return rc;
+	if (check_needs(cfg, err, errlen) == -1 ||
+	    check_depends(cfg, given, err, errlen) == -1)
+		return ZP_PARSE_ERROR;
 	return ZP_PARSE_OK;
 }
