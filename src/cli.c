@@ -170,12 +170,11 @@ cli_find(int val)
 	return NULL;
 }
 
-/* Usage text. */
-void
-zp_config_usage(FILE *fp, const char *prog)
-{
-	fprintf(fp,
-"usage: %s -l [ADDR]:PORT|systemd[:NAME] -u HOST:PORT [options]\n"
+/*
+ * The help text after its first line: data, like the table above, one
+ * string as the reader sees it (docs/OPTIONS.md holds the same).
+ */
+static const char usage_text[] =
 "\n"
 "Relay every TCP connection accepted on the listen address to a fresh\n"
 "connection to the upstream, both ways, with splice(2).\n"
@@ -343,6 +342,14 @@ zp_config_usage(FILE *fp, const char *prog)
 "\n"
 "Sizes take K, M or G suffixes (powers of 1024). An option that takes a\n"
 "value is given once, except -l, -u, --mirror, --allow, --deny,\n"
-"--proxy-from and --allow-dst.\n",
+"--proxy-from and --allow-dst.\n";
+
+/* Usage text. */
+void
+zp_config_usage(FILE *fp, const char *prog)
+{
+	fprintf(fp,
+"usage: %s -l [ADDR]:PORT|systemd[:NAME] -u HOST:PORT [options]\n",
 	    prog);
+	fputs(usage_text, fp);
 }
