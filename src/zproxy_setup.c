@@ -485,6 +485,103 @@ zproxy_daemon_ready(struct zp_ctx *ctx)
 }
 
 /*
+ * -l systemd: the sockets systemd passed ($LISTEN_FDS), into *sd, the
+ * variables unset. Returns 0, or an exit status, logged.
+ */
+static int
+listen_systemd(struct zp_ctx *ctx, struct zp_inherit *sd)
+{
+	char	err[ZP_ERRLEN];
+
+	if (zp_inherit_parse_env(sd, getenv("LISTEN_PID"),
+	    getenv("LISTEN_FDS"), getenv("LISTEN_FDNAMES"), getpid(), err,
+	    sizeof(err)) == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_CONFIG;
+	}
+	/* As sd_listen_fds(3) does: they are not for children. */
+	(void)unsetenv("LISTEN_PID");
+	(void)unsetenv("LISTEN_FDS");
+	(void)unsetenv("LISTEN_FDNAMES");
+	return 0;
+}
+
+/*
+ * One -l (spec, its label) from the inherited set: every socket of its
+ * label adopted as a listener (offer: from the zproxy taken over, else
+ * NULL: from systemd). Returns 0, or an exit status, logged, with what
+ * is left of set closed.
+ */
+static int
+listen_inherited(struct zp_ctx *ctx, struct zp_inherit *set,
+    const struct zp_listen_spec *spec, const char *label,
+    const struct zp_offer *offer)
+{
+	struct zp_listener	*l;
+	char			 err[ZP_ERRLEN];
+	int			 fds[ZP_INHERIT_MAX];
+	size_t			 j, n;
+
+	n = zp_inherit_take(set, ctx->cfg, spec, offer != NULL, fds,
+	    ZP_INHERIT_MAX);
+	if (n == 0) {
+		if (offer != NULL)
+			zp_log(ctx->log, ZP_LOG_ERROR, "--takeover: the zproxy "
+			    "there (pid %ld) does not listen on %s: the listen "
+			    "addresses cannot change across a takeover",
+			    offer->pid, label);
+		else
+			zp_log(ctx->log, ZP_LOG_ERROR, "-l %s: systemd passed "
+			    "no socket %s", label, spec->name[0] ? "of that "
+			    "name (FileDescriptorName=)" : "that no -l "
+			    "systemd:NAME takes");
+		zp_inherit_close_rest(set);
+		return ZP_EX_CONFIG;
+	}
+	for (j = 0; j < n; j++) {
+		if ((l = zp_listener_adopt(ctx, fds[j], label, err,
+		    sizeof(err))) == NULL) {
+			zp_log(ctx->log, ZP_LOG_ERROR, "-l %s: %s", label, err);
+			while (++j < n)
+				close(fds[j]);
+			zp_inherit_close_rest(set);
+			return errno == EPERM ? ZP_EX_NOPERM : ZP_EX_CONFIG;
+		}
+		zp_listener_link(&ctx->listener, l);
+	}
+	return 0;
+}
+
+/*
+ * The inherited sockets no -l took: from a zproxy taken over (offer), a
+ * start-up error (exit status, logged); from systemd, a warning each
+ * (0).
+ */
+static int
+listen_leftovers(struct zp_ctx *ctx, struct zp_inherit *set,
+    const struct zp_offer *offer)
+{
+	const struct zp_inherited	*left;
+	size_t				 i;
+
+	if ((left = zp_inherit_left(set)) == NULL)
+		return 0;
+	if (offer != NULL) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "--takeover: the zproxy there "
+		    "(pid %ld) listens on %s too: give every -l it has (the "
+		    "listen addresses cannot change across a takeover)",
+		    offer->pid, left->label);
+		return ZP_EX_CONFIG;
+	}
+	for (i = 0; i < set->n; i++)
+		if (!set->socks[i].taken)
+			zp_log(ctx->log, ZP_LOG_WARN, "-l systemd: closing "
+			    "descriptor %d (%s): no -l takes it",
+			    set->socks[i].fd, set->socks[i].label);
+	return 0;
+}
+
+/*
  * Every -l: bound here, or taken from the sockets systemd passed, or
  * from the zproxy taken over (offer: then every one, and exactly its
  * set). Returns 0, or an exit status, logged.
@@ -494,26 +591,17 @@ zproxy_listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
 {
 	struct zp_config		*cfg = ctx->cfg;
 	const struct zp_listen_spec	*spec;
-	const struct zp_inherited	*left;
 	struct zp_inherit		 sd, *set = NULL;
 	struct zp_listener		*l;
 	char				 err[ZP_ERRLEN];
 	char				 label[ZP_INHERIT_LABELLEN];
-	int				 fds[ZP_INHERIT_MAX];
-	size_t				 i, j, n;
+	size_t				 i;
+	int				 rc;
 
 	for (i = 0; offer == NULL && i < cfg->nlistens; i++)
 		if (cfg->listens[i].systemd) {
-			if (zp_inherit_parse_env(&sd, getenv("LISTEN_PID"),
-			    getenv("LISTEN_FDS"), getenv("LISTEN_FDNAMES"),
-			    getpid(), err, sizeof(err)) == -1) {
-				zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
-				return ZP_EX_CONFIG;
-			}
-			/* As sd_listen_fds(3) does: they are not for children. */
-			(void)unsetenv("LISTEN_PID");
-			(void)unsetenv("LISTEN_FDS");
-			(void)unsetenv("LISTEN_FDNAMES");
+			if ((rc = listen_systemd(ctx, &sd)) != 0)
+				return rc;
 			set = &sd;
 			break;
 		}
@@ -533,53 +621,11 @@ zproxy_listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
 			zp_listener_link(&ctx->listener, l);
 			continue;
 		}
-		n = zp_inherit_take(set, cfg, spec, offer != NULL, fds,
-		    ZP_INHERIT_MAX);
-		if (n == 0) {
-			if (offer != NULL)
-				zp_log(ctx->log, ZP_LOG_ERROR, "--takeover: "
-				    "the zproxy there (pid %ld) does not listen "
-				    "on %s: the listen addresses cannot change "
-				    "across a takeover", offer->pid, label);
-			else
-				zp_log(ctx->log, ZP_LOG_ERROR, "-l %s: "
-				    "systemd passed no socket %s", label,
-				    spec->name[0] ? "of that name "
-				    "(FileDescriptorName=)" : "that no "
-				    "-l systemd:NAME takes");
-			zp_inherit_close_rest(set);
-			return ZP_EX_CONFIG;
-		}
-		for (j = 0; j < n; j++) {
-			if ((l = zp_listener_adopt(ctx, fds[j], label, err,
-			    sizeof(err))) == NULL) {
-				zp_log(ctx->log, ZP_LOG_ERROR, "-l %s: %s",
-				    label, err);
-				while (++j < n)
-					close(fds[j]);
-				zp_inherit_close_rest(set);
-				return errno == EPERM ? ZP_EX_NOPERM :
-				    ZP_EX_CONFIG;
-			}
-			zp_listener_link(&ctx->listener, l);
-		}
+		if ((rc = listen_inherited(ctx, set, spec, label, offer)) != 0)
+			return rc;
 	}
-	if (set != NULL && (left = zp_inherit_left(set)) != NULL) {
-		if (offer != NULL) {
-			zp_log(ctx->log, ZP_LOG_ERROR, "--takeover: the "
-			    "zproxy there (pid %ld) listens on %s too: give "
-			    "every -l it has (the listen addresses cannot "
-			    "change across a takeover)", offer->pid,
-			    left->label);
-			return ZP_EX_CONFIG;
-		}
-		for (i = 0; i < set->n; i++)
-			if (!set->socks[i].taken)
-				zp_log(ctx->log, ZP_LOG_WARN, "-l systemd: "
-				    "closing descriptor %d (%s): no -l takes "
-				    "it", set->socks[i].fd,
-				    set->socks[i].label);
-	}
+	if (set != NULL && (rc = listen_leftovers(ctx, set, offer)) != 0)
+		return rc;
 	if (set == &sd)
 		zp_inherit_close_rest(&sd);
 	for (l = ctx->listener; l != NULL && ctx->nlisten_addrs <
