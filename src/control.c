@@ -37,6 +37,12 @@ struct zp_control {
 	struct event			*timer;
 };
 
+/* Room for the descriptors of an offer, aligned as a cmsghdr must be. */
+union control_cmsg {
+	struct cmsghdr	hdr;
+	char		buf[CMSG_SPACE(sizeof(int) * ZP_INHERIT_MAX)];
+};
+
 /* A Unix address for path; -1 when it does not fit. */
 static int
 control_sun(const char *path, struct sockaddr_un *sun)
@@ -87,10 +93,7 @@ control_offer(struct zp_control *c, char *why, size_t whylen)
 	struct zp_inherit	 set;
 	unsigned long long	 wd = 0;
 	char			 text[ZP_OFFER_MAX];
-	union {
-		struct cmsghdr	hdr;
-		char		buf[CMSG_SPACE(sizeof(int) * ZP_INHERIT_MAX)];
-	} cm;
+	union control_cmsg	 cm;
 	struct msghdr		 msg;
 	struct iovec		 iov;
 	struct cmsghdr		*h;
@@ -478,10 +481,7 @@ static ssize_t
 takeover_recv(int conn, char *text, size_t len, int *fds, size_t *nfds,
     int *flags, int *rerr)
 {
-	union {
-		struct cmsghdr	hdr;
-		char		buf[CMSG_SPACE(sizeof(int) * ZP_INHERIT_MAX)];
-	} cm;
+	union control_cmsg	 cm;
 	struct msghdr		 msg;
 	struct iovec		 iov;
 	struct cmsghdr		*h;
