@@ -1,149 +1,28 @@
 /*
- * cli.c - the command line. One table says, for every option, what it
- * sets and how its value is read (getopt_long's table is made from it);
- * the checks across options follow the loop.
+ * cli.c - the command line's table: for every option, what it sets and
+ * how its value is read (getopt_long's table is made from it, in
+ * cli_parse.c; the values are read in cli_value.c), and the help text.
  */
 
-#include <ctype.h>
-#include <errno.h>
-#include <getopt.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "cli.h"
+#include "cli_int.h"
 #include "config.h"
 #include "framing.h"
-#include "log.h"
 #include "upstream.h"
-
-enum {
-	OPT_PIPE_SIZE = 256,
-	OPT_BUFFER_SIZE,
-	OPT_SPLICE_MIN,
-	OPT_MAX_CONNS,
-	OPT_THREADS,
-	OPT_CONNECT_TIMEOUT,
-	OPT_BALANCE,
-	OPT_RETRIES,
-	OPT_MAX_FAILS,
-	OPT_FAIL_TIMEOUT,
-	OPT_CHECK_INTERVAL,
-	OPT_RESOLVE_INTERVAL,
-	OPT_IDLE_TIMEOUT,
-	OPT_FIN_TIMEOUT,
-	OPT_LINGER_TIMEOUT,
-	OPT_KEEPALIVE,
-	OPT_DRAIN_TIMEOUT,
-	OPT_LOG_FILE,
-	OPT_SYSLOG,
-	OPT_LOG_FORMAT,
-	OPT_STATS,
-	OPT_STATS_MAX_CONNS,
-	OPT_STATS_TIMEOUT,
-	OPT_SEND_PROXY,
-	OPT_DNS_SERVER,
-	OPT_SOURCE,
-	OPT_MIRROR,
-	/* who may connect */
-	OPT_ALLOW,
-	OPT_DENY,
-	OPT_MAX_CONNS_PER_SOURCE,
-	/* behind a balancer */
-	OPT_ACCEPT_PROXY,
-	OPT_PROXY_FROM,
-	OPT_PROXY_TIMEOUT,
-	/* privileges */
-	OPT_USER,
-	OPT_GROUP,
-	OPT_NO_SANDBOX,
-	/* transparent modes */
-	OPT_TPROXY,
-	OPT_ALLOW_DST,
-	/* log streams */
-	OPT_FRAMING,
-	OPT_MAX_FRAME,
-	OPT_MAX_LIFETIME,
-	OPT_STALL_TIMEOUT,
-	OPT_REBALANCE,
-	OPT_REBALANCE_RATE,
-	OPT_REPLAY_WINDOW,
-	OPT_SPOOL,
-	OPT_SPOOL_MAX,
-	OPT_SPOOL_SENDERS,
-	OPT_SPOOL_SYNC,
-	/* restarts */
-	OPT_CONTROL,
-	OPT_TAKEOVER,
-	OPT_DAEMON,
-};
 
 #define ZP_MAX_CONNS_LIMIT	10000000L
 /* Scrapers are few; each stats connection is a descriptor the relay lacks. */
 #define ZP_STATS_MAX_CONNS_LIMIT 1024L
 
-/* How an option's value is read into its field. */
-enum cli_kind {
-	CLI_FLAG,		/* no value: an int set to 1 */
-	CLI_MORE,		/* no value: an int counted up (-vv) */
-	CLI_EXIT,		/* no value: parsing returns min (-h, -V) */
-	CLI_INT,		/* an int from min to max */
-	CLI_LONG,		/* a long from min to max */
-	CLI_SECONDS,		/* a double, seconds */
-	CLI_SECONDS_OFF,	/* the same, or "off" for 0 */
-	CLI_SIZE,		/* a size_t: 64K, 1M; "0" too when min is 0;
-				   at most max when max is not 0 (what: in
-				   words) */
-	CLI_WORD,		/* an int, one of the words word() knows
-				   (what: the words, for the message) */
-	CLI_STRING,		/* a char *, not empty (what: the thing) */
-	CLI_CALL,		/* call() reads it */
-};
-
-struct cli_opt {
-	const char	*name;		/* the long name */
-	int		 val;		/* a letter, or an OPT_ */
-	enum cli_kind	 kind;
-	size_t		 off;		/* the field in struct zp_config */
-	long		 min, max;
-	const char	*what;
-	int		(*word)(const char *);
-	int		(*call)(struct zp_config *, const struct cli_opt *,
-			    const char *, char *, size_t);
-	int		 list;		/* may be given again: adds one more */
-};
-
-static int	opt_listen(struct zp_config *, const struct cli_opt *,
-		    const char *, char *, size_t);
-static int	opt_upstream(struct zp_config *, const struct cli_opt *,
-		    const char *, char *, size_t);
-static int	opt_stats(struct zp_config *, const struct cli_opt *,
-		    const char *, char *, size_t);
-static int	opt_dns_server(struct zp_config *, const struct cli_opt *,
-		    const char *, char *, size_t);
-static int	opt_acl(struct zp_config *, const struct cli_opt *,
-		    const char *, char *, size_t);
-static int	opt_allow_dst(struct zp_config *, const struct cli_opt *,
-		    const char *, char *, size_t);
-static int	opt_source(struct zp_config *, const struct cli_opt *,
-		    const char *, char *, size_t);
-static int	opt_mirror(struct zp_config *, const struct cli_opt *,
-		    const char *, char *, size_t);
-static int	opt_control(struct zp_config *, const struct cli_opt *,
-		    const char *, char *, size_t);
-static int	opt_spool_max(struct zp_config *, const struct cli_opt *,
-		    const char *, char *, size_t);
-static int	word_mode(const char *);
-static int	word_log_format(const char *);
-static int	word_send_proxy(const char *);
-
 #define F(field)	offsetof(struct zp_config, field)
 
-static const struct cli_opt cli_opts[] = {
-	{ "listen", 'l', CLI_CALL, 0, 0, 0, NULL, NULL, opt_listen, 1 },
-	{ "upstream", 'u', CLI_CALL, 0, 0, 0, NULL, NULL, opt_upstream, 1 },
-	{ "mode", 'm', CLI_WORD, F(mode), 0, 0, "splice or copy", word_mode,
+const struct cli_opt cli_opts[] = {
+	{ "listen", 'l', CLI_CALL, 0, 0, 0, NULL, NULL, cli_opt_listen, 1 },
+	{ "upstream", 'u', CLI_CALL, 0, 0, 0, NULL, NULL, cli_opt_upstream, 1 },
+	{ "mode", 'm', CLI_WORD, F(mode), 0, 0, "splice or copy", cli_word_mode,
 	    NULL, 0 },
 	{ "pipe-size", OPT_PIPE_SIZE, CLI_SIZE, F(pipe_size), 1, 0, NULL,
 	    NULL, NULL, 0 },
@@ -170,7 +49,7 @@ static const struct cli_opt cli_opts[] = {
 	{ "spool", OPT_SPOOL, CLI_STRING, F(spool_dir), 0, 0, "directory",
 	    NULL, NULL, 0 },
 	{ "spool-max", OPT_SPOOL_MAX, CLI_CALL, F(spool_max), 0, 0, NULL,
-	    NULL, opt_spool_max, 0 },
+	    NULL, cli_opt_spool_max, 0 },
 	{ "spool-senders", OPT_SPOOL_SENDERS, CLI_INT, F(spool_senders), 1,
 	    64, NULL, NULL, NULL, 0 },
 	{ "spool-sync", OPT_SPOOL_SYNC, CLI_SECONDS, F(spool_sync), 0, 0,
@@ -211,9 +90,9 @@ static const struct cli_opt cli_opts[] = {
 	{ "syslog", OPT_SYSLOG, CLI_FLAG, F(use_syslog), 0, 0, NULL, NULL,
 	    NULL, 0 },
 	{ "log-format", OPT_LOG_FORMAT, CLI_WORD, F(log_format), 0, 0,
-	    "text or json", word_log_format, NULL, 0 },
-	{ "stats", OPT_STATS, CLI_CALL, F(stats), 0, 0, NULL, NULL, opt_stats,
-	    0 },
+	    "text or json", cli_word_log_format, NULL, 0 },
+	{ "stats", OPT_STATS, CLI_CALL, F(stats), 0, 0, NULL, NULL,
+	    cli_opt_stats, 0 },
 	/*
 	 * 0 is refused, not "no limit": an endpoint without a cap is the
 	 * descriptor exhaustion this option exists to prevent.
@@ -223,16 +102,18 @@ static const struct cli_opt cli_opts[] = {
 	{ "stats-timeout", OPT_STATS_TIMEOUT, CLI_SECONDS, F(stats_timeout), 0,
 	    0, NULL, NULL, NULL, 0 },
 	{ "send-proxy", OPT_SEND_PROXY, CLI_WORD, F(send_proxy), 0, 0,
-	    "v1 or v2", word_send_proxy, NULL, 0 },
+	    "v1 or v2", cli_word_send_proxy, NULL, 0 },
 	{ "dns-server", OPT_DNS_SERVER, CLI_CALL, F(dns_server), 0, 0, NULL,
-	    NULL, opt_dns_server, 0 },
+	    NULL, cli_opt_dns_server, 0 },
 	{ "source", OPT_SOURCE, CLI_CALL, F(source), 0, 0, NULL, NULL,
-	    opt_source, 0 },
-	{ "mirror", OPT_MIRROR, CLI_CALL, 0, 0, 0, NULL, NULL, opt_mirror, 1 },
-	/* who may connect */
-	{ "allow", OPT_ALLOW, CLI_CALL, F(allow), 0, 0, NULL, NULL, opt_acl,
+	    cli_opt_source, 0 },
+	{ "mirror", OPT_MIRROR, CLI_CALL, 0, 0, 0, NULL, NULL, cli_opt_mirror,
 	    1 },
-	{ "deny", OPT_DENY, CLI_CALL, F(deny), 0, 0, NULL, NULL, opt_acl, 1 },
+	/* who may connect */
+	{ "allow", OPT_ALLOW, CLI_CALL, F(allow), 0, 0, NULL, NULL, cli_opt_acl,
+	    1 },
+	{ "deny", OPT_DENY, CLI_CALL, F(deny), 0, 0, NULL, NULL, cli_opt_acl,
+	    1 },
 	{ "max-conns-per-source", OPT_MAX_CONNS_PER_SOURCE, CLI_LONG,
 	    F(max_conns_per_source), 1, ZP_MAX_CONNS_LIMIT, NULL, NULL, NULL,
 	    0 },
@@ -240,7 +121,7 @@ static const struct cli_opt cli_opts[] = {
 	{ "accept-proxy", OPT_ACCEPT_PROXY, CLI_FLAG, F(accept_proxy), 0, 0,
 	    NULL, NULL, NULL, 0 },
 	{ "proxy-from", OPT_PROXY_FROM, CLI_CALL, F(proxy_from), 0, 0, NULL,
-	    NULL, opt_acl, 1 },
+	    NULL, cli_opt_acl, 1 },
 	{ "proxy-timeout", OPT_PROXY_TIMEOUT, CLI_SECONDS, F(proxy_timeout), 0,
 	    0, NULL, NULL, NULL, 0 },
 	/* privileges */
@@ -254,12 +135,12 @@ static const struct cli_opt cli_opts[] = {
 	{ "tproxy", OPT_TPROXY, CLI_FLAG, F(tproxy), 0, 0, NULL, NULL, NULL,
 	    0 },
 	{ "allow-dst", OPT_ALLOW_DST, CLI_CALL, F(allow_dst), 0, 0, NULL,
-	    NULL, opt_allow_dst, 1 },
+	    NULL, cli_opt_allow_dst, 1 },
 	/* restarts */
 	{ "control", OPT_CONTROL, CLI_CALL, F(control), 0, 0, NULL, NULL,
-	    opt_control, 0 },
+	    cli_opt_control, 0 },
 	{ "takeover", OPT_TAKEOVER, CLI_CALL, F(takeover), 0, 0, NULL, NULL,
-	    opt_control, 0 },
+	    cli_opt_control, 0 },
 	{ "daemon", OPT_DAEMON, CLI_FLAG, F(daemon), 0, 0, NULL, NULL, NULL,
 	    0 },
 	{ "verbose", 'v', CLI_MORE, F(verbose), 0, 0, NULL, NULL, NULL, 0 },
@@ -269,10 +150,8 @@ static const struct cli_opt cli_opts[] = {
 	    0 },
 };
 
-#define CLI_NOPTS	(sizeof(cli_opts) / sizeof(cli_opts[0]))
-
 /* Does the option take a value? */
-static int
+int
 cli_has_value(const struct cli_opt *o)
 {
 	return o->kind != CLI_FLAG && o->kind != CLI_MORE &&
@@ -280,7 +159,7 @@ cli_has_value(const struct cli_opt *o)
 }
 
 /* The table entry of a getopt value, or NULL. */
-static const struct cli_opt *
+const struct cli_opt *
 cli_find(int val)
 {
 	size_t	i;
@@ -291,12 +170,11 @@ cli_find(int val)
 	return NULL;
 }
 
-/* Usage text. */
-void
-zp_config_usage(FILE *fp, const char *prog)
-{
-	fprintf(fp,
-"usage: %s -l [ADDR]:PORT|systemd[:NAME] -u HOST:PORT [options]\n"
+/*
+ * The help text after its first line: data, like the table above, one
+ * string as the reader sees it (docs/OPTIONS.md holds the same).
+ */
+static const char usage_text[] =
 "\n"
 "Relay every TCP connection accepted on the listen address to a fresh\n"
 "connection to the upstream, both ways, with splice(2).\n"
@@ -464,639 +342,14 @@ zp_config_usage(FILE *fp, const char *prog)
 "\n"
 "Sizes take K, M or G suffixes (powers of 1024). An option that takes a\n"
 "value is given once, except -l, -u, --mirror, --allow, --deny,\n"
-"--proxy-from and --allow-dst.\n",
+"--proxy-from and --allow-dst.\n";
+
+/* Usage text. */
+void
+zp_config_usage(FILE *fp, const char *prog)
+{
+	fprintf(fp,
+"usage: %s -l [ADDR]:PORT|systemd[:NAME] -u HOST:PORT [options]\n",
 	    prog);
-}
-
-/* A size option: the message names the option as well as the value. */
-static int
-parse_size_opt(const char *name, const char *s, size_t *out, char *err,
-    size_t errlen)
-{
-	char	why[ZP_ERRLEN];
-
-	if (zp_parse_size(s, out, why, sizeof(why)) == 0)
-		return 0;
-	zp_seterr(err, errlen, "--%s: %s", name, why);
-	return -1;
-}
-
-/*
- * Parse an integer option value from min to max (min >= 0); the message
- * states that range.
- */
-static int
-parse_range(const char *name, const char *s, long min, long max, long *out,
-    char *err, size_t errlen)
-{
-	long	 v;
-	char	*end, q[ZP_ESCLEN];
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (*s == '\0' || !isdigit((unsigned char)*s) || *end != '\0' ||
-	    errno != 0 || v < min || v > max) {
-		zp_seterr(err, errlen,
-		    "invalid %s '%s': expected %ld-%ld", name,
-		    zp_escape(s, q, sizeof(q)), min, max);
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-/*
- * Name what getopt_long refused. It sets optopt to a flag's letter when a
- * long flag was given a value ("--verbose=2"), so look at the word itself.
- */
-static void
-bad_option(const char *word, int opt, char *err, size_t errlen)
-{
-	const struct cli_opt	*o;
-	size_t			 len;
-	char			 q[ZP_ESCLEN], flag[3];
-
-	if (strncmp(word, "--", 2) == 0) {
-		len = strcspn(word + 2, "=");
-		for (o = cli_opts; o < cli_opts + CLI_NOPTS; o++)
-			if (strlen(o->name) == len &&
-			    strncmp(o->name, word + 2, len) == 0 &&
-			    word[2 + len] == '=') {
-				zp_seterr(err, errlen, "option '--%s' takes no "
-				    "value", o->name);
-				return;
-			}
-		/* No escape makes a '=': the first one is the word's. */
-		zp_escape(word, q, sizeof(q));
-		q[strcspn(q, "=")] = '\0';
-		zp_seterr(err, errlen, "unknown option '%s'", q);
-	} else if (opt != 0) {
-		flag[0] = '-';
-		flag[1] = (char)opt;
-		flag[2] = '\0';
-		zp_seterr(err, errlen, "unknown option '%s'",
-		    zp_escape(flag, q, sizeof(q)));
-	} else
-		zp_seterr(err, errlen, "unknown option '%s'",
-		    zp_escape(word, q, sizeof(q)));
-}
-
-/*
- * An option that takes a value takes one, but for those that add one more
- * of a list each time (o->list): a second value is refused, as nginx
- * refuses a duplicate single-valued directive, rather than silently
- * replacing the first (a unit file and its drop-in both setting it).
- * Flags may be repeated: they mean the same each time, and -vv counts.
- * given[] holds, per cli_opts entry, the value it was given. Returns 0,
- * or -1 with err filled.
- */
-static int
-check_once(const struct cli_opt *o, const char *arg, const char **given,
-    char *err, size_t errlen)
-{
-	char	q1[ZP_ESCLEN / 2], q2[ZP_ESCLEN / 2];
-	size_t	i = (size_t)(o - cli_opts);
-
-	if (!cli_has_value(o) || o->list)
-		return 0;
-	if (given[i] != NULL) {
-		zp_seterr(err, errlen,
-		    "option --%s given twice ('%s', then '%s'): "
-		    "it takes one value", o->name, zp_escape(given[i], q1,
-		    sizeof(q1)), zp_escape(arg, q2, sizeof(q2)));
-		return -1;
-	}
-	given[i] = arg;
-	return 0;
-}
-
-/* Was the option with this val given a value? */
-static int
-given_opt(const char **given, int val)
-{
-	const struct cli_opt	*o = cli_find(val);
-
-	return o != NULL && given[o - cli_opts] != NULL;
-}
-
-/* --listen: one more listening socket, at most ZP_MAX_LISTENS. */
-static int
-opt_listen(struct zp_config *cfg, const struct cli_opt *o, const char *s,
-    char *err, size_t errlen)
-{
-	(void)o;
-	if (cfg->nlistens == ZP_MAX_LISTENS) {
-		zp_seterr(err, errlen, "too many --listen: at most %d",
-		    ZP_MAX_LISTENS);
-		return -1;
-	}
-	if (zp_parse_listen_arg(s, &cfg->listens[cfg->nlistens], err,
-	    errlen) == -1)
-		return -1;
-	cfg->nlistens++;
-	return 0;
-}
-
-/* --upstream: one more upstream, HOST:PORT or "original". */
-static int
-opt_upstream(struct zp_config *cfg, const struct cli_opt *o, const char *s,
-    char *err, size_t errlen)
-{
-	struct zp_upstream_spec	*up;
-
-	(void)o;
-	if (cfg->nupstreams == ZP_MAX_UPSTREAMS) {
-		zp_seterr(err, errlen, "too many --upstream: at most %d",
-		    ZP_MAX_UPSTREAMS);
-		return -1;
-	}
-	up = &cfg->upstreams[cfg->nupstreams];
-	/*
-	 * "original": each connection's own destination, as --tproxy or a
-	 * redirect rule left it; no address here.
-	 */
-	if (strcmp(s, "original") == 0) {
-		if ((up->host = strdup(s)) == NULL) {
-			zp_seterr(err, errlen, "out of memory");
-			return -1;
-		}
-		up->original = 1;
-		cfg->original = 1;
-		cfg->nupstreams++;
-		return 0;
-	}
-	if (zp_parse_hostport(s, &up->host, up->port, sizeof(up->port), err,
-	    errlen) == -1)
-		return -1;
-	cfg->nupstreams++;
-	return 0;
-}
-
-/* --spool-max BYTES: beyond 1G, unlike the other sizes. */
-static int
-opt_spool_max(struct zp_config *cfg, const struct cli_opt *o, const char *s,
-    char *err, size_t errlen)
-{
-	char	why[ZP_ERRLEN];
-
-	if (zp_parse_bytes(s, &cfg->spool_max, ZP_SPOOL_MAX_LIMIT, "16T",
-	    why, sizeof(why)) == 0)
-		return 0;
-	zp_seterr(err, errlen, "--%s: %s", o->name, why);
-	return -1;
-}
-
-/* --mirror HOST:PORT: one more collector that gets a copy. */
-static int
-opt_mirror(struct zp_config *cfg, const struct cli_opt *o, const char *s,
-    char *err, size_t errlen)
-{
-	struct zp_mirror_spec	*m;
-	char			 e[ZP_ERRLEN];
-
-	(void)o;
-	if (cfg->nmirrors == ZP_MAX_MIRRORS) {
-		zp_seterr(err, errlen, "too many --mirror: at most %d",
-		    ZP_MAX_MIRRORS);
-		return -1;
-	}
-	m = &cfg->mirrors[cfg->nmirrors];
-	if (zp_parse_hostport(s, &m->to.host, m->to.port, sizeof(m->to.port),
-	    e, sizeof(e)) == -1) {
-		zp_seterr(err, errlen, "--mirror: %s", e);
-		return -1;
-	}
-	if ((m->arg = strdup(s)) == NULL) {
-		free(m->to.host);
-		m->to.host = NULL;
-		zp_seterr(err, errlen, "out of memory");
-		return -1;
-	}
-	cfg->nmirrors++;
-	return 0;
-}
-
-/* --stats [ADDR]:PORT. */
-static int
-opt_stats(struct zp_config *cfg, const struct cli_opt *o, const char *s,
-    char *err, size_t errlen)
-{
-	(void)o;
-	if (zp_parse_listen(s, &cfg->stats, err, errlen) == -1)
-		return -1;
-	cfg->have_stats = 1;
-	return 0;
-}
-
-/* --dns-server ADDR:PORT: an address, not a wildcard. */
-static int
-opt_dns_server(struct zp_config *cfg, const struct cli_opt *o, const char *s,
-    char *err, size_t errlen)
-{
-	char	q[ZP_ESCLEN];
-
-	(void)o;
-	if (zp_parse_listen(s, &cfg->dns_server, err, errlen) == -1)
-		return -1;
-	if (cfg->dns_server.any) {
-		zp_seterr(err, errlen, "invalid dns-server '%s': expected "
-		    "ADDR:PORT", zp_escape(s, q, sizeof(q)));
-		return -1;
-	}
-	cfg->have_dns_server = 1;
-	return 0;
-}
-
-/* --allow, --deny, --proxy-from: one more CIDR rule in the option's list. */
-static int
-opt_acl(struct zp_config *cfg, const struct cli_opt *o, const char *s,
-    char *err, size_t errlen)
-{
-	void	*field = (char *)cfg + o->off;
-
-	return zp_acl_add(field, o->name, s, err, errlen);
-}
-
-/* --allow-dst: one more destination -u original may go to. */
-static int
-opt_allow_dst(struct zp_config *cfg, const struct cli_opt *o, const char *s,
-    char *err, size_t errlen)
-{
-	return zp_dstacl_add(&cfg->allow_dst, o->name, s, err, errlen);
-}
-
-/* --source client|ADDR. */
-static int
-opt_source(struct zp_config *cfg, const struct cli_opt *o, const char *s,
-    char *err, size_t errlen)
-{
-	(void)o;
-	return zp_parse_source(s, &cfg->source, &cfg->source_addr, err,
-	    errlen);
-}
-
-/*
- * `-u original` is the only upstream when given: a fixed upstream beside
- * it would be a second policy (which one, when?) with no clear answer.
- * What serves a list of fixed addresses does not apply to it and is
- * refused rather than silently ignored: active checks and re-resolution
- * (there is no address to check or name to look up). --balance,
- * --retries, --max-fails and --fail-timeout are ignored: with one
- * upstream there is nothing to choose, and one destination's refusal says
- * nothing about the next client's (zp_upstream_report). --allow-dst
- * limits original alone.
- */
-static int
-check_original(const struct zp_config *cfg, char *err, size_t errlen)
-{
-	if (!cfg->original) {
-		if (cfg->allow_dst.n > 0) {
-			zp_seterr(err, errlen, "--allow-dst needs -u original");
-			return -1;
-		}
-		return 0;
-	}
-	if (cfg->nupstreams > 1) {
-		zp_seterr(err, errlen, "-u original must be the only "
-		    "--upstream (%zu given)", cfg->nupstreams);
-		return -1;
-	}
-	/*
-	 * Behind a balancer the socket's original destination is zproxy's
-	 * own (the balancer came to it), and the header's is the balancer's
-	 * front: neither is where the client meant to go.
-	 */
-	if (cfg->accept_proxy) {
-		zp_seterr(err, errlen, "-u original does not apply to "
-		    "--accept-proxy: the balancer chose the destination");
-		return -1;
-	}
-	if (cfg->check_interval > 0) {
-		zp_seterr(err, errlen, "--check-interval does not apply to "
-		    "-u original: there is no fixed address to check");
-		return -1;
-	}
-	if (cfg->resolve_interval > 0) {
-		zp_seterr(err, errlen, "--resolve-interval does not apply to "
-		    "-u original: there is no name to resolve");
-		return -1;
-	}
-	return 0;
-}
-
-/*
- * --control, --takeover: a Unix socket's path. The control socket is
- * made at PATH.tmp.PID and renamed over PATH, so that name must fit
- * sun_path too.
- */
-static int
-parse_control_path(const char *opt, const char *s, char **out, char *err,
-    size_t errlen)
-{
-	char	q[ZP_ESCLEN];
-
-	if (*s == '\0' || strlen(s) > ZP_CONTROL_PATH_MAX) {
-		zp_seterr(err, errlen, "invalid --%s path '%s': 1 to %d "
-		    "characters", opt, zp_escape(s, q, sizeof(q)),
-		    ZP_CONTROL_PATH_MAX);
-		return -1;
-	}
-	free(*out);
-	if ((*out = strdup(s)) == NULL) {
-		zp_seterr(err, errlen, "out of memory");
-		return -1;
-	}
-	return 0;
-}
-
-/*
- * Several -l: each once. The same address twice could never bind; the
- * same systemd name twice would take its sockets twice.
- */
-static int
-check_listens(const struct zp_config *cfg, char *err, size_t errlen)
-{
-	const struct zp_listen_spec	*a, *b;
-	char				 buf[ZP_ADDRSTRLEN + ZP_FDNAME_MAX];
-	size_t				 i, j;
-
-	for (i = 0; i < cfg->nlistens; i++)
-		for (j = 0; j < i; j++) {
-			a = &cfg->listens[i];
-			b = &cfg->listens[j];
-			if (a->systemd != b->systemd || a->any != b->any ||
-			    a->port != b->port)
-				continue;
-			if (a->systemd ? strcmp(a->name, b->name) != 0 :
-			    !a->any && (a->addr.len != b->addr.len ||
-			    memcmp(&a->addr.ss, &b->addr.ss, a->addr.len) != 0))
-				continue;
-			zp_seterr(err, errlen, "--listen %s given twice",
-			    zp_listen_spec_str(a, buf, sizeof(buf)));
-			return -1;
-		}
-	return 0;
-}
-
-/* --control, --takeover: a path; see parse_control_path(). */
-static int
-opt_control(struct zp_config *cfg, const struct cli_opt *o, const char *s,
-    char *err, size_t errlen)
-{
-	void	*field = (char *)cfg + o->off;
-
-	return parse_control_path(o->name, s, field, err, errlen);
-}
-
-static int
-word_mode(const char *s)
-{
-	if (strcmp(s, "splice") == 0)
-		return ZP_MODE_SPLICE;
-	if (strcmp(s, "copy") == 0)
-		return ZP_MODE_COPY;
-	return -1;
-}
-
-static int
-word_log_format(const char *s)
-{
-	if (strcmp(s, "text") == 0)
-		return ZP_LOG_TEXT;
-	if (strcmp(s, "json") == 0)
-		return ZP_LOG_JSON;
-	return -1;
-}
-
-static int
-word_send_proxy(const char *s)
-{
-	if (strcmp(s, "v1") == 0)
-		return 1;
-	if (strcmp(s, "v2") == 0)
-		return 2;
-	return -1;
-}
-
-/* A CLI_SIZE value: "0" when o->min is 0; at most o->max (not 0). */
-static int
-opt_size(const struct cli_opt *o, const char *s, size_t *out, char *err,
-    size_t errlen)
-{
-	char	q[ZP_ESCLEN];
-
-	if (o->min == 0 && strcmp(s, "0") == 0) {
-		*out = 0;
-		return 0;
-	}
-	if (parse_size_opt(o->name, s, out, err, errlen) == -1)
-		return -1;
-	if (o->max > 0 && *out > (size_t)o->max) {
-		zp_seterr(err, errlen, "--%s %s is over the most, %s", o->name,
-		    zp_escape(s, q, sizeof(q)), o->what);
-		return -1;
-	}
-	return 0;
-}
-
-/* Read one option's value into its field, as its entry says. */
-static int
-opt_set(struct zp_config *cfg, const struct cli_opt *o, const char *s,
-    char *err, size_t errlen)
-{
-	void	*field = (char *)cfg + o->off;
-	char	 q[ZP_ESCLEN];
-	long	 v;
-	int	 w;
-	size_t	 n;
-
-	switch (o->kind) {
-	case CLI_FLAG:
-		*(int *)field = 1;
-		return 0;
-	case CLI_MORE:
-		(*(int *)field)++;
-		return 0;
-	case CLI_INT:
-	case CLI_LONG:
-		if (parse_range(o->name, s, o->min, o->max, &v, err,
-		    errlen) == -1)
-			return -1;
-		if (o->kind == CLI_INT)
-			*(int *)field = (int)v;
-		else
-			*(long *)field = v;
-		return 0;
-	case CLI_SECONDS_OFF:
-		if (strcmp(s, "off") == 0) {
-			*(double *)field = 0;
-			return 0;
-		}
-		if (zp_parse_seconds(o->name, s, field, err, errlen) == -1) {
-			n = strlen(err);
-			snprintf(err + n, errlen - n, ", or off");
-			return -1;
-		}
-		return 0;
-	case CLI_SECONDS:
-		return zp_parse_seconds(o->name, s, field, err, errlen);
-	case CLI_SIZE:
-		return opt_size(o, s, field, err, errlen);
-	case CLI_WORD:
-		if ((w = o->word(s)) == -1) {
-			zp_seterr(err, errlen, "invalid %s '%s': expected %s",
-			    o->name, zp_escape(s, q, sizeof(q)), o->what);
-			return -1;
-		}
-		*(int *)field = w;
-		return 0;
-	case CLI_STRING:
-		if (*s == '\0') {
-			zp_seterr(err, errlen, "invalid %s: empty %s", o->name,
-			    o->what);
-			return -1;
-		}
-		free(*(char **)field);
-		if ((*(char **)field = strdup(s)) == NULL) {
-			zp_seterr(err, errlen, "out of memory");
-			return -1;
-		}
-		return 0;
-	case CLI_CALL:
-		return o->call(cfg, o, s, err, errlen);
-	case CLI_EXIT:
-		break;
-	}
-	return 0;
-}
-
-/* Parse argv into cfg. */
-int
-zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
-    size_t errlen)
-{
-	struct option		 lo[CLI_NOPTS + 1];
-	const struct cli_opt	*o;
-	const char		*given[CLI_NOPTS] = { NULL };
-	char			 q[ZP_ESCLEN];
-	size_t			 i;
-	int			 c;
-
-	memset(lo, 0, sizeof(lo));
-	for (i = 0; i < CLI_NOPTS; i++) {
-		lo[i].name = cli_opts[i].name;
-		lo[i].has_arg = cli_has_value(&cli_opts[i]) ?
-		    required_argument : no_argument;
-		lo[i].val = cli_opts[i].val;
-	}
-	opterr = 0;
-	optind = 0;	/* 0 makes glibc reinitialise, for the unit tests */
-	while ((c = getopt_long(argc, argv, ":l:u:m:vqhV", lo, NULL)) != -1) {
-		if (c == ':') {
-			zp_seterr(err, errlen, "option '%s' needs a value",
-			    zp_escape(argv[optind - 1], q, sizeof(q)));
-			return ZP_PARSE_ERROR;
-		}
-		if ((o = cli_find(c)) == NULL) {
-			bad_option(argv[optind - 1], optopt, err, errlen);
-			return ZP_PARSE_ERROR;
-		}
-		if (check_once(o, optarg, given, err, errlen) == -1)
-			return ZP_PARSE_ERROR;
-		if (o->kind == CLI_EXIT)
-			return (int)o->min;
-		if (opt_set(cfg, o, optarg, err, errlen) == -1)
-			return ZP_PARSE_ERROR;
-	}
-	if (optind < argc) {
-		zp_seterr(err, errlen, "unexpected argument '%s'",
-		    zp_escape(argv[optind], q, sizeof(q)));
-		return ZP_PARSE_ERROR;
-	}
-	if (cfg->nlistens == 0) {
-		zp_seterr(err, errlen, "missing --listen [ADDR]:PORT");
-		return ZP_PARSE_ERROR;
-	}
-	if (check_listens(cfg, err, errlen) == -1)
-		return ZP_PARSE_ERROR;
-	if (cfg->nupstreams == 0) {
-		zp_seterr(err, errlen, "missing --upstream HOST:PORT");
-		return ZP_PARSE_ERROR;
-	}
-	if (check_original(cfg, err, errlen) == -1)
-		return ZP_PARSE_ERROR;
-	if (cfg->log_file != NULL && cfg->use_syslog) {
-		zp_seterr(err, errlen, "--log-file and --syslog exclude each "
-		    "other");
-		return ZP_PARSE_ERROR;
-	}
-	/*
-	 * A group alone would leave uid 0 and its capabilities: the drop
-	 * the operator expects would not happen.
-	 */
-	if (cfg->group != NULL && cfg->user == NULL) {
-		zp_seterr(err, errlen, "--group needs --user");
-		return ZP_PARSE_ERROR;
-	}
-	/* Said of headers nobody would read: a mistake, not a no-op. */
-	if (!cfg->accept_proxy && (cfg->proxy_from.n > 0 ||
-	    given_opt(given, OPT_PROXY_TIMEOUT))) {
-		zp_seterr(err, errlen, "--%s needs --accept-proxy",
-		    cfg->proxy_from.n > 0 ? "proxy-from" : "proxy-timeout");
-		return ZP_PARSE_ERROR;
-	}
-	/* Only a framed stream has boundaries to move at. */
-	if (cfg->framing == ZP_FRAMING_NONE && (given_opt(given,
-	    OPT_MAX_FRAME) || given_opt(given, OPT_MAX_LIFETIME) ||
-	    given_opt(given, OPT_STALL_TIMEOUT) ||
-	    cfg->rebalance || given_opt(given, OPT_REBALANCE_RATE) ||
-	    cfg->replay_window > 0)) {
-		zp_seterr(err, errlen, "--%s needs --framing",
-		    given_opt(given, OPT_MAX_FRAME) ? "max-frame" :
-		    given_opt(given, OPT_MAX_LIFETIME) ? "max-lifetime" :
-		    given_opt(given, OPT_STALL_TIMEOUT) ? "stall-timeout" :
-		    cfg->rebalance ? "rebalance" :
-		    cfg->replay_window > 0 ? "replay-window" :
-		    "rebalance-rate");
-		return ZP_PARSE_ERROR;
-	}
-	/* A spool file is cut, and a spooled stream sent on, at messages. */
-	if (cfg->spool_dir != NULL && cfg->framing == ZP_FRAMING_NONE) {
-		zp_seterr(err, errlen, "--spool needs --framing");
-		return ZP_PARSE_ERROR;
-	}
-	if (cfg->spool_dir == NULL && (given_opt(given, OPT_SPOOL_MAX) ||
-	    given_opt(given, OPT_SPOOL_SENDERS) ||
-	    given_opt(given, OPT_SPOOL_SYNC))) {
-		zp_seterr(err, errlen, "--%s needs --spool",
-		    given_opt(given, OPT_SPOOL_MAX) ? "spool-max" :
-		    given_opt(given, OPT_SPOOL_SENDERS) ? "spool-senders" :
-		    "spool-sync");
-		return ZP_PARSE_ERROR;
-	}
-	/* Sent on later to "the upstream": -u original has none to name. */
-	if (cfg->spool_dir != NULL && cfg->original) {
-		zp_seterr(err, errlen, "--spool cannot be used with "
-		    "-u original");
-		return ZP_PARSE_ERROR;
-	}
-	if (given_opt(given, OPT_REBALANCE_RATE) && !cfg->rebalance) {
-		zp_seterr(err, errlen, "--rebalance-rate needs --rebalance");
-		return ZP_PARSE_ERROR;
-	}
-	/* An even spread is what leastconn and roundrobin aim at. */
-	if (cfg->rebalance && cfg->balance != ZP_BALANCE_LEASTCONN &&
-	    cfg->balance != ZP_BALANCE_ROUNDROBIN) {
-		zp_seterr(err, errlen, "--rebalance needs --balance leastconn "
-		    "or roundrobin");
-		return ZP_PARSE_ERROR;
-	}
-	/* Which one was meant is a guess: say so rather than take the last. */
-	if (cfg->verbose > 0 && cfg->quiet) {
-		zp_seterr(err, errlen,
-		    "--verbose (-v) and --quiet (-q) exclude "
-		    "each other");
-		return ZP_PARSE_ERROR;
-	}
-	return ZP_PARSE_OK;
+	fputs(usage_text, fp);
 }

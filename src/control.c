@@ -37,6 +37,12 @@ struct zp_control {
 	struct event			*timer;
 };
 
+/* Room for the descriptors of an offer, aligned as a cmsghdr must be. */
+union control_cmsg {
+	struct cmsghdr	hdr;
+	char		buf[CMSG_SPACE(sizeof(int) * ZP_INHERIT_MAX)];
+};
+
 /* A Unix address for path; -1 when it does not fit. */
 static int
 control_sun(const char *path, struct sockaddr_un *sun)
@@ -87,10 +93,7 @@ control_offer(struct zp_control *c, char *why, size_t whylen)
 	struct zp_inherit	 set;
 	unsigned long long	 wd = 0;
 	char			 text[ZP_OFFER_MAX];
-	union {
-		struct cmsghdr	hdr;
-		char		buf[CMSG_SPACE(sizeof(int) * ZP_INHERIT_MAX)];
-	} cm;
+	union control_cmsg	 cm;
 	struct msghdr		 msg;
 	struct iovec		 iov;
 	struct cmsghdr		*h;
@@ -430,29 +433,18 @@ zp_offer_parse(const char *buf, size_t len, const int *fds, size_t nfds,
 	return 0;
 }
 
-int
-zp_takeover_fetch(const char *path, struct zp_offer *o, char *err,
+/*
+ * Reach the zproxy at path's control socket (o->conn, with
+ * ZP_CONTROL_TIMEOUT_SEC either way) and ask for its sockets. Returns 0,
+ * or ZP_EX_UNAVAILABLE with err filled.
+ */
+static int
+takeover_connect(const char *path, struct zp_offer *o, char *err,
     size_t errlen)
 {
 	struct sockaddr_un	 sun;
 	struct timeval		 tv = { ZP_CONTROL_TIMEOUT_SEC, 0 };
-	char			 text[ZP_OFFER_MAX];
-	union {
-		struct cmsghdr	hdr;
-		char		buf[CMSG_SPACE(sizeof(int) * ZP_INHERIT_MAX)];
-	} cm;
-	int			 fds[ZP_INHERIT_MAX];
-	struct msghdr		 msg;
-	struct iovec		 iov;
-	struct cmsghdr		*h;
-	size_t			 nfds = 0, i;
-	ssize_t			 r;
-	char			 why[200];
-	int			 rerr;
 
-	memset(o, 0, sizeof(*o));
-	memset(fds, 0, sizeof(fds));
-	o->conn = -1;
 	if (control_sun(path, &sun) == -1) {
 		zp_seterr(err, errlen, "--takeover %s: path too long", path);
 		return ZP_EX_UNAVAILABLE;
@@ -476,28 +468,70 @@ zp_takeover_fetch(const char *path, struct zp_offer *o, char *err,
 		    strerror(errno));
 		return ZP_EX_UNAVAILABLE;
 	}
+	return 0;
+}
+
+/*
+ * The offer on conn: its text into text (len bytes), the descriptors it
+ * carries into fds (*nfds of them, at most ZP_INHERIT_MAX), which are
+ * the caller's to close whatever came. Returns what recvmsg(2) did;
+ * *flags its msg_flags, *rerr its errno.
+ */
+static ssize_t
+takeover_recv(int conn, char *text, size_t len, int *fds, size_t *nfds,
+    int *flags, int *rerr)
+{
+	union control_cmsg	 cm;
+	struct msghdr		 msg;
+	struct iovec		 iov;
+	struct cmsghdr		*h;
+	size_t			 i;
+	ssize_t			 r;
+
 	memset(&msg, 0, sizeof(msg));
 	iov.iov_base = text;
-	iov.iov_len = sizeof(text);
+	iov.iov_len = len;
 	msg.msg_iov = &iov;
 	msg.msg_iovlen = 1;
 	msg.msg_control = cm.buf;
 	msg.msg_controllen = sizeof(cm.buf);
 	do {
-		r = recvmsg(o->conn, &msg, MSG_CMSG_CLOEXEC);
+		r = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
 	} while (r == -1 && errno == EINTR);
-	rerr = errno;
+	*rerr = errno;
 	/* Whatever came, its descriptors are ours to close. */
 	for (h = CMSG_FIRSTHDR(&msg); r > 0 && h != NULL;
 	    h = CMSG_NXTHDR(&msg, h)) {
 		if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
 			continue;
 		for (i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int) &&
-		    nfds < ZP_INHERIT_MAX; i++)
-			memcpy(&fds[nfds++], CMSG_DATA(h) + i * sizeof(int),
+		    *nfds < ZP_INHERIT_MAX; i++)
+			memcpy(&fds[(*nfds)++], CMSG_DATA(h) + i * sizeof(int),
 			    sizeof(int));
 	}
-	if (r <= 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+	*flags = msg.msg_flags;
+	return r;
+}
+
+int
+zp_takeover_fetch(const char *path, struct zp_offer *o, char *err,
+    size_t errlen)
+{
+	char			 text[ZP_OFFER_MAX];
+	int			 fds[ZP_INHERIT_MAX];
+	size_t			 nfds = 0, i;
+	ssize_t			 r;
+	char			 why[200];
+	int			 rc, rerr, flags;
+
+	memset(o, 0, sizeof(*o));
+	memset(fds, 0, sizeof(fds));
+	o->conn = -1;
+	if ((rc = takeover_connect(path, o, err, errlen)) != 0)
+		return rc;
+	r = takeover_recv(o->conn, text, sizeof(text), fds, &nfds, &flags,
+	    &rerr);
+	if (r <= 0 || (flags & (MSG_TRUNC | MSG_CTRUNC)) ||
 	    zp_offer_parse(text, (size_t)r, fds, nfds, o, why,
 	    sizeof(why)) == -1) {
 		for (i = 0; i < nfds; i++)
@@ -506,7 +540,7 @@ zp_takeover_fetch(const char *path, struct zp_offer *o, char *err,
 		zp_seterr(err, errlen, "--takeover %s: %s", path, r == 0 ?
 		    "the zproxy there hung up (is it draining?)" : r == -1 ?
 		    (rerr == EAGAIN ? "no answer in time" : strerror(rerr)) :
-		    (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ?
+		    (flags & (MSG_TRUNC | MSG_CTRUNC)) ?
 		    "the offer was cut short" : why);
 		return ZP_EX_UNAVAILABLE;
 	}

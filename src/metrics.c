@@ -376,6 +376,229 @@ render_mirrors(struct render *r, struct zp_ctx *ctx,
 	}
 }
 
+/* The connections and the bytes, summed over the threads. */
+static void
+render_conns(struct render *r, struct zp_ctx *ctx, const struct zp_stats *st)
+{
+	single_u64(r, "zproxy_connections_open", "gauge",
+	    "Client connections open now.", st->conns_open);
+	single_u64(r, "zproxy_connections_total", "counter",
+	    "Client connections accepted.", st->conns_total);
+	single_u64(r, "zproxy_connections_failed_total", "counter",
+	    "Client connections closed because no upstream answered.",
+	    st->conns_failed);
+	single_u64(r, "zproxy_max_connections", "gauge",
+	    "Most client connections open at once (--max-conns); later ones "
+	    "wait in the listen backlog.",
+	    ctx->max_conns > 0 ? (uint64_t)ctx->max_conns : 0);
+
+	updown_u64(r, "zproxy_bytes_total", "Bytes relayed: up is client "
+	    "to upstream, down is upstream to client.",
+	    st->all.up.bytes, st->all.down.bytes);
+	updown_u64(r, "zproxy_spliced_bytes_total", "Of zproxy_bytes_total, "
+	    "the bytes that went through a pipe (zero-copy) rather than a "
+	    "buffer.", st->all.up.spliced,
+	    st->all.down.spliced);
+}
+
+/* The data paths: pairs by mode, copy fallbacks, the pipe pool. */
+static void
+render_paths(struct render *r, const struct zp_totals *t)
+{
+	const struct zp_stats	*st = &t->stats;
+	const struct zp_pair_modes *m = &t->modes;
+	struct label		 l;
+	size_t			 nalive = t->pool.alive, nfree = t->pool.pooled;
+
+	family(r, "zproxy_pairs", "gauge",
+	    "Open connections by data path: splice, copy, or mixed (one "
+	    "direction each).");
+	l.name = "mode";
+	l.value = "splice";
+	sample_u64(r, "zproxy_pairs", &l, 1, m->splice);
+	l.value = "copy";
+	sample_u64(r, "zproxy_pairs", &l, 1, m->copy);
+	l.value = "mixed";
+	sample_u64(r, "zproxy_pairs", &l, 1, m->mixed);
+
+	family(r, "zproxy_copy_fallbacks_total", "counter",
+	    "Connections or directions that relay by copying although "
+	    "splice was asked for, by reason.");
+	l.name = "reason";
+	l.value = "no-pipe";
+	sample_u64(r, "zproxy_copy_fallbacks_total", &l, 1,
+	    st->fallbacks[ZP_FALLBACK_POOL]);
+	l.value = "splice-refused";
+	sample_u64(r, "zproxy_copy_fallbacks_total", &l, 1,
+	    st->fallbacks[ZP_FALLBACK_REFUSED]);
+
+	single_u64(r, "zproxy_pipes_pooled", "gauge",
+	    "Empty pipes waiting in the pool.", nfree);
+	single_u64(r, "zproxy_pipes_in_use", "gauge",
+	    "Pipes held by open connections.",
+	    nalive > nfree ? nalive - nfree : 0);
+	single_u64(r, "zproxy_pipes_created_total", "counter",
+	    "Pipes the pool made.", t->pool.created);
+	single_u64(r, "zproxy_pipes_killed_total", "counter",
+	    "Pipes closed instead of reused because they still held bytes.",
+	    t->pool.killed);
+}
+
+/* Connects and clients that failed or were refused, by cause. */
+static void
+render_refusals(struct render *r, const struct zp_stats *st)
+{
+	single_u64(r, "zproxy_accept_pauses_total", "counter",
+	    "Times accepting paused for lack of file descriptors.",
+	    st->accept_pauses);
+	single_u64(r, "zproxy_connect_local_errors_total", "counter",
+	    "Connects (clients' and health checks') that failed for a lack of "
+	    "a local resource: descriptors, memory or local ports; they count "
+	    "against no upstream.", st->local_errors);
+	single_u64(r, "zproxy_connections_waiting", "gauge",
+	    "Client connections waiting to retry such a connect; meanwhile "
+	    "nothing is accepted.", st->conns_waiting);
+	single_u64(r, "zproxy_connections_local_failed_total", "counter",
+	    "Client connections closed (end=local-resource) because a local "
+	    "resource stayed short for --connect-timeout.",
+	    st->conns_local_failed);
+	single_u64(r, "zproxy_clients_denied_total", "counter",
+	    "Clients refused by --deny or --allow (at accept, or after "
+	    "their PROXY header), or by --proxy-from.",
+	    st->clients_denied);
+	single_u64(r, "zproxy_clients_source_limited_total", "counter",
+	    "Clients refused by --max-conns-per-source.",
+	    st->clients_source_limited);
+	single_u64(r, "zproxy_bad_proxy_headers_total", "counter",
+	    "Connections closed (end=bad-proxy-header) under --accept-proxy: "
+	    "their PROXY header was missing, malformed, too long or late.",
+	    st->bad_proxy_headers);
+	single_u64(r, "zproxy_bad_destinations_total", "counter",
+	    "Clients refused (end=bad-destination) because -u original would "
+	    "have connected back to zproxy or outside --allow-dst.",
+	    st->bad_destinations);
+}
+
+/* --framing: moves, framing errors, replayed bytes. */
+static void
+render_framing(struct render *r, const struct zp_stats *st)
+{
+	struct label	l;
+	int		i;
+
+	family(r, "zproxy_stream_moves_total", "counter",
+	    "Framed streams moved to another upstream at a message "
+	    "boundary, by reason.");
+	l.name = "reason";
+	for (i = 0; i < ZP_MOVE_MAX; i++) {
+		l.value = zp_move_reason_str(i);
+		sample_u64(r, "zproxy_stream_moves_total", &l, 1,
+		    st->moves[i]);
+	}
+	single_u64(r, "zproxy_framing_errors_total", "counter",
+	    "Framed connections whose framing failed (a message over "
+	    "--max-frame, a bad octet header): relayed as plain bytes "
+	    "from there on.", st->framing_errors);
+	single_u64(r, "zproxy_replayed_bytes_total", "counter",
+	    "Bytes sent again to the next upstream after a move "
+	    "(--replay-window).", st->replayed);
+}
+
+/* How pairs ended: timeouts, lingers, bytes thrown away. */
+static void
+render_ends(struct render *r, const struct zp_stats *st)
+{
+	struct label	l;
+
+	family(r, "zproxy_timeouts_total", "counter",
+	    "Connections closed by a timeout: idle (--idle-timeout) or fin "
+	    "(--fin-timeout).");
+	l.name = "kind";
+	l.value = "idle";
+	sample_u64(r, "zproxy_timeouts_total", &l, 1,
+	    st->timeouts_idle);
+	l.value = "fin";
+	sample_u64(r, "zproxy_timeouts_total", &l, 1,
+	    st->timeouts_fin);
+
+	single_u64(r, "zproxy_lingers_total", "counter",
+	    "Pairs that, after one side reset, waited for the other side to "
+	    "acknowledge everything sent to it.", st->lingers);
+	single_u64(r, "zproxy_linger_timeouts_total", "counter",
+	    "Lingering pairs given up on after --linger-timeout.",
+	    st->linger_timeouts);
+	single_u64(r, "zproxy_discarded_bytes_total", "counter",
+	    "Bytes read from a peer after the other side was gone, and "
+	    "thrown away.", st->discarded);
+}
+
+/* This endpoint's own counters, and the log's drops. */
+static void
+render_endpoint(struct render *r, struct zp_ctx *ctx,
+    const struct zp_stats *st)
+{
+	struct label	l;
+
+	single_u64(r, "zproxy_stats_connections_open", "gauge",
+	    "Connections to this endpoint open now.", st->stats_open);
+	single_u64(r, "zproxy_stats_max_connections", "gauge",
+	    "Most connections to this endpoint open at once "
+	    "(--stats-max-conns); later ones are closed at accept.",
+	    ctx->cfg != NULL && ctx->cfg->stats_max_conns > 0 ?
+	    (uint64_t)ctx->cfg->stats_max_conns : 0);
+	family(r, "zproxy_stats_refused_total", "counter",
+	    "Connections to this endpoint closed unanswered: at accept with "
+	    "--stats-max-conns open (max-conns), or to keep descriptors for "
+	    "the relay (descriptors).");
+	l.name = "reason";
+	l.value = "max-conns";
+	sample_u64(r, "zproxy_stats_refused_total", &l, 1,
+	    st->stats_refused[ZP_STATS_REFUSED_CONNS]);
+	l.value = "descriptors";
+	sample_u64(r, "zproxy_stats_refused_total", &l, 1,
+	    st->stats_refused[ZP_STATS_REFUSED_FDS]);
+	single_u64(r, "zproxy_stats_timeouts_total", "counter",
+	    "Connections to this endpoint closed because no answer was "
+	    "written within --stats-timeout of accept.",
+	    st->stats_timeouts);
+	single_u64(r, "zproxy_log_dropped_total", "counter",
+	    "Log lines dropped because the log thread could not keep up (a "
+	    "slow disk, a blocked /dev/log) or, with --syslog, because "
+	    "nothing listened on /dev/log; the log says how many once it "
+	    "can.", ctx->log != NULL ? zp_log_dropped(ctx->log) : 0);
+}
+
+/* The process: CPU time, start time, the threads and their loads. */
+static void
+render_process(struct render *r, struct zp_ctx *ctx,
+    const struct zp_totals *t)
+{
+	struct label	l;
+	struct timeval	cpu;
+	char		num[16];
+	int		i;
+
+	cpu_time(&cpu);
+	family(r, "zproxy_cpu_seconds_total", "counter",
+	    "CPU time used by zproxy, user and system, in seconds.");
+	sample_tv(r, "zproxy_cpu_seconds_total", &cpu);
+	family(r, "zproxy_start_time_seconds", "gauge",
+	    "When zproxy started, in seconds since the Unix epoch.");
+	sample_tv(r, "zproxy_start_time_seconds", &ctx->started);
+
+	single_u64(r, "zproxy_threads", "gauge",
+	    "Threads relaying (--threads).", (uint64_t)t->threads);
+	family(r, "zproxy_thread_connections", "gauge",
+	    "Client connections open now, by thread: new ones go to the "
+	    "thread with the fewest.");
+	l.name = "thread";
+	for (i = 0; i < t->threads; i++) {
+		snprintf(num, sizeof(num), "%d", i);
+		l.value = num;
+		sample_u64(r, "zproxy_thread_connections", &l, 1, t->open[i]);
+	}
+}
+
 /*
  * Append the metrics, Prometheus text exposition format 0.0.4, to buf.
  * Returns 0, or -1 when out of memory (buf then holds part of them).
@@ -386,197 +609,26 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 	struct render		 r = { buf, 0 };
 	struct zp_totals	*t;
 	const struct zp_stats	*st;
-	const struct zp_pair_modes *m;
-	struct label		 l;
-	struct timeval		 cpu;
-	char			 num[16];
-	size_t			 nalive, nfree;
-	int			 i;
 
 	/* Summed over the threads: the workers' last snapshots (worker.h). */
 	if ((t = malloc(sizeof(*t))) == NULL)
 		return -1;
 	zp_ctx_totals(ctx, t);
 	st = &t->stats;
-	m = &t->modes;
-	nalive = t->pool.alive;
-	nfree = t->pool.pooled;
 
-	single_u64(&r, "zproxy_connections_open", "gauge",
-	    "Client connections open now.", st->conns_open);
-	single_u64(&r, "zproxy_connections_total", "counter",
-	    "Client connections accepted.", st->conns_total);
-	single_u64(&r, "zproxy_connections_failed_total", "counter",
-	    "Client connections closed because no upstream answered.",
-	    st->conns_failed);
-	single_u64(&r, "zproxy_max_connections", "gauge",
-	    "Most client connections open at once (--max-conns); later ones "
-	    "wait in the listen backlog.",
-	    ctx->max_conns > 0 ? (uint64_t)ctx->max_conns : 0);
-
-	updown_u64(&r, "zproxy_bytes_total", "Bytes relayed: up is client "
-	    "to upstream, down is upstream to client.",
-	    st->all.up.bytes, st->all.down.bytes);
-	updown_u64(&r, "zproxy_spliced_bytes_total", "Of zproxy_bytes_total, "
-	    "the bytes that went through a pipe (zero-copy) rather than a "
-	    "buffer.", st->all.up.spliced,
-	    st->all.down.spliced);
-
+	render_conns(&r, ctx, st);
 	render_upstreams(&r, ctx, st);
 	if (zp_mirrors_count(ctx->mirrors) > 0)
 		render_mirrors(&r, ctx, st);
 	if (ctx->spool != NULL)
 		render_spool(&r, ctx->spool);
-
-	family(&r, "zproxy_pairs", "gauge",
-	    "Open connections by data path: splice, copy, or mixed (one "
-	    "direction each).");
-	l.name = "mode";
-	l.value = "splice";
-	sample_u64(&r, "zproxy_pairs", &l, 1, m->splice);
-	l.value = "copy";
-	sample_u64(&r, "zproxy_pairs", &l, 1, m->copy);
-	l.value = "mixed";
-	sample_u64(&r, "zproxy_pairs", &l, 1, m->mixed);
-
-	family(&r, "zproxy_copy_fallbacks_total", "counter",
-	    "Connections or directions that relay by copying although "
-	    "splice was asked for, by reason.");
-	l.name = "reason";
-	l.value = "no-pipe";
-	sample_u64(&r, "zproxy_copy_fallbacks_total", &l, 1,
-	    st->fallbacks[ZP_FALLBACK_POOL]);
-	l.value = "splice-refused";
-	sample_u64(&r, "zproxy_copy_fallbacks_total", &l, 1,
-	    st->fallbacks[ZP_FALLBACK_REFUSED]);
-
-	single_u64(&r, "zproxy_pipes_pooled", "gauge",
-	    "Empty pipes waiting in the pool.", nfree);
-	single_u64(&r, "zproxy_pipes_in_use", "gauge",
-	    "Pipes held by open connections.",
-	    nalive > nfree ? nalive - nfree : 0);
-	single_u64(&r, "zproxy_pipes_created_total", "counter",
-	    "Pipes the pool made.", t->pool.created);
-	single_u64(&r, "zproxy_pipes_killed_total", "counter",
-	    "Pipes closed instead of reused because they still held bytes.",
-	    t->pool.killed);
-
-	single_u64(&r, "zproxy_accept_pauses_total", "counter",
-	    "Times accepting paused for lack of file descriptors.",
-	    st->accept_pauses);
-	single_u64(&r, "zproxy_connect_local_errors_total", "counter",
-	    "Connects (clients' and health checks') that failed for a lack of "
-	    "a local resource: descriptors, memory or local ports; they count "
-	    "against no upstream.", st->local_errors);
-	single_u64(&r, "zproxy_connections_waiting", "gauge",
-	    "Client connections waiting to retry such a connect; meanwhile "
-	    "nothing is accepted.", st->conns_waiting);
-	single_u64(&r, "zproxy_connections_local_failed_total", "counter",
-	    "Client connections closed (end=local-resource) because a local "
-	    "resource stayed short for --connect-timeout.",
-	    st->conns_local_failed);
-	single_u64(&r, "zproxy_clients_denied_total", "counter",
-	    "Clients refused by --deny or --allow (at accept, or after "
-	    "their PROXY header), or by --proxy-from.",
-	    st->clients_denied);
-	single_u64(&r, "zproxy_clients_source_limited_total", "counter",
-	    "Clients refused by --max-conns-per-source.",
-	    st->clients_source_limited);
-	single_u64(&r, "zproxy_bad_proxy_headers_total", "counter",
-	    "Connections closed (end=bad-proxy-header) under --accept-proxy: "
-	    "their PROXY header was missing, malformed, too long or late.",
-	    st->bad_proxy_headers);
-	single_u64(&r, "zproxy_bad_destinations_total", "counter",
-	    "Clients refused (end=bad-destination) because -u original would "
-	    "have connected back to zproxy or outside --allow-dst.",
-	    st->bad_destinations);
-
-	if (ctx->cfg->framing != ZP_FRAMING_NONE) {
-		family(&r, "zproxy_stream_moves_total", "counter",
-		    "Framed streams moved to another upstream at a message "
-		    "boundary, by reason.");
-		l.name = "reason";
-		for (i = 0; i < ZP_MOVE_MAX; i++) {
-			l.value = zp_move_reason_str(i);
-			sample_u64(&r, "zproxy_stream_moves_total", &l, 1,
-			    st->moves[i]);
-		}
-		single_u64(&r, "zproxy_framing_errors_total", "counter",
-		    "Framed connections whose framing failed (a message over "
-		    "--max-frame, a bad octet header): relayed as plain bytes "
-		    "from there on.", st->framing_errors);
-		single_u64(&r, "zproxy_replayed_bytes_total", "counter",
-		    "Bytes sent again to the next upstream after a move "
-		    "(--replay-window).", st->replayed);
-	}
-
-	family(&r, "zproxy_timeouts_total", "counter",
-	    "Connections closed by a timeout: idle (--idle-timeout) or fin "
-	    "(--fin-timeout).");
-	l.name = "kind";
-	l.value = "idle";
-	sample_u64(&r, "zproxy_timeouts_total", &l, 1,
-	    st->timeouts_idle);
-	l.value = "fin";
-	sample_u64(&r, "zproxy_timeouts_total", &l, 1,
-	    st->timeouts_fin);
-
-	single_u64(&r, "zproxy_lingers_total", "counter",
-	    "Pairs that, after one side reset, waited for the other side to "
-	    "acknowledge everything sent to it.", st->lingers);
-	single_u64(&r, "zproxy_linger_timeouts_total", "counter",
-	    "Lingering pairs given up on after --linger-timeout.",
-	    st->linger_timeouts);
-	single_u64(&r, "zproxy_discarded_bytes_total", "counter",
-	    "Bytes read from a peer after the other side was gone, and "
-	    "thrown away.", st->discarded);
-	single_u64(&r, "zproxy_stats_connections_open", "gauge",
-	    "Connections to this endpoint open now.", st->stats_open);
-	single_u64(&r, "zproxy_stats_max_connections", "gauge",
-	    "Most connections to this endpoint open at once "
-	    "(--stats-max-conns); later ones are closed at accept.",
-	    ctx->cfg != NULL && ctx->cfg->stats_max_conns > 0 ?
-	    (uint64_t)ctx->cfg->stats_max_conns : 0);
-	family(&r, "zproxy_stats_refused_total", "counter",
-	    "Connections to this endpoint closed unanswered: at accept with "
-	    "--stats-max-conns open (max-conns), or to keep descriptors for "
-	    "the relay (descriptors).");
-	l.name = "reason";
-	l.value = "max-conns";
-	sample_u64(&r, "zproxy_stats_refused_total", &l, 1,
-	    st->stats_refused[ZP_STATS_REFUSED_CONNS]);
-	l.value = "descriptors";
-	sample_u64(&r, "zproxy_stats_refused_total", &l, 1,
-	    st->stats_refused[ZP_STATS_REFUSED_FDS]);
-	single_u64(&r, "zproxy_stats_timeouts_total", "counter",
-	    "Connections to this endpoint closed because no answer was "
-	    "written within --stats-timeout of accept.",
-	    st->stats_timeouts);
-	single_u64(&r, "zproxy_log_dropped_total", "counter",
-	    "Log lines dropped because the log thread could not keep up (a "
-	    "slow disk, a blocked /dev/log) or, with --syslog, because "
-	    "nothing listened on /dev/log; the log says how many once it "
-	    "can.", ctx->log != NULL ? zp_log_dropped(ctx->log) : 0);
-
-	cpu_time(&cpu);
-	family(&r, "zproxy_cpu_seconds_total", "counter",
-	    "CPU time used by zproxy, user and system, in seconds.");
-	sample_tv(&r, "zproxy_cpu_seconds_total", &cpu);
-	family(&r, "zproxy_start_time_seconds", "gauge",
-	    "When zproxy started, in seconds since the Unix epoch.");
-	sample_tv(&r, "zproxy_start_time_seconds", &ctx->started);
-
-	single_u64(&r, "zproxy_threads", "gauge",
-	    "Threads relaying (--threads).", (uint64_t)t->threads);
-	family(&r, "zproxy_thread_connections", "gauge",
-	    "Client connections open now, by thread: new ones go to the "
-	    "thread with the fewest.");
-	l.name = "thread";
-	for (i = 0; i < t->threads; i++) {
-		snprintf(num, sizeof(num), "%d", i);
-		l.value = num;
-		sample_u64(&r, "zproxy_thread_connections", &l, 1, t->open[i]);
-	}
+	render_paths(&r, t);
+	render_refusals(&r, st);
+	if (ctx->cfg->framing != ZP_FRAMING_NONE)
+		render_framing(&r, st);
+	render_ends(&r, st);
+	render_endpoint(&r, ctx, st);
+	render_process(&r, ctx, t);
 	free(t);
 	return r.failed ? -1 : 0;
 }

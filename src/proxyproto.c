@@ -227,114 +227,96 @@ pp_v1_addr(const unsigned char *f, size_t n, int af, void *a)
 }
 
 /*
- * The v1 line: "PROXY TCP4 src dst sport dport\r\n" (or TCP6), or "PROXY
- * UNKNOWN" with anything up to the CRLF. Each byte is judged as it
- * arrives, so that a line that cannot be valid fails before it is whole:
- * a field takes only the characters of its kind, up to its longest
- * width, and a port its digits while it stays within 65535.
+ * "PROXY UNKNOWN" from pos (just past "PROXY "): anything up to the CRLF,
+ * as the spec says. Returns the line's length, 0 for more bytes, or -1
+ * with *why set; as pp_v1_parse().
  */
 static ssize_t
-pp_v1_parse(const unsigned char *p, size_t len, struct zp_proxy_info *info,
-    const char **why)
+pp_v1_unknown(const unsigned char *p, size_t len, size_t pos,
+    struct zp_proxy_info *info, const char **why)
+{
+	unsigned char	c;
+
+	for (pos += 7;; pos++) {
+		if (pos >= V1_LINE_MAX)
+			return pp_fail(why, "v1 line too long");
+		if (pos >= len)
+			return 0;
+		c = p[pos];
+		if (pos == 13 && c != ' ' && c != '\r')
+			return pp_fail(why, "bad v1 protocol");
+		if (c == '\n')
+			return pp_fail(why, "v1 line not ended by CRLF");
+		if (c != '\r')
+			continue;
+		if (pos + 1 >= V1_LINE_MAX)
+			return pp_fail(why, "v1 line too long");
+		if (pos + 1 >= len)
+			return 0;
+		if (p[pos + 1] != '\n')
+			return pp_fail(why, "v1 line not ended by CRLF");
+		info->version = 1;
+		info->local = 1;
+		return (ssize_t)(pos + 2);
+	}
+}
+
+/*
+ * Field f of a TCP4/TCP6 line (0 src, 1 dst: an address of family af
+ * into a; 2 sport, 3 dport: into port[f - 2]) from *pos, judged byte by
+ * byte. Returns 1 with *pos past its terminator (SP, or the last one's
+ * CR), 0 for more bytes, or -1 with *why set.
+ */
+static ssize_t
+pp_v1_field(const unsigned char *p, size_t len, size_t *pos, int f, int af,
+    unsigned char a[16], unsigned long port[2], const char **why)
+{
+	size_t		start, width;
+	unsigned char	c;
+
+	width = f >= 2 ? 5 : af == AF_INET ? INET_ADDRSTRLEN - 1 :
+	    INET6_ADDRSTRLEN - 1;
+	for (start = *pos;; (*pos)++) {
+		if (*pos >= V1_LINE_MAX)
+			return pp_fail(why, "v1 line too long");
+		if (*pos >= len)
+			return 0;
+		c = p[*pos];
+		if (c == (f == 3 ? '\r' : ' '))
+			break;
+		if (c == '\n')
+			return pp_fail(why, "v1 line not ended by CRLF");
+		if (f < 2) {
+			if (*pos - start >= width ||
+			    !(PP_DIGIT(c) || c == '.' ||
+			    (af == AF_INET6 && (PP_XALPHA(c) || c == ':'))))
+				return pp_fail(why, "bad v1 address");
+			continue;
+		}
+		/* No sign, no leading zero, at most 65535. */
+		if (!PP_DIGIT(c) || (*pos > start && p[start] == '0'))
+			return pp_fail(why, "bad v1 port");
+		port[f - 2] = port[f - 2] * 10 + (unsigned long)(c - '0');
+		if (port[f - 2] > 65535)
+			return pp_fail(why, "bad v1 port");
+	}
+	if (*pos == start)
+		return pp_fail(why, f < 2 ? "bad v1 address" : "bad v1 port");
+	if (f < 2 && pp_v1_addr(p + start, *pos - start, af, a) == -1)
+		return pp_fail(why, "bad v1 address");
+	(*pos)++;
+	return 1;
+}
+
+/* A whole TCP4/TCP6 line's addresses (a) and ports into info. */
+static void
+pp_v1_set(struct zp_proxy_info *info, int af, unsigned char a[2][16],
+    const unsigned long port[2])
 {
 	struct sockaddr_in	*s4 = (struct sockaddr_in *)&info->src;
 	struct sockaddr_in	*d4 = (struct sockaddr_in *)&info->dst;
 	struct sockaddr_in6	*s6 = (struct sockaddr_in6 *)&info->src;
 	struct sockaddr_in6	*d6 = (struct sockaddr_in6 *)&info->dst;
-	unsigned char		 a[2][16];
-	unsigned long		 port[2] = { 0, 0 };
-	size_t			 pos, start, width;
-	int			 af, f, m, m4, m6;
-	unsigned char		 c;
-
-	if ((m = pp_match(p, len, "PROXY ")) != 1)
-		return m == -1 ? pp_fail(why, "not a PROXY header") : 0;
-	pos = 6;
-	if ((m = pp_match(p + pos, len - pos, "UNKNOWN")) == 0)
-		return 0;
-	if (m == 1) {
-		/* The spec: ignore anything up to the CRLF. */
-		for (pos += 7;; pos++) {
-			if (pos >= V1_LINE_MAX)
-				return pp_fail(why, "v1 line too long");
-			if (pos >= len)
-				return 0;
-			c = p[pos];
-			if (pos == 13 && c != ' ' && c != '\r')
-				return pp_fail(why, "bad v1 protocol");
-			if (c == '\n')
-				return pp_fail(why,
-				    "v1 line not ended by CRLF");
-			if (c != '\r')
-				continue;
-			if (pos + 1 >= V1_LINE_MAX)
-				return pp_fail(why, "v1 line too long");
-			if (pos + 1 >= len)
-				return 0;
-			if (p[pos + 1] != '\n')
-				return pp_fail(why,
-				    "v1 line not ended by CRLF");
-			info->version = 1;
-			info->local = 1;
-			return (ssize_t)(pos + 2);
-		}
-	}
-	m4 = pp_match(p + pos, len - pos, "TCP4 ");
-	m6 = pp_match(p + pos, len - pos, "TCP6 ");
-	if (m4 == -1 && m6 == -1)
-		return pp_fail(why, "bad v1 protocol");
-	if (m4 != 1 && m6 != 1)
-		return 0;
-	af = m4 == 1 ? AF_INET : AF_INET6;
-	pos += 5;
-
-	/* src dst sport dport, the last one ended by CR, the others by SP. */
-	for (f = 0; f < 4; f++) {
-		width = f >= 2 ? 5 : af == AF_INET ? INET_ADDRSTRLEN - 1 :
-		    INET6_ADDRSTRLEN - 1;
-		for (start = pos;; pos++) {
-			if (pos >= V1_LINE_MAX)
-				return pp_fail(why, "v1 line too long");
-			if (pos >= len)
-				return 0;
-			c = p[pos];
-			if (c == (f == 3 ? '\r' : ' '))
-				break;
-			if (c == '\n')
-				return pp_fail(why,
-				    "v1 line not ended by CRLF");
-			if (f < 2) {
-				if (pos - start >= width ||
-				    !(PP_DIGIT(c) || c == '.' ||
-				    (af == AF_INET6 && (PP_XALPHA(c) ||
-				    c == ':'))))
-					return pp_fail(why,
-					    "bad v1 address");
-				continue;
-			}
-			/* No sign, no leading zero, at most 65535. */
-			if (!PP_DIGIT(c) || (pos > start && p[start] == '0'))
-				return pp_fail(why, "bad v1 port");
-			port[f - 2] = port[f - 2] * 10 +
-			    (unsigned long)(c - '0');
-			if (port[f - 2] > 65535)
-				return pp_fail(why, "bad v1 port");
-		}
-		if (pos == start)
-			return pp_fail(why, f < 2 ? "bad v1 address" :
-			    "bad v1 port");
-		if (f < 2 && pp_v1_addr(p + start, pos - start, af,
-		    a[f]) == -1)
-			return pp_fail(why, "bad v1 address");
-		pos++;
-	}
-	/* p[pos - 1] is the CR; V1_LINE_MAX bounds pos as above. */
-	if (pos >= V1_LINE_MAX)
-		return pp_fail(why, "v1 line too long");
-	if (pos >= len)
-		return 0;
-	if (p[pos] != '\n')
-		return pp_fail(why, "v1 line not ended by CRLF");
 
 	info->version = 1;
 	if (af == AF_INET) {
@@ -352,6 +334,54 @@ pp_v1_parse(const unsigned char *p, size_t len, struct zp_proxy_info *info,
 		d6->sin6_port = htons((uint16_t)port[1]);
 		info->srclen = info->dstlen = sizeof(struct sockaddr_in6);
 	}
+}
+
+/*
+ * The v1 line: "PROXY TCP4 src dst sport dport\r\n" (or TCP6), or "PROXY
+ * UNKNOWN" with anything up to the CRLF. Each byte is judged as it
+ * arrives, so that a line that cannot be valid fails before it is whole:
+ * a field takes only the characters of its kind, up to its longest
+ * width, and a port its digits while it stays within 65535.
+ */
+static ssize_t
+pp_v1_parse(const unsigned char *p, size_t len, struct zp_proxy_info *info,
+    const char **why)
+{
+	unsigned char		 a[2][16];
+	unsigned long		 port[2] = { 0, 0 };
+	size_t			 pos;
+	ssize_t			 r;
+	int			 af, f, m, m4, m6;
+
+	if ((m = pp_match(p, len, "PROXY ")) != 1)
+		return m == -1 ? pp_fail(why, "not a PROXY header") : 0;
+	pos = 6;
+	if ((m = pp_match(p + pos, len - pos, "UNKNOWN")) == 0)
+		return 0;
+	if (m == 1)
+		return pp_v1_unknown(p, len, pos, info, why);
+	m4 = pp_match(p + pos, len - pos, "TCP4 ");
+	m6 = pp_match(p + pos, len - pos, "TCP6 ");
+	if (m4 == -1 && m6 == -1)
+		return pp_fail(why, "bad v1 protocol");
+	if (m4 != 1 && m6 != 1)
+		return 0;
+	af = m4 == 1 ? AF_INET : AF_INET6;
+	pos += 5;
+
+	/* src dst sport dport, the last one ended by CR, the others by SP. */
+	for (f = 0; f < 4; f++)
+		if ((r = pp_v1_field(p, len, &pos, f, af, a[f < 2 ? f : 0],
+		    port, why)) != 1)
+			return r;
+	/* p[pos - 1] is the CR; V1_LINE_MAX bounds pos as above. */
+	if (pos >= V1_LINE_MAX)
+		return pp_fail(why, "v1 line too long");
+	if (pos >= len)
+		return 0;
+	if (p[pos] != '\n')
+		return pp_fail(why, "v1 line not ended by CRLF");
+	pp_v1_set(info, af, a, port);
 	return (ssize_t)(pos + 1);
 }
 
@@ -443,6 +473,50 @@ bad:
 static const unsigned char zero4[4];
 
 /*
+ * The v2 header's CRC32c TLV (its value at crc_off) against the whole
+ * header (total bytes), computed with the checksum's 4 bytes as zeroes.
+ * Returns 1 when they agree.
+ */
+static int
+pp_v2_crc_ok(const unsigned char *p, size_t total, size_t crc_off)
+{
+	uint32_t	crc, want;
+
+	want = (uint32_t)p[crc_off] << 24 | (uint32_t)p[crc_off + 1] << 16 |
+	    (uint32_t)p[crc_off + 2] << 8 | p[crc_off + 3];
+	crc = pp_crc32c(0xffffffff, p, crc_off);
+	crc = pp_crc32c(crc, zero4, 4);
+	crc = pp_crc32c(crc, p + crc_off + 4, total - crc_off - 4);
+	return (crc ^ 0xffffffff) == want;
+}
+
+/* A PROXY v2 address block b of family fam (1 INET, 2 INET6) into info. */
+static void
+pp_v2_set(struct zp_proxy_info *info, unsigned fam, const unsigned char *b)
+{
+	struct sockaddr_in	*s4 = (struct sockaddr_in *)&info->src;
+	struct sockaddr_in	*d4 = (struct sockaddr_in *)&info->dst;
+	struct sockaddr_in6	*s6 = (struct sockaddr_in6 *)&info->src;
+	struct sockaddr_in6	*d6 = (struct sockaddr_in6 *)&info->dst;
+
+	if (fam == 1) {
+		s4->sin_family = d4->sin_family = AF_INET;
+		memcpy(&s4->sin_addr, b, 4);
+		memcpy(&d4->sin_addr, b + 4, 4);
+		memcpy(&s4->sin_port, b + 8, 2);
+		memcpy(&d4->sin_port, b + 10, 2);
+		info->srclen = info->dstlen = sizeof(struct sockaddr_in);
+	} else {
+		s6->sin6_family = d6->sin6_family = AF_INET6;
+		memcpy(&s6->sin6_addr, b, 16);
+		memcpy(&d6->sin6_addr, b + 16, 16);
+		memcpy(&s6->sin6_port, b + 32, 2);
+		memcpy(&d6->sin6_port, b + 34, 2);
+		info->srclen = info->dstlen = sizeof(struct sockaddr_in6);
+	}
+}
+
+/*
  * The binary header. Fails as soon as the bytes there are say it must:
  * at the first byte off the signature, at a bad version, command or
  * family byte, and, once the 16 fixed bytes are in, at a length over
@@ -452,14 +526,8 @@ static ssize_t
 pp_v2_parse(const unsigned char *p, size_t len, struct zp_proxy_info *info,
     const char **why)
 {
-	struct sockaddr_in	*s4 = (struct sockaddr_in *)&info->src;
-	struct sockaddr_in	*d4 = (struct sockaddr_in *)&info->dst;
-	struct sockaddr_in6	*s6 = (struct sockaddr_in6 *)&info->src;
-	struct sockaddr_in6	*d6 = (struct sockaddr_in6 *)&info->dst;
-	const unsigned char	*b = p + V2_HDR;
 	size_t			 total, alen, crc_off;
 	unsigned		 fam, proto;
-	uint32_t		 crc, want;
 	const char		*reason = "";
 
 	if (memcmp(p, v2_sig, len < 12 ? len : 12) != 0)
@@ -500,14 +568,7 @@ pp_v2_parse(const unsigned char *p, size_t len, struct zp_proxy_info *info,
 	    -1)
 		return pp_fail(why, reason);
 	if (crc_off != 0) {
-		/* Over the whole header, the checksum's 4 bytes as zeroes. */
-		want = (uint32_t)p[crc_off] << 24 |
-		    (uint32_t)p[crc_off + 1] << 16 |
-		    (uint32_t)p[crc_off + 2] << 8 | p[crc_off + 3];
-		crc = pp_crc32c(0xffffffff, p, crc_off);
-		crc = pp_crc32c(crc, zero4, 4);
-		crc = pp_crc32c(crc, p + crc_off + 4, total - crc_off - 4);
-		if ((crc ^ 0xffffffff) != want)
+		if (!pp_v2_crc_ok(p, total, crc_off))
 			return pp_fail(why, "v2 CRC32c mismatch");
 		info->crc32c = 1;
 	}
@@ -515,23 +576,8 @@ pp_v2_parse(const unsigned char *p, size_t len, struct zp_proxy_info *info,
 	info->version = 2;
 	info->local = (p[12] & 0x0f) == 0 || proto != 1 ||
 	    (fam != 1 && fam != 2);
-	if (info->local)
-		return (ssize_t)total;
-	if (fam == 1) {
-		s4->sin_family = d4->sin_family = AF_INET;
-		memcpy(&s4->sin_addr, b, 4);
-		memcpy(&d4->sin_addr, b + 4, 4);
-		memcpy(&s4->sin_port, b + 8, 2);
-		memcpy(&d4->sin_port, b + 10, 2);
-		info->srclen = info->dstlen = sizeof(struct sockaddr_in);
-	} else {
-		s6->sin6_family = d6->sin6_family = AF_INET6;
-		memcpy(&s6->sin6_addr, b, 16);
-		memcpy(&d6->sin6_addr, b + 16, 16);
-		memcpy(&s6->sin6_port, b + 32, 2);
-		memcpy(&d6->sin6_port, b + 34, 2);
-		info->srclen = info->dstlen = sizeof(struct sockaddr_in6);
-	}
+	if (!info->local)
+		pp_v2_set(info, fam, p + V2_HDR);
 	return (ssize_t)total;
 }
 

@@ -595,72 +595,52 @@ zp_stats_shed(struct zp_stats_server *s)
 }
 
 /*
- * Listen on spec and serve GET /metrics from ctx's counters, in
- * ctx->base, under ctx->cfg's --stats-max-conns and --stats-timeout.
- * Returns the server, which owns the socket, the evhttp and every client
- * connection; or NULL with err filled.
+ * s's listening socket: fd when inherited (-1: bound to spec here), as
+ * s->lev, with evhttp s->http bound to it. Returns 0, or -1 with err
+ * filled; fd is closed or owned by s->lev either way.
  */
-struct zp_stats_server *
-zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, int fd,
-    char *err, size_t errlen)
+static int
+stats_listen(struct zp_stats_server *s, const struct zp_listen_spec *spec,
+    int fd, char *err, size_t errlen)
 {
-	struct zp_stats_server	*s;
-	char			 abuf[ZP_ADDRSTRLEN];
-	double			 t = ZP_DEFAULT_STATS_TIMEOUT;
-	struct timeval		 idle;
-	if ((s = calloc(1, sizeof(*s))) == NULL) {
-		snprintf(err, errlen, "stats: %s", strerror(errno));
-		if (fd != -1)
-			close(fd);
-		return NULL;
-	}
-	s->ctx = ctx;
-	TAILQ_INIT(&s->pending);
-	TAILQ_INIT(&s->conns);
-	s->max_conns = ZP_DEFAULT_STATS_MAX_CONNS;
-	if (ctx->cfg != NULL && ctx->cfg->stats_max_conns > 0)
-		s->max_conns = (size_t)ctx->cfg->stats_max_conns;
-	if (ctx->cfg != NULL && ctx->cfg->stats_timeout > 0)
-		t = ctx->cfg->stats_timeout;
-	s->timeout = zp_seconds_tv(t);
 	if (fd != -1 && zp_net_adopt(fd, &s->addr, err, errlen) == -1) {
 		close(fd);
-		goto fail;
+		return -1;
 	}
 	if (fd == -1 && (fd = zp_net_listen(spec, 128, 0, "serve stats",
 	    &s->addr, err, errlen)) == -1)
-		goto fail;
-	if ((s->http = evhttp_new(ctx->base)) == NULL) {
+		return -1;
+	if ((s->http = evhttp_new(s->ctx->base)) == NULL) {
 		close(fd);
 		snprintf(err, errlen, "stats: cannot set up HTTP");
-		goto fail;
+		return -1;
 	}
 	/*
 	 * Our own evconnlistener rather than evhttp_accept_socket_with_handle:
 	 * its failure would leave unclear whether fd was closed, and we need
 	 * the listener to set the accept error callback and to pause.
 	 */
-	if ((s->lev = evconnlistener_new(ctx->base, NULL, NULL,
+	if ((s->lev = evconnlistener_new(s->ctx->base, NULL, NULL,
 	    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd)) == NULL) {
 		close(fd);
 		snprintf(err, errlen, "stats: cannot set up the listener");
-		goto fail;
+		return -1;
 	}
 	if (evhttp_bind_listener(s->http, s->lev) == NULL) {
 		evconnlistener_free(s->lev);	/* closes fd */
 		s->lev = NULL;
 		snprintf(err, errlen, "stats: cannot set up the listener");
-		goto fail;
+		return -1;
 	}
-	s->lev_on = 1;
-	s->timer = evtimer_new(ctx->base, stats_timer_cb, s);
-	s->adopt = event_new(ctx->base, -1, 0, stats_adopt_cb, s);
-	if (s->timer == NULL || s->adopt == NULL) {
-		snprintf(err, errlen, "stats: cannot create events");
-		goto fail;
-	}
-	stats_timer_arm(s);
-	evconnlistener_set_error_cb(s->lev, stats_accept_error_cb);
+	return 0;
+}
+
+/* The HTTP side of s: limits, timeouts, methods, the request callback. */
+static void
+stats_http_setup(struct zp_stats_server *s)
+{
+	struct timeval	idle;
+
 	evhttp_set_bevcb(s->http, stats_bev_cb, s);
 	evhttp_set_max_headers_size(s->http, ZP_STATS_MAX_HEADERS);
 	evhttp_set_max_body_size(s->http, ZP_STATS_MAX_BODY);
@@ -679,6 +659,49 @@ zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, int fd,
 	    EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT |
 	    EVHTTP_REQ_PATCH);
 	evhttp_set_gencb(s->http, stats_request_cb, s);
+}
+
+/*
+ * Listen on spec and serve GET /metrics from ctx's counters, in
+ * ctx->base, under ctx->cfg's --stats-max-conns and --stats-timeout.
+ * Returns the server, which owns the socket, the evhttp and every client
+ * connection; or NULL with err filled.
+ */
+struct zp_stats_server *
+zp_stats_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec, int fd,
+    char *err, size_t errlen)
+{
+	struct zp_stats_server	*s;
+	char			 abuf[ZP_ADDRSTRLEN];
+	double			 t = ZP_DEFAULT_STATS_TIMEOUT;
+
+	if ((s = calloc(1, sizeof(*s))) == NULL) {
+		snprintf(err, errlen, "stats: %s", strerror(errno));
+		if (fd != -1)
+			close(fd);
+		return NULL;
+	}
+	s->ctx = ctx;
+	TAILQ_INIT(&s->pending);
+	TAILQ_INIT(&s->conns);
+	s->max_conns = ZP_DEFAULT_STATS_MAX_CONNS;
+	if (ctx->cfg != NULL && ctx->cfg->stats_max_conns > 0)
+		s->max_conns = (size_t)ctx->cfg->stats_max_conns;
+	if (ctx->cfg != NULL && ctx->cfg->stats_timeout > 0)
+		t = ctx->cfg->stats_timeout;
+	s->timeout = zp_seconds_tv(t);
+	if (stats_listen(s, spec, fd, err, errlen) == -1)
+		goto fail;
+	s->lev_on = 1;
+	s->timer = evtimer_new(ctx->base, stats_timer_cb, s);
+	s->adopt = event_new(ctx->base, -1, 0, stats_adopt_cb, s);
+	if (s->timer == NULL || s->adopt == NULL) {
+		snprintf(err, errlen, "stats: cannot create events");
+		goto fail;
+	}
+	stats_timer_arm(s);
+	evconnlistener_set_error_cb(s->lev, stats_accept_error_cb);
+	stats_http_setup(s);
 	zp_log(ctx->log, ZP_LOG_NOTICE, "serving metrics on http://%s/metrics "
 	    "(stats-max-conns %zu, stats-timeout %.3gs)",
 	    zp_addr_str(&s->addr, abuf, sizeof(abuf)), s->max_conns, t);
