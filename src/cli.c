@@ -9,9 +9,9 @@
 
 #include "cli.h"
 #include "cli_int.h"
-#include "config.h"
-#include "framing.h"
-#include "upstream.h"
+#include "core/config.h"
+#include "lib/framing.h"
+#include "core/upstream.h"
 
 #define ZP_MAX_CONNS_LIMIT	10000000L
 /* Scrapers are few; each stats connection is a descriptor the relay lacks. */

@@ -11,10 +11,10 @@
 
 #include "cli.h"
 #include "cli_int.h"
-#include "config.h"
-#include "framing.h"
-#include "log.h"
-#include "upstream.h"
+#include "core/config.h"
+#include "lib/framing.h"
+#include "lib/log.h"
+#include "core/upstream.h"
 
 /*
  * Name what getopt_long refused. It sets optopt to a flag's letter when a

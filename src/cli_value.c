@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "cli_int.h"
-#include "config.h"
-#include "log.h"
-#include "upstream.h"
+#include "core/config.h"
+#include "lib/log.h"
+#include "core/upstream.h"
 
 /* A size option: the message names the option as well as the value. */
 static int

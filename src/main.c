@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "config.h"
+#include "core/config.h"
 #include "zproxy.h"
 
 int

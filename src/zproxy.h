@@ -4,7 +4,7 @@
 #ifndef ZP_ZPROXY_H
 #define ZP_ZPROXY_H
 
-#include "config.h"
+#include "core/config.h"
 
 /*
  * Run until SIGTERM/SIGINT with a validated, resolved configuration.

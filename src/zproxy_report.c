@@ -10,15 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "acl.h"
-#include "config.h"
-#include "ctx.h"
-#include "framing.h"
-#include "listener.h"
-#include "log.h"
-#include "net.h"
-#include "upstream.h"
-#include "worker.h"
+#include "lib/acl.h"
+#include "core/config.h"
+#include "relay/ctx.h"
+#include "lib/framing.h"
+#include "stream/listener.h"
+#include "lib/log.h"
+#include "core/net.h"
+#include "core/upstream.h"
+#include "relay/worker.h"
 #include "zproxy_int.h"
 
 /* CPU seconds this process has used, user and system. */

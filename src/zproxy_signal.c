@@ -6,18 +6,18 @@
 #include <stdio.h>
 #include <event2/event.h>
 
-#include "config.h"
-#include "control.h"
-#include "ctx.h"
-#include "health.h"
-#include "inherit.h"
-#include "listener.h"
-#include "log.h"
-#include "notify.h"
-#include "pair.h"
-#include "resolver.h"
-#include "stats.h"
-#include "worker.h"
+#include "core/config.h"
+#include "ops/control.h"
+#include "relay/ctx.h"
+#include "upstream/health.h"
+#include "ops/inherit.h"
+#include "stream/listener.h"
+#include "lib/log.h"
+#include "ops/notify.h"
+#include "stream/pair.h"
+#include "upstream/resolver.h"
+#include "http/stats.h"
+#include "relay/worker.h"
 #include "zproxy_int.h"
 
 /*

@@ -13,8 +13,8 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 
-#include "config.h"
-#include "net.h"
+#include "core/config.h"
+#include "core/net.h"
 #include "fuzz.h"
 
 /* The same address and port, after v4-mapped normalisation. */

@@ -12,7 +12,7 @@
  */
 
 #include "cli.h"
-#include "config.h"
+#include "core/config.h"
 #include "fuzz.h"
 
 #define FUZZ_MAXARGS	256

@@ -29,7 +29,7 @@
 
 #include <stdint.h>
 
-#include "framing.h"
+#include "lib/framing.h"
 #include "fuzz.h"
 
 /* xorshift32: the cutting, from the input's seed. */

@@ -12,10 +12,10 @@
  * labelled "systemd:NAME" with printable names without ':'.
  */
 
-#include "control.h"
+#include "ops/control.h"
 #include "fuzz.h"
-#include "inherit.h"
-#include "log.h"
+#include "ops/inherit.h"
+#include "lib/log.h"
 
 static void
 check_label(const char *label)

@@ -21,7 +21,7 @@
 #include <arpa/inet.h>
 #include <stdint.h>
 
-#include "proxyproto.h"
+#include "lib/proxyproto.h"
 #include "fuzz.h"
 
 /* An address as the header should carry it. */

@@ -24,7 +24,7 @@
 #include <arpa/inet.h>
 #include <stdint.h>
 
-#include "proxyproto.h"
+#include "lib/proxyproto.h"
 #include "fuzz.h"
 
 /* CRC32c bit by bit (reflected, polynomial 0x82F63B78). */

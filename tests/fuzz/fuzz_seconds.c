@@ -9,7 +9,7 @@
 
 #include <math.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "fuzz.h"
 
 int

@@ -8,7 +8,7 @@
 
 #include <ctype.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "fuzz.h"
 
 /* The value s spells by the documented grammar, or 0 when it spells none. */

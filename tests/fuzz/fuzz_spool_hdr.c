@@ -21,8 +21,8 @@
 #include <netinet/in.h>
 #include <stdint.h>
 
-#include "framing.h"
-#include "spool.h"
+#include "lib/framing.h"
+#include "spool/spool.h"
 #include "fuzz.h"
 
 /* Parse n bytes from a heap buffer of exactly n bytes (ASan sees over-reads). */

@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "acl.h"
+#include "lib/acl.h"
 
 /* ---- building addresses ------------------------------------------- */
 

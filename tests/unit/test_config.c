@@ -26,10 +26,10 @@
 #include <cmocka.h>
 
 #include "cli.h"
-#include "config.h"
-#include "net.h"
-#include "framing.h"
-#include "upstream.h"
+#include "core/config.h"
+#include "core/net.h"
+#include "lib/framing.h"
+#include "core/upstream.h"
 
 #define MAXARGS	64
 

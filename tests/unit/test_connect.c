@@ -35,8 +35,8 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
-#include "config.h"
-#include "connect.h"
+#include "core/config.h"
+#include "core/connect.h"
 
 #define DEADLINE_MS	5000	/* every loop is bounded */
 

@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "framing.h"
+#include "lib/framing.h"
 
 #define MAXLEN	512
 

@@ -15,10 +15,10 @@
 
 #include <cmocka.h>
 
-#include "config.h"
-#include "control.h"
-#include "inherit.h"
-#include "log.h"
+#include "core/config.h"
+#include "ops/control.h"
+#include "ops/inherit.h"
+#include "lib/log.h"
 
 static void
 assert_err(const char *err, const char *what)

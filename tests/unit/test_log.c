@@ -51,7 +51,7 @@
 
 #include <cmocka.h>
 
-#include "log.h"
+#include "lib/log.h"
 
 #define TIME_RE	"[0-9]{4}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:" \
 		"[0-6][0-9]\\.[0-9]{3}Z"

@@ -30,9 +30,9 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
-#include "config.h"
-#include "ctx.h"
-#include "mirror.h"
+#include "core/config.h"
+#include "relay/ctx.h"
+#include "relay/mirror.h"
 
 #define KIB	1024
 #define DEADLINE_MS	10000	/* every wait is bounded */

@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "pair.h"
-#include "relay.h"
+#include "stream/pair.h"
+#include "relay/relay.h"
 
 /* The errnos that mean the peer reset the connection. */
 static const int resets[] = { ECONNRESET, EPIPE, ECONNABORTED };

@@ -36,17 +36,17 @@
 #include <cmocka.h>
 
 #include "cli.h"
-#include "config.h"
-#include "ctx.h"
-#include "log.h"
-#include "net.h"
-#include "pair.h"
-#include "pair_int.h"
-#include "pipepool.h"
-#include "spool.h"
-#include "upstream.h"
-#include "upstream_int.h"
-#include "worker.h"
+#include "core/config.h"
+#include "relay/ctx.h"
+#include "lib/log.h"
+#include "core/net.h"
+#include "stream/pair.h"
+#include "stream/pair_int.h"
+#include "lib/pipepool.h"
+#include "spool/spool.h"
+#include "core/upstream.h"
+#include "core/upstream_int.h"
+#include "relay/worker.h"
 #include "zproxy.h"
 
 #define MAXARGS	16

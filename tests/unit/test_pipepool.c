@@ -30,8 +30,8 @@
 
 #include <cmocka.h>
 
-#include "pipepool.h"
-#include "pipepool_int.h"
+#include "lib/pipepool.h"
+#include "lib/pipepool_int.h"
 
 #define KIB	1024
 #define MAXLOG	64

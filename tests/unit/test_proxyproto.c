@@ -29,7 +29,7 @@
 
 #include <cmocka.h>
 
-#include "proxyproto.h"
+#include "lib/proxyproto.h"
 
 #define V1_LIMIT	107	/* the spec: a v1 line, CRLF included */
 #define GUARD		64	/* bytes past the buffer that must stay put */

@@ -45,11 +45,11 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
-#include "config.h"
-#include "ctx.h"
-#include "pipepool.h"
-#include "pipepool_int.h"
-#include "relay.h"
+#include "core/config.h"
+#include "relay/ctx.h"
+#include "lib/pipepool.h"
+#include "lib/pipepool_int.h"
+#include "relay/relay.h"
 
 #define KIB		1024
 #define MIB		(1024 * 1024)

@@ -24,7 +24,7 @@
 
 #include <cmocka.h>
 
-#include "replay.h"
+#include "lib/replay.h"
 
 static int
 devnull(void)

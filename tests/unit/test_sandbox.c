@@ -28,8 +28,8 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
-#include "log.h"
-#include "sandbox.h"
+#include "lib/log.h"
+#include "ops/sandbox.h"
 
 /* Child exit statuses: which check failed. */
 enum {

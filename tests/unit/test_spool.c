@@ -22,9 +22,9 @@
 
 #include <cmocka.h>
 
-#include "config.h"
-#include "framing.h"
-#include "spool.h"
+#include "core/config.h"
+#include "lib/framing.h"
+#include "spool/spool.h"
 
 static struct zp_addr
 v4(const char *ip, unsigned port)

@@ -37,17 +37,17 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "config.h"
-#include "ctx.h"
-#include "log.h"
-#include "metrics.h"
-#include "pair.h"
-#include "pair_int.h"
-#include "pipepool_int.h"
-#include "relay.h"
-#include "stats.h"
-#include "upstream.h"
-#include "upstream_int.h"
+#include "core/config.h"
+#include "relay/ctx.h"
+#include "lib/log.h"
+#include "http/metrics.h"
+#include "stream/pair.h"
+#include "stream/pair_int.h"
+#include "lib/pipepool_int.h"
+#include "relay/relay.h"
+#include "http/stats.h"
+#include "core/upstream.h"
+#include "core/upstream_int.h"
 #include "zproxy.h"
 
 #define DEADLINE_MS	5000

@@ -32,11 +32,11 @@
 #include <unistd.h>
 #include <event2/event.h>
 
-#include "config.h"
-#include "log.h"
-#include "net.h"
-#include "upstream.h"
-#include "upstream_int.h"
+#include "core/config.h"
+#include "lib/log.h"
+#include "core/net.h"
+#include "core/upstream.h"
+#include "core/upstream_int.h"
 
 #define NSPEC		4
 #define T0		1000000	/* an arbitrary "now", in seconds */

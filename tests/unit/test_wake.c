@@ -22,7 +22,7 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
-#include "wake.h"
+#include "lib/wake.h"
 
 struct loop {
 	struct event_base	*base;

@@ -1,0 +1,432 @@
+/*
+ * upstream.c - balancers and health for the upstream list.
+ */
+
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <unistd.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/log.h"
+#include "core/net.h"
+#include "core/upstream.h"
+#include "core/upstream_int.h"
+
+#define LOCK(us)	pthread_mutex_lock((pthread_mutex_t *)&(us)->mu)
+#define UNLOCK(us)	pthread_mutex_unlock((pthread_mutex_t *)&(us)->mu)
+
+static int	report_locked(struct zp_upstreams *, size_t, int, int,
+		    const struct timeval *, char *, size_t);
+
+/* Set up one zp_upstream per spec, all up. */
+int
+zp_upstreams_init(struct zp_upstreams *us, struct zp_upstream_spec *specs,
+    size_t n, enum zp_balance balance, int max_fails, double fail_timeout,
+    struct zp_log *lg)
+{
+	size_t	i;
+
+	memset(us, 0, sizeof(*us));
+	if ((us->v = calloc(n, sizeof(*us->v))) == NULL)
+		return -1;
+	pthread_mutex_init(&us->mu, NULL);
+	us->n = n;
+	us->balance = balance;
+	us->max_fails = max_fails;
+	us->fail_timeout = zp_seconds_tv(fail_timeout);
+	us->log = lg;
+	for (i = 0; i < n; i++) {
+		us->v[i].spec = &specs[i];
+		us->v[i].up = 1;
+		if (specs[i].naddrs == 0)
+			continue;
+		us->v[i].addrs = calloc(specs[i].naddrs, sizeof(struct zp_addr));
+		if (us->v[i].addrs == NULL) {
+			zp_upstreams_clear(us);
+			return -1;
+		}
+		memcpy(us->v[i].addrs, specs[i].addrs,
+		    specs[i].naddrs * sizeof(struct zp_addr));
+		us->v[i].naddrs = specs[i].naddrs;
+	}
+	return 0;
+}
+
+void
+zp_upstream_set_addrs(struct zp_upstreams *us, size_t i, struct zp_addr *v,
+    size_t n)
+{
+	struct zp_addr	*old;
+
+	LOCK(us);
+	old = us->v[i].addrs;
+	us->v[i].addrs = v;
+	us->v[i].naddrs = n;
+	UNLOCK(us);
+	free(old);
+}
+
+void
+zp_upstreams_clear(struct zp_upstreams *us)
+{
+	size_t	i;
+
+	if (us->v == NULL)
+		return;
+	for (i = 0; i < us->n; i++)
+		free(us->v[i].addrs);
+	free(us->v);
+	pthread_mutex_destroy(&us->mu);
+	us->v = NULL;
+	us->n = 0;
+}
+
+struct zp_upstreams *
+zp_upstreams_new(struct zp_upstream_spec *specs, size_t n,
+    enum zp_balance balance, int max_fails, double fail_timeout,
+    struct zp_log *lg)
+{
+	struct zp_upstreams	*us;
+
+	if ((us = malloc(sizeof(*us))) == NULL)
+		return NULL;
+	if (zp_upstreams_init(us, specs, n, balance, max_fails, fail_timeout,
+	    lg) == -1) {
+		free(us);
+		return NULL;
+	}
+	return us;
+}
+
+void
+zp_upstreams_free(struct zp_upstreams *us)
+{
+	if (us == NULL)
+		return;
+	zp_upstreams_clear(us);
+	free(us);
+}
+
+size_t
+zp_upstreams_count(const struct zp_upstreams *us)
+{
+	return us->n;
+}
+
+void
+zp_upstream_get(const struct zp_upstreams *us, size_t i,
+    struct zp_upstream *out)
+{
+	LOCK(us);
+	*out = us->v[i];
+	UNLOCK(us);
+	out->addrs = NULL;
+}
+
+size_t
+zp_upstream_addr(const struct zp_upstreams *us, size_t i, size_t k,
+    struct zp_addr *out)
+{
+	size_t	n;
+
+	LOCK(us);
+	n = us->v[i].naddrs;
+	if (k < n)
+		*out = us->v[i].addrs[k];
+	UNLOCK(us);
+	return n;
+}
+
+const char *
+zp_upstream_label(const struct zp_upstreams *us, size_t i, char *buf,
+    size_t len)
+{
+	/* The spec never changes after start-up: no lock. */
+	return zp_upstream_name(&us->v[i], buf, len);
+}
+
+enum zp_balance
+zp_upstreams_balance(const struct zp_upstreams *us)
+{
+	return us->balance;
+}
+
+/* "name:port", with brackets for a literal IPv6 address. */
+const char *
+zp_upstream_name(const struct zp_upstream *u, char *buf, size_t len)
+{
+	if (u->spec->original)
+		snprintf(buf, len, "original");
+	else if (strchr(u->spec->host, ':') != NULL)
+		snprintf(buf, len, "[%s]:%s", u->spec->host, u->spec->port);
+	else
+		snprintf(buf, len, "%s:%s", u->spec->host, u->spec->port);
+	return buf;
+}
+
+/* FNV-1a over the client's address (not its port: that changes). */
+static uint32_t
+client_hash(const struct zp_addr *a)
+{
+	const unsigned char	*p = NULL;
+	size_t			 len = 0, i;
+	uint32_t		 h = 2166136261u;
+
+	if (a == NULL)
+		return 0;
+	/* A v4-mapped client hashes as the plain IPv4 one it is. */
+	if ((p = zp_addr_v4(a)) != NULL)
+		len = 4;
+	else if (a->ss.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const void *)&a->ss;
+
+		p = sin6->sin6_addr.s6_addr;
+		len = 16;
+	}
+	for (i = 0; i < len; i++) {
+		h ^= p[i];
+		h *= 16777619u;
+	}
+	return h;
+}
+
+/* May upstream i be tried now, in this round (live, or back-off over)? */
+static int
+usable(const struct zp_upstream *u, const struct timeval *now)
+{
+	return u->up || !timercmp(now, &u->retry_at, <);
+}
+
+/* Choose among the candidates flagged in cand[] by the balancer. */
+static int
+pick_among(struct zp_upstreams *us, const unsigned char *cand, size_t ncand,
+    const struct zp_addr *client)
+{
+	size_t	i, k, best = 0;
+	int	found = 0;
+
+	if (ncand == 0)
+		return -1;
+	switch (us->balance) {
+	case ZP_BALANCE_FIRST:
+		for (i = 0; i < us->n; i++)
+			if (cand[i])
+				return (int)i;
+		break;
+	case ZP_BALANCE_SOURCE:
+		/*
+		 * The k-th candidate by hash: the same client lands on the
+		 * same upstream while the set of candidates stays the same.
+		 */
+		k = client_hash(client) % ncand;
+		for (i = 0; i < us->n; i++)
+			if (cand[i] && k-- == 0)
+				return (int)i;
+		break;
+	case ZP_BALANCE_LEASTCONN:
+		/* Fewest open pairs; ties go round, starting at rr_next. */
+		for (k = 0; k < us->n; k++) {
+			i = (us->rr_next + k) % us->n;
+			if (!cand[i])
+				continue;
+			if (!found || us->v[i].active < us->v[best].active) {
+				best = i;
+				found = 1;
+			}
+		}
+		us->rr_next = (best + 1) % us->n;
+		return (int)best;
+	case ZP_BALANCE_ROUNDROBIN:
+		for (k = 0; k < us->n; k++) {
+			i = (us->rr_next + k) % us->n;
+			if (cand[i]) {
+				us->rr_next = (i + 1) % us->n;
+				return (int)i;
+			}
+		}
+		break;
+	}
+	return -1;
+}
+
+/* zp_upstream_pick, the lock held. */
+static int
+pick_locked(struct zp_upstreams *us, const struct zp_addr *client,
+    const unsigned char *tried, const struct timeval *now)
+{
+	unsigned char	 cand[ZP_MAX_UPSTREAMS];
+	size_t		 i, n = 0;
+	int		 rc, pass;
+
+	/*
+	 * On the stack: a failed allocation here would turn a client away
+	 * as if no upstream were left, for a fault of this host's.
+	 */
+	assert(us->n <= ZP_MAX_UPSTREAMS);
+	/* Pass 0: up, or down with its back-off over. Pass 1: any left. */
+	for (pass = 0, rc = -1; pass < 2 && rc == -1; pass++) {
+		for (i = 0, n = 0; i < us->n; i++) {
+			cand[i] = !tried[i] && (pass == 1 ||
+			    usable(&us->v[i], now));
+			n += cand[i];
+		}
+		rc = pick_among(us, cand, n, client);
+	}
+	return rc;
+}
+
+/* Choose the next upstream for a client. */
+int
+zp_upstream_pick(struct zp_upstreams *us, const struct zp_addr *client,
+    const unsigned char *tried, const struct timeval *now)
+{
+	int	idx;
+
+	LOCK(us);
+	idx = pick_locked(us, client, tried, now);
+	UNLOCK(us);
+	return idx;
+}
+
+int
+zp_upstream_pick_moving(struct zp_upstreams *ups, size_t from,
+    const struct zp_addr *client, const unsigned char *tried,
+    const struct timeval *now)
+{
+	int	idx;
+
+	LOCK(ups);
+	ups->v[from].active--;
+	idx = pick_locked(ups, client, tried, now);
+	ups->v[from].active++;
+	UNLOCK(ups);
+	return idx;
+}
+
+void
+zp_upstream_acquire(struct zp_upstreams *ups, size_t i)
+{
+	LOCK(ups);
+	ups->v[i].active++;
+	ups->v[i].conns_total++;
+	UNLOCK(ups);
+}
+
+void
+zp_upstream_release(struct zp_upstreams *ups, size_t i)
+{
+	LOCK(ups);
+	/* An underflow would show as 2^64 open pairs on /metrics. */
+	assert(ups->v[i].active > 0);
+	ups->v[i].active--;
+	UNLOCK(ups);
+}
+
+void
+zp_upstream_connect_failed(struct zp_upstreams *ups, size_t i)
+{
+	LOCK(ups);
+	ups->v[i].conns_failed++;
+	UNLOCK(ups);
+}
+
+/*
+ * Report a connect or check result for upstream i. The state changes
+ * under the lock (one failure counts once, and one thread finds the
+ * change to say while the others see it made already); the line that
+ * says so is written after the lock is let go, so that a slow log never
+ * holds a connect of another thread.
+ */
+int
+zp_upstream_report(struct zp_upstreams *us, size_t i, int ok, int err,
+    const struct timeval *now)
+{
+	char	line[400];
+	int	change;
+
+	LOCK(us);
+	change = report_locked(us, i, ok, err, now, line, sizeof(line));
+	UNLOCK(us);
+	if (change != 0)
+		zp_log(us->log, ZP_LOG_NOTICE, "%s", line);
+	return change;
+}
+
+/* The change a result makes (1 up, -1 down, 0 none), said in line. */
+static int
+report_locked(struct zp_upstreams *us, size_t i, int ok, int err,
+    const struct timeval *now, char *line, size_t len)
+{
+	struct zp_upstream	*u = &us->v[i];
+	char			 name[300];
+
+	/*
+	 * "original" is every client's own destination: one refusing says
+	 * nothing about the next, so it is never marked down.
+	 */
+	if (u->spec->original)
+		return 0;
+	if (ok) {
+		u->fails = 0;
+		u->last_err = 0;
+		if (!u->up) {
+			u->up = 1;
+			snprintf(line, len, "upstream %s is up",
+			    zp_upstream_name(u, name, sizeof(name)));
+			return 1;
+		}
+		return 0;
+	}
+	u->last_err = err;
+	if (u->fails < 1000000)
+		u->fails++;
+	if (u->fails >= us->max_fails) {
+		/* Down, or still down: the back-off starts over. */
+		timeradd(now, &us->fail_timeout, &u->retry_at);
+		if (u->up) {
+			/* NOTICE: a state change must not be rate-limited away. */
+			u->up = 0;
+			snprintf(line, len, "upstream %s is down: %d "
+			    "connects failed in a row (%s); next try in "
+			    "%ld.%03lds", zp_upstream_name(u, name,
+			    sizeof(name)), u->fails, strerror(err),
+			    (long)us->fail_timeout.tv_sec,
+			    (long)(us->fail_timeout.tv_usec / 1000));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+const char *
+zp_balance_str(enum zp_balance b)
+{
+	switch (b) {
+	case ZP_BALANCE_FIRST:		return "first";
+	case ZP_BALANCE_LEASTCONN:	return "leastconn";
+	case ZP_BALANCE_SOURCE:		return "source";
+	case ZP_BALANCE_ROUNDROBIN:	return "roundrobin";
+	}
+	return "?";
+}
+
+int
+zp_balance_parse(const char *s)
+{
+	if (strcmp(s, "roundrobin") == 0)
+		return ZP_BALANCE_ROUNDROBIN;
+	if (strcmp(s, "first") == 0)
+		return ZP_BALANCE_FIRST;
+	if (strcmp(s, "leastconn") == 0)
+		return ZP_BALANCE_LEASTCONN;
+	if (strcmp(s, "source") == 0)
+		return ZP_BALANCE_SOURCE;
+	return -1;
+}

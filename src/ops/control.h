@@ -1,0 +1,97 @@
+/*
+ * control.h - restarts that refuse no client. A running zproxy with
+ * --control PATH listens on a Unix socket there (mode 0600, its user's);
+ * a new zproxy started with --takeover PATH asks it for its listening
+ * sockets, gets them (SCM_RIGHTS), starts accepting on them, and says
+ * so; the old one then stops accepting without closing the sockets
+ * (the new process holds them), drains its pairs and exits. Clients that
+ * wait in the backlog meanwhile are accepted by one or the other.
+ *
+ * The exchange, SOCK_SEQPACKET (one message each, in order):
+ *   new -> old   "zproxy-takeover 1\n"
+ *   old -> new   an offer: "zproxy-takeover 1\n", "pid N\n",
+ *                "watchdog USEC\n", then one line per descriptor passed,
+ *                in their order: "listen LABEL\n" or "stats LABEL\n"
+ *                (LABEL: the -l or --stats as the old one was given it)
+ *   new -> old   "done\n" once it accepts
+ * Anything else, or the new process gone, or ZP_CONTROL_TIMEOUT_SEC
+ * without an answer, and the old one goes on as if nothing happened.
+ */
+#ifndef ZP_CONTROL_H
+#define ZP_CONTROL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "ops/inherit.h"
+
+struct event_base;
+struct zp_log;
+struct zp_control;
+
+#define ZP_CONTROL_TIMEOUT_SEC	30
+#define ZP_CONTROL_REQUEST	"zproxy-takeover 1\n"
+#define ZP_CONTROL_DONE		"done\n"
+#define ZP_OFFER_MAX		8192	/* bytes of an offer's text */
+
+/* What the old side asks of the daemon, in the order it happens. */
+struct zp_control_ops {
+	/* A takeover starts (RELOADING=1); pid is the new process's. */
+	void	(*begin)(void *arg, long pid);
+	/* The sockets to hand over, labelled; and the watchdog interval. */
+	void	(*offer)(void *arg, struct zp_inherit *,
+		    unsigned long long *watchdog_usec);
+	/* It failed: go on serving (READY=1 again). */
+	void	(*abort)(void *arg, long pid, const char *why);
+	/* The new process accepts: stop accepting and drain. May free the
+	 * control (it is the last thing the control does). */
+	void	(*done)(void *arg, long pid);
+};
+
+/*
+ * Listen on path: made at PATH.tmp.PID (mode 0600, chown'd to uid:gid
+ * unless uid is (uid_t)-1) and renamed over PATH, so that PATH always
+ * names a live socket, also while a takeover replaces it. Returns the
+ * control, or NULL with err filled and errno kept.
+ */
+struct zp_control *zp_control_new(struct event_base *, struct zp_log *,
+	    const char *path, uid_t, gid_t, const struct zp_control_ops *,
+	    void *arg, char *, size_t);
+
+/*
+ * Stop listening and free; PATH is unlinked when it still names this
+ * control's socket (not when a newer zproxy's replaced it). Safe on NULL.
+ */
+void	zp_control_free(struct zp_control *);
+
+/* The new side: what the old zproxy offered. */
+struct zp_offer {
+	struct zp_inherit	set;		/* the sockets and their labels */
+	long			pid;		/* the old process */
+	unsigned long long	watchdog_usec;	/* its $WATCHDOG_USEC, or 0 */
+	int			conn;		/* to the old one; -1 when done */
+};
+
+/*
+ * Connect to path, ask, and receive the offer (blocking, at start-up,
+ * at most ZP_CONTROL_TIMEOUT_SEC). Returns 0; or ZP_EX_UNAVAILABLE with
+ * err filled (nothing answers at path, the answer was malformed).
+ */
+int	zp_takeover_fetch(const char *path, struct zp_offer *, char *,
+	    size_t);
+
+/* Tell the old one that this one accepts now, and hang up. */
+int	zp_takeover_done(struct zp_offer *, char *, size_t);
+
+/* Hang up (if not done) and close every offered socket not taken. */
+void	zp_offer_free(struct zp_offer *);
+
+/*
+ * Parse an offer's text (len bytes, not NUL-terminated) that came with
+ * nfds descriptors fds into o->set, o->pid and o->watchdog_usec. Returns
+ * 0, or -1 with err filled. Exposed for the tests and the fuzzer.
+ */
+int	zp_offer_parse(const char *, size_t, const int *fds, size_t nfds,
+	    struct zp_offer *, char *, size_t);
+
+#endif

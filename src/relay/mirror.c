@@ -1,0 +1,886 @@
+/*
+ * mirror.c - --mirror: a copy of every client's stream to other
+ * collectors; see mirror.h.
+ *
+ * A stream's life: connecting (its pipe fills meanwhile), open (the pipe
+ * is spliced to the socket as the socket takes it), ending (the client's
+ * stream is over: the rest, then a FIN, its pipe closed, then the
+ * mirror's EOF or --linger-timeout), closed. One that cannot begin (no
+ * pipe, no socket) opens no connection and is counted as dropped, not
+ * as a stream. An error drops it from any state: closed at
+ * once and counted. Too slow (its pipe full), it is counted as dropped
+ * and takes no more: closed at once, or, framed or still connecting,
+ * "cutting": sent what it holds up to a message boundary (cut_at), then
+ * a FIN.
+ */
+
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "core/connect.h"
+#include "relay/ctx.h"
+#include "relay/mirror.h"
+#include "core/net.h"
+
+/* Never SPLICE_F_MORE: a tail held back is a tail late. */
+#define ZP_MIRROR_SPLICE	(SPLICE_F_MOVE | SPLICE_F_NONBLOCK)
+
+struct zp_mirror_target {
+	const char	*label;		/* --mirror as given */
+	const struct zp_addr *addrs;	/* the configuration's */
+	size_t		 naddrs;
+	unsigned	 cursor;	/* atomic: the address to try next */
+	unsigned	 fails;		/* atomic: connects failed in a row */
+	int64_t		 down_until;	/* atomic: monotonic us; 0: up */
+};
+
+struct zp_mirrors {
+	size_t			 n;
+	double			 fail_timeout;
+	struct zp_mirror_target	 t[ZP_MAX_MIRRORS];
+};
+
+/* One mirror stream of a pair. */
+struct zp_mstream {
+	struct zp_mirror_set	*set;
+	size_t			 idx;		/* which --mirror */
+	struct zp_connecting	 conn;		/* fd -1: connected or closed */
+	int			 fd;		/* -1: connecting or closed */
+	struct zp_pipe		 pipe;		/* .data: bytes not sent yet */
+	struct event		*rev;		/* what it sends: discarded */
+	struct event		*wev;		/* room to send */
+	struct event		*timer;		/* the end */
+	size_t			 teed;		/* of the head of the pair's pipe */
+	/* Stream offsets, the PROXY header's bytes included. */
+	uint64_t		 base;		/* the header's length */
+	uint64_t		 in;		/* handed to the stream */
+	uint64_t		 out;		/* delivered to the socket */
+	uint64_t		 cut_at;	/* cutting: where it ends */
+	char			*held;		/* cutting: its pipe, read out */
+	size_t			 held_len;
+	unsigned		 cutting:1;	/* dropped: takes no more, ends at
+						   cut_at, a message boundary */
+	unsigned		 won:1;		/* wev is added */
+	unsigned		 wshut:1;	/* FIN sent */
+	unsigned		 rdeof:1;	/* the mirror's FIN came */
+};
+
+struct zp_mirror_set {
+	struct zp_ctx		*ctx;
+	uint64_t		 id;		/* the pair's conn= */
+	size_t			 n;
+	size_t			 open;		/* streams not closed */
+	/*
+	 * --framing: the client's stream offset of the next byte handed to
+	 * the streams (copy: read; splice: the head of the pair's pipe),
+	 * the last two message boundaries known before it, and the framer
+	 * that finds them in copy mode.
+	 */
+	uint64_t		 off;
+	uint64_t		 bound[2];	/* [0] the last, [1] the one before */
+	int			 framed;
+	struct zp_framer	 f;
+	unsigned		 ended:1;	/* the client's stream is over */
+	unsigned		 released:1;	/* the pair is gone: on the list */
+	TAILQ_ENTRY(zp_mirror_set) entry;
+	struct zp_mstream	 s[ZP_MAX_MIRRORS];
+};
+
+static void	mstream_drain(struct zp_mstream *);
+
+static int64_t
+mono_us(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+struct zp_mirrors *
+zp_mirrors_new(const struct zp_config *cfg)
+{
+	struct zp_mirrors	*ms;
+	size_t			 i;
+
+	if ((ms = calloc(1, sizeof(*ms))) == NULL)
+		return NULL;
+	ms->n = cfg->nmirrors;
+	ms->fail_timeout = cfg->fail_timeout;
+	for (i = 0; i < ms->n; i++) {
+		ms->t[i].label = cfg->mirrors[i].arg;
+		ms->t[i].addrs = cfg->mirrors[i].to.addrs;
+		ms->t[i].naddrs = cfg->mirrors[i].to.naddrs;
+	}
+	return ms;
+}
+
+void
+zp_mirrors_free(struct zp_mirrors *ms)
+{
+	free(ms);
+}
+
+size_t
+zp_mirrors_count(const struct zp_mirrors *ms)
+{
+	return ms != NULL ? ms->n : 0;
+}
+
+int
+zp_mirror_up(const struct zp_mirrors *ms, size_t i)
+{
+	return __atomic_load_n(&ms->t[i].down_until, __ATOMIC_RELAXED) <=
+	    mono_us();
+}
+
+/*
+ * A stream of mirror i ended early: counted, and said at most once a
+ * second per mirror and thread, with how many went unsaid.
+ */
+static void
+mirror_drop_log(struct zp_ctx *ctx, size_t i, uint64_t id, const char *why)
+{
+	int64_t		now = mono_us();
+	uint64_t	more = ctx->mirror_unsaid[i];
+
+	ctx->stats.mirrors[i].dropped++;
+	if (ctx->mirror_said[i] != 0 && now - ctx->mirror_said[i] < 1000000) {
+		ctx->mirror_unsaid[i]++;
+		return;
+	}
+	ctx->mirror_said[i] = now;
+	ctx->mirror_unsaid[i] = 0;
+	if (more > 0)
+		zp_log(ctx->log, ZP_LOG_WARN, "mirror %s conn=%llu dropped: "
+		    "%s (and %llu more since)", ctx->mirrors->t[i].label,
+		    (unsigned long long)id, why, (unsigned long long)more);
+	else
+		zp_log(ctx->log, ZP_LOG_WARN, "mirror %s conn=%llu dropped: "
+		    "%s", ctx->mirrors->t[i].label, (unsigned long long)id,
+		    why);
+}
+
+/* A set that is released and has no stream left is freed. */
+static void
+set_maybe_free(struct zp_mirror_set *set)
+{
+	if (!set->released || set->open > 0)
+		return;
+	TAILQ_REMOVE(&set->ctx->mirror_sets, set, entry);
+	free(set);
+}
+
+/* Its connect is under way: its bytes wait in its pipe. */
+static int
+mstream_connecting(const struct zp_mstream *m)
+{
+	return m->conn.fd != -1;
+}
+
+/* Connecting or connected: not closed. */
+static int
+mstream_open(const struct zp_mstream *m)
+{
+	return m->fd != -1 || mstream_connecting(m);
+}
+
+/* A stream that takes the client's bytes (none after its FIN). */
+static int
+mstream_live(const struct zp_mstream *m)
+{
+	return mstream_open(m) && !m->cutting && !m->wshut;
+}
+
+/* A message ended at the client's stream offset off. */
+static void
+set_bound(struct zp_mirror_set *set, uint64_t off)
+{
+	if (off == set->bound[0])
+		return;
+	set->bound[1] = set->bound[0];
+	set->bound[0] = off;
+}
+
+/* Close a stream: everything it holds. */
+static void
+mstream_close(struct zp_mstream *m)
+{
+	if (!mstream_open(m))
+		return;
+	zp_connecting_cancel(&m->conn);
+	if (m->rev != NULL)
+		event_free(m->rev);
+	if (m->wev != NULL)
+		event_free(m->wev);
+	if (m->timer != NULL)
+		event_free(m->timer);
+	m->rev = m->wev = m->timer = NULL;
+	m->won = 0;
+	if (m->fd != -1)
+		close(m->fd);
+	m->fd = -1;
+	zp_pipe_close(&m->pipe);
+	free(m->held);
+	m->held = NULL;
+	m->teed = 0;
+	m->set->open--;
+}
+
+/*
+ * A stream ends before its client's stream did. Nothing here frees the
+ * set: the event callbacks and the release look at it last. One that was
+ * cut was counted then.
+ */
+static void
+mstream_drop(struct zp_mstream *m, const char *why)
+{
+	if (!mstream_open(m))
+		return;
+	mstream_close(m);
+	if (!m->cutting)
+		mirror_drop_log(m->set->ctx, m->idx, m->set->id, why);
+}
+
+static void	mstream_end_timer(struct zp_mstream *);
+static void	mstream_cut(struct zp_mstream *, const char *);
+
+/*
+ * lf and nul spliced blind: no boundary is known in what a stream holds.
+ * Its pipe is read out (tee'd pages fill a pipe beyond its size: it may
+ * hold megabytes), what comes up to the last delimiter in it is kept in
+ * m->held to be sent from there, the rest dropped. Returns the stream
+ * offset after that delimiter, or 0 when there is none (or the kind is
+ * not known yet, octet, or memory is short).
+ */
+static uint64_t
+mstream_last_delim(struct zp_mstream *m)
+{
+	struct zp_mirror_set	*set = m->set;
+	enum zp_framing		 k = zp_framer_kind(&set->f);
+	size_t			 len = m->pipe.data, got = 0;
+	char			*buf, *p;
+	ssize_t			 n;
+
+	if ((k != ZP_FRAMING_LF && k != ZP_FRAMING_NUL) || len == 0 ||
+	    (buf = malloc(len)) == NULL)
+		return 0;
+	while (got < len && ((n = read(m->pipe.rfd, buf + got, len - got)) > 0 ||
+	    (n == -1 && errno == EINTR)))
+		got += n > 0 ? (size_t)n : 0;
+	m->pipe.data -= got;
+	p = memrchr(buf, k == ZP_FRAMING_NUL ? '\0' : '\n', got);
+	if (p == NULL || m->pipe.data != 0) {
+		free(buf);
+		return 0;
+	}
+	m->held = buf;
+	m->held_len = (size_t)(p - buf) + 1;
+	return m->out + m->held_len;
+}
+
+/*
+ * Too slow. A framed stream takes no more and ends at the last message
+ * boundary known within what it was handed and has not sent yet: the
+ * collector never gets half a message (unless it had part of the one
+ * in progress already, or no boundary is known: then it ends where it
+ * stands). One still connecting (its pipe filled meanwhile) waits for
+ * the connect's outcome, so that a mirror that never answers is marked
+ * down all the same; if it answers, it gets what it holds (framed: up to
+ * the boundary), then a FIN.
+ */
+static void
+mstream_slow(struct zp_mstream *m)
+{
+	mstream_cut(m, "too slow");
+}
+
+/*
+ * A stream that takes no more (why: "too slow", ...): it ends at the last
+ * message boundary known within what it holds; see mstream_slow().
+ */
+static void
+mstream_cut(struct zp_mstream *m, const char *why)
+{
+	struct zp_mirror_set	*set = m->set;
+	uint64_t		 b = m->in;
+	int			 i, whole = 0;	/* b ends a message */
+	char			 buf[96];
+
+	if (!mstream_open(m) || m->cutting)
+		return;
+	if (set->framed) {
+		for (i = 0; i < 2 && !whole; i++) {
+			b = m->base + set->bound[i];
+			whole = b >= m->out && b <= m->in;
+		}
+		if (!whole && (b = mstream_last_delim(m)) != 0)
+			whole = 1;
+		if (!whole)
+			b = m->in;
+	}
+	if (!mstream_connecting(m) && !whole) {
+		(void)snprintf(buf, sizeof(buf), "%s%s", why, set->framed ?
+		    ", inside a message" : "");
+		mstream_drop(m, buf);
+		return;
+	}
+	(void)snprintf(buf, sizeof(buf), "%s%s", why, mstream_connecting(m) ?
+	    " while it connects" : "; ends at a message boundary");
+	mirror_drop_log(set->ctx, m->idx, set->id, buf);
+	m->cutting = 1;
+	m->cut_at = b;
+	m->teed = 0;
+	/* Connecting, the connect's timeout bounds it; connected, the end. */
+	if (!mstream_connecting(m))
+		mstream_end_timer(m);
+	mstream_drain(m);
+}
+
+static void
+mstream_want_write(struct zp_mstream *m, int on)
+{
+	if (on && !m->won && event_add(m->wev, NULL) == 0)
+		m->won = 1;
+	else if (!on && m->won) {
+		event_del(m->wev);
+		m->won = 0;
+	}
+}
+
+/* Wait for the end (the mirror's FIN) at most --linger-timeout. */
+static void
+mstream_end_timer(struct zp_mstream *m)
+{
+	struct timeval	tv = zp_seconds_tv(m->set->ctx->cfg->linger_timeout);
+
+	if (m->timer != NULL)
+		event_add(m->timer, &tv);
+}
+
+/* Everything is out: carry the client's FIN, or close when both are. */
+static void
+mstream_finish(struct zp_mstream *m)
+{
+	struct zp_mirror_set	*set = m->set;
+
+	if ((!set->ended && !m->cutting) || m->pipe.data > 0 ||
+	    m->held != NULL || mstream_connecting(m))
+		return;
+	if (!m->wshut) {
+		m->wshut = 1;
+		if (shutdown(m->fd, SHUT_WR) == -1 && errno != ENOTCONN) {
+			mstream_drop(m, strerror(errno));
+			return;
+		}
+		/*
+		 * Nothing goes in any more: the pipe's two descriptors go
+		 * back now, not when the mirror closes, which a slow one may
+		 * put off for --linger-timeout while new pairs need them.
+		 */
+		zp_pipe_close(&m->pipe);
+		mstream_end_timer(m);
+	}
+	if (m->rdeof)
+		mstream_close(m);
+}
+
+/*
+ * The pipe to the socket, as far as the socket takes it; a stream cut
+ * at a boundary only up to cut_at, from what it held in memory if its
+ * pipe was read out.
+ */
+static void
+mstream_drain(struct zp_mstream *m)
+{
+	struct zp_ctx	*ctx = m->set->ctx;
+	size_t		 len;
+	ssize_t		 n;
+
+	if (m->fd == -1)
+		return;		/* closed, or its bytes wait for the connect */
+	for (;;) {
+		if (m->held != NULL) {
+			len = (size_t)(m->cut_at - m->out);
+			n = send(m->fd, m->held + m->held_len - len, len,
+			    MSG_DONTWAIT | MSG_NOSIGNAL);
+		} else if (m->pipe.data > 0) {
+			len = m->pipe.data;
+			if (m->cutting && m->cut_at - m->out < len)
+				len = (size_t)(m->cut_at - m->out);
+			if (len == 0) {
+				/* At the boundary: the rest is not sent. */
+				zp_pipe_close(&m->pipe);
+				continue;
+			}
+			n = splice(m->pipe.rfd, NULL, m->fd, NULL, len,
+			    ZP_MIRROR_SPLICE);
+		} else
+			break;
+		if (n > 0) {
+			if (m->held == NULL)
+				m->pipe.data -= (size_t)n;
+			m->out += (uint64_t)n;
+			ctx->stats.mirrors[m->idx].bytes += (uint64_t)n;
+			if (m->held != NULL && m->out == m->cut_at) {
+				free(m->held);
+				m->held = NULL;
+			}
+		} else if (n == -1 && errno == EINTR)
+			continue;
+		else if (n == -1 && errno == EAGAIN) {
+			mstream_want_write(m, 1);
+			return;
+		} else {
+			mstream_drop(m, n == 0 ? "its pipe lost bytes" :
+			    strerror(errno));
+			return;
+		}
+	}
+	mstream_want_write(m, 0);
+	mstream_finish(m);
+}
+
+/* Bytes into a stream's pipe (copy mode, a move); short: too slow. */
+static void
+mstream_write(struct zp_mstream *m, const char *buf, size_t n)
+{
+	ssize_t	w;
+
+	while (n > 0 && mstream_live(m)) {
+		/* An empty pipe of an open stream: straight to the socket. */
+		if (m->pipe.data == 0 && m->fd != -1) {
+			w = send(m->fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (w > 0) {
+				m->set->ctx->stats.mirrors[m->idx].bytes +=
+				    (uint64_t)w;
+				m->in += (uint64_t)w;
+				m->out += (uint64_t)w;
+				buf += w;
+				n -= (size_t)w;
+				continue;
+			}
+			if (w == -1 && errno == EINTR)
+				continue;
+			if (w == -1 && errno != EAGAIN) {
+				mstream_drop(m, strerror(errno));
+				return;
+			}
+		}
+		w = write(m->pipe.wfd, buf, n);
+		if (w == -1 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			mstream_slow(m);
+			return;
+		}
+		m->pipe.data += (size_t)w;
+		m->in += (uint64_t)w;
+		buf += w;
+		n -= (size_t)w;
+		/* While connecting, the pipe waits for the connect. */
+		if (m->fd != -1)
+			mstream_want_write(m, 1);
+		if (n > 0) {
+			mstream_slow(m);
+			return;
+		}
+	}
+}
+
+/* A connect failed: the address after it next time; down after all. */
+static void
+mirror_failed(struct zp_ctx *ctx, size_t i, int err)
+{
+	struct zp_mirror_target	*t = &ctx->mirrors->t[i];
+	int64_t			 now = mono_us(), was;
+	struct timeval		 tv = zp_seconds_tv(ctx->mirrors->fail_timeout);
+
+	__atomic_add_fetch(&t->cursor, 1, __ATOMIC_RELAXED);
+	if (__atomic_add_fetch(&t->fails, 1, __ATOMIC_RELAXED) < t->naddrs)
+		return;
+	__atomic_store_n(&t->fails, 0, __ATOMIC_RELAXED);
+	was = __atomic_exchange_n(&t->down_until, now +
+	    (int64_t)tv.tv_sec * 1000000 + tv.tv_usec, __ATOMIC_RELAXED);
+	if (was <= now)
+		zp_log(ctx->log, ZP_LOG_WARN, "mirror %s down for %gs: "
+		    "connect: %s", t->label, ctx->mirrors->fail_timeout,
+		    strerror(err));
+}
+
+static void
+mstream_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_mstream	*m = arg;
+	struct zp_mirror_set	*set = m->set;
+
+	/* A bounded pass: a mirror that talks fast must not hold the loop. */
+	switch (zp_sock_drain(m->fd, ZP_DRAIN_PASSES, NULL)) {
+	case 1:
+		m->rdeof = 1;
+		event_del(m->rev);
+		if (m->wshut)
+			mstream_close(m);
+		break;
+	case -1:
+		/* A reset: what it had not taken is lost to it. */
+		if (m->wshut && m->pipe.data == 0)
+			mstream_close(m);
+		else
+			mstream_drop(m, strerror(errno));
+		break;
+	}
+	set_maybe_free(set);
+}
+
+static void
+mstream_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_mstream	*m = arg;
+	struct zp_mirror_set	*set = m->set;
+
+	mstream_drain(m);
+	set_maybe_free(set);
+}
+
+static void
+mstream_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_mstream	*m = arg;
+	struct zp_mirror_set	*set = m->set;
+
+	if (m->pipe.data > 0 || m->held != NULL || !m->wshut)
+		mstream_drop(m, "too slow");	/* said already if cutting */
+	else
+		mstream_close(m);	/* all delivered; its FIN never came */
+	set_maybe_free(set);
+}
+
+/* The connect answered: wev says when the socket takes more. */
+static int
+mstream_writer(struct zp_mstream *m)
+{
+	if (m->wev != NULL)
+		event_free(m->wev);
+	m->won = 0;
+	m->wev = event_new(m->set->ctx->base, m->fd, EV_WRITE | EV_PERSIST,
+	    mstream_write_cb, m);
+	return m->wev != NULL ? 0 : -1;
+}
+
+/* The connect answered: read and send from now on. */
+static void
+mstream_connected(struct zp_mstream *m)
+{
+	struct zp_ctx	*ctx = m->set->ctx;
+	short		 rflags = EV_READ | EV_PERSIST;
+
+	__atomic_store_n(&ctx->mirrors->t[m->idx].fails, 0, __ATOMIC_RELAXED);
+	m->rev = event_new(ctx->base, m->fd, rflags, mstream_read_cb, m);
+	if (m->rev == NULL || event_add(m->rev, NULL) == -1) {
+		mstream_drop(m, "out of memory");
+		return;
+	}
+	if (m->set->released || m->cutting)
+		mstream_end_timer(m);
+	mstream_drain(m);
+}
+
+static void
+mstream_connect_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_mstream	*m = arg;
+	struct zp_mirror_set	*set = m->set;
+	int			 err = zp_connecting_result(&m->conn, what);
+	char			 why[128];
+
+	if (err != 0) {
+		mirror_failed(set->ctx, m->idx, err);
+		snprintf(why, sizeof(why), "connect: %s", what & EV_TIMEOUT ?
+		    "timed out" : strerror(err));
+		mstream_drop(m, why);
+	} else {
+		m->fd = zp_connecting_take(&m->conn);
+		if (mstream_writer(m) == -1)
+			mstream_drop(m, "out of memory");
+		else
+			mstream_connected(m);
+	}
+	set_maybe_free(set);
+}
+
+/*
+ * A pipe for the stream: in splice mode as large as the pairs' (a tee
+ * takes a whole pipe's worth of the direction's) where the per-user pipe
+ * budget does not bind (root, no --user); else the default size, so that
+ * the mirrors do not take the pool's share of that budget (it counts
+ * capacity, not use). Copy mode's writes fit the default one.
+ */
+static int
+mstream_pipe(struct zp_ctx *ctx, struct zp_mstream *m)
+{
+	int	fds[2];
+
+	if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) == -1)
+		return -1;
+	m->pipe.rfd = fds[0];
+	m->pipe.wfd = fds[1];
+	m->pipe.data = 0;
+	if (ctx->pool != NULL && ctx->pipes_roomy)
+		(void)fcntl(fds[1], F_SETPIPE_SZ, (int)ctx->cfg->pipe_size);
+	return 0;
+}
+
+/* Begin stream i of set; 0, or -1 when it could not (counted). */
+static int
+mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
+    size_t hdrlen)
+{
+	struct zp_ctx		*ctx = set->ctx;
+	struct zp_mirror_target	*t = &ctx->mirrors->t[i];
+	struct zp_mstream	*m = &set->s[i];
+	struct timeval		 tv = zp_seconds_tv(ctx->cfg->connect_timeout);
+	unsigned		 k;
+	int			 rc, err;
+	char			 why[128];
+
+	m->set = set;
+	m->idx = i;
+	zp_connecting_init(&m->conn);
+	m->fd = -1;
+	m->pipe.rfd = m->pipe.wfd = -1;
+	if (!zp_mirror_up(ctx->mirrors, i)) {
+		mirror_drop_log(ctx, i, set->id, "down");
+		return -1;
+	}
+	/*
+	 * The pipe before the socket: a stream that cannot have one (out of
+	 * descriptors) must not open a connection that the mirror would see
+	 * carry nothing.
+	 */
+	if (mstream_pipe(ctx, m) == -1) {
+		snprintf(why, sizeof(why), "pipe: %s", strerror(errno));
+		mirror_drop_log(ctx, i, set->id, why);
+		return -1;
+	}
+	k = __atomic_load_n(&t->cursor, __ATOMIC_RELAXED) % t->naddrs;
+	if ((rc = zp_connecting_start(&m->conn, ctx->base, &t->addrs[k], NULL,
+	    0, &tv, mstream_connect_cb, m)) == -1) {
+		err = errno;
+		zp_pipe_close(&m->pipe);
+		if (!zp_connect_local_error(err))
+			mirror_failed(ctx, i, err);
+		snprintf(why, sizeof(why), "connect: %s", strerror(err));
+		mirror_drop_log(ctx, i, set->id, why);
+		return -1;
+	}
+	set->open++;
+	/* Connected at once (a local address): wev writes from now. */
+	if (rc == 0)
+		m->fd = zp_connecting_take(&m->conn);
+	m->timer = event_new(ctx->base, -1, 0, mstream_timer_cb, m);
+	if (m->timer == NULL || (rc == 0 && mstream_writer(m) == -1)) {
+		mstream_drop(m, "out of memory");
+		return -1;
+	}
+	if (hdrlen > 0 && (write(m->pipe.wfd, hdr, hdrlen) != (ssize_t)hdrlen)) {
+		mstream_drop(m, "its pipe refused the PROXY header");
+		return -1;
+	}
+	m->pipe.data = hdrlen;
+	m->base = m->in = hdrlen;
+	/* Begun: one that failed before this is counted as dropped only. */
+	ctx->stats.mirrors[i].streams++;
+	if (rc == 0) {
+		mstream_connected(m);
+		return m->fd == -1 ? -1 : 0;
+	}
+	return 0;
+}
+
+struct zp_mirror_set *
+zp_mirror_set_new(struct zp_ctx *ctx, uint64_t id, const void *hdr,
+    size_t hdrlen)
+{
+	struct zp_mirror_set	*set;
+	size_t			 i, n = zp_mirrors_count(ctx->mirrors);
+
+	if (n == 0)
+		return NULL;
+	if ((set = calloc(1, sizeof(*set))) == NULL) {
+		for (i = 0; i < n; i++)
+			mirror_drop_log(ctx, i, id, "out of memory");
+		return NULL;
+	}
+	set->ctx = ctx;
+	set->id = id;
+	set->n = n;
+	set->framed = ctx->cfg->framing != ZP_FRAMING_NONE &&
+	    zp_framer_init(&set->f, (enum zp_framing)ctx->cfg->framing,
+	    ctx->cfg->max_frame) == 0;
+	for (i = 0; i < n; i++)
+		(void)mstream_start(set, i, hdr, hdrlen);
+	if (set->open == 0) {
+		free(set);
+		return NULL;
+	}
+	return set;
+}
+
+void
+zp_mirror_copy(struct zp_mirror_set *set, const void *buf, size_t n)
+{
+	size_t	i, k;
+
+	if (set->open == 0)
+		return;		/* every stream is gone: nothing to follow */
+	if (set->framed && (k = zp_framer_feed(&set->f, buf, n)) > 0)
+		set_bound(set, set->off + k);
+	for (i = 0; i < set->n; i++)
+		mstream_write(&set->s[i], buf, n);
+	set->off += n;
+}
+
+size_t
+zp_mirror_tee(struct zp_mirror_set *set, int rfd, size_t len)
+{
+	struct zp_mstream	*m;
+	size_t			 i, may = len;
+	ssize_t			 n;
+
+	for (i = 0; i < set->n; i++) {
+		m = &set->s[i];
+		if (!mstream_live(m))
+			continue;
+		if (m->teed == 0) {
+			do {
+				n = tee(rfd, m->pipe.wfd, len,
+				    SPLICE_F_NONBLOCK);
+			} while (n == -1 && errno == EINTR);
+			if (n == -1 && errno != EAGAIN) {
+				mstream_drop(m, strerror(errno));
+				continue;
+			}
+			if (n <= 0) {
+				mstream_slow(m);
+				continue;
+			}
+			m->teed = (size_t)n;
+			m->pipe.data += (size_t)n;
+			m->in += (uint64_t)n;
+			mstream_drain(m);
+			if (!mstream_live(m))
+				continue;
+		}
+		if (m->teed < may)
+			may = m->teed;
+	}
+	return may;
+}
+
+void
+zp_mirror_sent(struct zp_mirror_set *set, size_t n, size_t whole)
+{
+	size_t	i;
+
+	if (whole > 0)
+		set_bound(set, set->off + whole);
+	set->off += n;
+	for (i = 0; i < set->n; i++)
+		if (mstream_live(&set->s[i]))
+			set->s[i].teed -= n < set->s[i].teed ? n :
+			    set->s[i].teed;
+}
+
+void
+zp_mirror_unpipe(struct zp_mirror_set *set, const void *buf, size_t len,
+    const struct zp_framer *f)
+{
+	struct zp_mstream	*m;
+	size_t			 i;
+
+	for (i = 0; i < set->n; i++) {
+		m = &set->s[i];
+		if (!mstream_live(m))
+			continue;
+		if (m->teed < len)
+			mstream_write(m, (const char *)buf + m->teed,
+			    len - m->teed);
+		m->teed = 0;
+	}
+	set->off += len;
+	if (f != NULL)
+		zp_mirror_follow(set, f);
+}
+
+void
+zp_mirror_follow(struct zp_mirror_set *set, const struct zp_framer *f)
+{
+	if (set->framed)
+		set->f = *f;
+}
+
+void
+zp_mirror_set_leave(struct zp_mirror_set *set, const char *why)
+{
+	size_t	i;
+
+	for (i = 0; i < set->n; i++)
+		if (mstream_live(&set->s[i]))
+			mstream_cut(&set->s[i], why);
+}
+
+void
+zp_mirror_set_end(struct zp_mirror_set *set)
+{
+	size_t	i;
+
+	if (set->ended)
+		return;
+	set->ended = 1;
+	for (i = 0; i < set->n; i++)
+		if (set->s[i].fd != -1)
+			mstream_finish(&set->s[i]);
+}
+
+void
+zp_mirror_set_release(struct zp_mirror_set *set)
+{
+	size_t	i;
+
+	if (set == NULL)
+		return;
+	set->released = 1;
+	TAILQ_INSERT_TAIL(&set->ctx->mirror_sets, set, entry);
+	zp_mirror_set_end(set);
+	/* Whatever is left has --linger-timeout to go out. */
+	for (i = 0; i < set->n; i++)
+		if (set->s[i].fd != -1 && !set->s[i].wshut)
+			mstream_end_timer(&set->s[i]);
+	set_maybe_free(set);
+}
+
+void
+zp_mirror_sets_close(struct zp_ctx *ctx)
+{
+	struct zp_mirror_set	*set;
+	size_t			 i;
+
+	while ((set = TAILQ_FIRST(&ctx->mirror_sets)) != NULL) {
+		for (i = 0; i < set->n; i++)
+			if (set->s[i].pipe.data > 0 || set->s[i].held != NULL ||
+			    !set->s[i].wshut)
+				mstream_drop(&set->s[i], "zproxy is stopping");
+			else
+				mstream_close(&set->s[i]);
+		set_maybe_free(set);
+	}
+}

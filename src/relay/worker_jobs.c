@@ -1,0 +1,212 @@
+/*
+ * worker_jobs.c - what the root has the workers do: a new client to the
+ * least loaded thread, an upstream gone down, the drain, and --rebalance
+ * (decided on the root from every thread's snapshot, made as a move on
+ * one thread).
+ */
+
+#include <sys/socket.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+#include <event2/event.h>
+
+#include "relay/ctx.h"
+#include "lib/log.h"
+#include "core/upstream.h"
+#include "relay/worker.h"
+#include "relay/worker_int.h"
+
+static void
+wmsg_upstream_down(struct zp_worker *w, struct zp_wmsg *m)
+{
+	(void)zp_ctx_hooks(&w->ctx)->pairs_upstream_down(&w->ctx,
+	    (int)m->arg);
+}
+
+static void
+wmsg_drain(struct zp_worker *w, struct zp_wmsg *m)
+{
+	struct zp_ctx	*ctx = &w->ctx;
+
+	ctx->stopping = 1;
+	if (m->arg)
+		zp_ctx_hooks(ctx)->pairs_wind_down(ctx);
+}
+
+/* A --rebalance move the root decided (rebalance_decide). */
+static void
+wmsg_move(struct zp_worker *w, struct zp_wmsg *m)
+{
+	(void)zp_ctx_hooks(&w->ctx)->pairs_move_one(&w->ctx, (int)m->arg,
+	    (int)m->arg2);
+}
+
+/*
+ * --rebalance, decided on the root from every thread's counters (its own,
+ * and the workers' snapshots, which answered refresh seq: 0, none): the
+ * move goes as a message to the first thread that had a stream to move,
+ * which makes it if it still can. Nothing is decided unless every live
+ * worker answered: a move asked for earlier and not in an older snapshot
+ * would not be counted, and the same move could be asked of two threads;
+ * a move ended since would count twice, the upstreams' counts being
+ * live. (A worker answers its messages in order: one that answered saw
+ * every move asked of it before.)
+ */
+static void
+rebalance_decide(struct zp_ctx *root, uint64_t seq)
+{
+	struct zp_workers	*ws = root->workers;
+	const struct zp_ctx_hooks *hk = zp_ctx_hooks(root);
+	struct zp_upstream	 u;
+	struct zp_snap		 sn;
+	struct zp_wmsg		 m;
+	long			 eff[ZP_MAX_UPSTREAMS];
+	uint64_t		 has[ZP_MAX_UPSTREAMS];	/* a bit a thread */
+	size_t			 i, n = zp_upstreams_count(root->ups);
+	int			 t, live, hi, lo;
+
+	_Static_assert(ZP_MAX_THREADS <= 64, "a thread is a bit of has[]");
+	if (n < 2 || root->stopping)
+		return;
+	for (i = 0; i < n; i++) {
+		zp_upstream_get(root->ups, i, &u);
+		eff[i] = (long)u.active;
+		has[i] = 0;
+	}
+	for (t = 0; t < zp_ctx_threads(root); t++) {
+		live = worker_ctx_snap(root, t, &sn);
+		if (t > 0 && live && sn.answered < seq)
+			return;
+		for (i = 0; i < n; i++) {
+			eff[i] += sn.moving[i];
+			if (live && sn.movable[i] > 0)
+				has[i] |= (uint64_t)1 << t;
+		}
+	}
+	if (!hk->rebalance_choose(root->ups, eff, &hi, &lo))
+		return;
+	memset(&m, 0, sizeof(m));
+	m.fn = wmsg_move;
+	m.arg = hi;
+	m.arg2 = lo;
+	for (t = 0; t < zp_ctx_threads(root); t++) {
+		if (!(has[hi] & ((uint64_t)1 << t)))
+			continue;
+		if (t == 0) {
+			if (hk->pairs_move_one(root, hi, lo) == 1)
+				return;
+		} else if (wmsg_post(ws->w[t], &m) == 0)
+			return;
+	}
+}
+
+/* The step's snapshots are in (or some at their deadline): decide. */
+static void
+rebalance_refreshed_cb(void *arg)
+{
+	struct zp_ctx	*root = arg;
+
+	root->workers->rebalancing = NULL;
+	rebalance_decide(root, root->workers->rebalance_seq);
+}
+
+/* One --rebalance step: refresh, then decide; see worker.h. */
+void
+zp_ctx_rebalance(struct zp_ctx *root)
+{
+	struct zp_workers	*ws = root->workers;
+
+	if (zp_upstreams_count(root->ups) < 2 || root->stopping)
+		return;
+	if (ws == NULL) {
+		rebalance_decide(root, 0);
+		return;
+	}
+	/* A step is gathering its counters still: it decides, not this. */
+	if (ws->rebalancing != NULL)
+		return;
+	/*
+	 * None asked: no worker is live (those that ended are read as they
+	 * are), or no memory (a live one never answered this: no step).
+	 */
+	if ((ws->rebalancing = zp_ctx_refresh(root, rebalance_refreshed_cb,
+	    root)) == NULL)
+		rebalance_decide(root, UINT64_MAX);
+	else
+		ws->rebalance_seq = ws->rebalancing->seq;
+}
+
+void
+zp_ctx_upstream_down(struct zp_ctx *root, int idx)
+{
+	struct zp_wmsg	m;
+
+	(void)zp_ctx_hooks(root)->pairs_upstream_down(root, idx);
+	memset(&m, 0, sizeof(m));
+	m.fn = wmsg_upstream_down;
+	m.arg = idx;
+	wmsg_post_all(root, &m);
+}
+
+void
+zp_ctx_drain(struct zp_ctx *root, int wind)
+{
+	struct zp_wmsg	m;
+
+	memset(&m, 0, sizeof(m));
+	m.fn = wmsg_drain;
+	m.arg = wind;
+	wmsg_post_all(root, &m);
+}
+
+void
+zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
+    socklen_t len)
+{
+	struct zp_workers	*ws = root->workers;
+	const struct zp_ctx_hooks *hk = zp_ctx_hooks(root);
+	struct zp_worker	*w;
+	struct zp_wmsg		 m;
+	long			 least, l;
+	int			 i, best = 0;
+
+	if (ws == NULL) {
+		(void)hk->pair_start(root, fd, sa, len, 0);
+		return;
+	}
+	/* The fewest open pairs; ties go to the lowest thread. */
+	least = worker_ctx_load(root);
+	for (i = 1; i < ws->n; i++)
+		if (!LOAD(ws->w[i]->died_seen) &&
+		    (l = worker_ctx_load(&ws->w[i]->ctx)) < least) {
+			least = l;
+			best = i;
+		}
+	if (best == 0) {
+		(void)hk->pair_start(root, fd, sa, len, 0);
+		return;
+	}
+	w = ws->w[best];
+	memset(&m, 0, sizeof(m));
+	m.fn = wmsg_start;
+	m.fd = fd;
+	if (len > sizeof(m.ss))
+		len = sizeof(m.ss);
+	memcpy(&m.ss, sa, len);
+	m.len = len;
+	ADD(w->ctx.load, 1);	/* the pair keeps it: see wmsg_start */
+	if (wmsg_post(w, &m) == -1) {
+		ADD(w->ctx.load, -1);
+		if (errno == ESRCH) {
+			/* Its loop ended just now: the root takes it. */
+			(void)hk->pair_start(root, fd, sa, len, 0);
+			return;
+		}
+		zp_log(root->log, ZP_LOG_WARN, "dropping a client: %s",
+		    strerror(errno));
+		close(fd);
+	}
+}
