@@ -430,3 +430,18 @@ zp_balance_parse(const char *s)
 		return ZP_BALANCE_SOURCE;
 	return -1;
 }
+
+/* Does some upstream look up; see upstream.h. */
+int
+zp_upstreams_any_up(const struct zp_upstreams *ups)
+{
+	struct zp_upstream	u;
+	size_t			i, n = zp_upstreams_count(ups);
+
+	for (i = 0; i < n; i++) {
+		zp_upstream_get(ups, i, &u);
+		if (u.up)
+			return 1;
+	}
+	return 0;
+}

@@ -60,6 +60,9 @@ void	zp_upstreams_free(struct zp_upstreams *);
  * the balancer.
  */
 size_t	zp_upstreams_count(const struct zp_upstreams *);
+
+/* Does some upstream look up (the health checks and passive health)? */
+int	zp_upstreams_any_up(const struct zp_upstreams *);
 void	zp_upstream_get(const struct zp_upstreams *, size_t,
 	    struct zp_upstream *);
 enum zp_balance zp_upstreams_balance(const struct zp_upstreams *);

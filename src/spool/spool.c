@@ -29,13 +29,12 @@
 #include "lib/log.h"
 #include "spool/spool.h"
 #include "spool/spool_int.h"
-#include "core/upstream.h"
 #include "lib/wake.h"
 
 /*
  * The parts (spool_int.h): the codec of a file's header and names
  * (spool_hdr.c), DIR and its room (spool_dir.c), the I/O thread
- * (spool_io.c), the writer (spool_writer.c, spool_pump.c) and the
+ * (spool_io.c), the writer (spool_writer.c) and the
  * senders (spool_sender.c). This file is the spool object: made, started
  * and ended here, and its tallies.
  */
@@ -53,21 +52,6 @@ zp_spool_tally(const struct zp_spool *sp, struct zp_spool_tally *t)
 	t->replayed = spool_ld(&sp->replayed);
 	t->refused = spool_ld(&sp->refused);
 	t->delivered = spool_ld(&sp->delivered);
-}
-
-/* Does some upstream look up (it may take files)? */
-int
-spool_upstream_up(struct zp_ctx *ctx)
-{
-	struct zp_upstream	u;
-	size_t			i, n = zp_upstreams_count(ctx->ups);
-
-	for (i = 0; i < n; i++) {
-		zp_upstream_get(ctx->ups, i, &u);
-		if (u.up)
-			return 1;
-	}
-	return 0;
 }
 
 

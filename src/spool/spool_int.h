@@ -1,14 +1,14 @@
 /*
  * spool_int.h - what the parts of the spool share (spool.c, spool_hdr.c,
- * spool_dir.c, spool_io.c, spool_writer.c, spool_pump.c, spool_sender.c),
+ * spool_dir.c, spool_io.c, spool_writer.c, spool_sender.c),
  * for them only: every other module goes through spool.h.
  *
  * The parts and the threads they run on: spool.c is the object (made and
  * ended on the main thread); spool_hdr.c the pure codec of a file's
  * header and names; spool_dir.c the directory's scan and room (the I/O
  * thread, but spool_room(), asked by relay threads); spool_io.c the I/O
- * thread, which makes every disk call; spool_writer.c and spool_pump.c a
- * spooling pair's writer (its relay thread); spool_sender.c the senders
+ * thread, which makes every disk call; spool_writer.c a spooling pair's
+ * writer and its pump (its relay thread); spool_sender.c the senders
  * (the I/O thread).
  */
 #ifndef ZP_SPOOL_INT_H
@@ -197,9 +197,6 @@ spool_add(uint64_t *v, int64_t n)
 	__atomic_add_fetch(v, (uint64_t)n, __ATOMIC_RELAXED);
 }
 
-/* spool.c: does some upstream look up (it may take files)? */
-int	spool_upstream_up(struct zp_ctx *);
-
 /* ---- spool_hdr.c: names (pure: no system call, no state) ----------- */
 
 /* The suffix of a name ("spool"), or NULL. */
@@ -268,47 +265,6 @@ int	spool_io_start(struct zp_spool *, char *err, size_t errlen);
  * thread, at zp_spool_free()).
  */
 void	spool_io_stop(struct zp_spool *);
-
-/* ---- spool_writer.c: the writer's life, files and answers ---------- */
-
-/*
- * Ask for the stream's next file (only when the spool has room, unless
- * room is 0). Returns 0, or -1 with errno.
- */
-int	spool_writer_open(struct zp_spool_writer *, int room);
-/* The open file, if any, goes to the I/O thread to be done with. */
-void	spool_writer_close_file(struct zp_spool_writer *, int whole);
-/*
- * The stream is over (err 0: the client's EOF). Returns 1 when done()
- * ran (w is gone: return at once), 0 when an answer is still due.
- */
-int	spool_writer_finish(struct zp_spool_writer *, int err);
-/* At a boundary: the file goes to be sent, nothing more is read. */
-void	spool_writer_stop(struct zp_spool_writer *);
-
-/* ---- spool_pump.c: the stream read into the file ------------------- */
-
-/* Is the stream at a frame boundary now? 1 or 0. */
-int	spool_writer_at_boundary(struct zp_spool_writer *);
-/* Should the open file be closed at the next boundary? 1 or 0. */
-int	spool_writer_due(struct zp_spool_writer *);
-/* Write n bytes into the open file: 0, or -1 with errno (w->disk set). */
-int	spool_writer_write(struct zp_spool_writer *, const char *b,
-	    size_t n);
-/*
- * n bytes of the stream for the file: written, or held while it is
- * being opened. Returns 0, or -1 with errno.
- */
-int	spool_writer_give(struct zp_spool_writer *, const char *b, size_t n);
-/* Read the client's socket (on: 1) or not (0). */
-void	spool_writer_want_read(struct zp_spool_writer *, int on);
-/*
- * Move up to a budget of the stream into files; may end the writer
- * (spool_writer_finish()): the caller returns after it.
- */
-void	spool_writer_pump(struct zp_spool_writer *);
-/* The client's socket's read callback (arg: the writer). */
-void	spool_writer_read_cb(evutil_socket_t, short, void *);
 
 /* ---- spool_sender.c: the senders (the I/O thread) ------------------ */
 

@@ -568,7 +568,7 @@ sender_may(struct zp_spool *sp, int *probe)
 	struct timeval		 now, dt, wait;
 
 	*probe = 0;
-	if (spool_upstream_up(ctx))
+	if (zp_upstreams_any_up(ctx->ups))
 		return 1;
 	zp_clock_now(&now);
 	timersub(&now, &sp->failed_at, &dt);

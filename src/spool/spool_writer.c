@@ -2,30 +2,75 @@
  * spool_writer.c - a spooling pair's writer, on the pair's relay thread:
  * its life (zp_spool_writer_new/free), its files, asked of the I/O
  * thread and answered into its box (writer_io_cb), its timer (syncs, a
- * file's age, the room) and the way back to a live upstream. The
- * reading of the stream into the file is spool_pump.c's.
+ * file's age, the room), the way back to a live upstream, and its pump:
+ * the client's stream read into the open file (spliced blind when the
+ * framing allows, else copied through a buffer and seen by the framer),
+ * files ended at frame boundaries, and the stream held while a file is
+ * being opened. Its only disk calls are writes into a file it has open:
+ * into the page cache, which does not wait for the disk.
  */
-#include <sys/types.h>
-#include <sys/queue.h>
-#include <sys/time.h>
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
+#include "core/config.h"
+#include "core/upstream.h"
 #include "lib/bufcache.h"
 #include "lib/clock.h"
-#include "core/config.h"
-#include "relay/ctx.h"
 #include "lib/framing.h"
 #include "lib/log.h"
 #include "lib/pipepool.h"
+#include "lib/wake.h"
+#include "relay/ctx.h"
 #include "spool/spool.h"
 #include "spool/spool_int.h"
-#include "lib/wake.h"
+
+/*
+ * Ask for the stream's next file (only when the spool has room, unless
+ * room is 0). Returns 0, or -1 with errno.
+ */
+static int	spool_writer_open(struct zp_spool_writer *, int room);
+/* The open file, if any, goes to the I/O thread to be done with. */
+static void	spool_writer_close_file(struct zp_spool_writer *, int whole);
+/*
+ * The stream is over (err 0: the client's EOF). Returns 1 when done()
+ * ran (w is gone: return at once), 0 when an answer is still due.
+ */
+static int	spool_writer_finish(struct zp_spool_writer *, int err);
+/* At a boundary: the file goes to be sent, nothing more is read. */
+static void	spool_writer_stop(struct zp_spool_writer *);
+/* Is the stream at a frame boundary now? 1 or 0. */
+static int	spool_writer_at_boundary(struct zp_spool_writer *);
+/* Should the open file be closed at the next boundary? 1 or 0. */
+static int	spool_writer_due(struct zp_spool_writer *);
+/* Write n bytes into the open file: 0, or -1 with errno (w->disk set). */
+static int	spool_writer_write(struct zp_spool_writer *, const char *b,
+	    size_t n);
+/*
+ * n bytes of the stream for the file: written, or held while it is
+ * being opened. Returns 0, or -1 with errno.
+ */
+static int	spool_writer_give(struct zp_spool_writer *, const char *b,
+		    size_t n);
+/* Read the client's socket (on: 1) or not (0). */
+static void	spool_writer_want_read(struct zp_spool_writer *, int on);
+/*
+ * Move up to a budget of the stream into files; may end the writer
+ * (spool_writer_finish()): the caller returns after it.
+ */
+static void	spool_writer_pump(struct zp_spool_writer *);
+/* The client's socket's read callback (arg: the writer). */
+static void	spool_writer_read_cb(evutil_socket_t, short, void *);
 
 /* How often a writer looks at its file (sync, age) and at the room. */
 #define SPOOL_TICK_MS		250
@@ -60,7 +105,7 @@ writer_req(struct zp_spool_writer *w, enum io_kind kind)
  * journal, NFS); what the stream gives until it is open waits in held.
  * Returns 0, or -1 with errno.
  */
-int
+static int
 spool_writer_open(struct zp_spool_writer *w, int room)
 {
 	struct io_req	*r;
@@ -95,7 +140,7 @@ spool_writer_open(struct zp_spool_writer *w, int room)
  * gone when it holds no client byte, else synced and renamed "spool"
  * (whole frames) or "partial". Its answer comes to writer_answer.
  */
-void
+static void
 spool_writer_close_file(struct zp_spool_writer *w, int whole)
 {
 	struct io_req	*r = w->creq;
@@ -152,7 +197,7 @@ writer_delivered(struct zp_spool_writer *w)
 static int
 writer_live_step(struct zp_spool_writer *w)
 {
-	if (!spool_upstream_up(w->ctx)) {
+	if (!zp_upstreams_any_up(w->ctx->ups)) {
 		if (w->phase != W_WRITING) {
 			w->phase = W_WRITING;
 			if (!w->paused)
@@ -188,7 +233,7 @@ writer_live_step(struct zp_spool_writer *w)
  * whether it went well). Returns 1 when done() ran (w is gone), 0 when
  * an answer still has to come back.
  */
-int
+static int
 spool_writer_finish(struct zp_spool_writer *w, int err)
 {
 	if (!w->ending) {
@@ -210,7 +255,7 @@ spool_writer_finish(struct zp_spool_writer *w, int err)
 }
 
 /* At a boundary: the file goes to be sent, nothing more is read. */
-void
+static void
 spool_writer_stop(struct zp_spool_writer *w)
 {
 	spool_writer_want_read(w, 0);
@@ -511,4 +556,341 @@ zp_spool_writer_free(struct zp_spool_writer *w)
 	free(w->creq);
 	spool_add(&w->sp->streams, -1);
 	free(w);
+}
+
+/* ---- the pump: the stream read into the file ---------------------- */
+
+/* The delimiter of a delimited framing, or -1. */
+static int
+writer_delim(const struct zp_spool_writer *w)
+{
+	switch (zp_framer_kind(&w->f)) {
+	case ZP_FRAMING_LF:
+		return '\n';
+	case ZP_FRAMING_NUL:
+		return '\0';
+	default:
+		return -1;
+	}
+}
+
+/*
+ * Is the stream at a frame boundary now? The framer knows when it saw
+ * the bytes; after a spliced (blind) stretch of a delimited stream, its
+ * last byte says (writer_splice keeps it): a delimiter ends a frame. A
+ * stream whose framing failed is plain bytes: any point will do.
+ */
+static int
+spool_writer_at_boundary(struct zp_spool_writer *w)
+{
+	int	delim = writer_delim(w);
+	int	some = w->fd != -1 ? w->fsize > w->hdrlen : w->nheld > 0;
+
+	/* Dropping a frame's rest: what the file holds ends whole. */
+	if (w->skip || zp_framer_error(&w->f, NULL) != NULL ||
+	    zp_framer_at_boundary(&w->f))
+		return 1;
+	if (delim == -1 || !some || w->last != delim)
+		return 0;
+	/* Known again: follow it exactly from here. */
+	(void)zp_framer_resume(&w->f, zp_framer_kind(&w->f),
+	    w->ctx->cfg->max_frame, zp_framer_offset(&w->f), 1);
+	return 1;
+}
+/* Should the open file be closed at the next boundary? */
+static int
+spool_writer_due(struct zp_spool_writer *w)
+{
+	struct timeval	now, dt;
+
+	if (w->fd == -1 || w->fsize <= w->hdrlen)
+		return 0;
+	if (w->fsize >= ZP_SPOOL_FILE_MAX)
+		return 1;
+	zp_clock_now(&now);
+	timersub(&now, &w->fopened, &dt);
+	if (dt.tv_sec * 1000 + dt.tv_usec / 1000 < ZP_SPOOL_FILE_AGE_MS)
+		return 0;
+	/* Old enough to send: worth closing if some upstream may take it. */
+	return zp_upstreams_any_up(w->ctx->ups);
+}
+/* n bytes of the stream went into the file. */
+static void
+writer_wrote(struct zp_spool_writer *w, size_t n)
+{
+	w->fsize += n;
+	w->bytes += n;
+	w->dirty = 1;
+	spool_add(&w->sp->bytes, (int64_t)n);
+	spool_add(&w->sp->spooled, (int64_t)n);
+}
+
+static int
+spool_writer_write(struct zp_spool_writer *w, const char *b, size_t n)
+{
+	ssize_t	wr;
+
+	while (n > 0) {
+		if ((wr = write(w->fd, b, n)) == -1) {
+			if (errno == EINTR)
+				continue;
+			w->disk = 1;
+			return -1;
+		}
+		if (wr == 0) {
+			errno = ENOSPC;
+			w->disk = 1;
+			return -1;
+		}
+		writer_wrote(w, (size_t)wr);
+		b += wr;
+		n -= (size_t)wr;
+	}
+	return 0;
+}
+
+/*
+ * n bytes of the stream for the file: written, or held while the file
+ * is being opened. Returns 0, or -1 with errno.
+ */
+static int
+spool_writer_give(struct zp_spool_writer *w, const char *b, size_t n)
+{
+	size_t	 cap;
+	char	*h;
+
+	if (n == 0)
+		return 0;
+	w->last = (unsigned char)b[n - 1];
+	if (w->fd != -1)
+		return spool_writer_write(w, b, n);
+	assert(w->opening);
+	if (w->nheld + n > w->heldcap) {
+		cap = w->heldcap * 2 > w->nheld + n ? w->heldcap * 2 :
+		    w->nheld + n;
+		if ((h = realloc(w->held, cap)) == NULL)
+			return -1;
+		w->held = h;
+		w->heldcap = cap;
+	}
+	memcpy(w->held + w->nheld, b, n);
+	w->nheld += n;
+	return 0;
+}
+
+/*
+ * Splice what the socket holds (up to max) into the file, blind. Returns
+ * the bytes moved, 0 at EOF, -1 with errno.
+ */
+static ssize_t
+writer_splice(struct zp_spool_writer *w, size_t max)
+{
+	ssize_t		n, m;
+	size_t		left, tail;
+	unsigned char	c;
+
+	n = splice(w->sock, NULL, w->pipe.wfd, NULL, max,
+	    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	if (n <= 0)
+		return n;
+	/*
+	 * A delimited stream's last byte says whether it stopped at a
+	 * boundary (spool_writer_at_boundary): it is taken out of the pipe and
+	 * written, not read back from the file afterwards.
+	 */
+	tail = writer_delim(w) != -1 ? 1 : 0;
+	for (left = (size_t)n; left > tail; left -= (size_t)m) {
+		m = splice(w->pipe.rfd, NULL, w->fd, NULL, left - tail,
+		    SPLICE_F_MOVE);
+		if (m == -1 && errno == EINTR) {
+			m = 0;
+			continue;
+		}
+		if (m <= 0) {
+			if (m == 0)
+				errno = EIO;
+			w->disk = 1;
+			/* What the pipe still holds is lost: the stream ends. */
+			w->pipe.data = left;
+			return -1;
+		}
+		writer_wrote(w, (size_t)m);
+	}
+	if (tail) {
+		do {
+			m = read(w->pipe.rfd, &c, 1);
+		} while (m == -1 && errno == EINTR);
+		if (m != 1) {
+			if (m == 0)
+				errno = EIO;
+			w->pipe.data = 1;
+			return -1;
+		}
+		if (spool_writer_write(w, (const char *)&c, 1) == -1)
+			return -1;
+		w->last = c;
+	}
+	(void)zp_framer_skip(&w->f, (uint64_t)n);
+	return n;
+}
+
+static int
+writer_buf(struct zp_spool_writer *w)
+{
+	w->bufsize = w->ctx->cfg->buffer_size;
+	if ((w->buf = zp_buf_get(&w->ctx->bufs, w->bufsize)) == NULL) {
+		errno = ENOMEM;
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Read into the buffer and write it, seen by the framer; when the file
+ * is due, close it at the first boundary within what was read (the rest
+ * waits for the next file). Returns the bytes read, 0 at EOF, -1 with
+ * errno.
+ */
+static ssize_t
+writer_copy(struct zp_spool_writer *w, int due)
+{
+	ssize_t	n;
+	size_t	cut = 0, drop = 0, len;
+	char	*b;
+
+	do {
+		n = recv(w->sock, w->buf, w->bufsize, 0);
+	} while (n == -1 && errno == EINTR);
+	if (n <= 0)
+		return n;
+	if (w->skip) {
+		/* The rest of a frame whose start went to an upstream. */
+		if ((drop = zp_framer_next(&w->f, w->buf, (size_t)n)) == 0)
+			drop = (size_t)n;
+		else
+			w->skip = 0;
+		(void)zp_framer_feed(&w->f, w->buf, drop);
+		w->cut += drop;
+	}
+	b = w->buf + drop;
+	len = (size_t)n - drop;
+	if (due && (cut = zp_framer_next(&w->f, b, len)) > 0) {
+		(void)zp_framer_feed(&w->f, b, cut);
+		if (spool_writer_give(w, b, cut) == -1)
+			return -1;
+		spool_writer_close_file(w, 1);
+		if (spool_writer_open(w, 0) == -1)
+			return -1;
+	}
+	(void)zp_framer_feed(&w->f, b + cut, len - cut);
+	if (spool_writer_give(w, b + cut, len - cut) == -1)
+		return -1;
+	return n;
+}
+
+static void
+spool_writer_want_read(struct zp_spool_writer *w, int on)
+{
+	if (on == w->ron)
+		return;
+	if (on ? event_add(w->rev, NULL) : event_del(w->rev))
+		return;
+	w->ron = on;
+}
+
+/*
+ * W_SEEKING: read exactly up to the next boundary (peeked first), and
+ * stop there; what follows stays in the socket for the live upstream.
+ * Returns the bytes read, 0 at EOF, -1 with errno.
+ */
+static ssize_t
+writer_seek(struct zp_spool_writer *w)
+{
+	ssize_t	n;
+	size_t	cut;
+
+	do {
+		n = recv(w->sock, w->buf, w->bufsize, MSG_PEEK);
+	} while (n == -1 && errno == EINTR);
+	if (n <= 0)
+		return n;
+	cut = zp_framer_next(&w->f, w->buf, (size_t)n);
+	do {
+		n = recv(w->sock, w->buf, cut > 0 ? cut : (size_t)n, 0);
+	} while (n == -1 && errno == EINTR);
+	if (n <= 0)
+		return n;
+	(void)zp_framer_feed(&w->f, w->buf, (size_t)n);
+	if (spool_writer_give(w, w->buf, (size_t)n) == -1)
+		return -1;
+	if (cut > 0 && (size_t)n == cut)
+		spool_writer_stop(w);
+	return n;
+}
+
+static void
+spool_writer_pump(struct zp_spool_writer *w)
+{
+	size_t	moved = 0, budget = w->ctx->budget;
+	ssize_t	n;
+	int	due, blind;
+
+	/* Seeking reads one message more at most, room or not. */
+	if (w->phase != W_SEEKING && !spool_room(w->sp)) {
+		/* Full: the client waits in its socket; the timer looks. */
+		w->paused = 1;
+		spool_writer_want_read(w, 0);
+		return;
+	}
+	w->paused = 0;
+	while (moved < budget && w->phase != W_STOPPED) {
+		if ((due = spool_writer_due(w)) &&
+		    spool_writer_at_boundary(w)) {
+			spool_writer_close_file(w, 1);
+			due = 0;
+		}
+		if (w->fd == -1) {
+			if (!w->opening && spool_writer_open(w, 1) == -1) {
+				if (errno == ENOSPC) {
+					w->paused = 1;
+					spool_writer_want_read(w, 0);
+					return;
+				}
+				(void)spool_writer_finish(w, errno);
+				return;
+			}
+			/* Its answer reads on (writer_opened). */
+			spool_writer_want_read(w, 0);
+			return;
+		}
+		blind = w->pipe.rfd != -1 && !due && !w->skip &&
+		    (writer_delim(w) != -1 ||
+		    zp_framer_error(&w->f, NULL) != NULL);
+		if ((!blind || w->phase == W_SEEKING) && w->buf == NULL &&
+		    writer_buf(w) == -1) {
+			(void)spool_writer_finish(w, errno);
+			return;
+		}
+		if (w->phase == W_SEEKING)
+			n = writer_seek(w);
+		else if (blind)
+			n = writer_splice(w, budget - moved);
+		else
+			n = writer_copy(w, due);
+		if (n > 0) {
+			moved += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			(void)spool_writer_finish(w, 0);
+		else if (errno != EAGAIN)
+			(void)spool_writer_finish(w, errno);
+		return;
+	}
+}
+
+static void
+spool_writer_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	spool_writer_pump(arg);
 }
