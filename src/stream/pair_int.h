@@ -190,6 +190,14 @@ pair_from_retiring(const struct zp_pair *p)
  * the pair's invariants when it is still there (pair_check).
  */
 
+/* pair_log.c */
+
+/* Log a pair's end: its line, at the level and rate the end asks for. */
+void	pair_log(struct zp_pair *, enum zp_end);
+
+/* Count a pair's end in the statistics it has a counter in. */
+void	pair_end_count(struct zp_stats *, enum zp_end);
+
 /* pair.c */
 
 /*
