@@ -174,6 +174,11 @@ help_version() {
 		rc=$?
 		[ "$rc" -eq 0 ] || fail "zproxy $v -> exit $rc"
 		grep -Eq '[0-9]+\.[0-9]+' "$T/version.out" || fail "zproxy $v: no version number: $(cat "$T/version.out")"
+		# The version configure.ac gives (make check exports it).
+		if [ -n "${ZP_VERSION:-}" ]; then
+			grep -qx "zproxy $ZP_VERSION" "$T/version.out" ||
+			    fail "zproxy $v: $(head -n 1 "$T/version.out"), not zproxy $ZP_VERSION"
+		fi
 		[ -s "$T/version.err" ] && fail "zproxy $v wrote to stderr"
 		ok "$v -> 0: $(head -n 1 "$T/version.out")"
 	done
