@@ -218,8 +218,8 @@ fanout() {
 		dir_sums "$T/prim" "$T/prim.sums"
 		dir_sums "$T/mir" "$T/mir.sums"
 	fi
-	same_sums "$T/ref-all.sums" "$T/prim.sums" "$what: the primary"
-	same_sums "$T/ref-all.sums" "$T/mir.sums" "$what: the mirror"
+	same_sums "$ZP_T0/ref-all.sums" "$T/prim.sums" "$what: the primary"
+	same_sums "$ZP_T0/ref-all.sums" "$T/mir.sums" "$what: the mirror"
 	ok "$what: primary and mirror each got the $n streams sent, SHA-256 as multisets (${ms} ms)"
 
 	wait_metric "$(series streams_total "$label")" == "$n" 10 "$what"
@@ -308,9 +308,9 @@ two_mirrors() {
 	dir_sums "$T/prim" "$T/prim.sums"
 	dir_sums "$T/mira" "$T/mira.sums"
 	dir_sums "$T/mirb" "$T/mirb.sums"
-	same_sums "$T/ref-two.sums" "$T/prim.sums" "$what: the primary"
-	same_sums "$T/ref-two.sums" "$T/mira.sums" "$what: mirror A"
-	same_sums "$T/ref-two.sums" "$T/mirb.sums" "$what: mirror B"
+	same_sums "$ZP_T0/ref-two.sums" "$T/prim.sums" "$what: the primary"
+	same_sums "$ZP_T0/ref-two.sums" "$T/mira.sums" "$what: mirror A"
+	same_sums "$ZP_T0/ref-two.sums" "$T/mirb.sums" "$what: mirror B"
 	ok "$what: the primary and both mirrors got the same $n streams (SHA-256 multisets)"
 	for l in "$la" "$lb"; do
 		wait_metric "$(series bytes_total "$l")" == "$total" 10 "$what: $l"
@@ -634,14 +634,17 @@ four_mirrors() {
 # ---- main ---------------------------------------------------------------
 
 note "zp-peer gen: the clients' streams (SHA-256)"
-ref_sums "$T/ref-all.sums" "${GROUPS_ALL[@]}"
-ref_sums "$T/ref-two.sums" "${GROUPS_TWO[@]}"
-[ "$(sort -u "$T/ref-all.sums" | wc -l)" = $(( ${#GROUPS_ALL[@]} * PER_GROUP )) ] ||
+ref_sums "$ZP_T0/ref-all.sums" "${GROUPS_ALL[@]}"
+ref_sums "$ZP_T0/ref-two.sums" "${GROUPS_TWO[@]}"
+[ "$(sort -u "$ZP_T0/ref-all.sums" | wc -l)" = $(( ${#GROUPS_ALL[@]} * PER_GROUP )) ] ||
 	fail "the clients' streams are not all distinct"
 
 bad_cli
-for mode in $MODES; do
-	set_mode "$mode"
+# The modes side by side (subcase_bg: each its own zproxy, peers and $T;
+# the reference sums are the test's, in $ZP_T0): slow_mirror and
+# mirror_timeout spend their time on timeouts.
+mirror_mode() {
+	set_mode "$1"
 	subcase fanout base
 	subcase fanout threads
 	subcase fanout proxy
@@ -652,6 +655,10 @@ for mode in $MODES; do
 	subcase mirror_timeout
 	subcase reset_mirror
 	subcase echo_mirror
+}
+for mode in $MODES; do
+	subcase_bg mirror_mode "$mode"
 done
+subcases_wait
 
 zp_done

@@ -410,7 +410,10 @@ check_down() {
 	ok "$mode/$framing: the checks marked A down: its 4 streams moved to B; $VERIFIED"
 }
 
-for mode in $MODES_ALL; do
+# The modes side by side (subcase_bg: each its own zproxy, peers and $T):
+# most of the time goes on --max-lifetime, --check-interval and pauses.
+moves_mode() {
+	local mode=$1
 	subcase check_move "$mode" octet octet
 	subcase check_move "$mode" lf lf
 	subcase check_move "$mode" auto octet
@@ -424,5 +427,9 @@ for mode in $MODES_ALL; do
 	subcase winddown_case "$mode" lf idle
 	subcase winddown_case "$mode" octet drain
 	subcase check_down "$mode" lf
+}
+for mode in $MODES_ALL; do
+	subcase_bg moves_mode "$mode"
 done
+subcases_wait
 zp_done

@@ -171,9 +171,16 @@ case_lifetime() {
 	ok "$what: every message at a collector at least once: $(head -n 1 "$T/$name.verify.out")"
 }
 
+# The modes side by side (subcase_bg: each its own collectors, zproxy
+# and $T): the cases spend their time on --stall-timeout, --max-lifetime,
+# --fin-timeout and the collectors' files settling, not on the CPU.
+stall_mode() {
+	subcase case_stall "$1"
+	subcase case_lifetime "$1"
+}
 for mode in $MODES; do
-	subcase case_stall "$mode"
-	subcase case_lifetime "$mode"
+	subcase_bg stall_mode "$mode"
 done
+subcases_wait
 
 zp_done
