@@ -428,8 +428,21 @@ moves_mode() {
 	subcase winddown_case "$mode" octet drain
 	subcase check_down "$mode" lf
 }
+# At most one splice-mode zproxy at a time: each prepares a quarter of
+# the per-user pipe budget (fs.pipe-user-pages-soft) when unprivileged,
+# shared with the other tests' zproxies (stall.sh says more); copy mode
+# prepares none. So copy beside the first of the others (splice), then
+# the next (splice-eager) alone.
+m_splice=
 for mode in $MODES_ALL; do
+	case $mode in
+	copy) subcase_bg moves_mode "$mode" ;;
+	*) m_splice="$m_splice $mode" ;;
+	esac
+done
+for mode in $m_splice; do
 	subcase_bg moves_mode "$mode"
+	subcases_wait
 done
 subcases_wait
 zp_done

@@ -960,8 +960,10 @@ case_live() {
 
 # ZP_SPOOL_CASES: the subcases to run (default all: "a b c d e f g h i").
 CASES=" ${ZP_SPOOL_CASES:-a b c d e f g h i j} "
-# The modes side by side (subcase_bg: each its own spools, collectors,
-# zproxy and $T).
+# One mode after the other, not side by side (subcase_bg): case j holds
+# a 1M replay window a stream in pipes, from the per-user budget
+# (fs.pipe-user-pages-soft) that every unprivileged zproxy of the
+# parallel tests shares (stall.sh says more).
 spool_mode() {
 	local mode=$1
 	[[ $CASES == *" f "* ]] && subcase case_startup "$mode"
@@ -980,8 +982,7 @@ spool_mode() {
 	return 0
 }
 for mode in $MODES; do
-	subcase_bg spool_mode "$mode"
+	spool_mode "$mode"
 done
-subcases_wait
 
 zp_done
