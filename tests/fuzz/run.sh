@@ -71,6 +71,14 @@ fuzz_one() {
 	fi
 }
 
+# FUZZ_TAIL_FILE, when set: created once every target has started and
+# a CPU is free (fewer than FUZZ_JOBS still run), or at the end: .ci/run
+# starts its package check then, on that CPU, never beside a full round.
+tail_mark() {
+	[ -z "${FUZZ_TAIL_FILE:-}" ] || : >"$FUZZ_TAIL_FILE"
+}
+trap tail_mark EXIT
+
 mkdir -p "$work"
 running=0
 for target in "$@"; do
@@ -83,6 +91,7 @@ for target in "$@"; do
 		running=$((running - 1))
 	fi
 done
+tail_mark
 wait
 failed=0
 for target in "$@"; do

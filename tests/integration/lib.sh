@@ -29,6 +29,7 @@ set -u
 [ -x "$ZP_PEER" ] || { echo "not ok - ZP_PEER=$ZP_PEER is not executable"; exit 1; }
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/zp-test.XXXXXX") || exit 1
+ZP_T0=$T	# the test's own $T (subcase_bg's have theirs below it)
 ZP_PIDS=()		# everything we started in the background
 ZP_NAME=${0##*/}
 ZPID=		# current zproxy
@@ -63,7 +64,17 @@ zp_kill_pids() {
 }
 
 zp_cleanup() {
+	local p
 	[ -n "${ZP_SUB:-}" ] && kill -TERM "$ZP_SUB" 2>/dev/null && wait "$ZP_SUB" 2>/dev/null
+	# concurrent subcases cut short (a timeout): stop them, show their
+	# output so far
+	for p in "${ZP_BG_SUBS[@]}"; do
+		kill -TERM "$p" 2>/dev/null
+	done
+	[ "${#ZP_BG_SUBS[@]}" -eq 0 ] || wait 2>/dev/null
+	for p in "${ZP_BG_OUTS[@]}"; do
+		[ -f "$p" ] && cat "$p"
+	done
 	zp_kill_pids
 	rm -rf "$T"
 }
@@ -78,6 +89,7 @@ ZP_FAILS=0	# subcases that failed
 # test goes on with the next; zp_done reports. Variables set in FUNC do not
 # come back.
 subcase() {
+	local t0=$SECONDS
 	: >"$T/.subcase-start"
 	(
 		ZP_PIDS=()
@@ -90,6 +102,63 @@ subcase() {
 	wait "$ZP_SUB"
 	[ $? -eq 0 ] || ZP_FAILS=$((ZP_FAILS + 1))
 	ZP_SUB=
+	echo "# subcase $*: $((SECONDS - t0))s"
+	return 0
+}
+
+ZP_BG_N=0	# subcase_bg's started so far
+ZP_BG_SUBS=()	# the running ones: PIDs, output files, names, start times
+ZP_BG_OUTS=()
+ZP_BG_NAMES=()
+ZP_BG_T0S=()
+
+# subcase_bg FUNC ARGS...: subcase, but in the background, alongside
+# others, until subcases_wait: for independent subcases that spend their
+# time waiting (on a timeout, a pause, a collector) rather than
+# computing. Each gets a directory of its own as $T ($ZP_T0/sub-N: no
+# name it writes meets a concurrent one's), its own zproxy, processes
+# and ports; its output is kept and printed whole by subcases_wait. FUNC
+# may itself run subcases one after the other (a group: one mode's); it
+# fails if any of them failed.
+subcase_bg() {
+	local dir out
+	ZP_BG_N=$((ZP_BG_N + 1))
+	dir=$ZP_T0/sub-$ZP_BG_N
+	out=$ZP_T0/sub-$ZP_BG_N.out
+	mkdir -p "$dir" || fail "mkdir $dir"
+	(
+		T=$dir
+		ZP_PIDS=() ZP_SUB= ZP_FAILS=0
+		ZP_BG_SUBS=() ZP_BG_OUTS=() ZP_BG_NAMES=() ZP_BG_T0S=()
+		ZPID= ZPORT= ZLOG= ZP_SEEN=0
+		trap 'zp_kill_pids; [ "$ZP_FAILS" -eq 0 ] || echo "$ZP_FAILS" >"$T/.fails"' EXIT
+		trap 'exit 1' INT TERM HUP
+		"$@" && [ "$ZP_FAILS" -eq 0 ]
+	) >"$out" 2>&1 &
+	ZP_BG_SUBS+=("$!")
+	ZP_BG_OUTS+=("$out")
+	ZP_BG_NAMES+=("$*")
+	ZP_BG_T0S+=("$SECONDS")
+}
+
+# subcases_wait: wait for every subcase_bg started, print the output of
+# each in the order they were started; each failed subcase counts (those
+# of a group each).
+subcases_wait() {
+	local i rc n f
+	for i in "${!ZP_BG_SUBS[@]}"; do
+		wait "${ZP_BG_SUBS[$i]}"
+		rc=$?
+		cat "${ZP_BG_OUTS[$i]}"
+		echo "# subcase ${ZP_BG_NAMES[$i]} (concurrent): ended after $((SECONDS - ZP_BG_T0S[i]))s"
+		if [ "$rc" -ne 0 ]; then
+			n=1
+			f=${ZP_BG_OUTS[$i]%.out}/.fails
+			[ -s "$f" ] && n=$(cat "$f")
+			ZP_FAILS=$((ZP_FAILS + n))
+		fi
+	done
+	ZP_BG_SUBS=() ZP_BG_OUTS=() ZP_BG_NAMES=() ZP_BG_T0S=()
 	return 0
 }
 
@@ -99,14 +168,14 @@ subcase() {
 # log (and .ci/run's summary) says what was not tested.
 zp_done() {
 	local took="$((SECONDS - ZP_TEST_START))s" n=0
-	[ -f "$T/.skipped" ] && n=$(grep -c . "$T/.skipped")
+	[ -f "$ZP_T0/.skipped" ] && n=$(grep -c . "$ZP_T0/.skipped")
 	if [ "$ZP_FAILS" -gt 0 ]; then
 		echo "# $ZP_NAME: $ZP_FAILS subcase(s) failed, $n check(s) skipped ($took)"
 		exit 1
 	fi
 	if [ "$n" -gt 0 ]; then
 		echo "# $ZP_NAME: SKIP: $n check(s) skipped, the rest passed ($took):"
-		sed 's/^/#   /' "$T/.skipped"
+		sed 's/^/#   /' "$ZP_T0/.skipped"
 		exit 77
 	fi
 	echo "# $ZP_NAME: all passed ($took)"
@@ -119,7 +188,7 @@ ok() { echo "ok - $*"; }
 # Recorded in $T, so that a skip in a subcase reaches zp_done.
 skip() {
 	echo "ok - # SKIP $*"
-	echo "$*" >>"$T/.skipped"
+	echo "$*" >>"$ZP_T0/.skipped"
 }
 
 # Print the logs that explain a failure, then exit 1.
@@ -313,7 +382,7 @@ zp_as_zproxy() {
 # $ZP_USER when the suite runs as that user; nothing otherwise.
 zp_user_dir() {
 	[ "$ZP_USER_ACTIVE" = 1 ] || return 0
-	chmod 0755 "$T" || fail "chmod $T"
+	chmod 0755 "$ZP_T0" "$T" || fail "chmod $T"
 	chown "$ZP_USER" "$@" || fail "chown $ZP_USER $*"
 }
 
@@ -575,7 +644,7 @@ stats_scrape() {
 promcheck() {
 	local out rc why="promtool check metrics: promtool is not installed"
 	if ! command -v promtool >/dev/null; then
-		grep -qsxF "$why" "$T/.skipped" || skip "$why"
+		grep -qsxF "$why" "$ZP_T0/.skipped" || skip "$why"
 		return 0
 	fi
 	out=$(promtool check metrics <"$T/metrics" 2>&1)

@@ -90,7 +90,7 @@ verify() {
 # ---- a -----------------------------------------------------------------
 
 case_collector() {
-	local mode=$1 kind=$2 fr=$3 what name seed n id lopt i
+	local mode=$1 kind=$2 fr=$3 what name seed n id lopt i k
 	what="$mode: $kind, $fr framing"
 	name=a-$mode-$kind-$fr
 	seed=$RANDOM
@@ -116,10 +116,18 @@ case_collector() {
 		lopt=(--rfc3164)
 	fi
 	printf '%s\n' "zplog-$id-1" "zplog-$id-2 with  two spaces" >"$T/$name.logger.want"
+	# Each connection's message is at the collector before the next
+	# connection starts: two connections are two streams, which a
+	# collector may write in either order (syslog-ng did once, on a
+	# loaded machine); the order below is that of their arrival.
+	k=$n
 	while IFS= read -r i; do
 		timeout -k 2 10 logger -T -n 127.0.0.1 -P "$ZPORT" "${lopt[@]}" \
 		    -t zptest "$i" 2>>"$T/logger.err" ||
 			fail "$what: logger ${lopt[*]} failed (status $?): $(tail -n 1 "$T/logger.err")"
+		k=$((k + 1))
+		wait_lines "$C_LOG" "$k" 10 ||
+			fail "$what: logger line $((k - n)) did not arrive within 10s"
 	done <"$T/$name.logger.want"
 	wait_lines "$C_LOG" $((n + 2)) 10 ||
 		fail "$what: $(( $(wc -l <"$C_LOG") - n )) of 2 logger lines arrived within 10s"

@@ -16,7 +16,7 @@
 #      for byte what the primary got for that client;
 #   b. two mirrors at once: both get the same multiset of streams (20
 #      clients), each counted under its own label;
-#   c. a mirror that stops reading (SIGSTOP): a 128 MiB client through
+#   c. a mirror that stops reading (SIGSTOP): a 32 MiB client through
 #      zproxy to an echo primary gets its whole stream back (verified),
 #      the mirror stream is dropped within 20 s (dropped_total 1, a
 #      "mirror ... dropped" line); 4 more bulk clients: each dropped, the
@@ -218,8 +218,8 @@ fanout() {
 		dir_sums "$T/prim" "$T/prim.sums"
 		dir_sums "$T/mir" "$T/mir.sums"
 	fi
-	same_sums "$T/ref-all.sums" "$T/prim.sums" "$what: the primary"
-	same_sums "$T/ref-all.sums" "$T/mir.sums" "$what: the mirror"
+	same_sums "$ZP_T0/ref-all.sums" "$T/prim.sums" "$what: the primary"
+	same_sums "$ZP_T0/ref-all.sums" "$T/mir.sums" "$what: the mirror"
 	ok "$what: primary and mirror each got the $n streams sent, SHA-256 as multisets (${ms} ms)"
 
 	wait_metric "$(series streams_total "$label")" == "$n" 10 "$what"
@@ -308,9 +308,9 @@ two_mirrors() {
 	dir_sums "$T/prim" "$T/prim.sums"
 	dir_sums "$T/mira" "$T/mira.sums"
 	dir_sums "$T/mirb" "$T/mirb.sums"
-	same_sums "$T/ref-two.sums" "$T/prim.sums" "$what: the primary"
-	same_sums "$T/ref-two.sums" "$T/mira.sums" "$what: mirror A"
-	same_sums "$T/ref-two.sums" "$T/mirb.sums" "$what: mirror B"
+	same_sums "$ZP_T0/ref-two.sums" "$T/prim.sums" "$what: the primary"
+	same_sums "$ZP_T0/ref-two.sums" "$T/mira.sums" "$what: mirror A"
+	same_sums "$ZP_T0/ref-two.sums" "$T/mirb.sums" "$what: mirror B"
 	ok "$what: the primary and both mirrors got the same $n streams (SHA-256 multisets)"
 	for l in "$la" "$lb"; do
 		wait_metric "$(series bytes_total "$l")" == "$total" 10 "$what: $l"
@@ -339,7 +339,12 @@ drop_spacing() {
 
 slow_mirror() {
 	local what="$mode: a mirror that stops reading (SIGSTOP)" epid smpid
-	local label bpid t0 tdrop tdone got bytes lines gap big=128M
+	# big: a stopped mirror's stream is dropped once its pipe and
+	# socket buffers are full, a few MiB (never read, its receive
+	# buffer does not grow); 32M as for the 4 clients below (128M until
+	# December 2026: the same drop, the same checks, and under TSan
+	# its echo alone took 40-60 s)
+	local label bpid t0 tdrop tdone got bytes lines gap big=32M
 	peer_listen echo --echo -n 0 -t 120
 	epid=$PEER_PID
 	peer_listen slowm -n 5 --no-shut --allow-reset -o "$T/slowm.%d" -t 120 -v
@@ -634,12 +639,16 @@ four_mirrors() {
 # ---- main ---------------------------------------------------------------
 
 note "zp-peer gen: the clients' streams (SHA-256)"
-ref_sums "$T/ref-all.sums" "${GROUPS_ALL[@]}"
-ref_sums "$T/ref-two.sums" "${GROUPS_TWO[@]}"
-[ "$(sort -u "$T/ref-all.sums" | wc -l)" = $(( ${#GROUPS_ALL[@]} * PER_GROUP )) ] ||
+ref_sums "$ZP_T0/ref-all.sums" "${GROUPS_ALL[@]}"
+ref_sums "$ZP_T0/ref-two.sums" "${GROUPS_TWO[@]}"
+[ "$(sort -u "$ZP_T0/ref-all.sums" | wc -l)" = $(( ${#GROUPS_ALL[@]} * PER_GROUP )) ] ||
 	fail "the clients' streams are not all distinct"
 
 bad_cli
+# One mode after the other, not side by side (subcase_bg): echo_mirror's
+# mirror is dropped as too slow once its pipe fills, which a second mode
+# running beside it on a loaded machine made happen (the echo peer
+# descheduled for a moment).
 for mode in $MODES; do
 	set_mode "$mode"
 	subcase fanout base

@@ -171,6 +171,13 @@ case_lifetime() {
 	ok "$what: every message at a collector at least once: $(head -n 1 "$T/$name.verify.out")"
 }
 
+# One mode after the other, not side by side (subcase_bg): each case
+# holds a 1M replay window a stream (20 streams in case_lifetime), in
+# pipes, which an unprivileged zproxy takes from the per-user budget
+# (fs.pipe-user-pages-soft, 64 MiB) that every zproxy of the parallel
+# tests shares, a quarter of it prepared by each in splice mode: the two
+# modes at once and collector-moves.sh beside them left a window
+# without its pipe (EPERM, "no replay window could be kept").
 for mode in $MODES; do
 	subcase case_stall "$mode"
 	subcase case_lifetime "$mode"

@@ -58,7 +58,7 @@ peer ref connect 127.0.0.1 "$PEER_PORT" -n "$NCLI" -o "$T/ref.%d" -t 60 ||
 	fail "reference streams: $(cat "$T/ref.err")"
 peer_wait "$PEER_PID" ref-up 30 || fail "reference streams: $(cat "$T/ref-up.err")"
 REF_SHAS=$(shas $(seq -f "$T/ref.%g" 0 $((NCLI - 1))))
-UP_SHAS=$(shas $(seq -f "$T/up.%g" 0 $((NCLI - 1))))
+UP_SHAS=$(shas $(seq -f "$ZP_T0/up.%g" 0 $((NCLI - 1))))
 [ "$(echo "$REF_SHAS" | wc -w)" -eq "$NCLI" ] &&
     [ "$(echo "$REF_SHAS" | tr ' ' '\n' | sort -u | grep -c .)" -eq "$NCLI" ] ||
 	fail "reference streams: not $NCLI different ones: $REF_SHAS"
@@ -272,7 +272,7 @@ integrity() {
 	start_stats -v -m "$mode" --threads "$n" -u "127.0.0.1:$PEER_PORT"
 	t0=$(now_ms)
 	for i in $(seq 0 $((NCLI - 1))); do
-		zp_bg "c$i" "$ZP_PEER" connect 127.0.0.1 "$ZPORT" -s "$T/up.$i" \
+		zp_bg "c$i" "$ZP_PEER" connect 127.0.0.1 "$ZPORT" -s "$ZP_T0/up.$i" \
 		    -o "$T/got-down.$i" -t 60
 		pids+=("$BG_PID")
 	done
@@ -293,7 +293,7 @@ integrity() {
 	end_closed "$NCLI" "$what"
 	wait_open 0 10 "$what: after the transfers"
 	check_threads "$n" "$what"
-	upsum=$(sum_sizes $(seq -f "$T/up.%g" 0 $((NCLI - 1))))
+	upsum=$(sum_sizes $(seq -f "$ZP_T0/up.%g" 0 $((NCLI - 1))))
 	downsum=$((NCLI * DOWNSZ))
 	stats_is zproxy_connections_total "$NCLI" "$what"
 	stats_is 'zproxy_bytes_total{direction="up"}' "$upsum" "$what: bytes up"
@@ -380,12 +380,12 @@ drain() {
 	local what="$mode, --threads 2: SIGTERM during $DCLI slow downloads" i pids=() upid
 	local counts rc at sig_t0 upsum
 	rm -f "$T"/dgot-*
-	peer_listen dup -n "$DCLI" -s "$T/dbig" -o "$T/dgot-up.%d" -t 60
+	peer_listen dup -n "$DCLI" -s "$ZP_T0/dbig" -o "$T/dgot-up.%d" -t 60
 	upid=$PEER_PID
 	start_stats -v -m "$mode" --threads 2 --drain-timeout 30 -u "127.0.0.1:$PEER_PORT"
 	check_threads 2 "$what"
 	for i in $(seq 0 $((DCLI - 1))); do
-		zp_bg "d$i" "$ZP_PEER" connect 127.0.0.1 "$ZPORT" -s "$T/up.$i" \
+		zp_bg "d$i" "$ZP_PEER" connect 127.0.0.1 "$ZPORT" -s "$ZP_T0/up.$i" \
 		    -o "$T/dgot-down.$i" --read-rate "$DRATE" -t 60
 		pids+=("$BG_PID")
 	done
@@ -407,10 +407,10 @@ drain() {
 		fail "$what: no 'not accepting' line within 2 s of SIGTERM"
 	for i in $(seq 0 $((DCLI - 1))); do
 		peer_wait "${pids[$i]}" "d$i" 30 || fail "$what: client $i: $(cat "$T/d$i.err")"
-		same_file "$T/dbig" "$T/dgot-down.$i" "$what: upstream->client $i"
+		same_file "$ZP_T0/dbig" "$T/dgot-down.$i" "$what: upstream->client $i"
 	done
 	peer_wait "$upid" dup 10 || fail "$what: upstream: $(cat "$T/dup.err")"
-	[ "$(shas "$T"/dgot-up.*)" = "$(shas $(seq -f "$T/up.%g" 0 $((DCLI - 1))))" ] ||
+	[ "$(shas "$T"/dgot-up.*)" = "$(shas $(seq -f "$ZP_T0/up.%g" 0 $((DCLI - 1))))" ] ||
 		fail "$what: client->upstream: the sha256s that arrived are not those sent"
 	zp_wait_exit "$ZPID" 10
 	rc=$?
@@ -420,7 +420,7 @@ drain() {
 	sandbox_clean "$ZLOG" || fail "$what: the sandbox refused a system call: $(grep -m 3 'sandbox: system call' "$ZLOG")"
 	ZPID=
 	end_closed "$DCLI" "$what"
-	upsum=$(sum_sizes $(seq -f "$T/up.%g" 0 $((DCLI - 1))))
+	upsum=$(sum_sizes $(seq -f "$ZP_T0/up.%g" 0 $((DCLI - 1))))
 	exit_report "$what" "$DCLI" "$upsum" $((DCLI * DBIG))
 	ok "$what: per thread $counts at SIGTERM; every transfer completed byte-exact both ways (end=closed), zproxy exited 0 by itself $(( $(now_ms) - sig_t0 )) ms after SIGTERM, exit report exact"
 	rm -f "$T"/dgot-*
@@ -428,12 +428,20 @@ drain() {
 
 subcase bad_values
 subcase counts
-for mode in $MODES; do
+# The modes side by side (subcase_bg: each its own zproxy, peers and $T;
+# the clients' files are the test's, in $ZP_T0): integrity's upstream
+# accepts after 6 s, drain's readers take 6 s.
+threads_mode() {
+	mode=$1
 	subcase integrity 2
 	subcase integrity 4
 	subcase balance
 	subcase live_counters
 	subcase drain
+}
+for mode in $MODES; do
+	subcase_bg threads_mode "$mode"
 done
+subcases_wait
 
 zp_done
