@@ -70,12 +70,53 @@ cli_opt_listen(struct zp_config *cfg, const struct cli_opt *o, const char *s,
 	return 0;
 }
 
+/*
+ * The options after -u HOST:PORT, comma-separated: "weight=N" (0 to
+ * ZP_WEIGHT_MAX) and "backup". Returns 0, or -1 with err naming the
+ * option that is wrong.
+ */
+static int
+upstream_opts(struct zp_upstream_spec *up, const char *arg, char *opts,
+    char *err, size_t errlen)
+{
+	char	*o, *end;
+	long	 w;
+
+	for (o = strtok_r(opts, ",", &end); o != NULL;
+	    o = strtok_r(NULL, ",", &end)) {
+		if (strcmp(o, "backup") == 0)
+			up->backup = 1;
+		else if (strncmp(o, "weight=", 7) == 0) {
+			char	*e;
+
+			errno = 0;
+			w = strtol(o + 7, &e, 10);
+			if (o[7] == '\0' || *e != '\0' || errno != 0 || w < 0 ||
+			    w > ZP_WEIGHT_MAX) {
+				zp_seterr(err, errlen, "--upstream %s: weight "
+				    "must be a whole number from 0 to %d, not "
+				    "'%s'", arg, ZP_WEIGHT_MAX, o + 7);
+				return -1;
+			}
+			up->weight = (int)w;
+			up->has_weight = 1;
+		} else {
+			zp_seterr(err, errlen, "--upstream %s: unknown option "
+			    "'%s' (weight=N or backup)", arg, o);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* --upstream: one more upstream, HOST:PORT or "original". */
 int
 cli_opt_upstream(struct zp_config *cfg, const struct cli_opt *o, const char *s,
     char *err, size_t errlen)
 {
 	struct zp_upstream_spec	*up;
+	char			*addr, *opts;
+	int			 rc;
 
 	(void)o;
 	if (cfg->nupstreams == ZP_MAX_UPSTREAMS) {
@@ -84,22 +125,33 @@ cli_opt_upstream(struct zp_config *cfg, const struct cli_opt *o, const char *s,
 		return -1;
 	}
 	up = &cfg->upstreams[cfg->nupstreams];
+	memset(up, 0, sizeof(*up));
+	if ((addr = strdup(s)) == NULL) {
+		zp_seterr(err, errlen, "out of memory");
+		return -1;
+	}
+	/* HOST:PORT[,weight=N][,backup]: nothing of HOST:PORT has a comma. */
+	if ((opts = strchr(addr, ',')) != NULL)
+		*opts++ = '\0';
+	if (opts != NULL && upstream_opts(up, s, opts, err, errlen) == -1) {
+		free(addr);
+		return -1;
+	}
 	/*
 	 * "original": each connection's own destination, as --tproxy or a
 	 * redirect rule left it; no address here.
 	 */
-	if (strcmp(s, "original") == 0) {
-		if ((up->host = strdup(s)) == NULL) {
-			zp_seterr(err, errlen, "out of memory");
-			return -1;
-		}
+	if (strcmp(addr, "original") == 0) {
+		up->host = addr;
 		up->original = 1;
 		cfg->original = 1;
 		cfg->nupstreams++;
 		return 0;
 	}
-	if (zp_parse_hostport(s, &up->host, up->port, sizeof(up->port), err,
-	    errlen) == -1)
+	rc = zp_parse_hostport(addr, &up->host, up->port, sizeof(up->port),
+	    err, errlen);
+	free(addr);
+	if (rc == -1)
 		return -1;
 	cfg->nupstreams++;
 	return 0;

@@ -92,7 +92,13 @@ struct zp_upstream_spec {
 					   module's, see upstream.h */
 	size_t		 naddrs;
 	int		 original;	/* "-u original": no address of its own */
+	int		 weight;	/* ",weight=N", 0-256, when has_weight */
+	int		 has_weight;	/* else 1 */
+	int		 backup;	/* ",backup": only while no other is up */
 };
+
+/* -u HOST:PORT,weight=N: its range (0: no new client goes there). */
+#define ZP_WEIGHT_MAX		256
 
 #define ZP_MAX_UPSTREAMS	64
 

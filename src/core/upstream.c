@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <math.h>
 #include <unistd.h>
 #include <event2/event.h>
 #include <stdio.h>
@@ -45,6 +46,8 @@ zp_upstreams_init(struct zp_upstreams *us, struct zp_upstream_spec *specs,
 	for (i = 0; i < n; i++) {
 		us->v[i].spec = &specs[i];
 		us->v[i].up = 1;
+		us->v[i].weight = specs[i].has_weight ? specs[i].weight : 1;
+		us->v[i].backup = specs[i].backup;
 		if (specs[i].naddrs == 0)
 			continue;
 		us->v[i].addrs = calloc(specs[i].naddrs, sizeof(struct zp_addr));
@@ -197,6 +200,38 @@ client_hash(const struct zp_addr *a)
 	return h;
 }
 
+/*
+ * Rendezvous hashing with weights: upstream u's score for a client is
+ * weight / -ln(h), h in (0, 1) from the client's address and u's name
+ * (not its index: adding or removing an upstream moves only the clients
+ * whose best score was or becomes that one's, about 1/N of them, where
+ * a modulo moves nearly all).
+ */
+static double
+hrw_score(uint32_t client, const struct zp_upstream *u)
+{
+	const char	*s;
+	uint32_t	 h = client ^ 2166136261u;
+	double		 x;
+
+	for (s = u->spec->host; *s != '\0'; s++) {
+		h ^= (unsigned char)*s;
+		h *= 16777619u;
+	}
+	for (s = u->spec->port; *s != '\0'; s++) {
+		h ^= (unsigned char)*s;
+		h *= 16777619u;
+	}
+	/* FNV's low bits mix poorly: finish with a 32-bit avalanche. */
+	h ^= h >> 16;
+	h *= 0x7feb352du;
+	h ^= h >> 15;
+	h *= 0x846ca68bu;
+	h ^= h >> 16;
+	x = ((double)h + 1.0) / 4294967297.0;
+	return u->weight / -log(x);
+}
+
 /* May upstream i be tried now, in this round (live, or back-off over)? */
 static int
 usable(const struct zp_upstream *u, const struct timeval *now)
@@ -209,8 +244,11 @@ static int
 pick_among(struct zp_upstreams *us, const unsigned char *cand, size_t ncand,
     const struct zp_addr *client)
 {
-	size_t	i, k, best = 0;
-	int	found = 0;
+	size_t		i, k, best = 0;
+	int		found = 0;
+	int64_t		total = 0;
+	uint32_t	h;
+	double		score, top = 0;
 
 	if (ncand == 0)
 		return -1;
@@ -222,21 +260,33 @@ pick_among(struct zp_upstreams *us, const unsigned char *cand, size_t ncand,
 		break;
 	case ZP_BALANCE_SOURCE:
 		/*
-		 * The k-th candidate by hash: the same client lands on the
-		 * same upstream while the set of candidates stays the same.
+		 * The candidate of the highest weighted rendezvous score:
+		 * the same client lands on the same upstream while that one
+		 * is a candidate, whatever happens to the others.
 		 */
-		k = client_hash(client) % ncand;
-		for (i = 0; i < us->n; i++)
-			if (cand[i] && k-- == 0)
-				return (int)i;
-		break;
+		h = client_hash(client);
+		for (i = 0; i < us->n; i++) {
+			if (!cand[i])
+				continue;
+			score = hrw_score(h, &us->v[i]);
+			if (!found || score > top) {
+				best = i;
+				top = score;
+				found = 1;
+			}
+		}
+		return found ? (int)best : -1;
 	case ZP_BALANCE_LEASTCONN:
-		/* Fewest open pairs; ties go round, starting at rr_next. */
+		/*
+		 * Fewest open pairs for its weight (active / weight, compared
+		 * without dividing); ties go round, starting at rr_next.
+		 */
 		for (k = 0; k < us->n; k++) {
 			i = (us->rr_next + k) % us->n;
 			if (!cand[i])
 				continue;
-			if (!found || us->v[i].active < us->v[best].active) {
+			if (!found || us->v[i].active * (uint64_t)us->v[best].weight <
+			    us->v[best].active * (uint64_t)us->v[i].weight) {
 				best = i;
 				found = 1;
 			}
@@ -244,14 +294,26 @@ pick_among(struct zp_upstreams *us, const unsigned char *cand, size_t ncand,
 		us->rr_next = (best + 1) % us->n;
 		return (int)best;
 	case ZP_BALANCE_ROUNDROBIN:
-		for (k = 0; k < us->n; k++) {
-			i = (us->rr_next + k) % us->n;
-			if (cand[i]) {
-				us->rr_next = (i + 1) % us->n;
-				return (int)i;
+		/*
+		 * Smooth weighted round robin (nginx's): each candidate's
+		 * current weight grows by its weight, the largest is chosen
+		 * and pays back the total; weights 1:3 give b a b b, a b b b
+		 * spread out rather than in runs. Equal weights: in turn.
+		 */
+		for (i = 0; i < us->n; i++) {
+			if (!cand[i])
+				continue;
+			us->v[i].cw += us->v[i].weight;
+			total += us->v[i].weight;
+			if (!found || us->v[i].cw > us->v[best].cw) {
+				best = i;
+				found = 1;
 			}
 		}
-		break;
+		if (!found)
+			break;
+		us->v[best].cw -= total;
+		return (int)best;
 	}
 	return -1;
 }
@@ -270,11 +332,16 @@ pick_locked(struct zp_upstreams *us, const struct zp_addr *client,
 	 * as if no upstream were left, for a fault of this host's.
 	 */
 	assert(us->n <= ZP_MAX_UPSTREAMS);
-	/* Pass 0: up, or down with its back-off over. Pass 1: any left. */
-	for (pass = 0, rc = -1; pass < 2 && rc == -1; pass++) {
+	/*
+	 * Pass 0: the upstreams that are not backups, up or down with
+	 * their back-off over; pass 1: the backups so; passes 2 and 3: any
+	 * left of each. A weight of 0 takes no new client at all.
+	 */
+	for (pass = 0, rc = -1; pass < 4 && rc == -1; pass++) {
 		for (i = 0, n = 0; i < us->n; i++) {
-			cand[i] = !tried[i] && (pass == 1 ||
-			    usable(&us->v[i], now));
+			cand[i] = !tried[i] && us->v[i].weight > 0 &&
+			    us->v[i].backup == (pass & 1) &&
+			    (pass >= 2 || usable(&us->v[i], now));
 			n += cand[i];
 		}
 		rc = pick_among(us, cand, n, client);

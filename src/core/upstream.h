@@ -29,6 +29,10 @@ struct zp_upstream {
 	int			 fails;		/* connects failed in a row */
 	int			 last_err;
 	struct timeval		 retry_at;	/* a down upstream's next try */
+	int			 weight;	/* 0-256 (-u ...,weight=N; 1) */
+	int			 backup;	/* -u ...,backup */
+	int64_t			 cw;		/* smooth weighted round robin:
+						   its current weight */
 	uint64_t		 active;	/* open pairs */
 	uint64_t		 conns_total;
 	uint64_t		 conns_failed;

@@ -144,9 +144,12 @@ int	zp_pairs_upstream_down(struct zp_ctx *, int idx);
  * moves under way counted where they go (zp_pairs_moving adds -1 and +1
  * to eff[] for each of ctx's, and counts in movable[] its streams that
  * could move, by upstream: each thread's, in the snapshot it publishes);
- * while the busiest upstream that is up holds at least 2 more than the
- * idlest one (zp_rebalance_choose: 1, and which), one framed stream of
- * it moves there, the oldest that can of the first thread that had one
+ * while the busiest upstream that is up holds, for its weight, more than
+ * the idlest one would after one stream came to it (equal weights: at
+ * least 2 more), or an upstream that is up takes no streams but holds
+ * some (a backup once another is up, a weight of 0)
+ * (zp_rebalance_choose: 1, and which), one framed stream of it moves
+ * there, the oldest that can of the first thread that had one
  * (zp_pairs_move_one, on that thread: 1 when a move began).
  */
 struct zp_upstreams;

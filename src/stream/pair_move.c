@@ -698,25 +698,58 @@ zp_pairs_move_one(struct zp_ctx *ctx, int hi, int lo)
 	return 0;
 }
 
+/*
+ * May upstream u take streams, in --rebalance's eyes: up, a weight above
+ * 0, and not a backup while an upstream that is not one is up.
+ */
+static int
+rebalance_takes(const struct zp_upstream *u, int primary_up)
+{
+	return u->up && u->weight > 0 && (!u->backup || !primary_up);
+}
+
 /* Which move --rebalance makes now; see pair.h. */
 int
 zp_rebalance_choose(const struct zp_upstreams *ups, const long *eff,
     int *hip, int *lop)
 {
-	struct zp_upstream u;
+	struct zp_upstream u[ZP_MAX_UPSTREAMS];
 	size_t		 i, n = zp_upstreams_count(ups);
-	int		 hi = -1, lo = -1;
+	int		 hi = -1, lo = -1, out = -1, primary_up = 0;
 
 	for (i = 0; i < n; i++) {
-		zp_upstream_get(ups, i, &u);
-		if (!u.up)
+		zp_upstream_get(ups, i, &u[i]);
+		if (u[i].up && u[i].weight > 0 && !u[i].backup)
+			primary_up = 1;
+	}
+	/*
+	 * Streams per unit of weight: i is fuller than j when eff[i] /
+	 * w[i] > eff[j] / w[j], compared without dividing. Streams on an
+	 * upstream that is up but takes none (a backup once another is up
+	 * again, a weight of 0) leave it first.
+	 */
+	for (i = 0; i < n; i++) {
+		if (!rebalance_takes(&u[i], primary_up)) {
+			if (u[i].up && eff[i] > 0 &&
+			    (out == -1 || eff[i] > eff[out]))
+				out = (int)i;
 			continue;
-		if (hi == -1 || eff[i] > eff[hi])
+		}
+		if (hi == -1 || eff[i] * u[hi].weight > eff[hi] * u[i].weight)
 			hi = (int)i;
-		if (lo == -1 || eff[i] < eff[lo])
+		if (lo == -1 || eff[i] * u[lo].weight < eff[lo] * u[i].weight)
 			lo = (int)i;
 	}
-	if (hi == -1 || eff[hi] - eff[lo] < 2)
+	if (lo == -1)
+		return 0;
+	if (out != -1) {
+		*hip = out;
+		*lop = lo;
+		return 1;
+	}
+	/* Only when hi, one stream lighter, is still no lighter than lo. */
+	if (hi == lo || (eff[hi] - 1) * u[lo].weight <
+	    (eff[lo] + 1) * u[hi].weight)
 		return 0;
 	*hip = hi;
 	*lop = lo;

@@ -23,7 +23,14 @@
 #   e. leastconn: with two held connections on #1, new connections go to #2
 #      (three in a row: roundrobin would alternate);
 #   f. source: zp-peer cannot bind a client address, so stability: 10
-#      connections from 127.0.0.1 all land on the same one of 3 upstreams.
+#      connections from 127.0.0.1 all land on the same one of 3 upstreams;
+#   g. weights: -u A,weight=1 -u B,weight=3 with roundrobin: 40
+#      connections land 10 on A and 30 on B (the log's upstream= and the
+#      files each received), never more than 3 in a row on B;
+#   h. backup: -u A -u B -u C,backup --check-interval 0.3: C gets nothing
+#      while A or B is up; with both stopped (each logged down), every
+#      connection lands on C, byte-exact; once A listens again ('is up'),
+#      connections land on A and C gets no more.
 # Both modes.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
@@ -282,6 +289,86 @@ source_hash() {
 	ok "$what: 10 connections from 127.0.0.1 all on $first (log and server), byte-exact"
 }
 
+# g. weights
+weights() {
+	local what="$mode: -u ...,weight=1 -u ...,weight=3" u1 u2 i up run=0 last=
+	local n1=0 n2=0
+	server g1; u1=$SRV_PORT
+	server g2; u2=$SRV_PORT
+	start_zproxy -v -m "$mode" --balance roundrobin --max-fails 100 \
+	    -u "127.0.0.1:$u1,weight=1" -u "127.0.0.1:$u2,weight=3"
+	for ((i = 1; i <= 40; i++)); do
+		peer g-client connect 127.0.0.1 "$ZPORT" -s "$T/up.dat" -o "$T/g.got" -t 20 ||
+			fail "$what: client $i: $(cat "$T/g-client.err")"
+		same_file "$T/down.dat" "$T/g.got" "$what: client $i"
+		expect_conn_log "upstream=127\.0\.0\.1:[0-9]+ .*end=closed" "$what: client $i"
+		up=$(field upstream "$LAST_CONN_LOG")
+		case $up in
+		"127.0.0.1:$u1") n1=$((n1 + 1)) ;;
+		"127.0.0.1:$u2") n2=$((n2 + 1)) ;;
+		*) fail "$what: client $i went to $up" ;;
+		esac
+		if [ "$up" = "$last" ]; then run=$((run + 1)); else run=1; fi
+		last=$up
+		[ "$run" -le 3 ] || fail "$what: $run clients in a row on $up"
+	done
+	[ "$n1" -eq 10 ] && [ "$n2" -eq 30 ] ||
+		fail "$what: $n1 and $n2 of 40 connections, expected 10 and 30"
+	got_all g1 10 "$what"
+	got_all g2 30 "$what"
+	stop_zproxy
+	ok "$what: 40 connections, 10 on the first and 30 on the second (log and servers), byte-exact, spread out"
+}
+
+# whole NAME: how many of server NAME's connections brought all of up.dat
+# (the health checks' connections bring nothing).
+whole() {
+	local f n=0
+	for f in "$T/$1".got.*; do
+		[ -e "$f" ] && cmp -s "$T/up.dat" "$f" && n=$((n + 1))
+	done
+	echo "$n"
+}
+
+# h. backup
+backup() {
+	local what="$mode: -u A -u B -u C,backup" u1 u2 u3 p1 p2 i
+	peer_listen h1 -n 0 -o "$T/h1.got.%d" -s "$T/down.dat" --allow-reset -t 60
+	u1=$PEER_PORT; p1=$PEER_PID
+	peer_listen h2 -n 0 -o "$T/h2.got.%d" -s "$T/down.dat" --allow-reset -t 60
+	u2=$PEER_PORT; p2=$PEER_PID
+	server h3; u3=$SRV_PORT
+	start_zproxy -v -m "$mode" --balance roundrobin --retries 0 \
+	    --check-interval 0.3 -u "127.0.0.1:$u1" -u "127.0.0.1:$u2" \
+	    -u "127.0.0.1:$u3,backup"
+	for i in 1 2 3 4; do
+		xfer "$what: A and B up, connection $i" "$([ $((i % 2)) -eq 1 ] && echo "$u1" || echo "$u2")"
+	done
+	for i in "$p1" "$p2"; do
+		zp_stop "$i"
+		zp_wait_exit "$i" 5 >/dev/null
+	done
+	wait_line "$ZLOG" "upstream 127\.0\.0\.1:$u1 is down" 10 "$ZPID" >/dev/null ||
+		fail "$what: A stopped: no 'is down' within 10 s"
+	wait_line "$ZLOG" "upstream 127\.0\.0\.1:$u2 is down" 10 "$ZPID" >/dev/null ||
+		fail "$what: B stopped: no 'is down' within 10 s"
+	[ "$(whole h3)" -eq 0 ] || fail "$what: C got a client while A or B was up"
+	for i in 1 2 3 4; do
+		xfer "$what: A and B down, connection $i" "$u3"
+	done
+	[ "$(whole h3)" -eq 4 ] || fail "$what: C holds $(whole h3) whole connections, expected 4"
+	peer_listen h1b -p "$u1" -n 0 -o "$T/h1b.got.%d" -s "$T/down.dat" --allow-reset -t 60
+	wait_line "$ZLOG" "upstream 127\.0\.0\.1:$u1 is up" 10 "$ZPID" >/dev/null ||
+		fail "$what: A listens again: no 'is up' within 10 s"
+	for i in 1 2 3; do
+		xfer "$what: A back, connection $i" "$u1"
+	done
+	[ "$(whole h3)" -eq 4 ] || fail "$what: C got more clients once A was back"
+	[ "$(whole h1b)" -eq 3 ] || fail "$what: A holds $(whole h1b) whole connections, expected 3"
+	stop_zproxy
+	ok "$what: the backup got nothing while A or B was up, all 4 connections once both were down, none once A was back; byte-exact"
+}
+
 for mode in $MODES; do
 	subcase balance_first
 	subcase retries
@@ -289,6 +376,8 @@ for mode in $MODES; do
 	subcase active
 	subcase leastconn
 	subcase source_hash
+	subcase weights
+	subcase backup
 done
 
 zp_done

@@ -833,6 +833,49 @@ test_parse_second_upstream(void **state)
 	assert_errmsg((s)->err, (what));				\
 } while (0)
 
+/* -u HOST:PORT[,weight=N][,backup]: its options, and what is refused. */
+static void
+test_parse_upstream_opts(void **state)
+{
+	struct cfg_state	*s = *state;
+	struct zp_config	*c = &s->cfg;
+
+	assert_int_equal(parse(s, "-l", ":1", "-u", "a:514,weight=3", "-u",
+	    "b:514,backup", "-u", "[2001:db8::1]:514,weight=0,backup", "-u",
+	    "c:514", NULL), ZP_PARSE_OK);
+	assert_int_equal(c->nupstreams, 4);
+	assert_string_equal(c->upstreams[0].host, "a");
+	assert_string_equal(c->upstreams[0].port, "514");
+	assert_int_equal(c->upstreams[0].has_weight, 1);
+	assert_int_equal(c->upstreams[0].weight, 3);
+	assert_int_equal(c->upstreams[0].backup, 0);
+	assert_int_equal(c->upstreams[1].has_weight, 0);
+	assert_int_equal(c->upstreams[1].backup, 1);
+	assert_string_equal(c->upstreams[2].host, "2001:db8::1");
+	assert_int_equal(c->upstreams[2].weight, 0);
+	assert_int_equal(c->upstreams[2].has_weight, 1);
+	assert_int_equal(c->upstreams[2].backup, 1);
+	assert_int_equal(c->upstreams[3].has_weight, 0);
+	assert_int_equal(c->upstreams[3].backup, 0);
+
+	reparse_reset(s);
+	expect_error(s, "--upstream a:1,weight=257: weight must be a whole "
+	    "number from 0 to 256, not '257'", "-l", ":1", "-u",
+	    "a:1,weight=257", NULL);
+	reparse_reset(s);
+	expect_error(s, "weight must be a whole number from 0 to 256, not ''",
+	    "-l", ":1", "-u", "a:1,weight=", NULL);
+	reparse_reset(s);
+	expect_error(s, "weight must be a whole number from 0 to 256, not "
+	    "'-1'", "-l", ":1", "-u", "a:1,weight=-1", NULL);
+	reparse_reset(s);
+	expect_error(s, "--upstream a:1,primary: unknown option 'primary' "
+	    "(weight=N or backup)", "-l", ":1", "-u", "a:1,primary", NULL);
+	reparse_reset(s);
+	expect_error(s, "invalid address 'a': expected HOST:PORT", "-l",
+	    ":1", "-u", "a,weight=2", NULL);
+}
+
 /* -l repeats: addresses and systemd's sockets, each once. */
 static void
 test_parse_listens(void **state)
@@ -1968,6 +2011,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_parse_second_listen,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_listens,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_upstream_opts,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_restarts,
 		    cfg_setup, cfg_teardown),

@@ -37,6 +37,7 @@
 #include "core/net.h"
 #include "core/upstream.h"
 #include "core/upstream_int.h"
+#include "stream/pair.h"
 
 #define NSPEC		4
 #define T0		1000000	/* an arbitrary "now", in seconds */
@@ -1118,6 +1119,241 @@ test_source_for(void **state)
 
 #define T(f)	cmocka_unit_test_setup_teardown(f, ups_setup, ups_teardown)
 
+/* ---- weights and backups (-u HOST:PORT,weight=N,backup) -------------- */
+
+/*
+ * roundrobin with weights 1:3 gives exactly 100 and 300 of 400 clients,
+ * spread out (smooth weighted round robin: never more than 3 in a row
+ * to the heavier one, never 2 in a row to the lighter).
+ */
+static void
+test_rr_weights(void **state)
+{
+	struct ups_state	*s = *state;
+	struct zp_upstreams	*us;
+	struct timeval		 now = at(0, 0);
+	int			 n[2] = { 0, 0 }, i, idx, last = -1, run = 0;
+
+	s->specs[0].weight = 1;
+	s->specs[1].weight = 3;
+	s->specs[0].has_weight = s->specs[1].has_weight = 1;
+	us = ups_init(s, 2, ZP_BALANCE_ROUNDROBIN, 3, 10.0);
+	for (i = 0; i < 400; i++) {
+		idx = pick(us, NULL, &now);
+		assert_true(idx == 0 || idx == 1);
+		n[idx]++;
+		run = idx == last ? run + 1 : 1;
+		last = idx;
+		assert_true(run <= (idx == 1 ? 3 : 1));
+	}
+	assert_int_equal(n[0], 100);
+	assert_int_equal(n[1], 300);
+	ups_free(s);
+}
+
+/*
+ * leastconn with weights 1:3, every client staying: open pairs end at
+ * 1:3 (active / weight balanced), 100 and 300 of 400.
+ */
+static void
+test_leastconn_weights(void **state)
+{
+	struct ups_state	*s = *state;
+	struct zp_upstreams	*us;
+	struct timeval		 now = at(0, 0);
+	int			 i, idx;
+
+	s->specs[0].weight = 1;
+	s->specs[1].weight = 3;
+	s->specs[0].has_weight = s->specs[1].has_weight = 1;
+	us = ups_init(s, 2, ZP_BALANCE_LEASTCONN, 3, 10.0);
+	for (i = 0; i < 400; i++) {
+		idx = pick(us, NULL, &now);
+		assert_true(idx == 0 || idx == 1);
+		zp_upstream_acquire(us, (size_t)idx);
+	}
+	assert_int_equal(us->v[0].active, 100);
+	assert_int_equal(us->v[1].active, 300);
+	ups_free(s);
+}
+
+/* Weight 0 takes no new client, with every balancer; all 0: none. */
+static void
+test_weight_zero(void **state)
+{
+	struct ups_state	*s = *state;
+	struct zp_upstreams	*us;
+	struct timeval		 now = at(0, 0);
+	struct zp_addr		 c;
+	static const enum zp_balance b[] = { ZP_BALANCE_ROUNDROBIN,
+		ZP_BALANCE_FIRST, ZP_BALANCE_LEASTCONN, ZP_BALANCE_SOURCE };
+	size_t			 k;
+	int			 i;
+
+	for (k = 0; k < sizeof(b) / sizeof(b[0]); k++) {
+		s->specs[0].has_weight = 1;
+		s->specs[0].weight = 0;
+		s->specs[1].has_weight = 0;
+		us = ups_init(s, 2, b[k], 3, 10.0);
+		for (i = 0; i < 50; i++) {
+			client4(&c, 0x0a000000u + (uint32_t)i, 1000);
+			assert_int_equal(zp_upstream_pick(us, &c,
+			    (unsigned char[NSPEC]){ 0 }, &now), 1);
+		}
+		us->v[1].weight = 0;
+		assert_int_equal(pick(us, NULL, &now), -1);
+		ups_free(s);
+	}
+}
+
+/*
+ * A backup gets no client while an upstream that is not one is up (or
+ * down with its back-off over); with both primaries down, every client;
+ * once one is back, none again.
+ */
+static void
+test_backup(void **state)
+{
+	struct ups_state	*s = *state;
+	struct zp_upstreams	*us;
+	struct timeval		 now = at(0, 0), later = at(20, 0);
+	int			 i;
+
+	s->specs[2].backup = 1;
+	us = ups_init(s, 3, ZP_BALANCE_ROUNDROBIN, 1, 10.0);
+	for (i = 0; i < 30; i++)
+		assert_true(pick(us, NULL, &now) != 2);
+	fail_n(us, 0, 1, &now);
+	for (i = 0; i < 10; i++)
+		assert_int_equal(pick(us, NULL, &now), 1);
+	fail_n(us, 1, 1, &now);
+	for (i = 0; i < 10; i++)
+		assert_int_equal(pick(us, NULL, &now), 2);
+	/* A primary answers again: the backup is out of the rotation. */
+	zp_upstream_report(us, 0, 1, 0, &now);
+	for (i = 0; i < 10; i++)
+		assert_int_equal(pick(us, NULL, &now), 0);
+	/* The other's back-off is over: it is tried again, not the backup. */
+	for (i = 0; i < 10; i++)
+		assert_true(pick(us, NULL, &later) != 2);
+	ups_free(s);
+}
+
+/*
+ * --balance source is a consistent hash: 5 upstreams share 10,000
+ * sources about evenly (each 20 % +- 5), and with one of them gone only
+ * its own sources move (about 1/5), where a modulo over the candidates
+ * moved about 4/5. Weights 1:1:1:1:2 give the last about a third.
+ */
+static void
+test_source_consistent(void **state)
+{
+	char			 hosts[5][16];
+	struct zp_upstream_spec	 specs[5];
+	struct zp_upstreams	 us;
+	struct timeval		 now = at(0, 0);
+	struct zp_addr		 c;
+	unsigned char		 tried[5] = { 0 };
+	static unsigned char	 before[10000];
+	int			 i, k, n[5] = { 0 }, moved = 0, gone = 0;
+
+	(void)state;
+	memset(specs, 0, sizeof(specs));
+	for (k = 0; k < 5; k++) {
+		snprintf(hosts[k], sizeof(hosts[k]), "10.1.0.%d", k + 1);
+		specs[k].host = hosts[k];
+		snprintf(specs[k].port, sizeof(specs[k].port), "514");
+	}
+	assert_int_equal(zp_upstreams_init(&us, specs, 5, ZP_BALANCE_SOURCE,
+	    3, 10.0, NULL), 0);
+	for (i = 0; i < 10000; i++) {
+		client4(&c, 0xc0a80000u + (uint32_t)i * 7919u, 40000);
+		k = zp_upstream_pick(&us, &c, tried, &now);
+		assert_true(k >= 0 && k < 5);
+		before[i] = (unsigned char)k;
+		n[k]++;
+	}
+	for (k = 0; k < 5; k++)
+		assert_true(n[k] >= 1500 && n[k] <= 2500);
+	/* Upstream 2 leaves (tried: as if gone from the candidates). */
+	tried[2] = 1;
+	for (i = 0; i < 10000; i++) {
+		client4(&c, 0xc0a80000u + (uint32_t)i * 7919u, 40000);
+		k = zp_upstream_pick(&us, &c, tried, &now);
+		assert_true(k >= 0 && k < 5 && k != 2);
+		if (before[i] == 2)
+			gone++;
+		else
+			assert_int_equal(k, before[i]);	/* nobody else moves */
+		moved += k != before[i];
+	}
+	assert_int_equal(moved, gone);
+	assert_true(moved <= 2500);
+	print_message("source: 5 upstreams, 10000 sources, %d (%.1f %%) moved "
+	    "when one left\n", moved, moved / 100.0);
+	/* Weights 1:1:1:1:2: the last gets about 2/6. */
+	us.v[4].weight = 2;
+	memset(n, 0, sizeof(n));
+	tried[2] = 0;
+	for (i = 0; i < 10000; i++) {
+		client4(&c, 0xc0a80000u + (uint32_t)i * 7919u, 40000);
+		n[zp_upstream_pick(&us, &c, tried, &now)]++;
+	}
+	assert_true(n[4] >= 2833 && n[4] <= 3833);
+	zp_upstreams_clear(&us);
+}
+
+/*
+ * --rebalance's choice (zp_rebalance_choose) with weights and backups:
+ * equal weights move at a difference of 2; 1:3 with 2 and 6 streams is
+ * balanced, with 3 and 5 one moves to the heavier; a backup that still
+ * holds streams once a primary is up gives them to the idlest primary.
+ */
+static void
+test_rebalance_weights(void **state)
+{
+	struct ups_state	*s = *state;
+	struct zp_upstreams	*us;
+	struct timeval		 now = at(0, 0);
+	int			 hi, lo;
+
+	us = ups_init(s, 2, ZP_BALANCE_LEASTCONN, 1, 10.0);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 3, 2 }, &hi, &lo),
+	    0);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 4, 2 }, &hi, &lo),
+	    1);
+	assert_int_equal(hi, 0);
+	assert_int_equal(lo, 1);
+	us->v[1].weight = 3;
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 2, 6 }, &hi, &lo),
+	    0);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 3, 5 }, &hi, &lo),
+	    1);
+	assert_int_equal(hi, 0);
+	assert_int_equal(lo, 1);
+	ups_free(s);
+
+	s->specs[2].backup = 1;
+	us = ups_init(s, 3, ZP_BALANCE_LEASTCONN, 1, 10.0);
+	/* Primaries down: the backup holds everything, nothing moves. */
+	fail_n(us, 0, 1, &now);
+	fail_n(us, 1, 1, &now);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 0, 5 }, &hi,
+	    &lo), 0);
+	/* One is back: the backup's streams go to it, one at a time. */
+	zp_upstream_report(us, 1, 1, 0, &now);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 0, 5 }, &hi,
+	    &lo), 1);
+	assert_int_equal(hi, 2);
+	assert_int_equal(lo, 1);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 4, 1 }, &hi,
+	    &lo), 1);
+	assert_int_equal(hi, 2);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 5, 0 }, &hi,
+	    &lo), 0);
+	ups_free(s);
+}
+
 int
 main(void)
 {
@@ -1148,6 +1384,17 @@ main(void)
 		cmocka_unit_test(test_local_errors),
 		cmocka_unit_test(test_source_for),
 		cmocka_unit_test(test_connect_emfile),
+		cmocka_unit_test_setup_teardown(test_rr_weights, ups_setup,
+		    ups_teardown),
+		cmocka_unit_test_setup_teardown(test_leastconn_weights,
+		    ups_setup, ups_teardown),
+		cmocka_unit_test_setup_teardown(test_weight_zero, ups_setup,
+		    ups_teardown),
+		cmocka_unit_test_setup_teardown(test_backup, ups_setup,
+		    ups_teardown),
+		cmocka_unit_test(test_source_consistent),
+		cmocka_unit_test_setup_teardown(test_rebalance_weights,
+		    ups_setup, ups_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
