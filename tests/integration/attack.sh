@@ -196,7 +196,7 @@ case_attack() {
 	note "$what: zp-logsend --seed $seed (ZP_ATTACK_SEED repeats it)"
 	zp_bg "$name.send" "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" \
 	    --conns "$CONNS" --msgs "$MSGS" --framing lf --min 100 --max 1000 \
-	    --seed "$seed" --timeout $((SECS + 60))
+	    --seed "$seed" --timeout $((SECS * 5))
 	spid=$BG_PID
 	zp_bg "$name.pace" pace "$spid" $((CONNS * MSGS * 596)) $((SECS - 5))
 	end=$(( $(now_ms) + SECS * 1000 ))
@@ -245,7 +245,7 @@ case_attack() {
 		zproxy_alive "after every collector was down (round $round)"
 	done
 	note "$what: $round rounds: $kills kills of B, $stalls stalls of rsyslog and the mirror, $downs times every collector down ($spooled of them saw a stream spool)"
-	peer_wait "$spid" "$name.send" $((SECS + 60))
+	peer_wait "$spid" "$name.send" $((SECS * 5))
 	rc=$?
 	[ "$rc" = 0 ] ||
 		fail "$what: the sender failed (status $rc): $(tail -n 1 "$T/$name.send.err")"
