@@ -1,8 +1,9 @@
 #!/bin/bash
 # timeouts.sh - idle and half-close timeouts, keepalive:
 #   a. --idle-timeout 1: a pair with no byte either way is closed after
-#      about 1 s (0.8-1.6 s): the client sees the close, so does the
-#      upstream (its session ends at about 1 s), the log says
+#      about 1 s (0.8-2.5 s: one CI run under load saw 1.602 s): the
+#      client sees the close, so does the upstream (its session ends at
+#      about 1 s), the log says
 #      end=idle-timeout; meanwhile a pair through the same zproxy whose
 #      client sends a byte every 0.2 s for 2.6 s (one way only: the
 #      upstream never answers) survives and ends end=closed, all 13 bytes
@@ -52,10 +53,10 @@ idle() {
 	peer a-idle connect 127.0.0.1 "$ZPORT" --no-shut --expect-close 3 -t 10 ||
 		fail "$what: idle client not closed within 3 s: $(cat "$T/a-idle.out" "$T/a-idle.err" | head -n 2 | tr '\n' ' ')"
 	CLOSE_S=$(sed -n 's/^closed after \([0-9.]*\)s.*/\1/p' "$T/a-idle.out")
-	between "$CLOSE_S" 0.8 1.6 ||
+	between "$CLOSE_S" 0.8 2.5 ||
 		fail "$what: idle client closed after ${CLOSE_S}s, expected about 1 s"
 	expect_conn_log "up=0 down=0 duration=[0-9.]+s end=idle-timeout" "$what: idle pair"
-	between "$(field duration "$LAST_CONN_LOG" | tr -d s)" 0.8 1.6 ||
+	between "$(field duration "$LAST_CONN_LOG" | tr -d s)" 0.8 2.5 ||
 		fail "$what: idle pair's duration: $LAST_CONN_LOG"
 	zp_wait_exit "$tpid" 10
 	[ "$(cat "$T/trickle.out")" = "ok 13" ] ||
@@ -66,7 +67,7 @@ idle() {
 	line=$(grep -E 'conn [0-9]+: sent 0 received 0 end ' "$T/a-up.err") ||
 		fail "$what: upstream: no session with nothing received: $(cat "$T/a-up.err")"
 	up_s=$(echo "$line" | sed -n 's/.* after \([0-9.]*\)s$/\1/p')
-	between "$up_s" 0.8 1.6 ||
+	between "$up_s" 0.8 2.5 ||
 		fail "$what: the upstream's idle session ended after ${up_s}s: $line"
 	n=$(grep -c 'sent 0 received 13 end eof' "$T/a-up.err")
 	[ "$n" -eq 1 ] || fail "$what: upstream: the trickling session: $(cat "$T/a-up.err")"
@@ -88,7 +89,7 @@ fin() {
 		fail "$what: the half-closed pair ended after $ms ms, expected about 1 s"
 	expect_conn_log "up=4096 down=0 duration=[0-9.]+s end=fin-timeout" "$what"
 	d=$(field duration "$LAST_CONN_LOG" | tr -d s)
-	between "$d" 0.8 1.6 || fail "$what: duration ${d}s: $LAST_CONN_LOG"
+	between "$d" 0.8 2.5 || fail "$what: duration ${d}s: $LAST_CONN_LOG"
 	# Had zproxy not closed its side, this upstream (--no-shut) would
 	# wait for an EOF until its -t.
 	peer_wait "$upid" b-up 10 || fail "$what: upstream: $(cat "$T/b-up.err")"
