@@ -636,8 +636,10 @@ case_full() {
 	rc=$?
 	[ "$rc" = 1 ] ||
 		fail "$what: a client while the spool is full: zp-logsend ended with status $rc, want 1: $(cat "$T/$name.refused.out" "$T/$name.refused.err")"
-	grep -q 'conn=[0-9]* client=127\.0\.0\.1:[0-9]* .* end=spool-full error="Connection refused"' "$ZLOG" ||
-		fail "$what: no 'end=spool-full' line for the refused client"
+	# The log thread writes the line when it can: after the client saw
+	# the close, on a busy machine (a TSan run grepped too early).
+	wait_line "$ZLOG" 'conn=[0-9]* client=127\.0\.0\.1:[0-9]* .* end=spool-full error="Connection refused"' 10 "$ZPID" >/dev/null ||
+		fail "$what: no 'end=spool-full' line for the refused client within 10 s"
 	stats_scrape
 	stats_is zproxy_spool_refused_total 1 "$what"
 	zproxy_alive "with a full spool"
