@@ -256,7 +256,9 @@ static const char usage_text[] =
 "                             it has 2 more than the idlest, for their\n"
 "                             weights, and off a backup once another is up\n"
 "                             (an upstream back up fills again)\n"
-"      --rebalance-rate N     at most N such moves a second (default 10)\n"
+"      --rebalance-rate N     at most N such moves a second, and of streams\n"
+"                             leaving an upstream that zproxy ctl drains\n"
+"                             (default 10)\n"
 "      --replay-window BYTES  keep the last BYTES sent to the upstream of\n"
 "                             each stream, and send them again to the next\n"
 "                             one from their first whole message when it\n"
@@ -318,9 +320,10 @@ static const char usage_text[] =
 "      --drain-timeout SEC    at SIGTERM, let open pairs finish for this long\n"
 "                             (default 30)\n"
 "\n"
-"Restarts that refuse no client:\n"
-"      --control PATH         hand the listening sockets over on this Unix\n"
-"                             socket (mode 0600) to a zproxy started with\n"
+"Restarts that refuse no client, and control while it runs:\n"
+"      --control PATH         a Unix socket (mode 0600, its user's) where\n"
+"                             zproxy ctl is answered and the listening\n"
+"                             sockets are handed to a zproxy started with\n"
 "                             --takeover PATH\n"
 "      --takeover PATH        take the listening sockets from the zproxy\n"
 "                             behind PATH; it stops accepting, drains for\n"
@@ -353,7 +356,8 @@ void
 zp_config_usage(FILE *fp, const char *prog)
 {
 	fprintf(fp,
-"usage: %s -l [ADDR]:PORT|systemd[:NAME] -u HOST:PORT [options]\n",
-	    prog);
+"usage: %s -l [ADDR]:PORT|systemd[:NAME] -u HOST:PORT [options]\n"
+"       %s ctl [--control PATH] [--json] COMMAND...   (%s ctl --help)\n",
+	    prog, prog, prog);
 	fputs(usage_text, fp);
 }

@@ -255,7 +255,8 @@ check_needs(const struct zp_config *cfg, char *err, size_t errlen)
 /*
  * Options that mean something only with another: --proxy-from and
  * --proxy-timeout with --accept-proxy, the moves with --framing, the
- * spool's with --spool, --rebalance-rate with --rebalance; and those that
+ * spool's with --spool (--rebalance-rate paces zproxy ctl's drains as
+ * well as --rebalance: it needs --framing only); and those that
  * exclude each other. given[] as parse_argv() filled it. Returns 0, or
  * -1 with err filled.
  */
@@ -303,10 +304,6 @@ check_depends(const struct zp_config *cfg, const char **given, char *err,
 	if (cfg->spool_dir != NULL && cfg->original) {
 		zp_seterr(err, errlen, "--spool cannot be used with "
 		    "-u original");
-		return -1;
-	}
-	if (given_opt(given, OPT_REBALANCE_RATE) && !cfg->rebalance) {
-		zp_seterr(err, errlen, "--rebalance-rate needs --rebalance");
 		return -1;
 	}
 	/* An even spread is what leastconn and roundrobin aim at. */

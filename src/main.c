@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ctl_client.h"
 #include "core/config.h"
 #include "zproxy.h"
 
@@ -17,6 +18,9 @@ main(int argc, char **argv)
 	char			err[ZP_ERRLEN];
 	int			rc;
 
+	/* zproxy ctl ...: a client of a running zproxy, not a proxy. */
+	if (argc >= 2 && strcmp(argv[1], "ctl") == 0)
+		return zp_ctl_main(argc - 1, argv + 1);
 	zp_config_init(&cfg);
 	switch (zp_config_parse(&cfg, argc, argv, err, sizeof(err))) {
 	case ZP_PARSE_OK:

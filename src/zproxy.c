@@ -305,17 +305,18 @@ run_services(struct zp_ctx *ctx, struct zp_offer *offer)
 		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
 		return ZP_EX_OSERR;
 	}
-	if (cfg->rebalance) {
-		struct timeval	tv = zp_seconds_tv(1.0 / cfg->rebalance_rate);
-
-		if ((ctx->rebalance_timer = event_new(ctx->base, -1, EV_PERSIST,
-		    zproxy_rebalance_cb, ctx)) == NULL ||
-		    event_add(ctx->rebalance_timer, &tv) == -1) {
-			zp_log(ctx->log, ZP_LOG_ERROR, "cannot start "
-			    "--rebalance");
-			return ZP_EX_OSERR;
-		}
+	/*
+	 * --rebalance's steps, and the moves of streams off an upstream
+	 * that zproxy ctl drains: the timer runs while either has work
+	 * (zproxy_rebalance_arm).
+	 */
+	if (cfg->framing != ZP_FRAMING_NONE && cfg->nupstreams >= 2 &&
+	    (ctx->rebalance_timer = event_new(ctx->base, -1, EV_PERSIST,
+	    zproxy_rebalance_cb, ctx)) == NULL) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "cannot start --rebalance");
+		return ZP_EX_OSERR;
 	}
+	zproxy_rebalance_arm(ctx);
 	return 0;
 }
 

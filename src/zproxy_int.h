@@ -19,6 +19,7 @@
 struct event;
 struct zp_config;
 struct zp_control_ops;
+struct zp_ctl_req;
 struct zp_ctx;
 struct zp_log;
 struct zp_offer;
@@ -109,8 +110,17 @@ void	zproxy_stop_accepting(struct zp_ctx *ctx);
  */
 int	zproxy_signals_add(struct zp_ctx *ctx, struct event **sigs);
 
-/* --rebalance's timer (arg: the root context). */
+/* --rebalance's timer (arg: the root context); start it if due. */
 void	zproxy_rebalance_cb(evutil_socket_t fd, short what, void *arg);
+void	zproxy_rebalance_arm(struct zp_ctx *ctx);
+
+/* ---- zproxy_ctl.c: zproxy ctl's commands, answered ------------------- */
+
+/* A command from --control (struct zp_control_ops.command). */
+void	zproxy_ctl_command(void *arg, struct zp_ctl_req *, const char *line);
+
+/* End every command under way and the maint timers. Safe when none. */
+void	zproxy_ctl_free(struct zp_ctx *ctx);
 
 /* A worker thread died: drain, then exit non-zero (zp_workers_on_death). */
 void	zproxy_worker_death_cb(struct zp_ctx *ctx, int thread);

@@ -72,7 +72,8 @@ zproxy_log_stats(struct zp_ctx *ctx, const char *what)
 {
 	struct zp_totals	*t;
 	const struct zp_stats	*st;
-	uint64_t		 up, down;
+	uint64_t		 up, down, moves = 0;
+	size_t			 i;
 	double			 cpu = cpu_seconds(), gib;
 	char			 per[32];
 
@@ -83,6 +84,9 @@ zproxy_log_stats(struct zp_ctx *ctx, const char *what)
 	/* Summed over the threads: one line for the process. */
 	zp_ctx_totals(ctx, t);
 	st = &t->stats;
+	/* Every reason's (stalls were left out until December 2026). */
+	for (i = 0; i < sizeof(st->moves) / sizeof(st->moves[0]); i++)
+		moves += st->moves[i];
 	up = st->all.up.bytes;
 	down = st->all.down.bytes;
 	gib = (double)(up + down) / (1024.0 * 1024 * 1024);
@@ -112,8 +116,7 @@ zproxy_log_stats(struct zp_ctx *ctx, const char *what)
 	    (unsigned long long)st->clients_source_limited,
 	    (unsigned long long)st->bad_proxy_headers,
 	    (unsigned long long)st->bad_destinations,
-	    (unsigned long long)(st->moves[0] + st->moves[1] +
-	    st->moves[2]),
+	    (unsigned long long)moves,
 	    (unsigned long long)st->framing_errors,
 	    (unsigned long long)st->replayed, cpu, per);
 	free(t);

@@ -38,6 +38,7 @@ zproxy_stop_accepting(struct zp_ctx *ctx)
 	if (ctx->rebalance_timer != NULL)
 		event_free(ctx->rebalance_timer);
 	ctx->rebalance_timer = NULL;
+	zproxy_ctl_free(ctx);
 }
 
 /* Are streams framed (--framing)? */
@@ -47,11 +48,33 @@ cfg_framed(const struct zp_ctx *ctx)
 	return ctx->cfg->framing != ZP_FRAMING_NONE;
 }
 
+/*
+ * The rebalance timer runs with --rebalance, and while an upstream is
+ * drained (zproxy ctl): add it if it should run and does not.
+ */
+void
+zproxy_rebalance_arm(struct zp_ctx *ctx)
+{
+	struct timeval	tv = zp_seconds_tv(1.0 / ctx->cfg->rebalance_rate);
+
+	if (ctx->rebalance_timer == NULL ||
+	    event_pending(ctx->rebalance_timer, EV_TIMEOUT, NULL))
+		return;
+	if (ctx->cfg->rebalance || zp_upstreams_draining(ctx->ups) > 0)
+		(void)event_add(ctx->rebalance_timer, &tv);
+}
+
 /* --rebalance: one step over every thread, --rebalance-rate a second. */
 void
 zproxy_rebalance_cb(evutil_socket_t fd, short what, void *arg)
 {
-	zp_ctx_rebalance(arg);
+	struct zp_ctx	*ctx = arg;
+
+	if (!ctx->cfg->rebalance && zp_upstreams_draining(ctx->ups) == 0) {
+		(void)event_del(ctx->rebalance_timer);
+		return;
+	}
+	zp_ctx_rebalance(ctx);
 }
 
 /* The drain ran out of time: close what is left. */
@@ -209,6 +232,7 @@ control_done(void *arg, long pid)
 
 const struct zp_control_ops zproxy_control_ops = {
 	control_begin, control_offer, control_abort, control_done,
+	zproxy_ctl_command,
 };
 
 /*

@@ -340,6 +340,7 @@ pick_locked(struct zp_upstreams *us, const struct zp_addr *client,
 	for (pass = 0, rc = -1; pass < 4 && rc == -1; pass++) {
 		for (i = 0, n = 0; i < us->n; i++) {
 			cand[i] = !tried[i] && us->v[i].weight > 0 &&
+			    us->v[i].admin == ZP_ADMIN_READY &&
 			    us->v[i].backup == (pass & 1) &&
 			    (pass >= 2 || usable(&us->v[i], now));
 			n += cand[i];
@@ -452,6 +453,7 @@ report_locked(struct zp_upstreams *us, size_t i, int ok, int err,
 		return 0;
 	}
 	u->last_err = err;
+	u->last_err_at = time(NULL);
 	if (u->fails < 1000000)
 		u->fails++;
 	if (u->fails >= us->max_fails) {
@@ -470,6 +472,99 @@ report_locked(struct zp_upstreams *us, size_t i, int ok, int err,
 		}
 	}
 	return 0;
+}
+
+enum zp_admin
+zp_upstream_set_admin(struct zp_upstreams *us, size_t i, enum zp_admin a)
+{
+	enum zp_admin	old;
+	char		name[300];
+
+	LOCK(us);
+	old = us->v[i].admin;
+	us->v[i].admin = a;
+	UNLOCK(us);
+	if (old != a)
+		zp_log(us->log, ZP_LOG_NOTICE, "upstream %s: state %s (was %s)",
+		    zp_upstream_label(us, i, name, sizeof(name)),
+		    zp_admin_str(a), zp_admin_str(old));
+	return old;
+}
+
+int
+zp_upstream_set_weight(struct zp_upstreams *us, size_t i, int w)
+{
+	int	old;
+	char	name[300];
+
+	assert(w >= 0 && w <= ZP_WEIGHT_MAX);
+	LOCK(us);
+	old = us->v[i].weight;
+	us->v[i].weight = w;
+	/* Smooth round robin starts over, as nginx does on a change. */
+	us->v[i].cw = 0;
+	UNLOCK(us);
+	if (old != w)
+		zp_log(us->log, ZP_LOG_NOTICE, "upstream %s: weight %d (was "
+		    "%d)", zp_upstream_label(us, i, name, sizeof(name)), w,
+		    old);
+	return old;
+}
+
+size_t
+zp_upstreams_draining(const struct zp_upstreams *us)
+{
+	size_t	i, n = 0;
+
+	LOCK(us);
+	for (i = 0; i < us->n; i++)
+		n += us->v[i].admin != ZP_ADMIN_READY;
+	UNLOCK(us);
+	return n;
+}
+
+int
+zp_upstreams_find(const struct zp_upstreams *us, const char *name)
+{
+	char	buf[300];
+	size_t	i;
+
+	for (i = 0; i < us->n; i++)
+		if (strcmp(zp_upstream_label(us, i, buf, sizeof(buf)),
+		    name) == 0)
+			return (int)i;
+	return -1;
+}
+
+const char *
+zp_admin_str(enum zp_admin a)
+{
+	switch (a) {
+	case ZP_ADMIN_READY:	return "ready";
+	case ZP_ADMIN_DRAIN:	return "drain";
+	case ZP_ADMIN_MAINT:	return "maint";
+	}
+	return "?";
+}
+
+int
+zp_admin_parse(const char *s)
+{
+	if (strcmp(s, "ready") == 0)
+		return ZP_ADMIN_READY;
+	if (strcmp(s, "drain") == 0)
+		return ZP_ADMIN_DRAIN;
+	if (strcmp(s, "maint") == 0)
+		return ZP_ADMIN_MAINT;
+	return -1;
+}
+
+const char *
+zp_upstream_state_str(const struct zp_upstream *u)
+{
+	if (u->admin != ZP_ADMIN_READY)
+		return zp_admin_str(u->admin);
+	return u->up ? "ready" : "down";
 }
 
 const char *

@@ -6,6 +6,7 @@
 #define ZP_UPSTREAM_H
 
 #include <sys/time.h>
+#include <time.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,18 @@ enum zp_balance {
 	ZP_BALANCE_SOURCE,	/* hash of the client address */
 };
 
+/*
+ * What an operator made of an upstream (zproxy ctl set upstream NAME
+ * state ...): ready serves; drain takes no new client and its framed
+ * streams move away; maint the same, and its unframed streams are
+ * closed after --drain-timeout.
+ */
+enum zp_admin {
+	ZP_ADMIN_READY = 0,
+	ZP_ADMIN_DRAIN,
+	ZP_ADMIN_MAINT,
+};
+
 struct zp_upstream {
 	struct zp_upstream_spec	*spec;		/* name, port (as given) */
 	struct zp_addr		*addrs;		/* live: resolved again with
@@ -28,6 +41,8 @@ struct zp_upstream {
 	int			 up;
 	int			 fails;		/* connects failed in a row */
 	int			 last_err;
+	time_t			 last_err_at;	/* wall clock, 0: never */
+	enum zp_admin		 admin;
 	struct timeval		 retry_at;	/* a down upstream's next try */
 	int			 weight;	/* 0-256 (-u ...,weight=N; 1) */
 	int			 backup;	/* -u ...,backup */
@@ -122,6 +137,30 @@ int	zp_upstream_report(struct zp_upstreams *, size_t, int ok, int err,
 void	zp_upstream_acquire(struct zp_upstreams *, size_t);
 void	zp_upstream_release(struct zp_upstreams *, size_t);
 void	zp_upstream_connect_failed(struct zp_upstreams *, size_t);
+
+/*
+ * The operator's state of upstream i (enum zp_admin) and its weight
+ * (0-256): what the balancer and --rebalance see from the next pick on.
+ * Each returns the old value, and logs the change.
+ */
+enum zp_admin zp_upstream_set_admin(struct zp_upstreams *, size_t,
+	    enum zp_admin);
+int	zp_upstream_set_weight(struct zp_upstreams *, size_t, int);
+
+/* How many upstreams are in drain or maint. */
+size_t	zp_upstreams_draining(const struct zp_upstreams *);
+
+/* The upstream named name (its HOST:PORT as given in -u), or -1. */
+int	zp_upstreams_find(const struct zp_upstreams *, const char *name);
+
+/*
+ * "ready", "drain", "maint"; and the reverse, -1 if unknown. An
+ * upstream's state as zproxy ctl shows it: its admin state, else "down"
+ * when the health checks say so, else "ready".
+ */
+const char *zp_admin_str(enum zp_admin);
+int	zp_admin_parse(const char *);
+const char *zp_upstream_state_str(const struct zp_upstream *);
 
 /* "first", "roundrobin", ...; and the reverse, -1 if unknown. */
 const char *zp_balance_str(enum zp_balance);

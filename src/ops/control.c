@@ -3,21 +3,58 @@
  * taking them. See control.h.
  */
 
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <assert.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "core/config.h"
 #include "ops/control.h"
 #include "lib/log.h"
+
+/*
+ * One client of the socket. What its first message asks makes it a
+ * takeover (one at a time: ZP_CONTROL_REQUEST) or a ctl client
+ * (ZP_CTL_HELLO, any number up to ZP_CTL_CLIENTS_MAX).
+ */
+enum sess_kind {
+	SESS_NEW = 0,
+	SESS_TAKEOVER,
+	SESS_CTL,
+};
+
+struct zp_ctl_req {
+	struct control_sess	*sess;	/* NULL: its client is gone */
+};
+
+struct control_sess {
+	struct zp_control	*c;
+	enum sess_kind		 kind;
+	int			 fd;
+	long			 pid;		/* SO_PEERCRED */
+	int			 offered;	/* takeover: the offer went */
+	struct event		*rev;
+	struct event		*wev;
+	struct event		*timer;
+	struct zp_ctl_req	*req;		/* ctl: a command not done */
+	struct evbuffer		*out;		/* ctl: the answer's messages,
+						   each a 4-byte length first */
+	int			 closing;	/* close once out is sent */
+	TAILQ_ENTRY(control_sess) entry;
+};
+
+TAILQ_HEAD(sess_list, control_sess);
 
 struct zp_control {
 	struct event_base		*base;
@@ -29,12 +66,9 @@ struct zp_control {
 	ino_t				 ino;
 	int				 fd;
 	struct event			*ev;
-	/* the takeover under way, one at a time */
-	int				 conn;
-	long				 pid;
-	int				 offered;
-	struct event			*conn_ev;
-	struct event			*timer;
+	struct sess_list		 sessions;
+	size_t				 nsessions;
+	struct control_sess		*takeover; /* the one under way */
 };
 
 /* Room for the descriptors of an offer, aligned as a cmsghdr must be. */
@@ -42,6 +76,8 @@ union control_cmsg {
 	struct cmsghdr	hdr;
 	char		buf[CMSG_SPACE(sizeof(int) * ZP_INHERIT_MAX)];
 };
+
+static void	sess_free(struct control_sess *);
 
 /* A Unix address for path; -1 when it does not fit. */
 static int
@@ -55,41 +91,51 @@ control_sun(const char *path, struct sockaddr_un *sun)
 	return 0;
 }
 
-/* End the takeover under way (not the control). */
-static void
-control_hangup(struct zp_control *c)
-{
-	if (c->conn_ev != NULL)
-		event_free(c->conn_ev);
-	if (c->timer != NULL)
-		event_free(c->timer);
-	if (c->conn != -1)
-		close(c->conn);
-	c->conn_ev = c->timer = NULL;
-	c->conn = -1;
-	c->offered = 0;
-}
-
 /* The takeover failed: say why, serve on. */
 static void
-control_abort(struct zp_control *c, const char *why)
+control_abort(struct control_sess *ss, const char *why)
 {
-	long	pid = c->pid;
+	struct zp_control	*c = ss->c;
+	long			 pid = ss->pid;
 
-	control_hangup(c);
+	sess_free(ss);
 	c->ops->abort(c->arg, pid, why);
 }
 
+/* (Re)start a session's deadline: sec from now. */
 static void
-control_timer_cb(evutil_socket_t fd, short what, void *arg)
+sess_deadline(struct control_sess *ss, int sec)
 {
-	control_abort(arg, "no answer in time");
+	struct timeval	tv = { sec, 0 };
+
+	(void)evtimer_add(ss->timer, &tv);
+}
+
+static void
+sess_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct control_sess	*ss = arg;
+
+	if (ss->kind == SESS_TAKEOVER) {
+		control_abort(ss, "no answer in time");
+		return;
+	}
+	if (ss->req == NULL && evbuffer_get_length(ss->out) == 0)
+		zp_log(ss->c->log, ZP_LOG_NOTICE, "control: a client (pid %ld) "
+		    "said nothing for %d s: closed", ss->pid,
+		    ZP_CTL_IDLE_SEC);
+	else
+		zp_log(ss->c->log, ZP_LOG_NOTICE, "control: a client (pid %ld) "
+		    "read nothing of its answer for %d s: closed", ss->pid,
+		    ZP_CTL_IDLE_SEC);
+	sess_free(ss);
 }
 
 /* Send the offer: the sockets and a line for each. */
 static int
-control_offer(struct zp_control *c, char *why, size_t whylen)
+control_offer(struct control_sess *ss, char *why, size_t whylen)
 {
+	struct zp_control	*c = ss->c;
 	struct zp_inherit	 set;
 	unsigned long long	 wd = 0;
 	char			 text[ZP_OFFER_MAX];
@@ -129,7 +175,7 @@ control_offer(struct zp_control *c, char *why, size_t whylen)
 		memcpy(CMSG_DATA(h) + i * sizeof(int), &set.socks[i].fd,
 		    sizeof(int));
 	do {
-		r = sendmsg(c->conn, &msg, MSG_NOSIGNAL);
+		r = sendmsg(ss->fd, &msg, MSG_NOSIGNAL);
 	} while (r == -1 && errno == EINTR);
 	if (r != (ssize_t)off) {
 		snprintf(why, whylen, "sending the sockets: %s",
@@ -139,80 +185,329 @@ control_offer(struct zp_control *c, char *why, size_t whylen)
 	return 0;
 }
 
-/* The new process spoke (or hung up). */
+/* A takeover's message: the request, then "done". */
 static void
-control_conn_cb(evutil_socket_t fd, short what, void *arg)
+takeover_msg(struct control_sess *ss, const char *buf, size_t len)
 {
-	struct zp_control	*c = arg;
-	char			 buf[64], why[160];
-	ssize_t			 r;
+	struct zp_control	*c = ss->c;
+	char			 why[160];
 	long			 pid;
 
+	if (!ss->offered) {
+		c->ops->begin(c->arg, ss->pid);
+		if (control_offer(ss, why, sizeof(why)) == -1) {
+			control_abort(ss, why);
+			return;
+		}
+		ss->offered = 1;
+		return;
+	}
+	if (len != strlen(ZP_CONTROL_DONE) ||
+	    memcmp(buf, ZP_CONTROL_DONE, len) != 0) {
+		control_abort(ss, "an unexpected message");
+		return;
+	}
+	pid = ss->pid;
+	sess_free(ss);
+	c->ops->done(c->arg, pid);	/* may free c */
+}
+
+/* ---- ctl clients ---------------------------------------------------- */
+
+/* Queue one message of the answer: its kind, then text. */
+static int
+sess_queue(struct control_sess *ss, char kind, const char *text, size_t len)
+{
+	uint32_t	n = (uint32_t)len + 1;
+
+	if (evbuffer_add(ss->out, &n, sizeof(n)) == -1 ||
+	    evbuffer_add(ss->out, &kind, 1) == -1 ||
+	    evbuffer_add(ss->out, text, len) == -1)
+		return -1;
+	return 0;
+}
+
+/*
+ * Send what is queued, a message at a time, as the socket takes it;
+ * once all went: the next command may come (or the session ends).
+ * Returns -1 when the session was freed.
+ */
+static int
+sess_flush(struct control_sess *ss)
+{
+	unsigned char	msg[ZP_CTL_MSG_MAX + 1];
+	uint32_t	n;
+	ssize_t		r;
+
+	while (evbuffer_get_length(ss->out) >= sizeof(n)) {
+		evbuffer_copyout(ss->out, &n, sizeof(n));
+		assert(n <= sizeof(msg));
+		if (evbuffer_drain(ss->out, sizeof(n)) == -1 ||
+		    evbuffer_remove(ss->out, msg, n) != (int)n) {
+			sess_free(ss);
+			return -1;
+		}
+		do {
+			r = send(ss->fd, msg, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		} while (r == -1 && errno == EINTR);
+		if (r == -1 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			/* Put it back in front, and wait until it fits. */
+			if (evbuffer_prepend(ss->out, msg, n) == -1 ||
+			    evbuffer_prepend(ss->out, &n, sizeof(n)) == -1 ||
+			    event_add(ss->wev, NULL) == -1) {
+				sess_free(ss);
+				return -1;
+			}
+			return 0;
+		}
+		if (r != (ssize_t)n) {
+			sess_free(ss);	/* gone */
+			return -1;
+		}
+		/* Something was read: the client is alive. */
+		sess_deadline(ss, ZP_CTL_IDLE_SEC);
+	}
+	(void)event_del(ss->wev);
+	if (ss->req != NULL)
+		return 0;
+	if (ss->closing) {
+		sess_free(ss);
+		return -1;
+	}
+	/* Answered: read the next command. */
+	(void)event_add(ss->rev, NULL);
+	return 0;
+}
+
+static void
+sess_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)sess_flush(arg);
+}
+
+void
+zp_ctl_output(struct zp_ctl_req *r, const char *text, size_t len)
+{
+	size_t	k;
+
+	if (r->sess == NULL)
+		return;
+	for (; len > 0; text += k, len -= k) {
+		k = len < ZP_CTL_MSG_MAX ? len : ZP_CTL_MSG_MAX;
+		if (sess_queue(r->sess, ZP_CTL_OUTPUT, text, k) == -1) {
+			r->sess->closing = 1;
+			return;
+		}
+	}
+}
+
+void
+zp_ctl_printf(struct zp_ctl_req *r, const char *fmt, ...)
+{
+	char	 small[512], *big = NULL;
+	va_list	 ap;
+	int	 n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(small, sizeof(small), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n < sizeof(small)) {
+		zp_ctl_output(r, small, (size_t)n);
+		return;
+	}
+	va_start(ap, fmt);
+	n = vasprintf(&big, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	zp_ctl_output(r, big, (size_t)n);
+	free(big);
+}
+
+void
+zp_ctl_done(struct zp_ctl_req *r, int ok, const char *fmt, ...)
+{
+	struct control_sess	*ss = r->sess;
+	char			 line[ZP_CTL_LINE_MAX];
+	va_list			 ap;
+	int			 n = 0;
+
+	if (ss == NULL) {
+		free(r);
+		return;
+	}
+	if (fmt != NULL) {
+		va_start(ap, fmt);
+		n = vsnprintf(line, sizeof(line), fmt, ap);
+		va_end(ap);
+	}
+	if (n < 0)
+		n = 0;
+	if ((size_t)n >= sizeof(line))
+		n = sizeof(line) - 1;
+	ss->req = NULL;
+	free(r);
+	if (sess_queue(ss, ok ? ZP_CTL_OK : ZP_CTL_FAILED, line,
+	    (size_t)n) == -1)
+		ss->closing = 1;
+	(void)sess_flush(ss);
+}
+
+/* A ctl client's command: hand it to the daemon, read no more meanwhile. */
+static void
+ctl_msg(struct control_sess *ss, char *buf, size_t len)
+{
+	size_t	hl = strlen(ZP_CTL_HELLO);
+	char	*line;
+
+	(void)event_del(ss->rev);
+	sess_deadline(ss, ZP_CTL_IDLE_SEC);
+	if ((ss->req = calloc(1, sizeof(*ss->req))) == NULL) {
+		ss->closing = 1;
+		(void)sess_queue(ss, ZP_CTL_FAILED, "out of memory", 13);
+		(void)sess_flush(ss);
+		return;
+	}
+	ss->req->sess = ss;
+	if (len < hl || memcmp(buf, ZP_CTL_HELLO, hl) != 0) {
+		zp_ctl_done(ss->req, 0, "not a zproxy ctl command");
+		return;
+	}
+	line = buf + hl;
+	len -= hl;
+	if (len > 0 && line[len - 1] == '\n')
+		len--;
+	line[len] = '\0';
+	if (memchr(line, '\0', len) != NULL || strchr(line, '\n') != NULL) {
+		zp_ctl_done(ss->req, 0, "a command is one line of text");
+		return;
+	}
+	ss->c->ops->command(ss->c->arg, ss->req, line);
+}
+
+/* A client spoke (or hung up). */
+static void
+sess_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct control_sess	*ss = arg;
+	struct zp_control	*c = ss->c;
+	char			 buf[ZP_CTL_LINE_MAX + 64];
+	ssize_t			 r;
+
 	do {
-		r = recv(c->conn, buf, sizeof(buf), MSG_DONTWAIT);
+		r = recv(ss->fd, buf, sizeof(buf) - 1, MSG_DONTWAIT | MSG_TRUNC);
 	} while (r == -1 && errno == EINTR);
-	if (r == -1 && errno == EAGAIN)
+	if (r == -1 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		return;
 	if (r <= 0) {
-		control_abort(c, r == 0 ? "it hung up" : strerror(errno));
+		if (ss->kind == SESS_TAKEOVER)
+			control_abort(ss, r == 0 ? "it hung up" :
+			    strerror(errno));
+		else
+			sess_free(ss);
 		return;
 	}
-	if (!c->offered) {
-		if ((size_t)r != strlen(ZP_CONTROL_REQUEST) ||
-		    memcmp(buf, ZP_CONTROL_REQUEST, (size_t)r) != 0) {
-			control_abort(c, "not a takeover request");
-			return;
-		}
-		c->ops->begin(c->arg, c->pid);
-		if (control_offer(c, why, sizeof(why)) == -1) {
-			control_abort(c, why);
-			return;
-		}
-		c->offered = 1;
+	if (ss->kind == SESS_NEW) {
+		if ((size_t)r == strlen(ZP_CONTROL_REQUEST) &&
+		    memcmp(buf, ZP_CONTROL_REQUEST, (size_t)r) == 0) {
+			if (c->takeover != NULL) {
+				/* One takeover at a time. */
+				zp_log(c->log, ZP_LOG_WARN, "control: a "
+				    "takeover is under way; refusing another");
+				sess_free(ss);
+				return;
+			}
+			ss->kind = SESS_TAKEOVER;
+			c->takeover = ss;
+			sess_deadline(ss, ZP_CONTROL_TIMEOUT_SEC);
+		} else
+			ss->kind = SESS_CTL;
+	}
+	if (ss->kind == SESS_TAKEOVER) {
+		takeover_msg(ss, buf, (size_t)r);
 		return;
 	}
-	if ((size_t)r != strlen(ZP_CONTROL_DONE) ||
-	    memcmp(buf, ZP_CONTROL_DONE, (size_t)r) != 0) {
-		control_abort(c, "an unexpected message");
+	if ((size_t)r >= sizeof(buf) - 1) {
+		ss->closing = 1;
+		(void)event_del(ss->rev);
+		(void)sess_queue(ss, ZP_CTL_FAILED, "a command longer than "
+		    ZP_CTL_LINE_MAX_STR " bytes",
+		    strlen("a command longer than " ZP_CTL_LINE_MAX_STR
+		    " bytes"));
+		(void)sess_flush(ss);
 		return;
 	}
-	pid = c->pid;
-	control_hangup(c);
-	c->ops->done(c->arg, pid);	/* may free c */
+	buf[r] = '\0';
+	ctl_msg(ss, buf, (size_t)r);
+}
+
+static void
+sess_free(struct control_sess *ss)
+{
+	struct zp_control	*c = ss->c;
+
+	if (ss->req != NULL)
+		ss->req->sess = NULL;	/* the daemon frees it when done */
+	if (c->takeover == ss)
+		c->takeover = NULL;
+	if (ss->rev != NULL)
+		event_free(ss->rev);
+	if (ss->wev != NULL)
+		event_free(ss->wev);
+	if (ss->timer != NULL)
+		event_free(ss->timer);
+	if (ss->out != NULL)
+		evbuffer_free(ss->out);
+	if (ss->fd != -1)
+		close(ss->fd);
+	TAILQ_REMOVE(&c->sessions, ss, entry);
+	c->nsessions--;
+	free(ss);
 }
 
 static void
 control_accept_cb(evutil_socket_t lfd, short what, void *arg)
 {
 	struct zp_control	*c = arg;
+	struct control_sess	*ss;
 	struct ucred		 cred;
 	socklen_t		 len = sizeof(cred);
-	struct timeval		 tv = { ZP_CONTROL_TIMEOUT_SEC, 0 };
 	int			 fd;
 
 	fd = accept4(c->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd == -1)
 		return;		/* EAGAIN, or the next one will do */
-	if (c->conn != -1) {
-		/* One takeover at a time: the second asker is turned away. */
-		zp_log(c->log, ZP_LOG_WARN, "control: a takeover is under way; "
-		    "refusing another");
+	if (c->nsessions >= ZP_CTL_CLIENTS_MAX) {
+		zp_log(c->log, ZP_LOG_WARN, "control: %d clients already; "
+		    "refusing another", ZP_CTL_CLIENTS_MAX);
 		close(fd);
 		return;
 	}
-	c->pid = 0;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
-		c->pid = (long)cred.pid;
-	c->conn = fd;
-	c->conn_ev = event_new(c->base, fd, EV_READ | EV_PERSIST,
-	    control_conn_cb, c);
-	c->timer = evtimer_new(c->base, control_timer_cb, c);
-	if (c->conn_ev == NULL || c->timer == NULL ||
-	    event_add(c->conn_ev, NULL) == -1 ||
-	    evtimer_add(c->timer, &tv) == -1) {
-		zp_log(c->log, ZP_LOG_ERROR, "control: cannot create events");
-		control_hangup(c);
+	if ((ss = calloc(1, sizeof(*ss))) == NULL) {
+		close(fd);
+		return;
 	}
+	ss->c = c;
+	ss->fd = fd;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+		ss->pid = (long)cred.pid;
+	TAILQ_INSERT_TAIL(&c->sessions, ss, entry);
+	c->nsessions++;
+	ss->rev = event_new(c->base, fd, EV_READ | EV_PERSIST, sess_read_cb,
+	    ss);
+	ss->wev = event_new(c->base, fd, EV_WRITE | EV_PERSIST,
+	    sess_write_cb, ss);
+	ss->timer = evtimer_new(c->base, sess_timer_cb, ss);
+	ss->out = evbuffer_new();
+	if (ss->rev == NULL || ss->wev == NULL || ss->timer == NULL ||
+	    ss->out == NULL || event_add(ss->rev, NULL) == -1) {
+		zp_log(c->log, ZP_LOG_ERROR, "control: cannot create events");
+		sess_free(ss);
+		return;
+	}
+	sess_deadline(ss, ZP_CTL_IDLE_SEC);
 }
 
 struct zp_control *
@@ -235,7 +530,8 @@ zp_control_new(struct event_base *base, struct zp_log *lg, const char *path,
 	c->log = lg;
 	c->ops = ops;
 	c->arg = arg;
-	c->fd = c->conn = -1;
+	c->fd = -1;
+	TAILQ_INIT(&c->sessions);
 	snprintf(c->path, sizeof(c->path), "%s", path);
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path,
 	    (long)getpid()) >= sizeof(tmp) || control_sun(tmp, &sun) == -1) {
@@ -262,7 +558,7 @@ zp_control_new(struct event_base *base, struct zp_log *lg, const char *path,
 	}
 	if (chmod(tmp, 0600) == -1 ||
 	    (uid != (uid_t)-1 && chown(tmp, uid, gid) == -1) ||
-	    listen(c->fd, 4) == -1 || rename(tmp, path) == -1 ||
+	    listen(c->fd, 16) == -1 || rename(tmp, path) == -1 ||
 	    stat(path, &st) == -1) {
 		snprintf(err, errlen, "--control %s: %s", path,
 		    strerror(errno));
@@ -294,7 +590,8 @@ zp_control_free(struct zp_control *c)
 
 	if (c == NULL)
 		return;
-	control_hangup(c);
+	while (!TAILQ_EMPTY(&c->sessions))
+		sess_free(TAILQ_FIRST(&c->sessions));
 	if (c->ev != NULL)
 		event_free(c->ev);
 	if (c->fd != -1) {

@@ -16,6 +16,17 @@
  *   new -> old   "done\n" once it accepts
  * Anything else, or the new process gone, or ZP_CONTROL_TIMEOUT_SEC
  * without an answer, and the old one goes on as if nothing happened.
+ *
+ * zproxy ctl speaks on the same socket, many clients at once (at most
+ * ZP_CTL_CLIENTS_MAX), each a command at a time:
+ *   ctl -> zproxy  ZP_CTL_HELLO and one line of words ("show upstreams"),
+ *                  at most ZP_CTL_LINE_MAX bytes
+ *   zproxy -> ctl  the answer: messages of output, each ZP_CTL_OUTPUT
+ *                  and text to print; then one ZP_CTL_OK or ZP_CTL_FAILED
+ *                  and a line that says what was done, or why not
+ * then the next command. A client that sends nothing, or reads nothing
+ * of its answer, for ZP_CTL_IDLE_SEC is closed; so is one whose command
+ * is too long (after a ZP_CTL_FAILED that says so).
  */
 #ifndef ZP_CONTROL_H
 #define ZP_CONTROL_H
@@ -34,6 +45,19 @@ struct zp_control;
 #define ZP_CONTROL_DONE		"done\n"
 #define ZP_OFFER_MAX		8192	/* bytes of an offer's text */
 
+#define ZP_CTL_HELLO		"zproxy-ctl 1\n"
+#define ZP_CTL_LINE_MAX		1024
+#define ZP_CTL_LINE_MAX_STR	"1024"
+#define ZP_CTL_MSG_MAX		16384	/* bytes of output a message */
+#define ZP_CTL_IDLE_SEC		10
+#define ZP_CTL_CLIENTS_MAX	64
+#define ZP_CTL_OUTPUT		'o'
+#define ZP_CTL_OK		'0'
+#define ZP_CTL_FAILED		'1'
+
+/* A ctl command under way; the daemon's until zp_ctl_done(). */
+struct zp_ctl_req;
+
 /* What the old side asks of the daemon, in the order it happens. */
 struct zp_control_ops {
 	/* A takeover starts (RELOADING=1); pid is the new process's. */
@@ -46,7 +70,26 @@ struct zp_control_ops {
 	/* The new process accepts: stop accepting and drain. May free the
 	 * control (it is the last thing the control does). */
 	void	(*done)(void *arg, long pid);
+	/*
+	 * A ctl command (line: its words, NUL-terminated, the hello gone).
+	 * The daemon answers with zp_ctl_output() and ends with
+	 * zp_ctl_done(), now or later: the request is its until then,
+	 * also when the client hung up meanwhile or the control was freed.
+	 */
+	void	(*command)(void *arg, struct zp_ctl_req *, const char *line);
 };
+
+/* Add text to a command's answer (printed by zproxy ctl as it is). */
+void	zp_ctl_output(struct zp_ctl_req *, const char *, size_t);
+void	zp_ctl_printf(struct zp_ctl_req *, const char *, ...)
+	    __attribute__((format(printf, 2, 3)));
+
+/*
+ * End a command: ok or not, with one line (fmt may be NULL: none) that
+ * zproxy ctl prints (on stderr, failed); frees the request.
+ */
+void	zp_ctl_done(struct zp_ctl_req *, int ok, const char *fmt, ...)
+	    __attribute__((format(printf, 3, 4)));
 
 /*
  * Listen on path: made at PATH.tmp.PID (mode 0600, chown'd to uid:gid

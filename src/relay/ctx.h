@@ -24,6 +24,7 @@
 struct event_base;
 struct zp_listener;
 struct zp_control;
+struct zproxy_ctl;
 struct zp_pair;
 struct zp_stats_server;
 struct zp_health;
@@ -74,7 +75,7 @@ struct zp_stats {
 	uint64_t	clients_source_limited;	/* --max-conns-per-source */
 	uint64_t	bad_proxy_headers;	/* --accept-proxy refusals */
 	uint64_t	bad_destinations;	/* -u original refused one */
-	uint64_t	moves[4];	/* --framing: streams moved, by
+	uint64_t	moves[6];	/* --framing: streams moved, by
 					   enum zp_move_reason */
 	uint64_t	framing_errors;	/* streams whose framing failed */
 	uint64_t	replayed;	/* --replay-window: bytes sent again */
@@ -114,7 +115,7 @@ struct zp_ctx_hooks {
 	void	(*pairs_moving)(struct zp_ctx *, long *eff, long *movable);
 	/* ... which upstream gives a stream to which, if any (1). */
 	int	(*rebalance_choose)(const struct zp_upstreams *,
-		    const long *eff, int *hi, int *lo);
+		    const long *eff, int even, int *hi, int *lo);
 	/* ... one move from hi to lo here; 1 when it began. */
 	int	(*pairs_move_one)(struct zp_ctx *, int hi, int lo);
 	/*
@@ -175,6 +176,8 @@ struct zp_ctx {
 						   they close */
 	size_t			 nlisten_addrs;
 	struct zp_control	*control;	/* --control */
+	struct zproxy_ctl	*ctl;		/* root: zproxy ctl's commands
+						   under way (zproxy_ctl.c) */
 	int			 daemon_fd;	/* --daemon: the parent waits
 						   for a byte here; -1 */
 	struct zp_upstreams	*ups;

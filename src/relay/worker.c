@@ -157,7 +157,8 @@ worker_died(struct zp_worker *w)
 		if (w->q[i].fn == wmsg_start) {
 			close(w->q[i].fd);
 			dropped++;
-		}
+		} else if (w->q[i].drop != NULL)
+			w->q[i].drop(&w->q[i]);
 	w->nq = 0;
 	pthread_mutex_unlock(&w->mu);
 	ADD(w->ctx.load, -dropped);
@@ -253,6 +254,8 @@ worker_free(struct zp_worker *w)
 	while (w->nq > 0)
 		if (w->q[--w->nq].fn == wmsg_start)
 			close(w->q[w->nq].fd);
+		else if (w->q[w->nq].drop != NULL)
+			w->q[w->nq].drop(&w->q[w->nq]);
 	free(w->q);
 	pthread_mutex_destroy(&w->mu);
 	free(w);

@@ -150,6 +150,30 @@ struct zp_refresh;
 struct zp_refresh *zp_ctx_refresh(struct zp_ctx *root, void (*cb)(void *),
 	    void *arg);
 
+/*
+ * Ask every thread: fn(ctx, arg, out) runs on each thread with its own
+ * context (the root's at once, the others' in their loops), writing its
+ * part into out; arg is a copy of arglen bytes, the same for all, read
+ * only. done(done_arg, parts, n) runs on the root's loop once every
+ * thread answered, or after ZP_EACH_MS with the parts there are (a
+ * thread that did not answer, or had no memory: NULL); parts[t] is
+ * thread t's, n the threads. Returns the gathering, the root's until
+ * done ran or zp_ctx_each_cancel(); NULL when out of memory (done will
+ * not run).
+ */
+#define ZP_EACH_MS	500
+struct evbuffer;
+struct zp_each;
+typedef void (*zp_each_fn)(struct zp_ctx *, const void *arg,
+	    struct evbuffer *out);
+typedef void (*zp_each_done)(void *done_arg, struct evbuffer **parts,
+	    int n);
+struct zp_each *zp_ctx_each(struct zp_ctx *root, zp_each_fn, const void *arg,
+	    size_t arglen, zp_each_done, void *done_arg);
+
+/* Forget a gathering before its done ran (it will not). Safe on NULL. */
+void	zp_ctx_each_cancel(struct zp_each *);
+
 /* Forget a refresh before its cb ran: cb will not be called. Safe on NULL. */
 void	zp_ctx_refresh_cancel(struct zp_refresh *);
 

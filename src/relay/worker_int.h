@@ -33,6 +33,10 @@ struct zp_wmsg {
 					   move's from */
 	long		 arg2;		/* a move's to */
 	uint64_t	 seq;		/* the refresh wmsg_publish answers */
+	void		*ptr;		/* zp_ctx_each's gathering */
+	/* Run instead of fn when the message is dropped unrun (its thread
+	   ended); NULL: nothing to let go of. */
+	void		(*drop)(struct zp_wmsg *);
 	struct sockaddr_storage ss;
 	socklen_t	 len;
 };

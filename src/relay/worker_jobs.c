@@ -86,7 +86,8 @@ rebalance_decide(struct zp_ctx *root, uint64_t seq)
 				has[i] |= (uint64_t)1 << t;
 		}
 	}
-	if (!hk->rebalance_choose(root->ups, eff, &hi, &lo))
+	if (!hk->rebalance_choose(root->ups, eff, root->cfg->rebalance, &hi,
+	    &lo))
 		return;
 	memset(&m, 0, sizeof(m));
 	m.fn = wmsg_move;

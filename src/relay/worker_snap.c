@@ -13,6 +13,7 @@
 #include <event2/event.h>
 
 #include "relay/ctx.h"
+#include "core/upstream.h"
 #include "lib/pipepool.h"
 #include "lib/wake.h"
 #include "relay/worker.h"
@@ -27,7 +28,7 @@ snap_take(struct zp_ctx *ctx, struct zp_snap *sn)
 	if (ctx->pool != NULL)
 		zp_pipepool_stats(ctx->pool, &sn->pool);
 	zp_ctx_hooks(ctx)->pairs_modes(ctx, &sn->modes);
-	if (ctx->cfg->rebalance)
+	if (ctx->cfg->rebalance || zp_upstreams_draining(ctx->ups) > 0)
 		zp_ctx_hooks(ctx)->pairs_moving(ctx, sn->moving, sn->movable);
 }
 

@@ -63,6 +63,8 @@ enum zp_move_reason {
 	ZP_MOVE_LIFETIME,	/* --max-lifetime */
 	ZP_MOVE_REBALANCE,	/* --rebalance */
 	ZP_MOVE_STALLED,	/* its upstream took nothing: --stall-timeout */
+	ZP_MOVE_DRAIN,		/* zproxy ctl: its upstream drained, maint */
+	ZP_MOVE_CTL,		/* zproxy ctl move */
 	ZP_MOVE_MAX
 };
 
@@ -99,7 +101,7 @@ const char *zp_end_str(enum zp_end);
  */
 enum zp_end	zp_half_end(const struct zp_half *, int client);
 
-/* "upstream-failed", "max-lifetime", "rebalance". */
+/* "upstream-failed", "max-lifetime", "rebalance", ... */
 const char *zp_move_reason_str(int);
 
 /*
@@ -147,7 +149,9 @@ int	zp_pairs_upstream_down(struct zp_ctx *, int idx);
  * while the busiest upstream that is up holds, for its weight, more than
  * the idlest one would after one stream came to it (equal weights: at
  * least 2 more), or an upstream that is up takes no streams but holds
- * some (a backup once another is up, a weight of 0)
+ * some (a backup once another is up, a weight of 0) -- all of that
+ * only when even (--rebalance) -- or an operator drains an upstream that
+ * holds streams (zproxy ctl: drain, maint; with or without --rebalance)
  * (zp_rebalance_choose: 1, and which), one framed stream of it moves
  * there, the oldest that can of the first thread that had one
  * (zp_pairs_move_one, on that thread: 1 when a move began).
@@ -155,8 +159,32 @@ int	zp_pairs_upstream_down(struct zp_ctx *, int idx);
 struct zp_upstreams;
 void	zp_pairs_moving(struct zp_ctx *, long *eff, long *movable);
 int	zp_rebalance_choose(const struct zp_upstreams *, const long *eff,
-	    int *hi, int *lo);
+	    int even, int *hi, int *lo);
 int	zp_pairs_move_one(struct zp_ctx *, int hi, int lo);
+
+/*
+ * zproxy ctl move: begin a move of stream id, if it is one of ctx's, to
+ * upstream to (-1: where the balancer would send its client now).
+ * Returns 1 when the move began, -1 when the stream is here but cannot
+ * move (why says so), 0 when it is not here; why is filled in both
+ * first cases.
+ */
+int	zp_pairs_move_id(struct zp_ctx *, uint64_t id, int to, char *why,
+	    size_t len);
+
+/*
+ * zproxy ctl show streams: a line (a JSON object, json) per pair of ctx
+ * on upstream idx (-1: every one) into out, each ended by a newline.
+ */
+struct evbuffer;
+void	zp_pairs_show(struct zp_ctx *, int idx, int json,
+	    struct evbuffer *out);
+
+/*
+ * maint: close every unframed stream of ctx on upstream idx, as the drain
+ * closes what is left at its deadline (end=shutdown). Returns how many.
+ */
+int	zp_pairs_close_on(struct zp_ctx *, int idx);
 
 /* "splice", "copy" or "mixed", from the pair's directions. */
 const char *zp_pair_mode(const struct zp_pair *);

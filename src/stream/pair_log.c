@@ -58,6 +58,8 @@ zp_move_reason_str(int r)
 	case ZP_MOVE_LIFETIME:	return "max-lifetime";
 	case ZP_MOVE_REBALANCE:	return "rebalance";
 	case ZP_MOVE_STALLED:	return "upstream-stalled";
+	case ZP_MOVE_DRAIN:	return "drain";
+	case ZP_MOVE_CTL:	return "ctl";
 	}
 	return "unknown";
 }

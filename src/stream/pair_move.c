@@ -687,13 +687,18 @@ zp_pairs_moving(struct zp_ctx *ctx, long *eff, long *movable)
 int
 zp_pairs_move_one(struct zp_ctx *ctx, int hi, int lo)
 {
-	struct zp_pair	*p;
+	struct zp_pair		*p;
+	struct zp_upstream	 u;
+	int			 why = ZP_MOVE_REBALANCE;
 
 	if (ctx->stopping)
 		return 0;
+	zp_upstream_get(ctx->ups, (size_t)hi, &u);
+	if (u.admin != ZP_ADMIN_READY)
+		why = ZP_MOVE_DRAIN;
 	TAILQ_FOREACH(p, &ctx->pairs, entry)
 		if (p->up_idx == hi && zp_pair_can_move(p) &&
-		    zp_pair_plan_move(p, lo, ZP_MOVE_REBALANCE) == 0)
+		    zp_pair_plan_move(p, lo, why) == 0)
 			return 1;
 	return 0;
 }
@@ -705,13 +710,53 @@ zp_pairs_move_one(struct zp_ctx *ctx, int hi, int lo)
 static int
 rebalance_takes(const struct zp_upstream *u, int primary_up)
 {
-	return u->up && u->weight > 0 && (!u->backup || !primary_up);
+	return u->up && u->weight > 0 && u->admin == ZP_ADMIN_READY &&
+	    (!u->backup || !primary_up);
+}
+
+/*
+ * zproxy ctl move: stream id, if it is here, to upstream to (-1: the
+ * balancer's choice); see pair.h.
+ */
+int
+zp_pairs_move_id(struct zp_ctx *ctx, uint64_t id, int to, char *why,
+    size_t len)
+{
+	struct zp_pair	*p;
+
+	TAILQ_FOREACH(p, &ctx->pairs, entry) {
+		if (p->id != id)
+			continue;
+		if (to >= 0 && to == p->up_idx) {
+			snprintf(why, len, "stream %llu is on that upstream "
+			    "already", (unsigned long long)id);
+			return -1;
+		}
+		if (ctx->stopping || !zp_pair_can_move(p)) {
+			snprintf(why, len, "stream %llu cannot move now (%s%s)",
+			    (unsigned long long)id, ctx->cfg->framing ==
+			    ZP_FRAMING_NONE ? "no --framing" :
+			    pair_state_str(p->state), pair_next_on(p) ||
+			    (p->mv != NULL && p->mv->retiring.fd != -1) ?
+			    ", a move under way" : "");
+			return -1;
+		}
+		if (zp_pair_plan_move(p, to, ZP_MOVE_CTL) == -1) {
+			snprintf(why, len, "stream %llu: no other upstream to "
+			    "move to", (unsigned long long)id);
+			return -1;
+		}
+		snprintf(why, len, "stream %llu is moving", (unsigned long
+		    long)id);
+		return 1;
+	}
+	return 0;
 }
 
 /* Which move --rebalance makes now; see pair.h. */
 int
 zp_rebalance_choose(const struct zp_upstreams *ups, const long *eff,
-    int *hip, int *lop)
+    int even, int *hip, int *lop)
 {
 	struct zp_upstream u[ZP_MAX_UPSTREAMS];
 	size_t		 i, n = zp_upstreams_count(ups);
@@ -719,19 +764,29 @@ zp_rebalance_choose(const struct zp_upstreams *ups, const long *eff,
 
 	for (i = 0; i < n; i++) {
 		zp_upstream_get(ups, i, &u[i]);
-		if (u[i].up && u[i].weight > 0 && !u[i].backup)
+		if (u[i].up && u[i].weight > 0 && !u[i].backup &&
+		    u[i].admin == ZP_ADMIN_READY)
 			primary_up = 1;
 	}
 	/*
 	 * Streams per unit of weight: i is fuller than j when eff[i] /
 	 * w[i] > eff[j] / w[j], compared without dividing. Streams on an
 	 * upstream that is up but takes none (a backup once another is up
-	 * again, a weight of 0) leave it first.
+	 * again, a weight of 0) leave it first; before them, those an
+	 * operator drains (drain, maint), the only moves made without
+	 * --rebalance (even 0).
 	 */
 	for (i = 0; i < n; i++) {
 		if (!rebalance_takes(&u[i], primary_up)) {
-			if (u[i].up && eff[i] > 0 &&
-			    (out == -1 || eff[i] > eff[out]))
+			if (eff[i] <= 0)
+				continue;
+			if (u[i].admin != ZP_ADMIN_READY) {
+				if (out == -1 || u[out].admin ==
+				    ZP_ADMIN_READY || eff[i] > eff[out])
+					out = (int)i;
+			} else if (even && u[i].up && (out == -1 ||
+			    (u[out].admin == ZP_ADMIN_READY &&
+			    eff[i] > eff[out])))
 				out = (int)i;
 			continue;
 		}
@@ -748,7 +803,7 @@ zp_rebalance_choose(const struct zp_upstreams *ups, const long *eff,
 		return 1;
 	}
 	/* Only when hi, one stream lighter, is still no lighter than lo. */
-	if (hi == lo || (eff[hi] - 1) * u[lo].weight <
+	if (!even || hi == lo || (eff[hi] - 1) * u[lo].weight <
 	    (eff[lo] + 1) * u[hi].weight)
 		return 0;
 	*hip = hi;

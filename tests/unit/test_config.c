@@ -1842,9 +1842,15 @@ test_planned_moves(void **state)
 	    "--rebalance", "--balance", "first", NULL), ZP_PARSE_ERROR);
 	assert_errmsg(s->err, "leastconn or roundrobin");
 	reparse_reset(s);
+	/* It paces zproxy ctl's drains too: --framing is enough. */
 	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--rebalance-rate", "5", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.rebalance, 0);
+	assert_int_equal(s->cfg.rebalance_rate, 5);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1",
 	    "--rebalance-rate", "5", NULL), ZP_PARSE_ERROR);
-	assert_errmsg(s->err, "--rebalance-rate needs --rebalance");
+	assert_errmsg(s->err, "--rebalance-rate needs --framing");
 	reparse_reset(s);
 	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
 	    "--rebalance", "--rebalance-rate", "0", NULL), ZP_PARSE_ERROR);

@@ -1318,16 +1318,16 @@ test_rebalance_weights(void **state)
 	int			 hi, lo;
 
 	us = ups_init(s, 2, ZP_BALANCE_LEASTCONN, 1, 10.0);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 3, 2 }, &hi, &lo),
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 3, 2 }, 1, &hi, &lo),
 	    0);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 4, 2 }, &hi, &lo),
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 4, 2 }, 1, &hi, &lo),
 	    1);
 	assert_int_equal(hi, 0);
 	assert_int_equal(lo, 1);
 	us->v[1].weight = 3;
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 2, 6 }, &hi, &lo),
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 2, 6 }, 1, &hi, &lo),
 	    0);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 3, 5 }, &hi, &lo),
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 3, 5 }, 1, &hi, &lo),
 	    1);
 	assert_int_equal(hi, 0);
 	assert_int_equal(lo, 1);
@@ -1338,19 +1338,96 @@ test_rebalance_weights(void **state)
 	/* Primaries down: the backup holds everything, nothing moves. */
 	fail_n(us, 0, 1, &now);
 	fail_n(us, 1, 1, &now);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 0, 5 }, &hi,
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 0, 5 }, 1, &hi,
 	    &lo), 0);
 	/* One is back: the backup's streams go to it, one at a time. */
 	zp_upstream_report(us, 1, 1, 0, &now);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 0, 5 }, &hi,
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 0, 5 }, 1, &hi,
 	    &lo), 1);
 	assert_int_equal(hi, 2);
 	assert_int_equal(lo, 1);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 4, 1 }, &hi,
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 4, 1 }, 1, &hi,
 	    &lo), 1);
 	assert_int_equal(hi, 2);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 5, 0 }, &hi,
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 5, 0 }, 1, &hi,
 	    &lo), 0);
+	ups_free(s);
+}
+
+/*
+ * zproxy ctl set upstream NAME state drain|maint: no new client goes
+ * there, whatever the balancer; its streams leave it first, one at a
+ * time, with or without --rebalance (even), to a ready upstream only;
+ * ready again: it takes clients, and without --rebalance nothing moves
+ * back. A weight set to 0 takes no client and, without --rebalance,
+ * moves nothing.
+ */
+static void
+test_admin_drain(void **state)
+{
+	struct ups_state	*s = *state;
+	struct zp_upstreams	*us;
+	struct zp_upstream	 u;
+	struct zp_addr		 c;
+	struct timeval		 now = at(0, 0);
+	unsigned char		 tried[ZP_MAX_UPSTREAMS] = { 0 };
+	int			 hi, lo, i;
+
+	memset(&c, 0, sizeof(c));
+	us = ups_init(s, 3, ZP_BALANCE_ROUNDROBIN, 1, 10.0);
+	assert_int_equal(zp_upstreams_draining(us), 0);
+	assert_int_equal(zp_upstream_set_admin(us, 1, ZP_ADMIN_DRAIN),
+	    ZP_ADMIN_READY);
+	assert_int_equal(zp_upstreams_draining(us), 1);
+	zp_upstream_get(us, 1, &u);
+	assert_string_equal(zp_upstream_state_str(&u), "drain");
+	for (i = 0; i < 30; i++)
+		assert_int_not_equal(zp_upstream_pick(us, &c, tried, &now), 1);
+	/* Even every other one tried: a drained one takes no client. */
+	tried[0] = tried[2] = 1;
+	assert_int_equal(zp_upstream_pick(us, &c, tried, &now), -1);
+	tried[0] = tried[2] = 0;
+	/* Its streams go, with or without --rebalance; to the idlest. */
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 3, 4, 1 }, 0, &hi,
+	    &lo), 1);
+	assert_int_equal(hi, 1);
+	assert_int_equal(lo, 2);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 3, 0, 1 }, 0, &hi,
+	    &lo), 0);
+	/* Never to another that is drained or in maint. */
+	zp_upstream_set_admin(us, 2, ZP_ADMIN_MAINT);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 4, 1 }, 1, &hi,
+	    &lo), 1);
+	assert_int_equal(lo, 0);
+	zp_upstream_set_admin(us, 0, ZP_ADMIN_MAINT);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 4, 1 }, 1, &hi,
+	    &lo), 0);
+	assert_int_equal(zp_upstream_pick(us, &c, tried, &now), -1);
+	/* Ready again: clients go there; nothing moves back uneven. */
+	zp_upstream_set_admin(us, 0, ZP_ADMIN_READY);
+	zp_upstream_set_admin(us, 1, ZP_ADMIN_READY);
+	zp_upstream_set_admin(us, 2, ZP_ADMIN_READY);
+	assert_int_equal(zp_upstreams_draining(us), 0);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 4, 1 }, 0, &hi,
+	    &lo), 0);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 4, 1 }, 1, &hi,
+	    &lo), 1);
+	/* A weight of 0: no new client, and no move without --rebalance. */
+	assert_int_equal(zp_upstream_set_weight(us, 2, 0), 1);
+	for (i = 0; i < 30; i++)
+		assert_int_not_equal(zp_upstream_pick(us, &c, tried, &now), 2);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 2, 2, 3 }, 0, &hi,
+	    &lo), 0);
+	assert_int_equal(zp_rebalance_choose(us, (long[]){ 2, 2, 3 }, 1, &hi,
+	    &lo), 1);
+	assert_int_equal(hi, 2);
+	zp_upstream_get(us, 2, &u);
+	assert_string_equal(zp_upstream_state_str(&u), "ready");
+	fail_n(us, 2, 1, &now);
+	zp_upstream_get(us, 2, &u);
+	assert_string_equal(zp_upstream_state_str(&u), "down");
+	assert_true(u.last_err_at != 0);
+	assert_int_equal(zp_upstreams_find(us, "nope:1"), -1);
 	ups_free(s);
 }
 
@@ -1393,6 +1470,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_backup, ups_setup,
 		    ups_teardown),
 		cmocka_unit_test(test_source_consistent),
+		cmocka_unit_test_setup_teardown(test_admin_drain, ups_setup,
+		    ups_teardown),
 		cmocka_unit_test_setup_teardown(test_rebalance_weights,
 		    ups_setup, ups_teardown),
 	};
