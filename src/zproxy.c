@@ -308,9 +308,10 @@ run_services(struct zp_ctx *ctx, struct zp_offer *offer)
 	/*
 	 * --rebalance's steps, and the moves of streams off an upstream
 	 * that zproxy ctl drains: the timer runs while either has work
-	 * (zproxy_rebalance_arm).
+	 * (zproxy_rebalance_arm). Made with one upstream too: ctl may add
+	 * others.
 	 */
-	if (cfg->framing != ZP_FRAMING_NONE && cfg->nupstreams >= 2 &&
+	if (cfg->framing != ZP_FRAMING_NONE &&
 	    (ctx->rebalance_timer = event_new(ctx->base, -1, EV_PERSIST,
 	    zproxy_rebalance_cb, ctx)) == NULL) {
 		zp_log(ctx->log, ZP_LOG_ERROR, "cannot start --rebalance");

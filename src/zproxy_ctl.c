@@ -7,6 +7,10 @@
  */
 
 #include <sys/queue.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +27,7 @@
 #include "relay/ctx.h"
 #include "relay/worker.h"
 #include "stream/pair.h"
+#include "upstream/resolver.h"
 #include "zproxy_int.h"
 
 /* A command waiting for the threads' answers. */
@@ -94,7 +99,7 @@ ctl_show_upstreams(struct zp_ctx *root, struct zp_ctl_req *req, int json)
 	struct zp_upstream	 u;
 	const struct zp_traffic	*tr;
 	char			 name[300], addr[ZP_ADDRSTRLEN + 16], when[32];
-	size_t			 i, n = zp_upstreams_count(root->ups);
+	size_t			 i, n = zp_upstreams_count(root->ups), shown = 0;
 
 	/* The workers' counters as last published: a second old at most. */
 	zp_ctx_totals(root, &t);
@@ -107,6 +112,8 @@ ctl_show_upstreams(struct zp_ctx *root, struct zp_ctl_req *req, int json)
 		    "LAST_ERROR");
 	for (i = 0; i < n; i++) {
 		zp_upstream_get(root->ups, i, &u);
+		if (u.removed)
+			continue;
 		tr = &t.stats.ups[i];
 		zp_upstream_label(root->ups, i, name, sizeof(name));
 		ctl_address(root, i, addr, sizeof(addr));
@@ -122,7 +129,7 @@ ctl_show_upstreams(struct zp_ctx *root, struct zp_ctl_req *req, int json)
 			    "\"%s\",\"state\":\"%s\",\"weight\":%d,"
 			    "\"backup\":%s,\"streams\":%llu,\"bytes_up\":%llu,"
 			    "\"bytes_down\":%llu,\"messages\":%llu,",
-			    i > 0 ? "," : "", name, addr,
+			    shown++ > 0 ? "," : "", name, addr,
 			    zp_upstream_state_str(&u), u.weight,
 			    u.backup ? "true" : "false",
 			    (unsigned long long)u.active,
@@ -397,6 +404,126 @@ ctl_set_state(struct zp_ctx *root, struct zp_ctl_req *req, int idx,
 	    zp_admin_str(old), (unsigned long long)u.active, what);
 }
 
+/* ---- add and del --------------------------------------------------------- */
+
+/* A literal address host:port into a; -1 when host is a name. */
+static int
+ctl_literal(const char *host, const char *port, struct zp_addr *a)
+{
+	struct sockaddr_in	*s4 = (struct sockaddr_in *)&a->ss;
+	struct sockaddr_in6	*s6 = (struct sockaddr_in6 *)&a->ss;
+
+	memset(a, 0, sizeof(*a));
+	if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)atoi(port));
+		a->len = sizeof(*s4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)atoi(port));
+		a->len = sizeof(*s6);
+		return 0;
+	}
+	return -1;
+}
+
+static void
+ctl_add(struct zp_ctx *root, struct zp_ctl_req *req,
+    const struct zp_ctl_cmd *cmd)
+{
+	struct zp_config	*cfg = root->cfg;
+	struct zp_upstream_spec	*spec;
+	struct zp_addr		 a, *addrs = NULL;
+	char			 err[200], *host = NULL, port[6];
+	size_t			 naddrs = 0;
+	int			 idx, fresh = 0;
+
+	if (zp_upstreams_find(root->ups, cmd->name) != -1) {
+		zp_ctl_done(req, 0, "upstream %s exists (set its weight or "
+		    "state instead)", cmd->name);
+		return;
+	}
+	if (zp_parse_hostport(cmd->name, &host, port, sizeof(port), err,
+	    sizeof(err)) == -1) {
+		zp_ctl_done(req, 0, "%s", err);
+		return;
+	}
+	if (ctl_literal(host, port, &a) == 0) {
+		if ((addrs = malloc(sizeof(*addrs))) == NULL) {
+			free(host);
+			zp_ctl_done(req, 0, "out of memory");
+			return;
+		}
+		*addrs = a;
+		naddrs = 1;
+	} else if (root->resolver == NULL) {
+		free(host);
+		zp_ctl_done(req, 0, "add upstream %s: a name is looked up "
+		    "only with --resolve-interval; give an address",
+		    cmd->name);
+		return;
+	}
+	/* A name deleted before takes its slot (and its spec) back. */
+	if ((spec = zp_upstreams_removed_spec(root->ups, cmd->name)) != NULL)
+		free(host);
+	else if (cfg->nupstreams < ZP_MAX_UPSTREAMS &&
+	    cfg->nupstreams == zp_upstreams_count(root->ups)) {
+		spec = &cfg->upstreams[cfg->nupstreams];
+		memset(spec, 0, sizeof(*spec));
+		spec->host = host;
+		snprintf(spec->port, sizeof(spec->port), "%s", port);
+		fresh = 1;
+	} else {
+		free(host);
+		free(addrs);
+		zp_ctl_done(req, 0, "add upstream %s: at most %d upstreams",
+		    cmd->name, ZP_MAX_UPSTREAMS);
+		return;
+	}
+	spec->weight = cmd->has_weight ? cmd->weight : 1;
+	spec->has_weight = 1;
+	spec->backup = cmd->backup;
+	if ((idx = zp_upstreams_add(root->ups, spec, addrs, naddrs)) == -1) {
+		free(addrs);
+		zp_ctl_done(req, 0, "add upstream %s: at most %d upstreams",
+		    cmd->name, ZP_MAX_UPSTREAMS);
+		return;
+	}
+	/* The config frees the host with the others at the end. */
+	if (fresh)
+		cfg->nupstreams++;
+	if (naddrs == 0)
+		zp_resolver_now(root->resolver, (size_t)idx);
+	zproxy_rebalance_arm(root);
+	zp_ctl_done(req, 1, "upstream %s added: weight %d%s%s", cmd->name,
+	    spec->weight, spec->backup ? ", backup" : "", naddrs == 0 ?
+	    "; down until its name is looked up and it answers" : "");
+}
+
+static void
+ctl_del(struct zp_ctx *root, struct zp_ctl_req *req, int idx,
+    const struct zp_ctl_cmd *cmd)
+{
+	struct zp_upstream	u;
+
+	zp_upstream_get(root->ups, (size_t)idx, &u);
+	if (u.active > 0) {
+		zp_ctl_done(req, 0, "upstream %s has %llu stream(s) on it: put "
+		    "it in maint (set upstream %s state maint) and del it once "
+		    "it is empty", cmd->name, (unsigned long long)u.active,
+		    cmd->name);
+		return;
+	}
+	if (zp_upstream_remove(root->ups, (size_t)idx) == -1) {
+		zp_ctl_done(req, 0, "upstream %s has a stream on it again",
+		    cmd->name);
+		return;
+	}
+	zp_ctl_done(req, 1, "upstream %s removed", cmd->name);
+}
+
 /* ---- the commands ----------------------------------------------------- */
 
 void
@@ -411,7 +538,7 @@ zproxy_ctl_command(void *arg, struct zp_ctl_req *req, const char *line)
 		zp_ctl_done(req, 0, "%s", err);
 		return;
 	}
-	if (cmd.name[0] != '\0' &&
+	if (cmd.name[0] != '\0' && cmd.verb != ZP_CTL_ADD &&
 	    (idx = zp_upstreams_find(root->ups, cmd.name)) == -1) {
 		zp_ctl_done(req, 0, "no upstream %s (zproxy ctl show "
 		    "upstreams lists them)", cmd.name);
@@ -448,6 +575,12 @@ zproxy_ctl_command(void *arg, struct zp_ctl_req *req, const char *line)
 		break;
 	case ZP_CTL_SET_STATE:
 		ctl_set_state(root, req, idx, &cmd);
+		break;
+	case ZP_CTL_ADD:
+		ctl_add(root, req, &cmd);
+		break;
+	case ZP_CTL_DEL:
+		ctl_del(root, req, idx, &cmd);
 		break;
 	case ZP_CTL_SET_WEIGHT:
 		old = zp_upstream_set_weight(root->ups, (size_t)idx,

@@ -25,6 +25,8 @@
 
 static int	report_locked(struct zp_upstreams *, size_t, int, int,
 		    const struct timeval *, char *, size_t);
+static void	slot_init(struct zp_upstream *, struct zp_upstream_spec *,
+		    struct zp_addr *, size_t);
 
 /* Set up one zp_upstream per spec, all up. */
 int
@@ -35,7 +37,12 @@ zp_upstreams_init(struct zp_upstreams *us, struct zp_upstream_spec *specs,
 	size_t	i;
 
 	memset(us, 0, sizeof(*us));
-	if ((us->v = calloc(n, sizeof(*us->v))) == NULL)
+	/*
+	 * Room for every upstream zproxy ctl may add: the array never
+	 * moves, so that a slot read without the lock (its spec) stays put.
+	 */
+	assert(n <= ZP_MAX_UPSTREAMS);
+	if ((us->v = calloc(ZP_MAX_UPSTREAMS, sizeof(*us->v))) == NULL)
 		return -1;
 	pthread_mutex_init(&us->mu, NULL);
 	us->n = n;
@@ -44,10 +51,7 @@ zp_upstreams_init(struct zp_upstreams *us, struct zp_upstream_spec *specs,
 	us->fail_timeout = zp_seconds_tv(fail_timeout);
 	us->log = lg;
 	for (i = 0; i < n; i++) {
-		us->v[i].spec = &specs[i];
-		us->v[i].up = 1;
-		us->v[i].weight = specs[i].has_weight ? specs[i].weight : 1;
-		us->v[i].backup = specs[i].backup;
+		slot_init(&us->v[i], &specs[i], NULL, 0);
 		if (specs[i].naddrs == 0)
 			continue;
 		us->v[i].addrs = calloc(specs[i].naddrs, sizeof(struct zp_addr));
@@ -120,7 +124,94 @@ zp_upstreams_free(struct zp_upstreams *us)
 size_t
 zp_upstreams_count(const struct zp_upstreams *us)
 {
-	return us->n;
+	/* Slots only grow (zp_upstreams_add): a new one is whole when seen. */
+	return __atomic_load_n(&us->n, __ATOMIC_ACQUIRE);
+}
+
+/* A slot's state for a spec, as at start-up; its addresses taken. */
+static void
+slot_init(struct zp_upstream *u, struct zp_upstream_spec *spec,
+    struct zp_addr *addrs, size_t naddrs)
+{
+	memset(u, 0, sizeof(*u));
+	u->spec = spec;
+	u->up = 1;
+	u->weight = spec->has_weight ? spec->weight : 1;
+	u->backup = spec->backup;
+	u->addrs = addrs;
+	u->naddrs = naddrs;
+}
+
+int
+zp_upstreams_add(struct zp_upstreams *us, struct zp_upstream_spec *spec,
+    struct zp_addr *addrs, size_t naddrs)
+{
+	struct zp_upstream	*u;
+	uint64_t		 total, failed;
+	char			 name[300];
+	size_t			 i;
+	int			 idx = -1;
+
+	LOCK(us);
+	/* A name deleted before comes back in its old slot. */
+	for (i = 0; i < us->n; i++)
+		if (us->v[i].removed && us->v[i].spec == spec)
+			idx = (int)i;
+	if (idx == -1 && us->n < ZP_MAX_UPSTREAMS)
+		idx = (int)us->n;
+	if (idx != -1) {
+		u = &us->v[idx];
+		free(u->addrs);
+		/* Its counters stay: /metrics' counters never go back. */
+		total = u->conns_total;
+		failed = u->conns_failed;
+		slot_init(u, spec, addrs, naddrs);
+		u->conns_total = total;
+		u->conns_failed = failed;
+		/* A name not resolved yet: down until it is and answers. */
+		u->up = naddrs > 0;
+		if ((size_t)idx == us->n)
+			__atomic_store_n(&us->n, us->n + 1, __ATOMIC_RELEASE);
+	}
+	UNLOCK(us);
+	if (idx == -1)
+		return -1;
+	zp_log(us->log, ZP_LOG_NOTICE, "upstream %s added (weight %d%s, %zu "
+	    "address%s)", zp_upstream_label(us, (size_t)idx, name,
+	    sizeof(name)), spec->has_weight ? spec->weight : 1,
+	    spec->backup ? ", backup" : "", naddrs, naddrs == 1 ? "" : "es");
+	return idx;
+}
+
+int
+zp_upstream_remove(struct zp_upstreams *us, size_t i)
+{
+	char	name[300];
+	int	rc = 0;
+
+	LOCK(us);
+	if (us->v[i].active > 0)
+		rc = -1;
+	else
+		us->v[i].removed = 1;
+	UNLOCK(us);
+	if (rc == 0)
+		zp_log(us->log, ZP_LOG_NOTICE, "upstream %s removed",
+		    zp_upstream_label(us, i, name, sizeof(name)));
+	return rc;
+}
+
+struct zp_upstream_spec *
+zp_upstreams_removed_spec(const struct zp_upstreams *us, const char *name)
+{
+	char	buf[300];
+	size_t	i, n = zp_upstreams_count(us);
+
+	for (i = 0; i < n; i++)
+		if (us->v[i].removed && strcmp(zp_upstream_label(us, i, buf,
+		    sizeof(buf)), name) == 0)
+			return us->v[i].spec;
+	return NULL;
 }
 
 void
@@ -341,6 +432,7 @@ pick_locked(struct zp_upstreams *us, const struct zp_addr *client,
 		for (i = 0, n = 0; i < us->n; i++) {
 			cand[i] = !tried[i] && us->v[i].weight > 0 &&
 			    us->v[i].admin == ZP_ADMIN_READY &&
+			    !us->v[i].removed &&
 			    us->v[i].backup == (pass & 1) &&
 			    (pass >= 2 || usable(&us->v[i], now));
 			n += cand[i];
@@ -518,7 +610,7 @@ zp_upstreams_draining(const struct zp_upstreams *us)
 
 	LOCK(us);
 	for (i = 0; i < us->n; i++)
-		n += us->v[i].admin != ZP_ADMIN_READY;
+		n += us->v[i].admin != ZP_ADMIN_READY && !us->v[i].removed;
 	UNLOCK(us);
 	return n;
 }
@@ -526,13 +618,16 @@ zp_upstreams_draining(const struct zp_upstreams *us)
 int
 zp_upstreams_find(const struct zp_upstreams *us, const char *name)
 {
-	char	buf[300];
-	size_t	i;
+	struct zp_upstream	u;
+	char			buf[300];
+	size_t			i, n = zp_upstreams_count(us);
 
-	for (i = 0; i < us->n; i++)
-		if (strcmp(zp_upstream_label(us, i, buf, sizeof(buf)),
-		    name) == 0)
+	for (i = 0; i < n; i++) {
+		zp_upstream_get(us, i, &u);
+		if (!u.removed && strcmp(zp_upstream_label(us, i, buf,
+		    sizeof(buf)), name) == 0)
 			return (int)i;
+	}
 	return -1;
 }
 
@@ -602,7 +697,7 @@ zp_upstreams_any_up(const struct zp_upstreams *ups)
 
 	for (i = 0; i < n; i++) {
 		zp_upstream_get(ups, i, &u);
-		if (u.up)
+		if (u.up && !u.removed)
 			return 1;
 	}
 	return 0;

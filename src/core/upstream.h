@@ -43,6 +43,8 @@ struct zp_upstream {
 	int			 last_err;
 	time_t			 last_err_at;	/* wall clock, 0: never */
 	enum zp_admin		 admin;
+	int			 removed;	/* zproxy ctl del: its slot
+						   stays, unused */
 	struct timeval		 retry_at;	/* a down upstream's next try */
 	int			 weight;	/* 0-256 (-u ...,weight=N; 1) */
 	int			 backup;	/* -u ...,backup */
@@ -147,10 +149,32 @@ enum zp_admin zp_upstream_set_admin(struct zp_upstreams *, size_t,
 	    enum zp_admin);
 int	zp_upstream_set_weight(struct zp_upstreams *, size_t, int);
 
+/*
+ * zproxy ctl add: an upstream more for spec (which must outlive the
+ * set), with addrs[0..naddrs) (taken; 0 of them: none yet, it is down
+ * until some are set and a connect answers). A spec of a removed upstream takes its
+ * old slot back (its counters go on). Returns its index, or -1 when
+ * every one of the ZP_MAX_UPSTREAMS slots is taken (addrs not taken).
+ */
+int	zp_upstreams_add(struct zp_upstreams *, struct zp_upstream_spec *,
+	    struct zp_addr *addrs, size_t naddrs);
+
+/*
+ * zproxy ctl del: upstream i takes nothing from now on and is no longer
+ * named; its slot stays (indexes never change). -1 while it has open
+ * pairs.
+ */
+int	zp_upstream_remove(struct zp_upstreams *, size_t i);
+
+/* The spec of the removed upstream named name, or NULL. */
+struct zp_upstream_spec *zp_upstreams_removed_spec(
+	    const struct zp_upstreams *, const char *name);
+
 /* How many upstreams are in drain or maint. */
 size_t	zp_upstreams_draining(const struct zp_upstreams *);
 
 /* The upstream named name (its HOST:PORT as given in -u), or -1. */
+/* (A removed one is not named.) */
 int	zp_upstreams_find(const struct zp_upstreams *, const char *name);
 
 /*

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ops/ctlcmd.h"
+#include "core/config.h"
 #include "core/upstream.h"
 #include "lib/log.h"
 
@@ -19,7 +20,9 @@ const char zp_ctl_usage[] =
     "  show streams [UPSTREAM]\n"
     "  set upstream NAME state ready|drain|maint\n"
     "  set upstream NAME weight N\n"
-    "  move STREAM-ID [UPSTREAM]\n";
+    "  move STREAM-ID [UPSTREAM]\n"
+    "  add upstream HOST:PORT [weight N] [backup]\n"
+    "  del upstream NAME\n";
 
 /* A whole decimal number in [lo, hi]; -1 otherwise. */
 static int
@@ -90,6 +93,68 @@ ctl_set(char **w, int n, struct zp_ctl_cmd *cmd, char *err, size_t errlen)
 	return -1;
 }
 
+/* add upstream HOST:PORT [weight N] [backup]; del upstream NAME */
+static int
+ctl_add_del(char **w, int n, struct zp_ctl_cmd *cmd, char *err,
+    size_t errlen)
+{
+	uint64_t	v;
+	char		port[6], *host;
+	int		i;
+
+	if (strcmp(w[0], "del") == 0) {
+		if (n != 3 || strcmp(w[1], "upstream") != 0) {
+			zp_seterr(err, errlen, "usage: del upstream NAME");
+			return -1;
+		}
+		cmd->verb = ZP_CTL_DEL;
+		return ctl_name(w[2], cmd, err, errlen);
+	}
+	if (n < 3 || strcmp(w[1], "upstream") != 0) {
+		zp_seterr(err, errlen, "usage: add upstream HOST:PORT "
+		    "[weight N] [backup]");
+		return -1;
+	}
+	/* HOST:PORT as -u takes it (its options are words here). */
+	if (strchr(w[2], ',') != NULL) {
+		zp_seterr(err, errlen, "add upstream %.60s: give weight N "
+		    "and backup as words", w[2]);
+		return -1;
+	}
+	if (strcmp(w[2], "original") == 0) {
+		zp_seterr(err, errlen, "add upstream: \"original\" cannot be "
+		    "added");
+		return -1;
+	}
+	if (zp_parse_hostport(w[2], &host, port, sizeof(port), err,
+	    errlen) == -1)
+		return -1;
+	free(host);
+	cmd->verb = ZP_CTL_ADD;
+	for (i = 3; i < n; i++) {
+		if (strcmp(w[i], "backup") == 0 && !cmd->backup) {
+			cmd->backup = 1;
+			continue;
+		}
+		if (strcmp(w[i], "weight") == 0 && !cmd->has_weight &&
+		    i + 1 < n) {
+			if (ctl_number(w[++i], 0, ZP_WEIGHT_MAX, &v) == -1) {
+				zp_seterr(err, errlen, "weight \"%.40s\": want "
+				    "a whole number from 0 to %d", w[i],
+				    ZP_WEIGHT_MAX);
+				return -1;
+			}
+			cmd->has_weight = 1;
+			cmd->weight = (int)v;
+			continue;
+		}
+		zp_seterr(err, errlen, "usage: add upstream HOST:PORT "
+		    "[weight N] [backup]");
+		return -1;
+	}
+	return ctl_name(w[2], cmd, err, errlen);
+}
+
 /* The words after the verb's, checked and stored. */
 static int
 ctl_words(char **w, int n, struct zp_ctl_cmd *cmd, char *err, size_t errlen)
@@ -123,8 +188,10 @@ ctl_words(char **w, int n, struct zp_ctl_cmd *cmd, char *err, size_t errlen)
 		cmd->verb = ZP_CTL_MOVE;
 		return n == 3 ? ctl_name(w[2], cmd, err, errlen) : 0;
 	}
-	zp_seterr(err, errlen, "unknown command \"%.40s\" (show, set, move)",
-	    w[0]);
+	if (strcmp(w[0], "add") == 0 || strcmp(w[0], "del") == 0)
+		return ctl_add_del(w, n, cmd, err, errlen);
+	zp_seterr(err, errlen, "unknown command \"%.40s\" (show, set, move, "
+	    "add, del)", w[0]);
 	return -1;
 }
 
@@ -161,7 +228,8 @@ zp_ctl_parse(const char *line, struct zp_ctl_cmd *cmd, char *err,
 		w[n++] = p;
 	}
 	if (n == 0) {
-		zp_seterr(err, errlen, "no command (show, set, move)");
+		zp_seterr(err, errlen, "no command (show, set, move, add, "
+		    "del)");
 		return -1;
 	}
 	return ctl_words(w, n, cmd, err, errlen);

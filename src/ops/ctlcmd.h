@@ -8,6 +8,8 @@
  *   set upstream NAME state ready|drain|maint
  *   set upstream NAME weight N		(0-256)
  *   move STREAM-ID [UPSTREAM]
+ *   add upstream HOST:PORT [weight N] [backup]
+ *   del upstream NAME
  *
  * "--json" may stand anywhere. Words are separated by blanks; a NAME is
  * an upstream's HOST:PORT as given in -u.
@@ -26,6 +28,8 @@ enum zp_ctl_verb {
 	ZP_CTL_SET_STATE,
 	ZP_CTL_SET_WEIGHT,
 	ZP_CTL_MOVE,
+	ZP_CTL_ADD,
+	ZP_CTL_DEL,
 };
 
 struct zp_ctl_cmd {
@@ -34,6 +38,8 @@ struct zp_ctl_cmd {
 	char		 name[ZP_CTL_NAME_MAX];	/* the upstream; "" none */
 	int		 state;		/* enum zp_admin (core/upstream.h) */
 	int		 weight;
+	int		 has_weight;	/* add: weight given (else 1) */
+	int		 backup;	/* add */
 	uint64_t	 id;		/* move: the stream */
 };
 

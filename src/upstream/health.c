@@ -149,11 +149,17 @@ static void
 health_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_health	*h = arg;
+	struct zp_upstream	 u;
 	size_t			 i;
 
+	/* zproxy ctl may have added upstreams since: their slots wait. */
+	h->n = zp_upstreams_count(h->ctx->ups);
 	for (i = 0; i < h->n; i++) {
 		if (h->checks[i].conn.ev != NULL)
 			continue;	/* still waiting on the last one */
+		zp_upstream_get(h->ctx->ups, i, &u);
+		if (u.removed)
+			continue;
 		h->checks[i].addr = 0;
 		h->checks[i].err = 0;
 		check_next(&h->checks[i]);
@@ -173,11 +179,12 @@ zp_health_new(struct zp_ctx *ctx)
 		return NULL;
 	h->ctx = ctx;
 	h->n = zp_upstreams_count(ctx->ups);
-	if ((h->checks = calloc(h->n, sizeof(*h->checks))) == NULL) {
+	if ((h->checks = calloc(ZP_MAX_UPSTREAMS, sizeof(*h->checks))) ==
+	    NULL) {
 		free(h);
 		return NULL;
 	}
-	for (i = 0; i < h->n; i++) {
+	for (i = 0; i < ZP_MAX_UPSTREAMS; i++) {
 		h->checks[i].h = h;
 		h->checks[i].idx = i;
 		zp_connecting_init(&h->checks[i].conn);

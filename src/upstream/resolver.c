@@ -114,37 +114,51 @@ out:
 	free(lk);
 }
 
-/* The interval is up: look every name up again. */
+/* Look upstream i's name up, unless a lookup is under way. */
 static void
-resolver_timer_cb(evutil_socket_t fd, short what, void *arg)
+resolver_start(struct zp_resolver *r, size_t i)
 {
-	struct zp_resolver		*r = arg;
+	const struct zp_upstream_spec	*us = &r->ctx->cfg->upstreams[i];
 	struct evutil_addrinfo		 hints;
 	struct zp_lookup		*lk;
 	struct evdns_getaddrinfo_request *req;
-	size_t				 i;
+	struct zp_upstream		 u;
 
+	zp_upstream_get(r->ctx->ups, i, &u);
+	if (r->inflight[i] != NULL || u.removed || is_literal(us->host))
+		return;
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_protocol = IPPROTO_TCP;
 	hints.ai_flags = EVUTIL_AI_NUMERICSERV;
-	for (i = 0; i < zp_upstreams_count(r->ctx->ups); i++) {
-		const struct zp_upstream_spec *us = &r->ctx->cfg->upstreams[i];
+	if ((lk = calloc(1, sizeof(*lk))) == NULL)
+		return;
+	lk->r = r;
+	lk->idx = i;
+	r->inflight[i] = lk;
+	/* The callback may run before this returns (cache, hosts). */
+	req = evdns_getaddrinfo(r->dns, us->host, us->port, &hints,
+	    lookup_cb, lk);
+	if (req != NULL && r->inflight[i] == lk)
+		lk->req = req;
+}
 
-		if (r->inflight[i] != NULL || is_literal(us->host))
-			continue;
-		if ((lk = calloc(1, sizeof(*lk))) == NULL)
-			continue;
-		lk->r = r;
-		lk->idx = i;
-		r->inflight[i] = lk;
-		/* The callback may run before this returns (cache, hosts). */
-		req = evdns_getaddrinfo(r->dns, us->host, us->port, &hints,
-		    lookup_cb, lk);
-		if (req != NULL && r->inflight[i] == lk)
-			lk->req = req;
-	}
+/* The interval is up: look every name up again. */
+static void
+resolver_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_resolver	*r = arg;
+	size_t			 i;
+
+	for (i = 0; i < zp_upstreams_count(r->ctx->ups); i++)
+		resolver_start(r, i);
+}
+
+void
+zp_resolver_now(struct zp_resolver *r, size_t i)
+{
+	resolver_start(r, i);
 }
 
 /* Start re-resolving. */
@@ -155,7 +169,7 @@ zp_resolver_new(struct zp_ctx *ctx, char *err, size_t errlen)
 	struct zp_resolver	*r;
 	struct timeval		 iv;
 	char			 abuf[ZP_ADDRSTRLEN], tmo[32];
-	size_t			 n = zp_upstreams_count(ctx->ups);
+	size_t			 n = ZP_MAX_UPSTREAMS; /* ctl may add */
 
 	if ((r = calloc(1, sizeof(*r))) == NULL ||
 	    (r->inflight = calloc(n, sizeof(*r->inflight))) == NULL ||

@@ -17,6 +17,9 @@ struct zp_resolver;
  */
 struct zp_resolver *zp_resolver_new(struct zp_ctx *, char *, size_t);
 
+/* Look upstream i's name up now (zproxy ctl add), if it has one. */
+void	zp_resolver_now(struct zp_resolver *, size_t i);
+
 /* Cancel pending lookups and free. Safe on NULL. */
 void	zp_resolver_free(struct zp_resolver *);
 

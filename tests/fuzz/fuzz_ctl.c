@@ -38,6 +38,17 @@ ctl_format(const struct zp_ctl_cmd *c, char *buf, size_t len)
 	case ZP_CTL_MOVE:
 		snprintf(buf, len, "move %" PRIu64 " %s%s", c->id, c->name, j);
 		break;
+	case ZP_CTL_ADD:
+		snprintf(buf, len, "add upstream %s%s%s%s", c->name,
+		    c->backup ? " backup" : "", c->has_weight ? " weight " :
+		    "", j);
+		if (c->has_weight)
+			snprintf(buf + strlen(buf), len - strlen(buf), " %d",
+			    c->weight);
+		break;
+	case ZP_CTL_DEL:
+		snprintf(buf, len, "del upstream %s%s", c->name, j);
+		break;
 	}
 }
 
@@ -56,17 +67,21 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	FUZZ_CHECK(cmd.verb >= ZP_CTL_SHOW_UPSTREAMS &&
-	    cmd.verb <= ZP_CTL_MOVE);
+	    cmd.verb <= ZP_CTL_DEL);
 	FUZZ_CHECK(memchr(cmd.name, '\0', sizeof(cmd.name)) != NULL);
 	FUZZ_CHECK(strpbrk(cmd.name, " \t") == NULL);
 	FUZZ_CHECK(cmd.json == 0 || cmd.json == 1);
 	if (cmd.verb == ZP_CTL_SET_STATE)
 		FUZZ_CHECK(cmd.state >= ZP_ADMIN_READY &&
 		    cmd.state <= ZP_ADMIN_MAINT);
-	if (cmd.verb == ZP_CTL_SET_WEIGHT)
+	if (cmd.verb == ZP_CTL_SET_WEIGHT || cmd.has_weight)
 		FUZZ_CHECK(cmd.weight >= 0 && cmd.weight <= ZP_WEIGHT_MAX);
-	if (cmd.verb == ZP_CTL_SET_STATE || cmd.verb == ZP_CTL_SET_WEIGHT)
+	if (cmd.verb == ZP_CTL_SET_STATE || cmd.verb == ZP_CTL_SET_WEIGHT ||
+	    cmd.verb >= ZP_CTL_ADD)
 		FUZZ_CHECK(cmd.name[0] != '\0');
+	if (cmd.verb == ZP_CTL_ADD)
+		FUZZ_CHECK(strchr(cmd.name, ':') != NULL &&
+		    strchr(cmd.name, ',') == NULL);
 	if (cmd.verb == ZP_CTL_MOVE)
 		FUZZ_CHECK(cmd.id > 0);
 	/* The same command, written back and read again. */

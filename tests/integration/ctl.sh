@@ -27,6 +27,16 @@
 #      A's stay open and answer, new clients go to A only; framed move:
 #      `move ID B` moves one stream (reason=ctl), `move ID` to a drained
 #      upstream or of an unknown id fails with exit 1 and one line.
+#   b2. add and del: `add upstream B weight 1` to a zproxy of one
+#      upstream: listed ready, 2 of 4 new clients go there, a second add
+#      is refused; `del` is refused while streams are on it (the answer
+#      says how many and to use maint); in maint its framed streams move
+#      off, then del removes it (no longer listed); added again as
+#      weight 2, backup; a name is refused without --resolve-interval,
+#      and with it `add upstream localhost:PORT` is looked up at once;
+#      add, weight 3, weight 0 and del in a loop beside zp-peer churn at
+#      1,000 connections a second for 5 s: every connection answered
+#      (no reset, bad, timeout or error).
 #   c. the socket under abuse, zproxy as --user (ZP_USER) with the
 #      sandbox: a bad hello, a command of 5,000 bytes, 20 words, an
 #      unknown verb, each one failed answer (the long one also closed);
@@ -190,6 +200,15 @@ clients() {
 	done
 }
 
+# two_sinks: two upstreams that read and discard, hold every connection
+# until its peer closes, and never close first; their addresses in A, B.
+two_sinks() {
+	peer_listen sinkA -n 0 -t 0 --no-shut --allow-reset
+	A="127.0.0.1:$PEER_PORT"
+	peer_listen sinkB -n 0 -t 0 --no-shut --allow-reset
+	B="127.0.0.1:$PEER_PORT"
+}
+
 # upstream_of ID: the upstream show streams names for stream ID.
 upstream_of() {
 	ctl_ok --json show streams
@@ -200,10 +219,7 @@ case_controls() {
 	local what="show, weight, maint, move" A B fds=() fd n i ids
 	local nA nB t0 line v
 	zp_user_dir "$T"
-	peer_listen sinkA -n 0 -t 0 --no-shut --allow-reset
-	A="127.0.0.1:$PEER_PORT"
-	peer_listen sinkB -n 0 -t 0 --no-shut --allow-reset
-	B="127.0.0.1:$PEER_PORT"
+	two_sinks
 	CTL=$T/controls.ctl
 	start_zproxy -v --control "$CTL" --drain-timeout 2 -u "$A" -u "$B"
 	for i in 1 2 3 4; do
@@ -311,6 +327,124 @@ case_controls() {
 	stop_zproxy
 }
 
+# ---- b2. add and del ---------------------------------------------------------
+
+# upstream_field NAME FIELD: FIELD of upstream NAME in show upstreams
+# --json ("" when it is not listed).
+upstream_field() {
+	ctl_ok --json show upstreams
+	jq -r --arg n "$1" --arg f "$2" '.[] | select(.name == $n) | .[$f]' "$T/ctl.out"
+}
+
+# wait_streams NAME N SECS WHY: until show upstreams says N streams on
+# NAME; fail (saying WHY) after SECS.
+wait_streams() {
+	local t0
+	t0=$(now_ms)
+	until [ "$(upstream_field "$1" streams)" = "$2" ]; do
+		[ $(( $(now_ms) - t0 )) -lt $(($3 * 1000)) ] ||
+			fail "$what: $1 holds $(upstream_field "$1" streams) streams $4, want $2"
+		sleep 0.05
+	done
+}
+
+case_add_del() {
+	local what="add and del" A B t0 fds=() fd i v
+	zp_user_dir "$T"
+	two_sinks
+	CTL=$T/add.ctl
+	start_zproxy -v --control "$CTL" --framing lf -u "$A"
+	ctl_ok add upstream "$B" weight 1
+	[ "$(cat "$T/ctl.out")" = "upstream $B added: weight 1" ] ||
+		fail "$what: add said: $(cat "$T/ctl.out")"
+	v=$(upstream_field "$B" state),$(upstream_field "$B" weight),$(upstream_field "$B" address)
+	[ "$v" = "ready,1,$B" ] || fail "$what: the added upstream shows as $v"
+	ctl add upstream "$B" && fail "$what: adding $B twice succeeded"
+	grep -q "upstream $B exists" "$T/ctl.err" || fail "$what: $(cat "$T/ctl.err")"
+	for i in 1 2 3 4; do
+		client_open fd
+		fds+=("$fd")
+		echo "m$i" >&"$fd"
+	done
+	wait_streams "$B" 2 10 "of 4 new clients on the added upstream"
+	ok "$what: add upstream $B: listed ready, weight 1; 2 of 4 new clients on it; a second add refused"
+	ctl del upstream "$B" && fail "$what: del of an upstream with streams succeeded"
+	grep -q "has 2 stream(s) on it: put it in maint" "$T/ctl.err" ||
+		fail "$what: del with streams said: $(cat "$T/ctl.err")"
+	ctl_ok set upstream "$B" state maint
+	wait_streams "$B" 0 15 "in maint"
+	ctl_ok del upstream "$B"
+	[ -z "$(upstream_field "$B" name)" ] || fail "$what: $B still listed after del"
+	ok "$what: del refused while 2 streams were on $B; in maint they moved to $A, then del removed it"
+	ctl_ok add upstream "$B" weight 2 backup
+	v=$(upstream_field "$B" weight),$(upstream_field "$B" backup)
+	[ "$v" = "2,true" ] || fail "$what: $B added again shows $v"
+	ctl add upstream "not-a-host.invalid:514" && fail "$what: a name without --resolve-interval was added"
+	grep -q "a name is looked up only with --resolve-interval" "$T/ctl.err" ||
+		fail "$what: add of a name said: $(cat "$T/ctl.err")"
+	ok "$what: $B added again as weight 2, backup; a name refused without --resolve-interval"
+	for fd in "${fds[@]}"; do exec {fd}>&-; done
+	stop_zproxy
+
+	# A name, looked up at once with --resolve-interval.
+	CTL=$T/add-name.ctl
+	start_zproxy -v --control "$CTL" --resolve-interval 60 -u "$A"
+	ctl_ok add upstream "localhost:${B##*:}"
+	grep -q "down until its name is looked up and it answers" "$T/ctl.out" ||
+		fail "$what: add of a name said: $(cat "$T/ctl.out")"
+	t0=$(now_ms)
+	until v=$(upstream_field "localhost:${B##*:}" address) && [ "$v" != "-" ]; do
+		[ $(( $(now_ms) - t0 )) -lt 10000 ] || fail "$what: localhost not looked up within 10 s"
+		sleep 0.1
+	done
+	case $v in
+	127.0.0.1:"${B##*:}"*|"[::1]:${B##*:}"*) ;;
+	*) fail "$what: localhost looked up as $v" ;;
+	esac
+	ok "$what: add upstream localhost:${B##*:} with --resolve-interval: looked up at once ($v)"
+	stop_zproxy
+}
+
+# add, weight and del while clients come and go at 1,000 a second.
+case_churn() {
+	local what="add, weight, del under 1,000 connections a second" A B
+	local cpid n=0 t0 out
+	zp_user_dir "$T"
+	peer_listen echoA --echo -n 0 -t 0 --allow-reset
+	A="127.0.0.1:$PEER_PORT"
+	peer_listen echoB --echo -n 0 -t 0 --allow-reset
+	B="127.0.0.1:$PEER_PORT"
+	CTL=$T/churn.ctl
+	start_zproxy --control "$CTL" -u "$A"
+	zp_bg churn "$ZP_PEER" churn 127.0.0.1 "$ZPORT" --rate 1000 --duration 5
+	cpid=$BG_PID
+	t0=$(now_ms)
+	while alive "$cpid" && [ $(( $(now_ms) - t0 )) -lt 4500 ]; do
+		ctl_ok add upstream "$B"
+		ctl_ok set upstream "$B" weight 3
+		ctl_ok set upstream "$B" weight 0
+		# Its last clients end within a moment: del once it is empty.
+		until ctl del upstream "$B"; do
+			grep -q "stream(s) on it" "$T/ctl.err" ||
+				fail "$what: del: $(cat "$T/ctl.err")"
+			[ $(( $(now_ms) - t0 )) -lt 15000 ] || fail "$what: $B never emptied"
+			sleep 0.01
+		done
+		n=$((n + 1))
+	done
+	peer_wait "$cpid" churn 30 || fail "$what: $(tail -n 2 "$T/churn.err")"
+	out=$(tail -n 1 "$T/churn.out")
+	case $out in
+	*" reset=0 bad=0 timeout=0 error=0 "*) ;;
+	*) fail "$what: churn said: $out" ;;
+	esac
+	[ "$n" -ge 3 ] || fail "$what: only $n rounds of add, weight, del"
+	grep -q "upstream $B added" "$ZLOG" || fail "$what: no 'added' line"
+	ok "$what: $n rounds of add, weight 3, weight 0, del beside churn: $out"
+	zproxy_alive "after the churn"
+	stop_zproxy
+}
+
 # ---- c. abuse ---------------------------------------------------------------
 
 # raw_ctl TEXT: send TEXT as one message on the socket, print what came.
@@ -362,11 +496,19 @@ show a b c d e f g h i")
 	stop_zproxy
 }
 
-for mode in $MODES; do
-	subcase_bg case_drain "$mode" lf rsyslog syslog-ng
-	subcase_bg case_drain "$mode" octet syslog-ng rsyslog
+# ZP_CTL_CASES: some of drain controls add_del churn abuse (all).
+want() { case " ${ZP_CTL_CASES:-drain controls add_del churn abuse} " in *" $1 "*) return 0 ;; esac; return 1; }
+# The churn first, alone: 1,000 connections a second beside the drains'
+# collectors starved a sanitized zproxy into 10 s timeouts.
+want churn && subcase case_churn
+if want drain; then
+	for mode in $MODES; do
+		subcase_bg case_drain "$mode" lf rsyslog syslog-ng
+		subcase_bg case_drain "$mode" octet syslog-ng rsyslog
+	done
+fi
+for c in controls add_del abuse; do
+	want "$c" && subcase_bg "case_$c"
 done
-subcase_bg case_controls
-subcase_bg case_abuse
 subcases_wait
 zp_done

@@ -71,6 +71,23 @@ test_commands(void **state)
 	assert_int_equal(parse("move 18446744073709551615 c:3"), 0);
 	assert_true(cmd.id == UINT64_MAX);
 	assert_string_equal(cmd.name, "c:3");
+
+	assert_int_equal(parse("add upstream 10.0.0.1:514"), 0);
+	assert_int_equal(cmd.verb, ZP_CTL_ADD);
+	assert_string_equal(cmd.name, "10.0.0.1:514");
+	assert_int_equal(cmd.has_weight, 0);
+	assert_int_equal(cmd.backup, 0);
+	assert_int_equal(parse("add upstream [::1]:514 backup weight 3"), 0);
+	assert_string_equal(cmd.name, "[::1]:514");
+	assert_int_equal(cmd.has_weight, 1);
+	assert_int_equal(cmd.weight, 3);
+	assert_int_equal(cmd.backup, 1);
+	assert_int_equal(parse("add upstream logs.example.net:514 weight 0"),
+	    0);
+	assert_int_equal(cmd.weight, 0);
+	assert_int_equal(parse("del upstream logs.example.net:514"), 0);
+	assert_int_equal(cmd.verb, ZP_CTL_DEL);
+	assert_string_equal(cmd.name, "logs.example.net:514");
 }
 
 static void
@@ -96,6 +113,18 @@ test_refused(void **state)
 	refused("move 18446744073709551616", "stream id");
 	refused("move 1 a:1 b:2", "usage: move");
 	refused("show a b c d e f g h i", "too many words");
+	refused("add upstream", "usage: add upstream");
+	refused("add server a:1", "usage: add upstream");
+	refused("add upstream a:1,weight=2", "as words");
+	refused("add upstream a", "expected HOST:PORT");
+	refused("add upstream a:99999", "99999");
+	refused("add upstream original", "cannot be added");
+	refused("add upstream a:1 weight", "usage: add upstream");
+	refused("add upstream a:1 weight 300", "from 0 to 256");
+	refused("add upstream a:1 backup backup", "usage: add upstream");
+	refused("add upstream a:1 weight 1 weight 2", "usage: add upstream");
+	refused("del upstream", "usage: del upstream");
+	refused("del upstream a:1 now", "usage: del upstream");
 	refused("show\nupstreams", "a control character");
 	refused("show upstreams\r", "a control character");
 	memset(long_name, 'x', sizeof(long_name) - 1);

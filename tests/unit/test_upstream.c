@@ -1355,6 +1355,58 @@ test_rebalance_weights(void **state)
 }
 
 /*
+ * zproxy ctl add and del: an added upstream takes clients at once; one
+ * with open pairs cannot be removed; a removed one takes nothing, is not
+ * found by name nor counted as up, and comes back in its slot (its
+ * counters kept); the 64 slots bound the set.
+ */
+static void
+test_add_remove(void **state)
+{
+	struct ups_state	*s = *state;
+	struct zp_upstreams	*us;
+	struct zp_upstream	 u;
+	struct zp_addr		 c, *a;
+	struct timeval		 now = at(0, 0);
+	unsigned char		 tried[ZP_MAX_UPSTREAMS] = { 0 };
+	int			 i, n[3] = { 0 };
+	char			 name[64];
+
+	memset(&c, 0, sizeof(c));
+	us = ups_init(s, 2, ZP_BALANCE_ROUNDROBIN, 1, 10.0);
+	a = calloc(1, sizeof(*a));
+	assert_non_null(a);
+	assert_int_equal(zp_upstreams_add(us, &s->specs[2], a, 1), 2);
+	assert_int_equal(zp_upstreams_count(us), 3);
+	for (i = 0; i < 30; i++)
+		n[zp_upstream_pick(us, &c, tried, &now)]++;
+	assert_int_equal(n[2], 10);
+	zp_upstream_label(us, 2, name, sizeof(name));
+	assert_int_equal(zp_upstreams_find(us, name), 2);
+	zp_upstream_acquire(us, 2);
+	assert_int_equal(zp_upstream_remove(us, 2), -1);
+	zp_upstream_release(us, 2);
+	assert_int_equal(zp_upstream_remove(us, 2), 0);
+	assert_int_equal(zp_upstreams_find(us, name), -1);
+	assert_ptr_equal(zp_upstreams_removed_spec(us, name), &s->specs[2]);
+	for (i = 0; i < 30; i++)
+		assert_int_not_equal(zp_upstream_pick(us, &c, tried, &now), 2);
+	/* Back in its slot, its count of connections kept. */
+	assert_int_equal(zp_upstreams_add(us, &s->specs[2], NULL, 0), 2);
+	assert_int_equal(zp_upstreams_count(us), 3);
+	zp_upstream_get(us, 2, &u);
+	assert_int_equal(u.removed, 0);
+	assert_int_equal(u.up, 0);	/* no address yet: down */
+	assert_true(u.conns_total == 1);
+	assert_null(zp_upstreams_removed_spec(us, name));
+	/* Every slot taken: -1. */
+	while (zp_upstreams_count(us) < ZP_MAX_UPSTREAMS)
+		assert_true(zp_upstreams_add(us, &s->specs[3], NULL, 0) >= 0);
+	assert_int_equal(zp_upstreams_add(us, &s->specs[3], NULL, 0), -1);
+	ups_free(s);
+}
+
+/*
  * zproxy ctl set upstream NAME state drain|maint: no new client goes
  * there, whatever the balancer; its streams leave it first, one at a
  * time, with or without --rebalance (even), to a ready upstream only;
@@ -1470,6 +1522,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_backup, ups_setup,
 		    ups_teardown),
 		cmocka_unit_test(test_source_consistent),
+		cmocka_unit_test_setup_teardown(test_add_remove, ups_setup,
+		    ups_teardown),
 		cmocka_unit_test_setup_teardown(test_admin_drain, ups_setup,
 		    ups_teardown),
 		cmocka_unit_test_setup_teardown(test_rebalance_weights,
