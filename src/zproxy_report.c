@@ -43,7 +43,7 @@ zproxy_notify_status(void *arg, char *buf, size_t len)
 	struct zp_ctx		*ctx = arg;
 	struct zp_totals	*t;
 	struct zp_upstream	 u;
-	size_t			 i, nup = 0;
+	size_t			 i, nup = 0, nups = 0;
 
 	if ((t = malloc(sizeof(*t))) == NULL) {
 		snprintf(buf, len, "%s", ctx->stopping ? "draining" :
@@ -53,7 +53,8 @@ zproxy_notify_status(void *arg, char *buf, size_t len)
 	zp_ctx_totals(ctx, t);
 	for (i = 0; i < zp_upstreams_count(ctx->ups); i++) {
 		zp_upstream_get(ctx->ups, i, &u);
-		nup += u.up != 0;
+		nup += u.up && !u.removed;
+		nups += !u.removed;	/* zproxy ctl del */
 	}
 	snprintf(buf, len, "%s; connections open=%llu total=%llu; bytes "
 	    "up=%llu down=%llu; upstreams up %zu of %zu",
@@ -61,8 +62,7 @@ zproxy_notify_status(void *arg, char *buf, size_t len)
 	    (unsigned long long)t->stats.conns_open,
 	    (unsigned long long)t->stats.conns_total,
 	    (unsigned long long)t->stats.all.up.bytes,
-	    (unsigned long long)t->stats.all.down.bytes, nup,
-	    zp_upstreams_count(ctx->ups));
+	    (unsigned long long)t->stats.all.down.bytes, nup, nups);
 	free(t);
 }
 
