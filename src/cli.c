@@ -143,6 +143,9 @@ const struct cli_opt cli_opts[] = {
 	    cli_opt_control, 0 },
 	{ "daemon", OPT_DAEMON, CLI_FLAG, F(daemon), 0, 0, NULL, NULL, NULL,
 	    0 },
+	{ "config", 'f', CLI_STRING, F(config_file), 0, 0, "file", NULL,
+	    NULL, 0 },
+	{ "check", OPT_CHECK, CLI_FLAG, F(check), 0, 0, NULL, NULL, NULL, 0 },
 	{ "verbose", 'v', CLI_MORE, F(verbose), 0, 0, NULL, NULL, NULL, 0 },
 	{ "quiet", 'q', CLI_FLAG, F(quiet), 0, 0, NULL, NULL, NULL, 0 },
 	{ "help", 'h', CLI_EXIT, 0, ZP_PARSE_HELP, 0, NULL, NULL, NULL, 0 },
@@ -320,7 +323,7 @@ static const char usage_text[] =
 "      --drain-timeout SEC    at SIGTERM, let open pairs finish for this long\n"
 "                             (default 30)\n"
 "\n"
-"Restarts that refuse no client, and control while it runs:\n"
+"Restarts that refuse no client and control while it runs:\n"
 "      --control PATH         a Unix socket (mode 0600, its user's) where\n"
 "                             zproxy ctl is answered and the listening\n"
 "                             sockets are handed to a zproxy started with\n"
@@ -330,6 +333,15 @@ static const char usage_text[] =
 "                             its --drain-timeout and exits 0\n"
 "      --daemon               go to the background once serving (the\n"
 "                             command exits 0 then, or with the error)\n"
+"\n"
+"A configuration file:\n"
+"  -f, --config FILE          read options from FILE, one a line: the long\n"
+"                             name and its value as on the command line\n"
+"                             (\"upstream logs-a:514,weight=2\"), # comments;\n"
+"                             an option on the command line replaces the\n"
+"                             file's (every -u of it, for -u)\n"
+"      --check                check the options (and look the upstreams up),\n"
+"                             print them as a file would hold them, exit\n"
 "\n"
 "Seeing what it does:\n"
 "      --log-file PATH        log there instead of stderr (SIGHUP reopens it)\n"
@@ -357,7 +369,8 @@ zp_config_usage(FILE *fp, const char *prog)
 {
 	fprintf(fp,
 "usage: %s -l [ADDR]:PORT|systemd[:NAME] -u HOST:PORT [options]\n"
+"       %s -f FILE [options] [--check]\n"
 "       %s ctl [--control PATH] [--json] COMMAND...   (%s ctl --help)\n",
-	    prog, prog, prog);
+	    prog, prog, prog, prog);
 	fputs(usage_text, fp);
 }

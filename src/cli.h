@@ -19,10 +19,18 @@ enum zp_parse_result {
 };
 
 /*
- * Parse argv into cfg (getopt_long; resets optind). Returns a
- * zp_parse_result; on ZP_PARSE_ERROR err holds one line naming the problem.
+ * Parse argv into cfg (getopt_long; resets optind), after -f's file when
+ * given (cli_file.c: the command line's options replace the file's).
+ * Returns a zp_parse_result; on ZP_PARSE_ERROR err holds one line naming
+ * the problem ("FILE:LINE: ..." for a line of the file).
  */
 int	zp_config_parse(struct zp_config *, int, char **, char *, size_t);
+
+/*
+ * --check: the options as read (the file's, then the command line's),
+ * one "name value" a line, as a file of its own would hold them.
+ */
+void	zp_config_print(FILE *, const struct zp_config *);
 
 /* Usage text, for -h and after a usage error. */
 void	zp_config_usage(FILE *, const char *);

@@ -70,6 +70,8 @@ enum {
 	OPT_CONTROL,
 	OPT_TAKEOVER,
 	OPT_DAEMON,
+	/* the configuration file */
+	OPT_CHECK,
 };
 
 /* How an option's value is read into its field. */
@@ -108,7 +110,7 @@ struct cli_opt {
  * entry added or removed without it is a compile error in cli.c, where
  * the table's own size must match this declaration.
  */
-#define CLI_NOPTS	59
+#define CLI_NOPTS	61
 extern const struct cli_opt cli_opts[CLI_NOPTS];
 
 /* Does the option take a value? */
@@ -116,6 +118,31 @@ int	cli_has_value(const struct cli_opt *);
 
 /* The table entry of a getopt value, or NULL. */
 const struct cli_opt *cli_find(int val);
+
+/*
+ * An option that takes one value takes it once: given[] (CLI_NOPTS)
+ * holds each option's value so far (cli_parse.c). Returns 0, or -1 with
+ * err filled.
+ */
+int	cli_check_once(const struct cli_opt *o, const char *arg,
+	    const char **given, char *err, size_t errlen);
+
+/*
+ * Keep an option as read (value NULL for a flag; copied), for --check.
+ * Returns 0, or -1 when out of memory.
+ */
+int	cli_item_add(struct zp_config *cfg, const char *name,
+	    const char *value);
+
+/*
+ * cli_file.c: read path's options into cfg (one "name [value]" a line,
+ * long names, # comments), but those the command line gives (skip[i]
+ * for cli_opts[i]); given[] as cli_check_once() keeps it. Returns 0, or
+ * -1 with err "PATH:LINE: what is wrong" (or "-f PATH: why").
+ */
+int	cli_file_read(struct zp_config *cfg, const char *path,
+	    const unsigned char *skip, const char **given, char *err,
+	    size_t errlen);
 
 /*
  * Read one option's value s into its field of cfg, as its entry says.

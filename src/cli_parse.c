@@ -61,8 +61,8 @@ bad_option(const char *word, int opt, char *err, size_t errlen)
  * given[] holds, per cli_opts entry, the value it was given. Returns 0,
  * or -1 with err filled.
  */
-static int
-check_once(const struct cli_opt *o, const char *arg, const char **given,
+int
+cli_check_once(const struct cli_opt *o, const char *arg, const char **given,
     char *err, size_t errlen)
 {
 	char	q1[ZP_ESCLEN / 2], q2[ZP_ESCLEN / 2];
@@ -173,6 +173,46 @@ check_listens(const struct zp_config *cfg, char *err, size_t errlen)
  * each option's value. Returns ZP_PARSE_OK to go on to the checks, or
  * what zp_config_parse() returns now (-h, -V, an error in err).
  */
+/* getopt_long's table, from cli_opts. */
+static void
+long_opts(struct option *lo)
+{
+	size_t	i;
+
+	memset(lo, 0, sizeof(*lo) * (CLI_NOPTS + 1));
+	for (i = 0; i < CLI_NOPTS; i++) {
+		lo[i].name = cli_opts[i].name;
+		lo[i].has_arg = cli_has_value(&cli_opts[i]) ?
+		    required_argument : no_argument;
+		lo[i].val = cli_opts[i].val;
+	}
+}
+
+/*
+ * Which options argv gives (on[i] for cli_opts[i]), and -f's FILE: a
+ * first look, before the file is read, so that the command line's win.
+ * What is wrong in argv is said by parse_argv().
+ */
+static const char *
+scan_argv(int argc, char **argv, unsigned char *on)
+{
+	struct option		 lo[CLI_NOPTS + 1];
+	const struct cli_opt	*o;
+	const char		*file = NULL;
+	int			 c;
+
+	long_opts(lo);
+	opterr = 0;
+	optind = 0;
+	while ((c = getopt_long(argc, argv, ":l:u:m:f:vqhV", lo, NULL)) != -1)
+		if ((o = cli_find(c)) != NULL) {
+			on[o - cli_opts] = 1;
+			if (c == 'f' && file == NULL)
+				file = optarg;
+		}
+	return file;
+}
+
 static int
 parse_argv(struct zp_config *cfg, int argc, char **argv, const char **given,
     char *err, size_t errlen)
@@ -180,19 +220,12 @@ parse_argv(struct zp_config *cfg, int argc, char **argv, const char **given,
 	struct option		 lo[CLI_NOPTS + 1];
 	const struct cli_opt	*o;
 	char			 q[ZP_ESCLEN];
-	size_t			 i;
 	int			 c;
 
-	memset(lo, 0, sizeof(lo));
-	for (i = 0; i < CLI_NOPTS; i++) {
-		lo[i].name = cli_opts[i].name;
-		lo[i].has_arg = cli_has_value(&cli_opts[i]) ?
-		    required_argument : no_argument;
-		lo[i].val = cli_opts[i].val;
-	}
+	long_opts(lo);
 	opterr = 0;
 	optind = 0;	/* 0 makes glibc reinitialise, for the unit tests */
-	while ((c = getopt_long(argc, argv, ":l:u:m:vqhV", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":l:u:m:f:vqhV", lo, NULL)) != -1) {
 		if (c == ':') {
 			zp_seterr(err, errlen, "option '%s' needs a value",
 			    zp_escape(argv[optind - 1], q, sizeof(q)));
@@ -202,12 +235,19 @@ parse_argv(struct zp_config *cfg, int argc, char **argv, const char **given,
 			bad_option(argv[optind - 1], optopt, err, errlen);
 			return ZP_PARSE_ERROR;
 		}
-		if (check_once(o, optarg, given, err, errlen) == -1)
+		if (cli_check_once(o, optarg, given, err, errlen) == -1)
 			return ZP_PARSE_ERROR;
 		if (o->kind == CLI_EXIT)
 			return (int)o->min;
 		if (cli_opt_set(cfg, o, optarg, err, errlen) == -1)
 			return ZP_PARSE_ERROR;
+		/* What --check prints: not itself, nor where it read. */
+		if (o->val != 'f' && o->val != OPT_CHECK &&
+		    cli_item_add(cfg, o->name, cli_has_value(o) ? optarg :
+		    NULL) == -1) {
+			zp_seterr(err, errlen, "out of memory");
+			return ZP_PARSE_ERROR;
+		}
 	}
 	if (optind < argc) {
 		zp_seterr(err, errlen, "unexpected argument '%s'",
@@ -329,8 +369,14 @@ zp_config_parse(struct zp_config *cfg, int argc, char **argv, char *err,
     size_t errlen)
 {
 	const char	*given[CLI_NOPTS] = { NULL };
+	unsigned char	 on_argv[CLI_NOPTS] = { 0 };
+	const char	*file;
 	int		 rc;
 
+	/* -f's file first: the command line's options replace its own. */
+	if ((file = scan_argv(argc, argv, on_argv)) != NULL &&
+	    cli_file_read(cfg, file, on_argv, given, err, errlen) == -1)
+		return ZP_PARSE_ERROR;
 	if ((rc = parse_argv(cfg, argc, argv, given, err, errlen)) !=
 	    ZP_PARSE_OK)
 		return rc;

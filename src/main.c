@@ -43,6 +43,13 @@ main(int argc, char **argv)
 		zp_config_free(&cfg);
 		return ZP_EX_NOHOST;
 	}
+	/* --check: valid, and every upstream looked up; say what was read. */
+	if (cfg.check) {
+		zp_config_print(stdout, &cfg);
+		rc = fflush(stdout) == 0 ? 0 : ZP_EX_OSERR;
+		zp_config_free(&cfg);
+		return rc;
+	}
 	rc = zp_run(&cfg);
 	zp_config_free(&cfg);
 	return rc;

@@ -84,6 +84,13 @@ zp_config_free(struct zp_config *cfg)
 	cfg->control = NULL;
 	free(cfg->takeover);
 	cfg->takeover = NULL;
+	free(cfg->config_file);
+	cfg->config_file = NULL;
+	for (i = 0; i < cfg->nitems; i++)
+		free(cfg->items[i].value);
+	free(cfg->items);
+	cfg->items = NULL;
+	cfg->nitems = 0;
 }
 
 /* Parse a port "1".."65535". */

@@ -122,6 +122,16 @@ enum zp_log_format {
 	ZP_LOG_JSON,
 };
 
+/*
+ * An option as it was read, from -f's file and then the command line
+ * (those of the file that the command line gives again left out):
+ * what --check prints, one "name value" a line, a file of its own.
+ */
+struct zp_config_item {
+	const char	*name;		/* the long name (static) */
+	char		*value;		/* NULL: a flag */
+};
+
 struct zp_config {
 	struct zp_listen_spec	listens[ZP_MAX_LISTENS];
 	size_t			nlistens;
@@ -193,6 +203,10 @@ struct zp_config {
 	double			spool_sync;	/* fdatasync this often */
 	/* Restarts that refuse no client: --control, --takeover, --daemon. */
 	char			*control;	/* hands the listeners over */
+	char			*config_file;	/* -f, --config */
+	int			check;		/* --check: print, exit */
+	struct zp_config_item	*items;		/* as read, for --check */
+	size_t			nitems;
 	char			*takeover;	/* takes them from there */
 	int			daemon;		/* background once ready */
 };

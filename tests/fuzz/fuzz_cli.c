@@ -84,6 +84,21 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	argv[argc] = NULL;
 	memcpy(copy, argv, sizeof(argv[0]) * (size_t)(argc + 1));
+	/*
+	 * -f FILE would read whatever the input names (/dev/stdin: a wait
+	 * for ever): files are fuzz_config.c's. Left out: any -f in a
+	 * cluster of short options, and --conf... (--config's prefixes).
+	 */
+	for (i = 1; i < argc; i++)
+		if ((argv[i][0] == '-' && argv[i][1] != '-' &&
+		    strchr(argv[i], 'f') != NULL) ||
+		    strncmp(argv[i], "--conf", 6) == 0)
+			break;
+	if (i < argc) {
+		for (i = 0; i < argc; i++)
+			free(copy[i]);
+		return 0;
+	}
 
 	zp_config_init(&cfg);
 	memset(err, 'X', sizeof(err));

@@ -1,0 +1,192 @@
+#!/bin/bash
+# config.sh - -f FILE / --config FILE and --check (issue 27, section 4,
+# in part):
+#   a. every option round-trips: two files that together name every
+#      option of the table (but -f, --check, -h, -V) with a value other
+#      than its default; `zproxy -f FILE --check` exits 0 and prints
+#      exactly the file's options, in its order (comments and blank
+#      lines, indented and padded ones, are read as the command line
+#      reads them); and the printed file read back prints itself again;
+#   b. the command line wins: an option it gives replaces the file's
+#      (each -u of the file for a -u, the one value of --threads), one
+#      it does not give is the file's;
+#   c. each bad line is refused with "FILE:LINE: what" and exit 64:
+#      an unknown option, a value missing, a flag with a value, a bad
+#      value, a single-valued option twice, -f inside the file, a NUL
+#      byte; a missing file is "-f FILE: No such file or directory";
+#   d. a zproxy whose listen, upstream and mode come from a file relays
+#      1 MiB each way, byte for byte, in each mode.
+. "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
+
+# check FILE [ARGS...]: zproxy -f FILE --check ARGS; its lines but the
+# comments in $T/check.out, errors in $T/check.err; its status returned.
+check() {
+	local f=$1
+	shift
+	"$ZPROXY" -f "$f" --check "$@" >"$T/check.raw" 2>"$T/check.err"
+	local rc=$?
+	grep -v '^#' "$T/check.raw" >"$T/check.out"
+	return $rc
+}
+
+case_roundtrip() {
+	local what="every option round-trips" a b
+	a=$T/all-a.conf
+	b=$T/all-b.conf
+	cat >"$a" <<-EOF
+	# every option but those of file b, none at its default
+	listen 127.0.0.1:1
+	listen [::1]:2
+	upstream 127.0.0.1:3,weight=2
+	upstream 127.0.0.1:4,backup
+	mode copy
+	pipe-size 256K
+	buffer-size 64K
+	splice-min 8K
+	framing octet
+	max-frame 1M
+	max-lifetime 3600
+	stall-timeout 20
+	rebalance
+	rebalance-rate 5
+	replay-window 1M
+	spool $T/spool
+	spool-max 2G
+	spool-senders 2
+	spool-sync 2
+	max-conns 1000
+	threads 2
+	connect-timeout 3
+	balance leastconn
+	retries 2
+	max-fails 2
+	fail-timeout 5
+	check-interval 10
+	resolve-interval 60
+	idle-timeout 600
+	fin-timeout 60
+	linger-timeout 10
+	keepalive
+	drain-timeout 10
+	log-file $T/zproxy.log
+	log-format json
+	stats 127.0.0.1:5
+	stats-max-conns 8
+	stats-timeout 3
+	send-proxy v2
+	dns-server 127.0.0.1:53
+	source 127.0.0.1
+	mirror 127.0.0.1:6
+	allow 127.0.0.0/8
+	deny 10.0.0.0/8
+	max-conns-per-source 100
+	accept-proxy
+	proxy-from 127.0.0.1/32
+	proxy-timeout 2
+	user nobody
+	group nogroup
+	no-sandbox
+	control $T/a.ctl
+	takeover $T/b.ctl
+	daemon
+	verbose
+	verbose
+	EOF
+	cat >"$b" <<-EOF
+	listen 127.0.0.1:7
+	upstream original
+	tproxy
+	allow-dst 10.0.0.0/8
+	syslog
+	quiet
+	EOF
+	for f in "$a" "$b"; do
+		check "$f" || fail "$what: $f: status $?: $(cat "$T/check.err")"
+		grep -v '^#' "$f" | diff -u - "$T/check.out" >"$T/check.diff" ||
+			fail "$what: --check printed something else than ${f##*/}: $(grep '^[-+][^-+]' "$T/check.diff" | head -n 4 | tr '\n' ' ')"
+		cp "$T/check.raw" "$T/printed.conf"
+		check "$T/printed.conf" && grep -v '^#' "$T/printed.conf" | cmp -s - "$T/check.out" ||
+			fail "$what: the printed ${f##*/} does not read back as itself"
+	done
+	# Every option of the table, but -f, --check, -h, -V, is in a or b.
+	"$ZPROXY" --help | grep -o -- '--[a-z-]*' | sort -u >"$T/help.opts"
+	cat "$a" "$b" | awk '!/^#/ { print "--" $1 }' | sort -u >"$T/file.opts"
+	comm -23 "$T/help.opts" "$T/file.opts" | grep -v -x -e --config -e --check -e --help -e --version -e --json >"$T/missing.opts"
+	[ ! -s "$T/missing.opts" ] ||
+		fail "$what: options in --help that no file gives: $(tr '\n' ' ' <"$T/missing.opts")"
+	ok "$what: $(grep -vc '^#' "$a") and $(grep -vc '^#' "$b") lines: --check prints each file's options as given, and reads its own output back"
+
+	# Blank lines, indentation and padding, as the command line reads them.
+	printf '\n  # indented comment\n\tlisten   127.0.0.1:1  \r\nupstream 127.0.0.1:2\n\n  rebalance  \nframing lf\n' >"$T/loose.conf"
+	check "$T/loose.conf" || fail "$what: a loosely written file: $(cat "$T/check.err")"
+	printf 'listen 127.0.0.1:1\nupstream 127.0.0.1:2\nrebalance\nframing lf\n' |
+		cmp -s - "$T/check.out" || fail "$what: a loosely written file read as: $(tr '\n' ';' <"$T/check.out")"
+	ok "$what: blank lines, comments, tabs, padding and CRLF read as the command line reads them"
+}
+
+case_override() {
+	local what="the command line wins" f=$T/over.conf
+	printf 'listen 127.0.0.1:1\nupstream 127.0.0.1:2\nupstream 127.0.0.1:3\nthreads 2\nframing lf\n' >"$f"
+	check "$f" -u 127.0.0.1:4 --threads 3 || fail "$what: status $?: $(cat "$T/check.err")"
+	printf 'listen 127.0.0.1:1\nframing lf\nupstream 127.0.0.1:4\nthreads 3\n' |
+		cmp -s - "$T/check.out" || fail "$what: read as: $(tr '\n' ';' <"$T/check.out")"
+	ok "$what: -u and --threads on the command line replace the file's; its listen and framing stay"
+}
+
+case_errors() {
+	local what="bad lines" f=$T/bad.conf line n want rc
+	while IFS='|' read -r line n want; do
+		printf 'listen 127.0.0.1:1\nupstream 127.0.0.1:2\n%b\n' "$line" >"$f"
+		"$ZPROXY" -f "$f" >"$T/bad.out" 2>"$T/bad.err"
+		rc=$?
+		[ "$rc" = 64 ] || fail "$what: '$line': status $rc, want 64"
+		[ "$(wc -l <"$T/bad.err")" = 1 ] && grep -qF "zproxy: $f:$n: $want" "$T/bad.err" ||
+			fail "$what: '$line': said '$(cat "$T/bad.err")', want '$f:$n: $want'"
+	done <<-'EOF'
+	bogus 3|3|unknown option 'bogus'
+	framing|3|option 'framing' needs a value
+	rebalance yes|3|option 'rebalance' takes no value
+	threads 0|3|invalid threads '0'
+	mode copy\nmode splice|4|option --mode given twice ('copy', then 'splice')
+	config other.conf|3|'config' belongs on the command line
+	check|3|'check' belongs on the command line
+	framing l\0f|3|a NUL byte
+	EOF
+	"$ZPROXY" -f "$T/nonexistent.conf" >/dev/null 2>"$T/bad.err"
+	rc=$?
+	[ "$rc" = 64 ] && grep -qF -- "-f $T/nonexistent.conf: No such file or directory" "$T/bad.err" ||
+		fail "$what: a missing file: status $rc, '$(cat "$T/bad.err")'"
+	ok "$what: each refused with FILE:LINE: and exit 64; a missing file too"
+}
+
+case_run() {
+	local mode=$1 what="$1: a zproxy configured by a file" f lport user=()
+	f=$T/run-$mode.conf
+	peer_listen "up-$mode" --echo -t 60
+	lport=$(free_port) || fail "zp-peer port failed"
+	printf 'listen 127.0.0.1:%s\nupstream 127.0.0.1:%s\nmode %s\ndrain-timeout 1\n' \
+	    "$lport" "$PEER_PORT" "$mode" >"$f"
+	# Not start_zproxy: its -l would replace the file's.
+	[ "$ZP_USER_ACTIVE" = 1 ] && user=(--user "$ZP_USER")
+	ZLOG=$T/run-$mode.log
+	"${ZP_WRAP[@]}" "$ZPROXY" -f "$f" -v "${user[@]}" 2>"$ZLOG" &
+	ZPID=$!
+	ZP_PIDS+=("$ZPID")
+	ZQUIET=0
+	wait_line "$ZLOG" "listening on 127.0.0.1:$lport" 10 "$ZPID" >/dev/null ||
+		fail "$what: it does not listen on the file's port: $(head -n 3 "$ZLOG")"
+	peer "client-$mode" connect 127.0.0.1 "$lport" -g 1M --seed 7 -x 1M ||
+		fail "$what: $(cat "$T/client-$mode.err")"
+	wait_line "$ZLOG" " mode=$mode .*end=closed" 10 >/dev/null ||
+		fail "$what: the log names no mode=$mode connection"
+	stop_zproxy
+	ok "$what: 1 MiB each way through its listen and upstream, byte for byte, mode $mode"
+}
+
+subcase case_roundtrip
+subcase case_override
+subcase case_errors
+for mode in $MODES; do
+	subcase case_run "$mode"
+done
+zp_done
