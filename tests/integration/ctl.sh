@@ -52,7 +52,7 @@ command -v jq >/dev/null || fail "jq is needed (apt-get install jq)"
 note "$(collector_versions)"
 
 CONNS=${ZP_CTL_CONNS:-20}
-MSGS=${ZP_CTL_MSGS:-2000}
+MSGS=${ZP_CTL_MSGS:-1000}
 RATE=10
 
 # ctl ARGS...: zproxy ctl on this test's socket; output in $T/ctl.out,
