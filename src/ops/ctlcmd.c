@@ -129,6 +129,14 @@ ctl_add_del(char **w, int n, struct zp_ctl_cmd *cmd, char *err,
 	if (zp_parse_hostport(w[2], &host, port, sizeof(port), err,
 	    errlen) == -1)
 		return -1;
+	/* A name or an address: what show's text and JSON carry as is. */
+	if (host[strspn(host, "abcdefghijklmnopqrstuvwxyz"
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:")] != '\0') {
+		zp_seterr(err, errlen, "add upstream %.60s: a host name holds "
+		    "letters, digits, '.', '-' and '_' only", w[2]);
+		free(host);
+		return -1;
+	}
 	free(host);
 	cmd->verb = ZP_CTL_ADD;
 	for (i = 3; i < n; i++) {

@@ -79,9 +79,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (cmd.verb == ZP_CTL_SET_STATE || cmd.verb == ZP_CTL_SET_WEIGHT ||
 	    cmd.verb >= ZP_CTL_ADD)
 		FUZZ_CHECK(cmd.name[0] != '\0');
+	/* An added name is one show can print as is, JSON included. */
 	if (cmd.verb == ZP_CTL_ADD)
 		FUZZ_CHECK(strchr(cmd.name, ':') != NULL &&
-		    strchr(cmd.name, ',') == NULL);
+		    strpbrk(cmd.name, ",\"\\") == NULL);
 	if (cmd.verb == ZP_CTL_MOVE)
 		FUZZ_CHECK(cmd.id > 0);
 	/* The same command, written back and read again. */

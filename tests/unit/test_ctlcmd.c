@@ -119,6 +119,8 @@ test_refused(void **state)
 	refused("add upstream a", "expected HOST:PORT");
 	refused("add upstream a:99999", "99999");
 	refused("add upstream original", "cannot be added");
+	refused("add upstream a\"b:1", "letters, digits");
+	refused("add upstream a/b:1", "letters, digits");
 	refused("add upstream a:1 weight", "usage: add upstream");
 	refused("add upstream a:1 weight 300", "from 0 to 256");
 	refused("add upstream a:1 backup backup", "usage: add upstream");
