@@ -43,6 +43,9 @@ main(int argc, char **argv)
 		zp_config_free(&cfg);
 		return ZP_EX_NOHOST;
 	}
+	/* What zproxy ctl reload parses again, -f FILE read anew. */
+	cfg.argc = argc;
+	cfg.argv = argv;
 	/* --check: valid, and every upstream looked up; say what was read. */
 	if (cfg.check) {
 		zp_config_print(stdout, &cfg);

@@ -61,6 +61,8 @@ struct ctl_maint {
 struct zproxy_ctl {
 	struct ctl_jobs		 jobs;
 	struct ctl_maint	 maint[ZP_MAX_UPSTREAMS];
+	unsigned char		 leaving[ZP_MAX_UPSTREAMS]; /* removed once
+						   empty (a reload) */
 };
 
 static struct zproxy_ctl *
@@ -279,6 +281,7 @@ job_maint_done(struct ctl_job *j, struct evbuffer **parts, int n)
 	    "stream(s) still on it after --drain-timeout",
 	    zp_upstream_label(j->root->ups, (size_t)j->idx, name,
 	    sizeof(name)), closed);
+	zproxy_ctl_tick(j->root);
 }
 
 /* Every thread answered (or the deadline came): say it. */
@@ -406,29 +409,6 @@ ctl_set_state(struct zp_ctx *root, struct zp_ctl_req *req, int idx,
 
 /* ---- add and del --------------------------------------------------------- */
 
-/* A literal address host:port into a; -1 when host is a name. */
-static int
-ctl_literal(const char *host, const char *port, struct zp_addr *a)
-{
-	struct sockaddr_in	*s4 = (struct sockaddr_in *)&a->ss;
-	struct sockaddr_in6	*s6 = (struct sockaddr_in6 *)&a->ss;
-
-	memset(a, 0, sizeof(*a));
-	if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
-		s4->sin_family = AF_INET;
-		s4->sin_port = htons((uint16_t)atoi(port));
-		a->len = sizeof(*s4);
-		return 0;
-	}
-	if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
-		s6->sin6_family = AF_INET6;
-		s6->sin6_port = htons((uint16_t)atoi(port));
-		a->len = sizeof(*s6);
-		return 0;
-	}
-	return -1;
-}
-
 static void
 ctl_add(struct zp_ctx *root, struct zp_ctl_req *req,
     const struct zp_ctl_cmd *cmd)
@@ -450,7 +430,7 @@ ctl_add(struct zp_ctx *root, struct zp_ctl_req *req,
 		zp_ctl_done(req, 0, "%s", err);
 		return;
 	}
-	if (ctl_literal(host, port, &a) == 0) {
+	if (zp_addr_literal(host, port, &a) == 0) {
 		if ((addrs = malloc(sizeof(*addrs))) == NULL) {
 			free(host);
 			zp_ctl_done(req, 0, "out of memory");
@@ -524,6 +504,56 @@ ctl_del(struct zp_ctx *root, struct zp_ctl_req *req, int idx,
 	zp_ctl_done(req, 1, "upstream %s removed", cmd->name);
 }
 
+/* ---- upstreams a reload no longer names -------------------------------- */
+
+void
+zproxy_ctl_remove_later(struct zp_ctx *root, int idx)
+{
+	struct zproxy_ctl	*c = ctl_get(root);
+	struct timeval		 tv;
+
+	zp_upstream_set_admin(root->ups, (size_t)idx, ZP_ADMIN_MAINT);
+	if (c == NULL)
+		return;		/* it stays in maint: del removes it */
+	c->leaving[idx] = 1;
+	if (c->maint[idx].timer == NULL) {
+		c->maint[idx].root = root;
+		c->maint[idx].idx = idx;
+		c->maint[idx].timer = evtimer_new(root->base, ctl_maint_cb,
+		    &c->maint[idx]);
+	}
+	if (c->maint[idx].timer != NULL) {
+		tv = zp_seconds_tv(root->cfg->drain_timeout);
+		(void)evtimer_add(c->maint[idx].timer, &tv);
+	}
+	zproxy_rebalance_arm(root);
+}
+
+void
+zproxy_ctl_tick(struct zp_ctx *root)
+{
+	struct zproxy_ctl	*c = root->ctl;
+	struct zp_upstream	 u;
+	char			 name[300];
+	size_t			 i, n = zp_upstreams_count(root->ups);
+
+	for (i = 0; c != NULL && i < n; i++) {
+		if (!c->leaving[i])
+			continue;
+		zp_upstream_get(root->ups, i, &u);
+		if (u.removed || u.admin != ZP_ADMIN_MAINT) {
+			c->leaving[i] = 0;	/* del'd, or ready again */
+			continue;
+		}
+		if (u.active == 0 && zp_upstream_remove(root->ups, i) == 0) {
+			c->leaving[i] = 0;
+			zp_log(root->log, ZP_LOG_NOTICE, "reload: upstream %s "
+			    "is empty: removed", zp_upstream_label(root->ups,
+			    i, name, sizeof(name)));
+		}
+	}
+}
+
 /* ---- the commands ----------------------------------------------------- */
 
 void
@@ -579,6 +609,9 @@ zproxy_ctl_command(void *arg, struct zp_ctl_req *req, const char *line)
 	case ZP_CTL_ADD:
 		ctl_add(root, req, &cmd);
 		break;
+	case ZP_CTL_RELOAD:
+		zproxy_reload(root, req);
+		break;
 	case ZP_CTL_DEL:
 		ctl_del(root, req, idx, &cmd);
 		break;
@@ -598,6 +631,7 @@ zproxy_ctl_free(struct zp_ctx *root)
 	struct ctl_job		*j;
 	int			 i;
 
+	zproxy_reload_free(root);
 	if (c == NULL)
 		return;
 	while ((j = TAILQ_FIRST(&c->jobs)) != NULL) {

@@ -122,6 +122,29 @@ void	zproxy_ctl_command(void *arg, struct zp_ctl_req *, const char *line);
 /* End every command under way and the maint timers. Safe when none. */
 void	zproxy_ctl_free(struct zp_ctx *ctx);
 
+/*
+ * Upstream idx leaves (a reload no longer names it): maint now, removed
+ * once no stream is on it (the rebalance timer's tick, maint's end).
+ */
+void	zproxy_ctl_remove_later(struct zp_ctx *ctx, int idx);
+
+/* Remove the upstreams waiting to leave that are empty now. */
+void	zproxy_ctl_tick(struct zp_ctx *ctx);
+
+/* ---- zproxy_reload.c: zproxy ctl reload ------------------------------ */
+
+/*
+ * -f FILE's reader thread, made before the sandbox (none is made after
+ * it). Returns 0, or -1 with err filled.
+ */
+int	zproxy_reload_start(struct zp_ctx *ctx, char *err, size_t errlen);
+
+/* zproxy ctl reload: the command line and the file read again, applied. */
+void	zproxy_reload(struct zp_ctx *ctx, struct zp_ctl_req *req);
+
+/* Stop the reader (joined: it reads one small file at most). */
+void	zproxy_reload_free(struct zp_ctx *ctx);
+
 /* A worker thread died: drain, then exit non-zero (zp_workers_on_death). */
 void	zproxy_worker_death_cb(struct zp_ctx *ctx, int thread);
 

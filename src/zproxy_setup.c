@@ -341,6 +341,12 @@ zproxy_confine(struct zp_ctx *ctx, const struct zp_privs *pv, char *privs,
 		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
 		return ZP_EX_CANTCREAT;
 	}
+	/* zproxy ctl reload reads -f's file there, never on a relay thread. */
+	if (ctx->cfg->config_file != NULL && ctx->cfg->control != NULL &&
+	    zproxy_reload_start(ctx, err, sizeof(err)) == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_OSERR;
+	}
 	if (pv->change)
 		off = snprintf(privs, len, "user %s:%s", pv->user, pv->group);
 	else

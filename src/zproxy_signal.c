@@ -70,6 +70,7 @@ zproxy_rebalance_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct zp_ctx	*ctx = arg;
 
+	zproxy_ctl_tick(ctx);
 	if (!ctx->cfg->rebalance && zp_upstreams_draining(ctx->ups) == 0) {
 		(void)event_del(ctx->rebalance_timer);
 		return;

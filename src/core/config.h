@@ -207,6 +207,8 @@ struct zp_config {
 	int			check;		/* --check: print, exit */
 	struct zp_config_item	*items;		/* as read, for --check */
 	size_t			nitems;
+	int			argc;		/* main's, for zproxy ctl reload */
+	char			**argv;		/* (the process's: not owned) */
 	char			*takeover;	/* takes them from there */
 	int			daemon;		/* background once ready */
 };

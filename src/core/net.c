@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -532,4 +533,27 @@ zp_sock_acked(int fd, uint64_t *acked)
 	}
 	*acked = ti.tcpi_bytes_acked > 0 ? ti.tcpi_bytes_acked - 1 : 0;
 	return 0;
+}
+
+int
+zp_addr_literal(const char *host, const char *port, struct zp_addr *a)
+{
+	struct sockaddr_in	*s4 = (struct sockaddr_in *)&a->ss;
+	struct sockaddr_in6	*s6 = (struct sockaddr_in6 *)&a->ss;
+	uint16_t		 p = (uint16_t)atoi(port);
+
+	memset(a, 0, sizeof(*a));
+	if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons(p);
+		a->len = sizeof(*s4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons(p);
+		a->len = sizeof(*s6);
+		return 0;
+	}
+	return -1;
 }

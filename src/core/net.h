@@ -44,6 +44,13 @@ int	zp_net_transparent(int, int family, char *, size_t);
 const char *zp_addr_str(const struct zp_addr *, char *, size_t);
 
 /*
+ * A numeric IPv4 or IPv6 host and a valid port (as zp_parse_hostport()
+ * gave them) into a. Returns 0, or -1 when host is a name (nothing is
+ * looked up).
+ */
+int	zp_addr_literal(const char *host, const char *port, struct zp_addr *);
+
+/*
  * The 4 bytes of an IPv4 address: an AF_INET one's, or a v4-mapped IPv6
  * one's (::ffff:a.b.c.d, as a dual-stack socket shows an IPv4 peer);
  * NULL for any other address.

@@ -249,7 +249,12 @@ zp_upstream_label(const struct zp_upstreams *us, size_t i, char *buf,
 enum zp_balance
 zp_upstreams_balance(const struct zp_upstreams *us)
 {
-	return us->balance;
+	enum zp_balance	b;
+
+	LOCK(us);
+	b = us->balance;
+	UNLOCK(us);
+	return b;
 }
 
 /* "name:port", with brackets for a literal IPv6 address. */
@@ -601,6 +606,29 @@ zp_upstream_set_weight(struct zp_upstreams *us, size_t i, int w)
 		    "%d)", zp_upstream_label(us, i, name, sizeof(name)), w,
 		    old);
 	return old;
+}
+
+int
+zp_upstream_set_backup(struct zp_upstreams *us, size_t i, int backup)
+{
+	int	old;
+
+	LOCK(us);
+	old = us->v[i].backup;
+	us->v[i].backup = backup != 0;
+	UNLOCK(us);
+	return old;
+}
+
+void
+zp_upstreams_set_policy(struct zp_upstreams *us, enum zp_balance balance,
+    int max_fails, double fail_timeout)
+{
+	LOCK(us);
+	us->balance = balance;
+	us->max_fails = max_fails;
+	us->fail_timeout = zp_seconds_tv(fail_timeout);
+	UNLOCK(us);
 }
 
 size_t

@@ -170,6 +170,16 @@ int	zp_upstream_remove(struct zp_upstreams *, size_t i);
 struct zp_upstream_spec *zp_upstreams_removed_spec(
 	    const struct zp_upstreams *, const char *name);
 
+/* -u ...,backup from now on; returns the old one (not logged). */
+int	zp_upstream_set_backup(struct zp_upstreams *, size_t, int);
+
+/*
+ * --balance, --max-fails and --fail-timeout from now on (zproxy ctl
+ * reload): the next pick and the next failure see them.
+ */
+void	zp_upstreams_set_policy(struct zp_upstreams *, enum zp_balance,
+	    int max_fails, double fail_timeout);
+
 /* How many upstreams are in drain or maint. */
 size_t	zp_upstreams_draining(const struct zp_upstreams *);
 

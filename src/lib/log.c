@@ -506,7 +506,15 @@ zp_log_conn_limited(struct zp_log *lg, int level,
 int
 zp_log_enabled(const struct zp_log *lg, int level)
 {
-	return level <= lg->level && log_usable(lg);
+	/* Relaxed: zproxy ctl reload may change it while threads log. */
+	return level <= __atomic_load_n(&lg->level, __ATOMIC_RELAXED) &&
+	    log_usable(lg);
+}
+
+void
+zp_log_set_level(struct zp_log *lg, int level)
+{
+	__atomic_store_n(&lg->level, level, __ATOMIC_RELAXED);
 }
 
 /*

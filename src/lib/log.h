@@ -42,8 +42,9 @@ struct zp_log {
 	 * mu guards the rate limit's state and the queue, and is held only
 	 * to admit a line and copy it in. Before zp_log_start() and after
 	 * zp_log_stop() the line is written under mu by its caller instead.
-	 * level, sink and json change only while no other thread runs; fp
-	 * is the log thread's while it runs (a reopen is done there).
+	 * sink and json change only while no other thread runs, level
+	 * through zp_log_set_level() (an atomic store); fp is the log
+	 * thread's while it runs (a reopen is done there).
 	 */
 	pthread_mutex_t	 mu;
 	pthread_cond_t	 wake;		/* the log thread waits for work */
@@ -169,6 +170,9 @@ void	zp_log_conn_limited(struct zp_log *, int,
 	    const struct zp_conn_record *);
 
 /* True when a line at level would be written (to skip costly formatting). */
+/* The level from now on, from any thread (zproxy ctl reload). */
+void	zp_log_set_level(struct zp_log *, int level);
+
 int	zp_log_enabled(const struct zp_log *, int);
 
 /* Room for one escaped value in a message: ZP_ESCLEN - 1 characters. */

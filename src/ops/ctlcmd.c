@@ -22,7 +22,8 @@ const char zp_ctl_usage[] =
     "  set upstream NAME weight N\n"
     "  move STREAM-ID [UPSTREAM]\n"
     "  add upstream HOST:PORT [weight N] [backup]\n"
-    "  del upstream NAME\n";
+    "  del upstream NAME\n"
+    "  reload\n";
 
 /* A whole decimal number in [lo, hi]; -1 otherwise. */
 static int
@@ -198,8 +199,16 @@ ctl_words(char **w, int n, struct zp_ctl_cmd *cmd, char *err, size_t errlen)
 	}
 	if (strcmp(w[0], "add") == 0 || strcmp(w[0], "del") == 0)
 		return ctl_add_del(w, n, cmd, err, errlen);
+	if (strcmp(w[0], "reload") == 0) {
+		if (n != 1) {
+			zp_seterr(err, errlen, "usage: reload");
+			return -1;
+		}
+		cmd->verb = ZP_CTL_RELOAD;
+		return 0;
+	}
 	zp_seterr(err, errlen, "unknown command \"%.40s\" (show, set, move, "
-	    "add, del)", w[0]);
+	    "add, del, reload)", w[0]);
 	return -1;
 }
 
@@ -237,7 +246,7 @@ zp_ctl_parse(const char *line, struct zp_ctl_cmd *cmd, char *err,
 	}
 	if (n == 0) {
 		zp_seterr(err, errlen, "no command (show, set, move, add, "
-		    "del)");
+		    "del, reload)");
 		return -1;
 	}
 	return ctl_words(w, n, cmd, err, errlen);

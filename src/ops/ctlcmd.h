@@ -10,6 +10,7 @@
  *   move STREAM-ID [UPSTREAM]
  *   add upstream HOST:PORT [weight N] [backup]
  *   del upstream NAME
+ *   reload
  *
  * "--json" may stand anywhere. Words are separated by blanks; a NAME is
  * an upstream's HOST:PORT as given in -u.
@@ -30,6 +31,7 @@ enum zp_ctl_verb {
 	ZP_CTL_MOVE,
 	ZP_CTL_ADD,
 	ZP_CTL_DEL,
+	ZP_CTL_RELOAD,
 };
 
 struct zp_ctl_cmd {

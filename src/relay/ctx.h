@@ -25,6 +25,7 @@ struct event_base;
 struct zp_listener;
 struct zp_control;
 struct zproxy_ctl;
+struct zproxy_reload;
 struct zp_pair;
 struct zp_stats_server;
 struct zp_health;
@@ -178,6 +179,8 @@ struct zp_ctx {
 	struct zp_control	*control;	/* --control */
 	struct zproxy_ctl	*ctl;		/* root: zproxy ctl's commands
 						   under way (zproxy_ctl.c) */
+	struct zproxy_reload	*reload;	/* root: -f's reader thread
+						   (zproxy_reload.c) */
 	int			 daemon_fd;	/* --daemon: the parent waits
 						   for a byte here; -1 */
 	struct zp_upstreams	*ups;

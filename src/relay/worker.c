@@ -258,6 +258,7 @@ worker_free(struct zp_worker *w)
 			w->q[w->nq].drop(&w->q[w->nq]);
 	free(w->q);
 	pthread_mutex_destroy(&w->mu);
+	free(ctx->cfg);		/* the copy only: its pointers are the root's */
 	free(w);
 }
 
@@ -280,7 +281,19 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	ctx->tee_pipe.rfd = ctx->tee_pipe.wfd = -1;
 	ctx->root = root;
 	ctx->thread = i;
-	ctx->cfg = cfg;
+	/*
+	 * A copy of the root's configuration, its own: zproxy ctl reload
+	 * changes the root's on the root's thread and hands each worker a
+	 * new copy (zp_ctx_set_cfg), so that no thread reads a field while
+	 * another writes it. The copy's pointers are the root's.
+	 */
+	if ((ctx->cfg = malloc(sizeof(*ctx->cfg))) == NULL) {
+		snprintf(err, errlen, "thread %d: %s", i, strerror(errno));
+		pthread_mutex_destroy(&w->mu);
+		free(w);
+		return NULL;
+	}
+	memcpy(ctx->cfg, cfg, sizeof(*cfg));
 	ctx->log = root->log;
 	ctx->ups = root->ups;
 	ctx->mirrors = root->mirrors;

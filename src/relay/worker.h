@@ -90,6 +90,14 @@ void	zp_ctx_start_pair(struct zp_ctx *root, int fd,
  */
 void	zp_ctx_rebalance(struct zp_ctx *root);
 
+/*
+ * The root's configuration changed (zproxy ctl reload, on the root's
+ * thread): every worker gets a copy of it, which replaces its own on its
+ * thread. Returns 0, or -1 when a copy could not be made or sent (that
+ * worker keeps the old one; logged by the caller).
+ */
+int	zp_ctx_set_cfg(struct zp_ctx *root);
+
 /* On every thread: the health checks marked upstream idx down. */
 void	zp_ctx_upstream_down(struct zp_ctx *root, int idx);
 

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <event2/event.h>
@@ -150,6 +151,47 @@ zp_ctx_upstream_down(struct zp_ctx *root, int idx)
 	m.fn = wmsg_upstream_down;
 	m.arg = idx;
 	wmsg_post_all(root, &m);
+}
+
+/* A new copy of the root's configuration for a worker (m->ptr). */
+static void
+wmsg_cfg(struct zp_worker *w, struct zp_wmsg *m)
+{
+	free(w->ctx.cfg);
+	w->ctx.cfg = m->ptr;
+}
+
+static void
+wmsg_cfg_drop(struct zp_wmsg *m)
+{
+	free(m->ptr);
+}
+
+int
+zp_ctx_set_cfg(struct zp_ctx *root)
+{
+	struct zp_workers	*ws = root->workers;
+	struct zp_wmsg		 m;
+	int			 i, n = 0;
+
+	if (ws == NULL)
+		return 0;
+	memset(&m, 0, sizeof(m));
+	m.fn = wmsg_cfg;
+	m.drop = wmsg_cfg_drop;
+	for (i = 1; i < ws->n; i++) {
+		if ((m.ptr = malloc(sizeof(*root->cfg))) == NULL) {
+			n = -1;
+			continue;
+		}
+		memcpy(m.ptr, root->cfg, sizeof(*root->cfg));
+		if (wmsg_post(ws->w[i], &m) == -1) {
+			free(m.ptr);
+			if (errno != ESRCH)
+				n = -1;
+		}
+	}
+	return n;
 }
 
 void

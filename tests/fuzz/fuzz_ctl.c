@@ -49,6 +49,9 @@ ctl_format(const struct zp_ctl_cmd *c, char *buf, size_t len)
 	case ZP_CTL_DEL:
 		snprintf(buf, len, "del upstream %s%s", c->name, j);
 		break;
+	case ZP_CTL_RELOAD:
+		snprintf(buf, len, "reload%s", j);
+		break;
 	}
 }
 
@@ -67,7 +70,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	FUZZ_CHECK(cmd.verb >= ZP_CTL_SHOW_UPSTREAMS &&
-	    cmd.verb <= ZP_CTL_DEL);
+	    cmd.verb <= ZP_CTL_RELOAD);
 	FUZZ_CHECK(memchr(cmd.name, '\0', sizeof(cmd.name)) != NULL);
 	FUZZ_CHECK(strpbrk(cmd.name, " \t") == NULL);
 	FUZZ_CHECK(cmd.json == 0 || cmd.json == 1);
@@ -77,7 +80,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (cmd.verb == ZP_CTL_SET_WEIGHT || cmd.has_weight)
 		FUZZ_CHECK(cmd.weight >= 0 && cmd.weight <= ZP_WEIGHT_MAX);
 	if (cmd.verb == ZP_CTL_SET_STATE || cmd.verb == ZP_CTL_SET_WEIGHT ||
-	    cmd.verb >= ZP_CTL_ADD)
+	    cmd.verb == ZP_CTL_ADD || cmd.verb == ZP_CTL_DEL)
 		FUZZ_CHECK(cmd.name[0] != '\0');
 	/* An added name is one show can print as is, JSON included. */
 	if (cmd.verb == ZP_CTL_ADD)

@@ -15,8 +15,20 @@
 #      value, a single-valued option twice, -f inside the file, a NUL
 #      byte; a missing file is "-f FILE: No such file or directory";
 #   d. a zproxy whose listen, upstream and mode come from a file relays
-#      1 MiB each way, byte for byte, in each mode.
+#      1 MiB each way, byte for byte, in each mode;
+#   e. zproxy ctl reload: a running zproxy (-f FILE, --framing lf,
+#      upstreams A and B, 4 clients: 2 on each) whose file now gives A
+#      weight 3, a new C, no B, another idle-timeout, balance and log
+#      level: the answer names the 6 changes; B goes to maint and, once
+#      its 2 framed streams moved to A or C (leastconn now), is removed
+#      (no longer listed);
+#      A weighs 3, C is ready; the next 8 clients go to A and C only;
+#      reloaded again unchanged: "nothing changed"; a broken line
+#      (FILE:LINE) and a new listen address are refused, nothing
+#      changed; a zproxy without -f refuses reload.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
+
+command -v jq >/dev/null || fail "jq is needed (apt-get install jq)"
 
 # check FILE [ARGS...]: zproxy -f FILE --check ARGS; its lines but the
 # comments in $T/check.out, errors in $T/check.err; its status returned.
@@ -183,10 +195,109 @@ case_run() {
 	ok "$what: 1 MiB each way through its listen and upstream, byte for byte, mode $mode"
 }
 
+# up_list: "NAME=state,weight,streams ..." from show upstreams --json.
+up_list() {
+	"$ZPROXY" ctl --control "$CTL" --json show upstreams >"$T/ups.json" ||
+		fail "$what: show upstreams failed"
+	jq -r '[.[] | "\(.name)=\(.state),\(.weight),\(.streams)"] | join(" ")' "$T/ups.json"
+}
+
+case_reload() {
+	local what="zproxy ctl reload" f A B C lport fds=() fd i v user=() t0
+	f=$T/reload.conf
+	for i in A B C; do
+		peer_listen "sink$i" -n 0 -t 0 --no-shut --allow-reset
+		printf -v "$i" '127.0.0.1:%s' "$PEER_PORT"
+	done
+	lport=$(free_port) || fail "zp-peer port failed"
+	CTL=$T/reload.ctl
+	printf 'listen 127.0.0.1:%s\nupstream %s\nupstream %s\nframing lf\nidle-timeout 300\ncontrol %s\ndrain-timeout 1\n' \
+	    "$lport" "$A" "$B" "$CTL" >"$f"
+	[ "$ZP_USER_ACTIVE" = 1 ] && user=(--user "$ZP_USER") && zp_user_dir "$T"
+	ZLOG=$T/reload.log
+	"${ZP_WRAP[@]}" "$ZPROXY" -f "$f" "${user[@]}" 2>"$ZLOG" &
+	ZPID=$!
+	ZP_PIDS+=("$ZPID")
+	ZQUIET=0
+	wait_line "$ZLOG" "listening on 127.0.0.1:$lport" 10 "$ZPID" >/dev/null ||
+		fail "$what: zproxy did not start: $(head -n 3 "$ZLOG")"
+	for i in 1 2 3 4; do
+		exec {fd}<>"/dev/tcp/127.0.0.1/$lport" || fail "$what: connect"
+		fds+=("$fd")
+		echo "m$i" >&"$fd"
+	done
+	t0=$(now_ms)
+	until [ "$(up_list)" = "$A=ready,1,2 $B=ready,1,2" ]; do
+		[ $(( $(now_ms) - t0 )) -lt 10000 ] || fail "$what: before: $(up_list)"
+		sleep 0.05
+	done
+	printf 'listen 127.0.0.1:%s\nupstream %s,weight=3\nupstream %s\nframing lf\nidle-timeout 60\nbalance leastconn\nverbose\ncontrol %s\ndrain-timeout 1\n' \
+	    "$lport" "$A" "$C" "$CTL" >"$f"
+	"$ZPROXY" ctl --control "$CTL" reload >"$T/reload.out" 2>&1 ||
+		fail "$what: $(cat "$T/reload.out")"
+	for v in "upstream $A weight 3 (was 1)" "upstream $C added (weight 1)" \
+	    "upstream $B in maint, 2 stream(s) on it: removed once it is empty" \
+	    "--idle-timeout 60 (was 300)" "--balance leastconn (was roundrobin)" \
+	    "log level -v" "6 change(s)"; do
+		grep -qF -- "$v" "$T/reload.out" || fail "$what: the answer lacks '$v': $(cat "$T/reload.out")"
+	done
+	# B's streams go to the idlest ready one (leastconn now): A or C.
+	t0=$(now_ms)
+	until v=$(up_list) && [ "$(jq '[.[].streams] | add' "$T/ups.json")" = 4 ] &&
+	    case $v in "$A=ready,3,"*" $C=ready,1,"*) ! [[ $v == *" $B="* ]] ;; *) false ;; esac; do
+		[ $(( $(now_ms) - t0 )) -lt 15000 ] || fail "$what: after: $v"
+		sleep 0.1
+	done
+	wait_line "$ZLOG" "reload: upstream $B is empty: removed" 5 >/dev/null ||
+		fail "$what: no 'removed' line for $B"
+	ok "$what: 6 changes answered; $B's 2 framed streams moved off ($v) and $B was removed; $A weighs 3, $C added"
+	for i in 1 2 3 4 5 6 7 8; do
+		exec {fd}<>"/dev/tcp/127.0.0.1/$lport" || fail "$what: connect"
+		fds+=("$fd")
+		echo "n$i" >&"$fd"
+	done
+	t0=$(now_ms)
+	until v=$(up_list) && [ "$(jq '[.[].streams] | add' "$T/ups.json")" = 12 ]; do
+		[ $(( $(now_ms) - t0 )) -lt 10000 ] || fail "$what: 8 more clients: $v"
+		sleep 0.05
+	done
+	case $v in
+	"$A=ready,3,"*" $C=ready,1,"*) ;;
+	*) fail "$what: the 8 clients went elsewhere: $v" ;;
+	esac
+	"$ZPROXY" ctl --control "$CTL" reload >"$T/reload.out" 2>&1 &&
+		grep -q "nothing changed" "$T/reload.out" ||
+		fail "$what: a second reload: $(cat "$T/reload.out")"
+	ok "$what: 8 more clients on $A and $C only ($v); reloaded again: nothing changed"
+	cp "$f" "$T/good.conf"
+	printf 'bogus 1\n' >>"$f"
+	"$ZPROXY" ctl --control "$CTL" reload >"$T/reload.out" 2>&1 &&
+		fail "$what: a broken file was reloaded"
+	grep -qF "reload: $f:10: unknown option 'bogus'; nothing changed" "$T/reload.out" ||
+		fail "$what: a broken file: $(cat "$T/reload.out")"
+	sed "s/^listen .*/listen 127.0.0.1:1/" "$T/good.conf" >"$f"
+	"$ZPROXY" ctl --control "$CTL" reload >"$T/reload.out" 2>&1 &&
+		fail "$what: a new listen address was reloaded"
+	grep -qF "reload: --listen cannot change in a running zproxy" "$T/reload.out" ||
+		fail "$what: a new listen: $(cat "$T/reload.out")"
+	[ "$(up_list)" = "$v" ] || fail "$what: a refused reload changed the upstreams: $(up_list)"
+	ok "$what: a broken line ($f:10) and a new listen address refused, nothing changed"
+	for fd in "${fds[@]}"; do exec {fd}>&-; done
+	stop_zproxy
+	CTL=$T/nofile.ctl
+	start_zproxy --control "$CTL" -u "$A"
+	"$ZPROXY" ctl --control "$CTL" reload >"$T/reload.out" 2>&1 &&
+		fail "$what: reload without -f succeeded"
+	grep -q "runs without -f FILE" "$T/reload.out" || fail "$what: without -f: $(cat "$T/reload.out")"
+	stop_zproxy
+	ok "$what: without -f: refused"
+}
+
 subcase case_roundtrip
 subcase case_override
 subcase case_errors
 for mode in $MODES; do
 	subcase case_run "$mode"
 done
+subcase case_reload
 zp_done

@@ -85,6 +85,8 @@ test_commands(void **state)
 	assert_int_equal(parse("add upstream logs.example.net:514 weight 0"),
 	    0);
 	assert_int_equal(cmd.weight, 0);
+	assert_int_equal(parse("reload --json"), 0);
+	assert_int_equal(cmd.verb, ZP_CTL_RELOAD);
 	assert_int_equal(parse("del upstream logs.example.net:514"), 0);
 	assert_int_equal(cmd.verb, ZP_CTL_DEL);
 	assert_string_equal(cmd.name, "logs.example.net:514");
@@ -126,6 +128,7 @@ test_refused(void **state)
 	refused("add upstream a:1 backup backup", "usage: add upstream");
 	refused("add upstream a:1 weight 1 weight 2", "usage: add upstream");
 	refused("del upstream", "usage: del upstream");
+	refused("reload now", "usage: reload");
 	refused("del upstream a:1 now", "usage: del upstream");
 	refused("show\nupstreams", "a control character");
 	refused("show upstreams\r", "a control character");
