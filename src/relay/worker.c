@@ -262,6 +262,23 @@ worker_free(struct zp_worker *w)
 	free(w);
 }
 
+/*
+ * A worker's copy of the root's configuration, its own: zproxy ctl
+ * reload changes the root's on the root's thread and hands each worker
+ * a new copy (zp_ctx_set_cfg), so that no thread reads a field while
+ * another writes it. The copy's pointers are the root's. NULL: no
+ * memory.
+ */
+static struct zp_config *
+worker_cfg(const struct zp_config *cfg)
+{
+	struct zp_config	*c;
+
+	if ((c = malloc(sizeof(*c))) != NULL)
+		memcpy(c, cfg, sizeof(*c));
+	return c;
+}
+
 /* Thread i's context, from the root's. */
 static struct zp_worker *
 worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
@@ -281,19 +298,12 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	ctx->tee_pipe.rfd = ctx->tee_pipe.wfd = -1;
 	ctx->root = root;
 	ctx->thread = i;
-	/*
-	 * A copy of the root's configuration, its own: zproxy ctl reload
-	 * changes the root's on the root's thread and hands each worker a
-	 * new copy (zp_ctx_set_cfg), so that no thread reads a field while
-	 * another writes it. The copy's pointers are the root's.
-	 */
-	if ((ctx->cfg = malloc(sizeof(*ctx->cfg))) == NULL) {
+	if ((ctx->cfg = worker_cfg(cfg)) == NULL) {
 		snprintf(err, errlen, "thread %d: %s", i, strerror(errno));
 		pthread_mutex_destroy(&w->mu);
 		free(w);
 		return NULL;
 	}
-	memcpy(ctx->cfg, cfg, sizeof(*cfg));
 	ctx->log = root->log;
 	ctx->ups = root->ups;
 	ctx->mirrors = root->mirrors;
