@@ -32,23 +32,17 @@ static int
 ctl_connect(const char *path)
 {
 	struct sockaddr_un	sun;
-	struct timeval		tv = { CTL_WAIT_SEC, 0 };
 	int			fd;
 
-	memset(&sun, 0, sizeof(sun));
-	sun.sun_family = AF_UNIX;
-	if (strlen(path) >= sizeof(sun.sun_path)) {
-		fprintf(stderr, "zproxy ctl: --control %s: path too long\n",
-		    path);
+	if ((fd = zp_control_socket(path, &sun, CTL_WAIT_SEC)) == -1) {
+		if (errno == ENAMETOOLONG)
+			fprintf(stderr, "zproxy ctl: --control %s: path too "
+			    "long\n", path);
+		else
+			fprintf(stderr, "zproxy ctl: socket: %s\n",
+			    strerror(errno));
 		return -1;
 	}
-	strcpy(sun.sun_path, path);
-	if ((fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) == -1) {
-		fprintf(stderr, "zproxy ctl: socket: %s\n", strerror(errno));
-		return -1;
-	}
-	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1) {
 		fprintf(stderr, "zproxy ctl: cannot connect to %s: %s%s\n",
 		    path, strerror(errno), errno == ENOENT ||

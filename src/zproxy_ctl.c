@@ -114,7 +114,7 @@ ctl_show_upstreams(struct zp_ctx *root, struct zp_ctl_req *req, int json)
 		    "LAST_ERROR");
 	for (i = 0; i < n; i++) {
 		zp_upstream_get(root->ups, i, &u);
-		if (u.removed)
+		if (u.admin == ZP_ADMIN_REMOVED)
 			continue;
 		tr = &t.stats.ups[i];
 		zp_upstream_label(root->ups, i, name, sizeof(name));
@@ -541,7 +541,7 @@ zproxy_ctl_tick(struct zp_ctx *root)
 		if (!c->leaving[i])
 			continue;
 		zp_upstream_get(root->ups, i, &u);
-		if (u.removed || u.admin != ZP_ADMIN_MAINT) {
+		if (u.admin != ZP_ADMIN_MAINT) {
 			c->leaving[i] = 0;	/* del'd, or ready again */
 			continue;
 		}

@@ -258,7 +258,7 @@ reload_upstreams(struct zp_ctx *root, const struct zp_config *n,
 	/* Those the file no longer names go: now if empty, else drained. */
 	for (i = 0; i < count; i++) {
 		zp_upstream_get(root->ups, i, &u);
-		if (u.removed)
+		if (u.admin == ZP_ADMIN_REMOVED)
 			continue;
 		zp_upstream_label(root->ups, i, name, sizeof(name));
 		for (k = 0; k < n->nupstreams; k++)

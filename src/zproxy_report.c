@@ -53,8 +53,8 @@ zproxy_notify_status(void *arg, char *buf, size_t len)
 	zp_ctx_totals(ctx, t);
 	for (i = 0; i < zp_upstreams_count(ctx->ups); i++) {
 		zp_upstream_get(ctx->ups, i, &u);
-		nup += u.up && !u.removed;
-		nups += !u.removed;	/* zproxy ctl del */
+		nup += u.up && u.admin != ZP_ADMIN_REMOVED;
+		nups += u.admin != ZP_ADMIN_REMOVED;	/* zproxy ctl del */
 	}
 	snprintf(buf, len, "%s; connections open=%llu total=%llu; bytes "
 	    "up=%llu down=%llu; upstreams up %zu of %zu",

@@ -155,7 +155,8 @@ zp_upstreams_add(struct zp_upstreams *us, struct zp_upstream_spec *spec,
 	LOCK(us);
 	/* A name deleted before comes back in its old slot. */
 	for (i = 0; i < us->n; i++)
-		if (us->v[i].removed && us->v[i].spec == spec)
+		if (us->v[i].admin == ZP_ADMIN_REMOVED &&
+		    us->v[i].spec == spec)
 			idx = (int)i;
 	if (idx == -1 && us->n < ZP_MAX_UPSTREAMS)
 		idx = (int)us->n;
@@ -190,10 +191,11 @@ zp_upstream_remove(struct zp_upstreams *us, size_t i)
 	int	rc = 0;
 
 	LOCK(us);
+	assert(us->v[i].admin != ZP_ADMIN_REMOVED);
 	if (us->v[i].active > 0)
 		rc = -1;
 	else
-		us->v[i].removed = 1;
+		us->v[i].admin = ZP_ADMIN_REMOVED;
 	UNLOCK(us);
 	if (rc == 0)
 		zp_log(us->log, ZP_LOG_NOTICE, "upstream %s removed",
@@ -208,7 +210,8 @@ zp_upstreams_removed_spec(const struct zp_upstreams *us, const char *name)
 	size_t	i, n = zp_upstreams_count(us);
 
 	for (i = 0; i < n; i++)
-		if (us->v[i].removed && strcmp(zp_upstream_label(us, i, buf,
+		if (us->v[i].admin == ZP_ADMIN_REMOVED &&
+		    strcmp(zp_upstream_label(us, i, buf,
 		    sizeof(buf)), name) == 0)
 			return us->v[i].spec;
 	return NULL;
@@ -437,7 +440,6 @@ pick_locked(struct zp_upstreams *us, const struct zp_addr *client,
 		for (i = 0, n = 0; i < us->n; i++) {
 			cand[i] = !tried[i] && us->v[i].weight > 0 &&
 			    us->v[i].admin == ZP_ADMIN_READY &&
-			    !us->v[i].removed &&
 			    us->v[i].backup == (pass & 1) &&
 			    (pass >= 2 || usable(&us->v[i], now));
 			n += cand[i];
@@ -577,8 +579,11 @@ zp_upstream_set_admin(struct zp_upstreams *us, size_t i, enum zp_admin a)
 	enum zp_admin	old;
 	char		name[300];
 
+	/* Among ready, drain and maint: removal has calls of its own. */
+	assert(a != ZP_ADMIN_REMOVED);
 	LOCK(us);
 	old = us->v[i].admin;
+	assert(old != ZP_ADMIN_REMOVED);
 	us->v[i].admin = a;
 	UNLOCK(us);
 	if (old != a)
@@ -638,7 +643,8 @@ zp_upstreams_draining(const struct zp_upstreams *us)
 
 	LOCK(us);
 	for (i = 0; i < us->n; i++)
-		n += us->v[i].admin != ZP_ADMIN_READY && !us->v[i].removed;
+		n += us->v[i].admin == ZP_ADMIN_DRAIN ||
+		    us->v[i].admin == ZP_ADMIN_MAINT;
 	UNLOCK(us);
 	return n;
 }
@@ -652,8 +658,8 @@ zp_upstreams_find(const struct zp_upstreams *us, const char *name)
 
 	for (i = 0; i < n; i++) {
 		zp_upstream_get(us, i, &u);
-		if (!u.removed && strcmp(zp_upstream_label(us, i, buf,
-		    sizeof(buf)), name) == 0)
+		if (u.admin != ZP_ADMIN_REMOVED && strcmp(zp_upstream_label(us,
+		    i, buf, sizeof(buf)), name) == 0)
 			return (int)i;
 	}
 	return -1;
@@ -666,6 +672,7 @@ zp_admin_str(enum zp_admin a)
 	case ZP_ADMIN_READY:	return "ready";
 	case ZP_ADMIN_DRAIN:	return "drain";
 	case ZP_ADMIN_MAINT:	return "maint";
+	case ZP_ADMIN_REMOVED:	return "removed";
 	}
 	return "?";
 }
@@ -725,7 +732,7 @@ zp_upstreams_any_up(const struct zp_upstreams *ups)
 
 	for (i = 0; i < n; i++) {
 		zp_upstream_get(ups, i, &u);
-		if (u.up && !u.removed)
+		if (u.up && u.admin != ZP_ADMIN_REMOVED)
 			return 1;
 	}
 	return 0;

@@ -25,12 +25,16 @@ enum zp_balance {
  * What an operator made of an upstream (zproxy ctl set upstream NAME
  * state ...): ready serves; drain takes no new client and its framed
  * streams move away; maint the same, and its unframed streams are
- * closed after --drain-timeout.
+ * closed after --drain-timeout; removed (zproxy ctl del, a reload) is
+ * gone: its slot stays, unnamed, taking nothing. Changed only by
+ * zp_upstream_set_admin() among the first three, zp_upstream_remove()
+ * to removed and zp_upstreams_add() back to ready.
  */
 enum zp_admin {
 	ZP_ADMIN_READY = 0,
 	ZP_ADMIN_DRAIN,
 	ZP_ADMIN_MAINT,
+	ZP_ADMIN_REMOVED,
 };
 
 struct zp_upstream {
@@ -43,8 +47,6 @@ struct zp_upstream {
 	int			 last_err;
 	time_t			 last_err_at;	/* wall clock, 0: never */
 	enum zp_admin		 admin;
-	int			 removed;	/* zproxy ctl del: its slot
-						   stays, unused */
 	struct timeval		 retry_at;	/* a down upstream's next try */
 	int			 weight;	/* 0-256 (-u ...,weight=N; 1) */
 	int			 backup;	/* -u ...,backup */

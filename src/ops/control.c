@@ -613,6 +613,28 @@ zp_control_free(struct zp_control *c)
 
 /* ---- the new side ------------------------------------------------- */
 
+int
+zp_control_socket(const char *path, struct sockaddr_un *sun, int timeout_sec)
+{
+	struct timeval	tv = { timeout_sec, 0 };
+	int		fd, saved;
+
+	if (control_sun(path, sun) == -1) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	if ((fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) == -1)
+		return -1;
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == -1 ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) == -1) {
+		saved = errno;
+		close(fd);
+		errno = saved;
+		return -1;
+	}
+	return fd;
+}
+
 /* One line of the offer: its key and the rest. */
 static int
 offer_line(const char *line, size_t len, struct zp_offer *o, const int *fds,
@@ -740,18 +762,15 @@ takeover_connect(const char *path, struct zp_offer *o, char *err,
     size_t errlen)
 {
 	struct sockaddr_un	 sun;
-	struct timeval		 tv = { ZP_CONTROL_TIMEOUT_SEC, 0 };
 
-	if (control_sun(path, &sun) == -1) {
-		zp_seterr(err, errlen, "--takeover %s: path too long", path);
-		return ZP_EX_UNAVAILABLE;
-	}
-	o->conn = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (o->conn == -1 || setsockopt(o->conn, SOL_SOCKET, SO_RCVTIMEO, &tv,
-	    sizeof(tv)) == -1 || setsockopt(o->conn, SOL_SOCKET, SO_SNDTIMEO,
-	    &tv, sizeof(tv)) == -1) {
-		zp_seterr(err, errlen, "--takeover %s: socket: %s", path,
-		    strerror(errno));
+	if ((o->conn = zp_control_socket(path, &sun,
+	    ZP_CONTROL_TIMEOUT_SEC)) == -1) {
+		if (errno == ENAMETOOLONG)
+			zp_seterr(err, errlen, "--takeover %s: path too long",
+			    path);
+		else
+			zp_seterr(err, errlen, "--takeover %s: socket: %s",
+			    path, strerror(errno));
 		return ZP_EX_UNAVAILABLE;
 	}
 	if (connect(o->conn, (struct sockaddr *)&sun, sizeof(sun)) == -1) {

@@ -107,6 +107,16 @@ struct zp_control *zp_control_new(struct event_base *, struct zp_log *,
  */
 void	zp_control_free(struct zp_control *);
 
+/*
+ * A client's socket for the control socket at path (a takeover, zproxy
+ * ctl): SOCK_SEQPACKET, its sends and receives bounded by timeout_sec,
+ * not connected; *sun is path's address to connect to. Returns it, or
+ * -1 with errno (ENAMETOOLONG: path does not fit).
+ */
+struct sockaddr_un;
+int	zp_control_socket(const char *path, struct sockaddr_un *,
+	    int timeout_sec);
+
 /* The new side: what the old zproxy offered. */
 struct zp_offer {
 	struct zp_inherit	set;		/* the sockets and their labels */

@@ -263,13 +263,11 @@ worker_free(struct zp_worker *w)
 }
 
 /*
- * A worker's copy of the root's configuration, its own: zproxy ctl
- * reload changes the root's on the root's thread and hands each worker
- * a new copy (zp_ctx_set_cfg), so that no thread reads a field while
- * another writes it. The copy's pointers are the root's. NULL: no
- * memory.
+ * A worker's copy of the root's configuration (worker_int.h): zproxy
+ * ctl reload changes the root's on the root's thread and hands each
+ * worker a new copy, so that no thread reads a field another writes.
  */
-static struct zp_config *
+struct zp_config *
 worker_cfg(const struct zp_config *cfg)
 {
 	struct zp_config	*c;

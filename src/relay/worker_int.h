@@ -156,6 +156,12 @@ int	worker_ctx_snap(struct zp_ctx *root, int i, struct zp_snap *sn);
 
 /* ---- worker.c -------------------------------------------------------- */
 
+/*
+ * A worker's own copy of the root's options (its pointers the root's),
+ * for its context, and after a reload (zp_ctx_set_cfg). NULL: no memory.
+ */
+struct zp_config *worker_cfg(const struct zp_config *cfg);
+
 /* A client handed to w's thread (m->fd, m->ss), or closed once exiting. */
 void	wmsg_start(struct zp_worker *w, struct zp_wmsg *m);
 

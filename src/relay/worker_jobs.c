@@ -180,11 +180,10 @@ zp_ctx_set_cfg(struct zp_ctx *root)
 	m.fn = wmsg_cfg;
 	m.drop = wmsg_cfg_drop;
 	for (i = 1; i < ws->n; i++) {
-		if ((m.ptr = malloc(sizeof(*root->cfg))) == NULL) {
+		if ((m.ptr = worker_cfg(root->cfg)) == NULL) {
 			n = -1;
 			continue;
 		}
-		memcpy(m.ptr, root->cfg, sizeof(*root->cfg));
 		if (wmsg_post(ws->w[i], &m) == -1) {
 			free(m.ptr);
 			if (errno != ESRCH)

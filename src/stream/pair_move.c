@@ -711,7 +711,7 @@ static int
 rebalance_takes(const struct zp_upstream *u, int primary_up)
 {
 	return u->up && u->weight > 0 && u->admin == ZP_ADMIN_READY &&
-	    !u->removed && (!u->backup || !primary_up);
+	    (!u->backup || !primary_up);
 }
 
 /*
@@ -765,7 +765,7 @@ zp_rebalance_choose(const struct zp_upstreams *ups, const long *eff,
 	for (i = 0; i < n; i++) {
 		zp_upstream_get(ups, i, &u[i]);
 		if (u[i].up && u[i].weight > 0 && !u[i].backup &&
-		    u[i].admin == ZP_ADMIN_READY && !u[i].removed)
+		    u[i].admin == ZP_ADMIN_READY)
 			primary_up = 1;
 	}
 	/*

@@ -158,7 +158,7 @@ health_timer_cb(evutil_socket_t fd, short what, void *arg)
 		if (h->checks[i].conn.ev != NULL)
 			continue;	/* still waiting on the last one */
 		zp_upstream_get(h->ctx->ups, i, &u);
-		if (u.removed)
+		if (u.admin == ZP_ADMIN_REMOVED)
 			continue;
 		h->checks[i].addr = 0;
 		h->checks[i].err = 0;

@@ -43,11 +43,9 @@ struct zp_resolver {
 static int
 is_literal(const char *host)
 {
-	struct in6_addr	a6;
-	struct in_addr	a4;
+	struct zp_addr	a;
 
-	return inet_pton(AF_INET, host, &a4) == 1 ||
-	    inet_pton(AF_INET6, host, &a6) == 1;
+	return zp_addr_literal(host, "0", &a) == 0;
 }
 
 /*
@@ -125,7 +123,8 @@ resolver_start(struct zp_resolver *r, size_t i)
 	struct zp_upstream		 u;
 
 	zp_upstream_get(r->ctx->ups, i, &u);
-	if (r->inflight[i] != NULL || u.removed || is_literal(us->host))
+	if (r->inflight[i] != NULL || u.admin == ZP_ADMIN_REMOVED ||
+	    is_literal(us->host))
 		return;
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;

@@ -1395,7 +1395,7 @@ test_add_remove(void **state)
 	assert_int_equal(zp_upstreams_add(us, &s->specs[2], NULL, 0), 2);
 	assert_int_equal(zp_upstreams_count(us), 3);
 	zp_upstream_get(us, 2, &u);
-	assert_int_equal(u.removed, 0);
+	assert_int_equal(u.admin, ZP_ADMIN_READY);
 	assert_int_equal(u.up, 0);	/* no address yet: down */
 	assert_true(u.conns_total == 1);
 	assert_null(zp_upstreams_removed_spec(us, name));
