@@ -40,8 +40,10 @@ const struct cli_opt cli_opts[] = {
 	/* "off": an upstream may take nothing for as long as it likes. */
 	{ "stall-timeout", OPT_STALL_TIMEOUT, CLI_SECONDS_OFF,
 	    F(stall_timeout), 0, 0, NULL, NULL, NULL, 0 },
-	{ "rebalance", OPT_REBALANCE, CLI_FLAG, F(rebalance), 0, 0, NULL,
-	    NULL, NULL, 0 },
+	/* Bare, it keeps its first meaning: count. */
+	{ "rebalance", OPT_REBALANCE, CLI_FLAG_WORD, F(rebalance),
+	    ZP_REBALANCE_COUNT, 0, "count or load", zp_rebalance_parse, NULL,
+	    0 },
 	{ "rebalance-rate", OPT_REBALANCE_RATE, CLI_INT, F(rebalance_rate),
 	    1, 1000, NULL, NULL, NULL, 0 },
 	{ "replay-window", OPT_REPLAY_WINDOW, CLI_SIZE, F(replay_window), 0,
@@ -157,8 +159,8 @@ const struct cli_opt cli_opts[] = {
 int
 cli_has_value(const struct cli_opt *o)
 {
-	return o->kind != CLI_FLAG && o->kind != CLI_MORE &&
-	    o->kind != CLI_EXIT;
+	return o->kind != CLI_FLAG && o->kind != CLI_FLAG_WORD &&
+	    o->kind != CLI_MORE && o->kind != CLI_EXIT;
 }
 
 /* The table entry of a getopt value, or NULL. */
@@ -255,10 +257,13 @@ static const char usage_text[] =
 "                             or does not close within SEC of the client's\n"
 "                             FIN, has failed: the stream moves on, its\n"
 "                             replay window sent again (default 10, or off)\n"
-"      --rebalance            move streams off the busiest upstream while\n"
-"                             it has 2 more than the idlest, for their\n"
-"                             weights, and off a backup once another is up\n"
-"                             (an upstream back up fills again)\n"
+"      --rebalance [count|load]\n"
+"                             count (bare --rebalance): move streams off\n"
+"                             the busiest upstream while it has 2 more\n"
+"                             than the idlest, for their weights; load:\n"
+"                             off an upstream whose streams its receive\n"
+"                             window holds back, to one that keeps up;\n"
+"                             both: off a backup once another is up\n"
 "      --rebalance-rate N     at most N such moves a second, and of streams\n"
 "                             leaving an upstream that zproxy ctl drains\n"
 "                             (default 10)\n"

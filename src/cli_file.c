@@ -97,13 +97,14 @@ file_line(struct zp_config *cfg, char *line, const unsigned char *skip,
 		zp_seterr(err, errlen, "option '%s' needs a value", o->name);
 		return -1;
 	}
-	if (!cli_has_value(o) && *value != '\0') {
+	if (!cli_has_value(o) && o->kind != CLI_FLAG_WORD && *value != '\0') {
 		zp_seterr(err, errlen, "option '%s' takes no value", o->name);
 		return -1;
 	}
 	if (skip[o - cli_opts])
 		return 0;	/* the command line's replaces it */
-	if (cli_item_add(cfg, o->name, cli_has_value(o) ? value : NULL) ==
+	if (cli_item_add(cfg, o->name, cli_has_value(o) ||
+	    (o->kind == CLI_FLAG_WORD && *value != '\0') ? value : NULL) ==
 	    -1) {
 		zp_seterr(err, errlen, "out of memory");
 		return -1;
@@ -119,13 +120,13 @@ file_line(struct zp_config *cfg, char *line, const unsigned char *skip,
 /*
  * The next line of f into buf (CLI_LINE_MAX + 1 bytes), its newline (and
  * a CR before it) gone: 1; 0 at the end; -1 with why filled for a line
- * too long or holding a NUL byte. Never more than a line is held: a file
+ * too long or holding a NUL byte or another control character but a tab. Never more than a line is held: a file
  * like /dev/zero is refused, not read into memory.
  */
 static int
 file_next(FILE *f, char *buf, char *why, size_t whylen)
 {
-	size_t	len = 0;
+	size_t	len = 0, i;
 	int	c;
 
 	while ((c = getc(f)) != EOF && c != '\n') {
@@ -145,6 +146,16 @@ file_next(FILE *f, char *buf, char *why, size_t whylen)
 	if (len > 0 && buf[len - 1] == '\r')
 		len--;
 	buf[len] = '\0';
+	/*
+	 * No option's value holds one, and one would not survive what
+	 * --check prints (a CR before its newline is a line's end).
+	 */
+	for (i = 0; i < len; i++)
+		if (iscntrl((unsigned char)buf[i]) && buf[i] != '\t') {
+			zp_seterr(why, whylen, "a control character (0x%02x)",
+			    (unsigned char)buf[i]);
+			return -1;
+		}
 	return 1;
 }
 

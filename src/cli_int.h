@@ -77,6 +77,9 @@ enum {
 /* How an option's value is read into its field. */
 enum cli_kind {
 	CLI_FLAG,		/* no value: an int set to 1 */
+	CLI_FLAG_WORD,		/* no value, an int set to min; or one of
+				   word()'s words, as --opt=WORD or the next
+				   argument (what: the words) */
 	CLI_MORE,		/* no value: an int counted up (-vv) */
 	CLI_EXIT,		/* no value: parsing returns min (-h, -V) */
 	CLI_INT,		/* an int from min to max */
@@ -113,7 +116,7 @@ struct cli_opt {
 #define CLI_NOPTS	61
 extern const struct cli_opt cli_opts[CLI_NOPTS];
 
-/* Does the option take a value? */
+/* Does the option take a value? (CLI_FLAG_WORD's is optional: 0.) */
 int	cli_has_value(const struct cli_opt *);
 
 /* The table entry of a getopt value, or NULL. */

@@ -68,8 +68,10 @@ cli_check_once(const struct cli_opt *o, const char *arg, const char **given,
 	char	q1[ZP_ESCLEN / 2], q2[ZP_ESCLEN / 2];
 	size_t	i = (size_t)(o - cli_opts);
 
-	if (!cli_has_value(o) || o->list)
+	if ((!cli_has_value(o) && o->kind != CLI_FLAG_WORD) || o->list)
 		return 0;
+	if (arg == NULL)
+		arg = "";	/* a bare CLI_FLAG_WORD */
 	if (given[i] != NULL) {
 		zp_seterr(err, errlen,
 		    "option --%s given twice ('%s', then '%s'): "
@@ -183,9 +185,26 @@ long_opts(struct option *lo)
 	for (i = 0; i < CLI_NOPTS; i++) {
 		lo[i].name = cli_opts[i].name;
 		lo[i].has_arg = cli_has_value(&cli_opts[i]) ?
-		    required_argument : no_argument;
+		    required_argument : cli_opts[i].kind == CLI_FLAG_WORD ?
+		    optional_argument : no_argument;
 		lo[i].val = cli_opts[i].val;
 	}
+}
+
+/*
+ * A CLI_FLAG_WORD's value: --opt=WORD (optarg), or the next argument
+ * when it is one of its words ("--rebalance load"), taken from argv.
+ * NULL: bare. zproxy takes no arguments but options, so a word there
+ * can be nothing else.
+ */
+static const char *
+flag_word(const struct cli_opt *o, int argc, char **argv)
+{
+	if (o->kind != CLI_FLAG_WORD || optarg != NULL)
+		return optarg;
+	if (optind < argc && o->word(argv[optind]) != -1)
+		return argv[optind++];
+	return NULL;
 }
 
 /*
@@ -207,6 +226,7 @@ scan_argv(int argc, char **argv, unsigned char *on)
 	while ((c = getopt_long(argc, argv, ":l:u:m:f:vqhV", lo, NULL)) != -1)
 		if ((o = cli_find(c)) != NULL) {
 			on[o - cli_opts] = 1;
+			(void)flag_word(o, argc, argv);
 			if (c == 'f' && file == NULL)
 				file = optarg;
 		}
@@ -219,6 +239,7 @@ parse_argv(struct zp_config *cfg, int argc, char **argv, const char **given,
 {
 	struct option		 lo[CLI_NOPTS + 1];
 	const struct cli_opt	*o;
+	const char		*arg;
 	char			 q[ZP_ESCLEN];
 	int			 c;
 
@@ -235,16 +256,17 @@ parse_argv(struct zp_config *cfg, int argc, char **argv, const char **given,
 			bad_option(argv[optind - 1], optopt, err, errlen);
 			return ZP_PARSE_ERROR;
 		}
-		if (cli_check_once(o, optarg, given, err, errlen) == -1)
+		arg = flag_word(o, argc, argv);
+		if (cli_check_once(o, arg, given, err, errlen) == -1)
 			return ZP_PARSE_ERROR;
 		if (o->kind == CLI_EXIT)
 			return (int)o->min;
-		if (cli_opt_set(cfg, o, optarg, err, errlen) == -1)
+		if (cli_opt_set(cfg, o, arg, err, errlen) == -1)
 			return ZP_PARSE_ERROR;
 		/* What --check prints: not itself, nor where it read. */
 		if (o->val != 'f' && o->val != OPT_CHECK &&
-		    cli_item_add(cfg, o->name, cli_has_value(o) ? optarg :
-		    NULL) == -1) {
+		    cli_item_add(cfg, o->name, cli_has_value(o) ||
+		    o->kind == CLI_FLAG_WORD ? arg : NULL) == -1) {
 			zp_seterr(err, errlen, "out of memory");
 			return ZP_PARSE_ERROR;
 		}
@@ -347,10 +369,10 @@ check_depends(const struct zp_config *cfg, const char **given, char *err,
 		return -1;
 	}
 	/* An even spread is what leastconn and roundrobin aim at. */
-	if (cfg->rebalance && cfg->balance != ZP_BALANCE_LEASTCONN &&
+	if (cfg->rebalance == ZP_REBALANCE_COUNT && cfg->balance != ZP_BALANCE_LEASTCONN &&
 	    cfg->balance != ZP_BALANCE_ROUNDROBIN) {
-		zp_seterr(err, errlen, "--rebalance needs --balance leastconn "
-		    "or roundrobin");
+		zp_seterr(err, errlen, "--rebalance count needs --balance "
+		    "leastconn or roundrobin");
 		return -1;
 	}
 	/* Which one was meant is a guess: say so rather than take the last. */

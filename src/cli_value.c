@@ -361,6 +361,18 @@ cli_opt_set(struct zp_config *cfg, const struct cli_opt *o, const char *s,
 	case CLI_FLAG:
 		*(int *)field = 1;
 		return 0;
+	case CLI_FLAG_WORD:
+		if (s == NULL || *s == '\0') {
+			*(int *)field = (int)o->min;
+			return 0;
+		}
+		if ((w = o->word(s)) == -1) {
+			zp_seterr(err, errlen, "invalid %s '%s': expected %s",
+			    o->name, zp_escape(s, q, sizeof(q)), o->what);
+			return -1;
+		}
+		*(int *)field = w;
+		return 0;
 	case CLI_MORE:
 		(*(int *)field)++;
 		return 0;

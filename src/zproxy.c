@@ -108,6 +108,7 @@ static const struct zp_ctx_hooks zp_hooks = {
 	.pairs_close = hook_close,
 	.pairs_modes = zp_pairs_modes,
 	.pairs_moving = zp_pairs_moving,
+	.pairs_load = zp_pairs_load,
 	.rebalance_choose = zp_rebalance_choose,
 	.pairs_move_one = zp_pairs_move_one,
 	.root_changed = hook_root_changed,
@@ -312,8 +313,9 @@ run_services(struct zp_ctx *ctx, struct zp_offer *offer)
 	 * others.
 	 */
 	if (cfg->framing != ZP_FRAMING_NONE &&
-	    (ctx->rebalance_timer = event_new(ctx->base, -1, EV_PERSIST,
-	    zproxy_rebalance_cb, ctx)) == NULL) {
+	    ((ctx->rebalance_timer = event_new(ctx->base, -1, EV_PERSIST,
+	    zproxy_rebalance_cb, ctx)) == NULL ||
+	    (ctx->loadbal = zp_loadbal_new()) == NULL)) {
 		zp_log(ctx->log, ZP_LOG_ERROR, "cannot start --rebalance");
 		return ZP_EX_OSERR;
 	}

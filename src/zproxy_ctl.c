@@ -101,6 +101,7 @@ ctl_show_upstreams(struct zp_ctx *root, struct zp_ctl_req *req, int json)
 	struct zp_upstream	 u;
 	const struct zp_traffic	*tr;
 	char			 name[300], addr[ZP_ADDRSTRLEN + 16], when[32];
+	const char		*load;
 	size_t			 i, n = zp_upstreams_count(root->ups), shown = 0;
 
 	/* The workers' counters as last published: a second old at most. */
@@ -109,9 +110,9 @@ ctl_show_upstreams(struct zp_ctx *root, struct zp_ctl_req *req, int json)
 		zp_ctl_printf(req, "[");
 	else
 		zp_ctl_printf(req, "%-22s %-22s %-6s %-6s %-6s %-7s %-12s "
-		    "%-12s %-10s %s\n", "NAME", "ADDRESS", "STATE", "WEIGHT",
-		    "BACKUP", "STREAMS", "BYTES_UP", "BYTES_DOWN", "MESSAGES",
-		    "LAST_ERROR");
+		    "%-12s %-10s %-6s %s\n", "NAME", "ADDRESS", "STATE",
+		    "WEIGHT", "BACKUP", "STREAMS", "BYTES_UP", "BYTES_DOWN",
+		    "MESSAGES", "LOAD", "LAST_ERROR");
 	for (i = 0; i < n; i++) {
 		zp_upstream_get(root->ups, i, &u);
 		if (u.admin == ZP_ADMIN_REMOVED)
@@ -119,6 +120,9 @@ ctl_show_upstreams(struct zp_ctx *root, struct zp_ctl_req *req, int json)
 		tr = &t.stats.ups[i];
 		zp_upstream_label(root->ups, i, name, sizeof(name));
 		ctl_address(root, i, addr, sizeof(addr));
+		/* --rebalance load's view of it: "-" without, or unseen. */
+		load = root->cfg->rebalance == ZP_REBALANCE_LOAD ?
+		    zp_loadbal_state(root->loadbal, i) : "-";
 		when[0] = '\0';
 		if (u.last_err != 0 && u.last_err_at != 0) {
 			struct tm	tm;
@@ -130,14 +134,17 @@ ctl_show_upstreams(struct zp_ctx *root, struct zp_ctl_req *req, int json)
 			zp_ctl_printf(req, "%s{\"name\":\"%s\",\"address\":"
 			    "\"%s\",\"state\":\"%s\",\"weight\":%d,"
 			    "\"backup\":%s,\"streams\":%llu,\"bytes_up\":%llu,"
-			    "\"bytes_down\":%llu,\"messages\":%llu,",
+			    "\"bytes_down\":%llu,\"messages\":%llu,"
+			    "\"load\":%s%s%s,",
 			    shown++ > 0 ? "," : "", name, addr,
 			    zp_upstream_state_str(&u), u.weight,
 			    u.backup ? "true" : "false",
 			    (unsigned long long)u.active,
 			    (unsigned long long)tr->up.bytes,
 			    (unsigned long long)tr->down.bytes,
-			    (unsigned long long)tr->up.frames);
+			    (unsigned long long)tr->up.frames,
+			    *load == '-' ? "" : "\"", *load == '-' ? "null" :
+			    load, *load == '-' ? "" : "\"");
 			if (u.last_err != 0)
 				zp_ctl_printf(req, "\"last_error\":\"%s\","
 				    "\"last_error_at\":\"%s\"}",
@@ -148,12 +155,12 @@ ctl_show_upstreams(struct zp_ctx *root, struct zp_ctl_req *req, int json)
 			continue;
 		}
 		zp_ctl_printf(req, "%-22s %-22s %-6s %-6d %-6s %-7llu %-12llu "
-		    "%-12llu %-10llu ", name, addr, zp_upstream_state_str(&u),
-		    u.weight, u.backup ? "yes" : "no",
-		    (unsigned long long)u.active,
+		    "%-12llu %-10llu %-6s ", name, addr,
+		    zp_upstream_state_str(&u), u.weight, u.backup ? "yes" :
+		    "no", (unsigned long long)u.active,
 		    (unsigned long long)tr->up.bytes,
 		    (unsigned long long)tr->down.bytes,
-		    (unsigned long long)tr->up.frames);
+		    (unsigned long long)tr->up.frames, load);
 		if (u.last_err != 0)
 			zp_ctl_printf(req, "%s at %s\n", strerror(u.last_err),
 			    when);

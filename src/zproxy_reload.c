@@ -325,7 +325,14 @@ reload_scalars(struct zp_ctx *root, struct zp_config *n,
 	    c->max_fails, c->fail_timeout);
 	rearm = c->rebalance != n->rebalance ||
 	    c->rebalance_rate != n->rebalance_rate;
-	SCALAR(rebalance, "rebalance");
+	if (c->rebalance != n->rebalance) {
+		said(s, root, "--rebalance %s (was %s)",
+		    zp_rebalance_str(n->rebalance),
+		    zp_rebalance_str(c->rebalance));
+		c->rebalance = n->rebalance;
+		/* What load saw before is no evidence for the next. */
+		zp_loadbal_reset(root->loadbal);
+	}
 	SCALAR(rebalance_rate, "rebalance-rate");
 	if (rearm && root->rebalance_timer != NULL) {
 		(void)event_del(root->rebalance_timer);

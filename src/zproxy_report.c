@@ -246,10 +246,16 @@ zproxy_log_access(struct zp_ctx *ctx)
 		zp_log(ctx->log, ZP_LOG_NOTICE, "a stream moves to the "
 		    "balancer's choice after %.3gs on one upstream",
 		    cfg->max_lifetime);
-	if (cfg->rebalance)
+	if (cfg->rebalance == ZP_REBALANCE_COUNT)
 		zp_log(ctx->log, ZP_LOG_NOTICE, "rebalancing: at most %d "
 		    "moves a second while an upstream has 2 streams more than "
 		    "another", cfg->rebalance_rate);
+	else if (cfg->rebalance == ZP_REBALANCE_LOAD)
+		zp_log(ctx->log, ZP_LOG_NOTICE, "rebalancing by load: at most "
+		    "%d moves a second off an upstream whose receive window "
+		    "held back half its streams for %ds, to one that kept up "
+		    "for %ds", cfg->rebalance_rate, ZP_LOAD_BEHIND_S,
+		    ZP_LOAD_CLEAR_S);
 	if (cfg->deny.n == 0 && cfg->allow.n == 0 &&
 	    cfg->max_conns_per_source == 0)
 		return;

@@ -388,6 +388,7 @@ zproxy_ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 		event_free(ctx->drain_timer);
 	ctx->drain_timer = NULL;
 	zp_upstreams_free(ctx->ups);
+	zp_loadbal_free(ctx->loadbal);
 	ctx->ups = NULL;
 	zp_mirrors_free(ctx->mirrors);
 	ctx->mirrors = NULL;

@@ -95,6 +95,26 @@ zp_config_free(struct zp_config *cfg)
 
 /* Parse a port "1".."65535". */
 int
+zp_rebalance_parse(const char *s)
+{
+	if (strcmp(s, "count") == 0)
+		return ZP_REBALANCE_COUNT;
+	if (strcmp(s, "load") == 0)
+		return ZP_REBALANCE_LOAD;
+	return -1;
+}
+
+const char *
+zp_rebalance_str(int r)
+{
+	switch (r) {
+	case ZP_REBALANCE_COUNT:	return "count";
+	case ZP_REBALANCE_LOAD:		return "load";
+	default:			return "off";
+	}
+}
+
+int
 zp_parse_port(const char *s, unsigned short *port, char *err, size_t errlen)
 {
 	unsigned long	 v;

@@ -190,7 +190,7 @@ struct zp_config {
 	size_t			max_frame;	/* 0: the framing's default */
 	double			max_lifetime;	/* 0: streams stay */
 	double			stall_timeout;	/* 0: an upstream may stall */
-	int			rebalance;
+	int			rebalance;	/* enum zp_rebalance */
 	int			rebalance_rate;	/* moves a second */
 	size_t			replay_window;	/* 0: no replay */
 	/* A copy of every client's stream: --mirror. */
@@ -239,6 +239,21 @@ struct zp_config {
 #define ZP_SPOOL_MAX_LIMIT	(16ULL << 40)	/* 16T */
 #define ZP_DEFAULT_SPOOL_SENDERS 4
 #define ZP_DEFAULT_SPOOL_SYNC	1.0
+
+/*
+ * --rebalance: off; count (bare --rebalance: streams evened out by their
+ * count for the weights); load (streams moved off a collector that falls
+ * behind its streams, core/loadbal.h).
+ */
+enum zp_rebalance {
+	ZP_REBALANCE_OFF = 0,
+	ZP_REBALANCE_COUNT,
+	ZP_REBALANCE_LOAD,
+};
+
+/* "count" or "load" into enum zp_rebalance, or -1; and back ("off"). */
+int	zp_rebalance_parse(const char *);
+const char *zp_rebalance_str(int);
 
 /* Fill cfg with defaults; cfg owns nothing yet. */
 void	zp_config_init(struct zp_config *);

@@ -516,22 +516,47 @@ zp_sock_outq(int fd)
 	return ioctl(fd, SIOCOUTQ, &n) == -1 ? -1 : n;
 }
 
+/*
+ * fd's TCP_INFO into ti, of which the kernel must fill need bytes at
+ * least (an older one fills less, and says how much: EOPNOTSUPP).
+ */
+static int
+sock_tcp_info(int fd, struct tcp_info *ti, size_t need)
+{
+	socklen_t	len = sizeof(*ti);
+
+	memset(ti, 0, sizeof(*ti));
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, ti, &len) == -1)
+		return -1;
+	if (len < need) {
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+	return 0;
+}
+
 int
 zp_sock_acked(int fd, uint64_t *acked)
 {
 	struct tcp_info	ti;
-	socklen_t	len = sizeof(ti);
 
-	memset(&ti, 0, sizeof(ti));
-	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == -1)
+	if (sock_tcp_info(fd, &ti, offsetof(struct tcp_info,
+	    tcpi_bytes_acked) + sizeof(ti.tcpi_bytes_acked)) == -1)
 		return -1;
-	/* An older kernel fills less, and says how much. */
-	if (len < offsetof(struct tcp_info, tcpi_bytes_acked) +
-	    sizeof(ti.tcpi_bytes_acked)) {
-		errno = EOPNOTSUPP;
-		return -1;
-	}
 	*acked = ti.tcpi_bytes_acked > 0 ? ti.tcpi_bytes_acked - 1 : 0;
+	return 0;
+}
+
+int
+zp_sock_load(int fd, struct zp_sock_load *l)
+{
+	struct tcp_info	ti;
+
+	if (sock_tcp_info(fd, &ti, offsetof(struct tcp_info,
+	    tcpi_rwnd_limited) + sizeof(ti.tcpi_rwnd_limited)) == -1)
+		return -1;
+	l->rwnd_us = ti.tcpi_rwnd_limited;
+	l->notsent = ti.tcpi_notsent_bytes;
 	return 0;
 }
 

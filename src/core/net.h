@@ -137,6 +137,19 @@ int	zp_sock_drain(int fd, int passes, uint64_t *dropped);
 int	zp_sock_outq(int fd);
 
 /*
+ * What the kernel says of a TCP socket's sending (TCP_INFO, 4.10 and
+ * later): the time its peer's receive window held data back, and the
+ * bytes queued not sent yet.
+ */
+struct zp_sock_load {
+	uint64_t	rwnd_us;	/* tcpi_rwnd_limited, over its life */
+	uint32_t	notsent;	/* tcpi_notsent_bytes */
+};
+
+/* Fill *l for fd: 0, or -1 (errno; EOPNOTSUPP: a kernel before them). */
+int	zp_sock_load(int fd, struct zp_sock_load *l);
+
+/*
  * Bytes of data its peer acknowledged over a TCP socket's life
  * (TCP_INFO's tcpi_bytes_acked, less the SYN; a FIN acknowledged counts
  * one), in *acked: 0, or -1 (errno; EOPNOTSUPP when the kernel is older

@@ -723,6 +723,25 @@ zp_balance_parse(const char *s)
 	return -1;
 }
 
+int
+zp_upstream_primary_up(const struct zp_upstream *u, size_t n)
+{
+	size_t	i;
+
+	for (i = 0; i < n; i++)
+		if (u[i].up && u[i].weight > 0 && !u[i].backup &&
+		    u[i].admin == ZP_ADMIN_READY)
+			return 1;
+	return 0;
+}
+
+int
+zp_upstream_takes(const struct zp_upstream *u, int primary_up)
+{
+	return u->up && u->weight > 0 && u->admin == ZP_ADMIN_READY &&
+	    (!u->backup || !primary_up);
+}
+
 /* Does some upstream look up; see upstream.h. */
 int
 zp_upstreams_any_up(const struct zp_upstreams *ups)

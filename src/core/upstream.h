@@ -198,11 +198,21 @@ const char *zp_admin_str(enum zp_admin);
 int	zp_admin_parse(const char *);
 const char *zp_upstream_state_str(const struct zp_upstream *);
 
+/*
+ * Of n upstreams as zp_upstream_get() read them: is one up, ready and
+ * weighted that is not a backup? (Backups take streams only without.)
+ */
+int	zp_upstream_primary_up(const struct zp_upstream *, size_t n);
+
+/* May u take streams, new and moved, primary_up as above? */
+int	zp_upstream_takes(const struct zp_upstream *u, int primary_up);
+
 /* "first", "roundrobin", ...; and the reverse, -1 if unknown. */
 const char *zp_balance_str(enum zp_balance);
 int	zp_balance_parse(const char *);
 
 /* "name:port" of an upstream, and of upstream i, for logs. */
+#define ZP_UPSTREAM_NAMELEN	300	/* a 255-byte name, ':', a port */
 const char *zp_upstream_name(const struct zp_upstream *, char *, size_t);
 const char *zp_upstream_label(const struct zp_upstreams *, size_t i,
 	    char *, size_t);

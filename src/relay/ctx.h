@@ -15,6 +15,7 @@
 #include "lib/acl.h"
 #include "lib/bufcache.h"
 #include "core/config.h"
+#include "core/loadbal.h"
 #include "lib/log.h"
 #include "relay/mirror.h"
 #include "lib/pipepool.h"
@@ -76,7 +77,7 @@ struct zp_stats {
 	uint64_t	clients_source_limited;	/* --max-conns-per-source */
 	uint64_t	bad_proxy_headers;	/* --accept-proxy refusals */
 	uint64_t	bad_destinations;	/* -u original refused one */
-	uint64_t	moves[6];	/* --framing: streams moved, by
+	uint64_t	moves[7];	/* --framing: streams moved, by
 					   enum zp_move_reason */
 	uint64_t	framing_errors;	/* streams whose framing failed */
 	uint64_t	replayed;	/* --replay-window: bytes sent again */
@@ -114,11 +115,17 @@ struct zp_ctx_hooks {
 	void	(*pairs_modes)(struct zp_ctx *, struct zp_pair_modes *);
 	/* --rebalance (pair.h): the moves under way here, the movable. */
 	void	(*pairs_moving)(struct zp_ctx *, long *eff, long *movable);
-	/* ... which upstream gives a stream to which, if any (1). */
-	int	(*rebalance_choose)(const struct zp_upstreams *,
-		    const long *eff, int even, int *hi, int *lo);
-	/* ... one move from hi to lo here; 1 when it began. */
-	int	(*pairs_move_one)(struct zp_ctx *, int hi, int lo);
+	/* ... load: what each upstream's streams here were held back. */
+	void	(*pairs_load)(struct zp_ctx *, struct zp_up_load *);
+	/*
+	 * ... on the root: which upstream gives a stream to which, and why
+	 * (1), if any; text: a load move's figures for the log, or "".
+	 */
+	int	(*rebalance_choose)(struct zp_ctx *root, const long *eff,
+		    const struct zp_up_load *, const struct timeval *now,
+		    int *hi, int *lo, int *why, char *text, size_t len);
+	/* ... one move from hi to lo here, for why; 1 when it began. */
+	int	(*pairs_move_one)(struct zp_ctx *, int hi, int lo, int why);
 	/*
 	 * On the root: pairs closed or stopped waiting somewhere, so the
 	 * listeners may accept again.
@@ -197,6 +204,7 @@ struct zp_ctx {
 	struct zp_notify	*notify;	/* NULL: no $NOTIFY_SOCKET */
 	struct event		*drain_timer;
 	struct event		*rebalance_timer;	/* --rebalance */
+	struct zp_loadbal	*loadbal;	/* root: --rebalance load */
 	struct zp_pair_list	 pairs;
 	struct zp_srctab	 sources;	/* open pairs per client source */
 	struct zp_stats		 stats;

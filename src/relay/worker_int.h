@@ -28,7 +28,8 @@ struct zp_worker;
 /* What the root asks of a worker, run on the worker's thread. */
 struct zp_wmsg {
 	void		(*fn)(struct zp_worker *, struct zp_wmsg *);
-	int		 fd;		/* a client, for wmsg_start */
+	int		 fd;		/* a client, for wmsg_start; a
+					   move's reason */
 	long		 arg;		/* an upstream, the drain's wind, a
 					   move's from */
 	long		 arg2;		/* a move's to */
@@ -53,6 +54,7 @@ struct zp_snap {
 						   by upstream (pair.h) */
 	long			 movable[ZP_MAX_UPSTREAMS]; /* streams that
 						   could move, by upstream */
+	struct zp_up_load	 load[ZP_MAX_UPSTREAMS]; /* --rebalance load */
 	uint64_t		 answered;	/* the last refresh answered */
 };
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <event2/event.h>
 
+#include "lib/clock.h"
 #include "relay/ctx.h"
 #include "lib/log.h"
 #include "core/upstream.h"
@@ -42,7 +43,7 @@ static void
 wmsg_move(struct zp_worker *w, struct zp_wmsg *m)
 {
 	(void)zp_ctx_hooks(&w->ctx)->pairs_move_one(&w->ctx, (int)m->arg,
-	    (int)m->arg2);
+	    (int)m->arg2, m->fd);
 }
 
 /*
@@ -66,16 +67,21 @@ rebalance_decide(struct zp_ctx *root, uint64_t seq)
 	struct zp_wmsg		 m;
 	long			 eff[ZP_MAX_UPSTREAMS];
 	uint64_t		 has[ZP_MAX_UPSTREAMS];	/* a bit a thread */
+	uint64_t		 hasl[ZP_MAX_UPSTREAMS];	/* ... for load */
+	struct zp_up_load	 load[ZP_MAX_UPSTREAMS];
+	char			 text[1024];
+	struct timeval		 now;
 	size_t			 i, n = zp_upstreams_count(root->ups);
-	int			 t, live, hi, lo;
+	int			 t, live, hi, lo, why;
 
 	_Static_assert(ZP_MAX_THREADS <= 64, "a thread is a bit of has[]");
 	if (n < 2 || root->stopping)
 		return;
+	memset(load, 0, sizeof(load));
 	for (i = 0; i < n; i++) {
 		zp_upstream_get(root->ups, i, &u);
 		eff[i] = (long)u.active;
-		has[i] = 0;
+		has[i] = hasl[i] = 0;
 	}
 	for (t = 0; t < zp_ctx_threads(root); t++) {
 		live = worker_ctx_snap(root, t, &sn);
@@ -85,23 +91,34 @@ rebalance_decide(struct zp_ctx *root, uint64_t seq)
 			eff[i] += sn.moving[i];
 			if (live && sn.movable[i] > 0)
 				has[i] |= (uint64_t)1 << t;
+			if (live && sn.load[i].movable > 0)
+				hasl[i] |= (uint64_t)1 << t;
+			zp_up_load_add(&load[i], &sn.load[i]);
 		}
 	}
-	if (!hk->rebalance_choose(root->ups, eff, root->cfg->rebalance, &hi,
-	    &lo))
+	zp_clock_now(&now);
+	if (!hk->rebalance_choose(root, eff, load, &now, &hi, &lo, &why, text,
+	    sizeof(text)))
 		return;
 	memset(&m, 0, sizeof(m));
 	m.fn = wmsg_move;
+	m.fd = why;
 	m.arg = hi;
 	m.arg2 = lo;
+	/* A load move (its figures in text) takes what a load move may. */
+	if (text[0] != '\0')
+		memcpy(has, hasl, sizeof(has));
 	for (t = 0; t < zp_ctx_threads(root); t++) {
 		if (!(has[hi] & ((uint64_t)1 << t)))
 			continue;
-		if (t == 0) {
-			if (hk->pairs_move_one(root, hi, lo) == 1)
-				return;
-		} else if (wmsg_post(ws->w[t], &m) == 0)
+		if ((t == 0 && hk->pairs_move_one(root, hi, lo, why) == 1) ||
+		    (t > 0 && wmsg_post(ws->w[t], &m) == 0)) {
+			/* A load move's figures: why it was made. */
+			if (text[0] != '\0')
+				zp_log(root->log, ZP_LOG_NOTICE, "rebalance "
+				    "load: %s", text);
 			return;
+		}
 	}
 }
 

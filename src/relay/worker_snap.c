@@ -30,6 +30,8 @@ snap_take(struct zp_ctx *ctx, struct zp_snap *sn)
 	zp_ctx_hooks(ctx)->pairs_modes(ctx, &sn->modes);
 	if (ctx->cfg->rebalance || zp_upstreams_draining(ctx->ups) > 0)
 		zp_ctx_hooks(ctx)->pairs_moving(ctx, sn->moving, sn->movable);
+	if (ctx->cfg->rebalance == ZP_REBALANCE_LOAD)
+		zp_ctx_hooks(ctx)->pairs_load(ctx, sn->load);
 }
 
 /*

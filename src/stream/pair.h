@@ -65,6 +65,7 @@ enum zp_move_reason {
 	ZP_MOVE_STALLED,	/* its upstream took nothing: --stall-timeout */
 	ZP_MOVE_DRAIN,		/* zproxy ctl: its upstream drained, maint */
 	ZP_MOVE_CTL,		/* zproxy ctl move */
+	ZP_MOVE_LOAD,		/* --rebalance load: its upstream fell behind */
 	ZP_MOVE_MAX
 };
 
@@ -156,11 +157,24 @@ int	zp_pairs_upstream_down(struct zp_ctx *, int idx);
  * there, the oldest that can of the first thread that had one
  * (zp_pairs_move_one, on that thread: 1 when a move began).
  */
-struct zp_upstreams;
+struct zp_up_load;
 void	zp_pairs_moving(struct zp_ctx *, long *eff, long *movable);
-int	zp_rebalance_choose(const struct zp_upstreams *, const long *eff,
-	    int even, int *hi, int *lo);
-int	zp_pairs_move_one(struct zp_ctx *, int hi, int lo);
+int	zp_rebalance_choose(struct zp_ctx *root, const long *eff,
+	    const struct zp_up_load *, const struct timeval *now, int *hi,
+	    int *lo, int *why, char *text, size_t len);
+int	zp_pairs_move_one(struct zp_ctx *, int hi, int lo, int why);
+
+/*
+ * --rebalance load (core/loadbal.h), a thread's part: each relaying
+ * stream's upstream socket looked at (TCP_INFO, SIOCOUTQ) when its last
+ * look is a second old, the figures added to load[] by upstream
+ * (pair_load.c). zp_rebalance_choose above makes a load move (why
+ * ZP_MOVE_LOAD, text its figures) from every thread's sums, with the
+ * root's loadbal; zp_pairs_move_one then takes a stream held back
+ * before one that is not, and never one that moved for load and was
+ * held back ever since: it is its own rate, not the collector's.
+ */
+void	zp_pairs_load(struct zp_ctx *, struct zp_up_load *load);
 
 /*
  * zproxy ctl move: begin a move of stream id, if it is one of ctx's, to

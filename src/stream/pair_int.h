@@ -96,6 +96,23 @@ struct pair_dial {
 	int			 waiting;	/* retry is armed */
 };
 
+/*
+ * --rebalance load: the last look at the upstream socket (pair_load.c);
+ * its counters start again on each upstream (moves: the one looked at).
+ */
+struct pair_load {
+	struct timeval		 at;		/* 0: none yet on this one */
+	uint64_t		 moves;		/* p->moves then */
+	uint64_t		 rwnd_us;	/* tcpi_rwnd_limited then */
+	int			 pm;		/* of the second before: per
+						   mille held back (sampled) */
+	uint32_t		 notsent;	/* bytes, at the last look */
+	uint32_t		 unacked;
+	unsigned		 sampled:1;	/* pm is one whole second's */
+	unsigned		 moved:1;	/* it moved for load, and was
+						   held back on every look since */
+};
+
 /* pair_dial.tried is a bit set of the upstreams. */
 _Static_assert(ZP_MAX_UPSTREAMS <= 64, "pair_dial.tried holds 64 upstreams");
 
@@ -150,6 +167,7 @@ struct zp_pair {
 	int			 fin_poll_ms;	/* looks again after this */
 	int			 winding;	/* 0, or the end its wind-down
 						   stands for (idle, shutdown) */
+	struct pair_load	 load;		/* --rebalance load */
 	struct zp_spool_writer	*spool;		/* ZP_PAIR_SPOOLING */
 	uint64_t		 spooled;	/* client bytes that went to
 						   the spool (up= counts them) */
@@ -189,6 +207,14 @@ pair_from_retiring(const struct zp_pair *p)
  * returns at once then, and an event callback that ends with one checks
  * the pair's invariants when it is still there (pair_check).
  */
+
+/* pair_load.c */
+
+/*
+ * May a load move take p: not one that moved for load and was held back
+ * ever since; with held, only one held back over its last second.
+ */
+int	pair_load_may_move(const struct zp_pair *, int held);
 
 /* pair_log.c */
 

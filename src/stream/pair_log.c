@@ -60,6 +60,7 @@ zp_move_reason_str(int r)
 	case ZP_MOVE_STALLED:	return "upstream-stalled";
 	case ZP_MOVE_DRAIN:	return "drain";
 	case ZP_MOVE_CTL:	return "ctl";
+	case ZP_MOVE_LOAD:	return "load";
 	}
 	return "unknown";
 }

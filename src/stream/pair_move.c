@@ -683,35 +683,24 @@ zp_pairs_moving(struct zp_ctx *ctx, long *eff, long *movable)
 	}
 }
 
-/* Begin one --rebalance move from hi to lo; see pair.h. */
+/* Begin one --rebalance move from hi to lo, for why; see pair.h. */
 int
-zp_pairs_move_one(struct zp_ctx *ctx, int hi, int lo)
+zp_pairs_move_one(struct zp_ctx *ctx, int hi, int lo, int why)
 {
-	struct zp_pair		*p;
-	struct zp_upstream	 u;
-	int			 why = ZP_MOVE_REBALANCE;
+	struct zp_pair	*p;
+	int		 pass;
 
 	if (ctx->stopping)
 		return 0;
-	zp_upstream_get(ctx->ups, (size_t)hi, &u);
-	if (u.admin != ZP_ADMIN_READY)
-		why = ZP_MOVE_DRAIN;
-	TAILQ_FOREACH(p, &ctx->pairs, entry)
-		if (p->up_idx == hi && zp_pair_can_move(p) &&
-		    zp_pair_plan_move(p, lo, why) == 0)
-			return 1;
+	/* For load: one held back first (pass 0), then any (pass 1). */
+	for (pass = why == ZP_MOVE_LOAD ? 0 : 1; pass < 2; pass++)
+		TAILQ_FOREACH(p, &ctx->pairs, entry)
+			if (p->up_idx == hi && zp_pair_can_move(p) &&
+			    (why != ZP_MOVE_LOAD ||
+			    pair_load_may_move(p, pass == 0)) &&
+			    zp_pair_plan_move(p, lo, why) == 0)
+				return 1;
 	return 0;
-}
-
-/*
- * May upstream u take streams, in --rebalance's eyes: up, a weight above
- * 0, and not a backup while an upstream that is not one is up.
- */
-static int
-rebalance_takes(const struct zp_upstream *u, int primary_up)
-{
-	return u->up && u->weight > 0 && u->admin == ZP_ADMIN_READY &&
-	    (!u->backup || !primary_up);
 }
 
 /*
@@ -753,39 +742,44 @@ zp_pairs_move_id(struct zp_ctx *ctx, uint64_t id, int to, char *why,
 	return 0;
 }
 
-/* Which move --rebalance makes now; see pair.h. */
+/*
+ * Which move a --rebalance step makes now, if any; see pair.h. Streams
+ * leave an upstream an operator drains first, then one that is up but
+ * takes none (a backup once another is up again, a weight of 0), then
+ * --rebalance's own moves: count, or load.
+ */
 int
-zp_rebalance_choose(const struct zp_upstreams *ups, const long *eff,
-    int even, int *hip, int *lop)
+zp_rebalance_choose(struct zp_ctx *root, const long *eff,
+    const struct zp_up_load *load, const struct timeval *now, int *hip,
+    int *lop, int *why, char *text, size_t len)
 {
 	struct zp_upstream u[ZP_MAX_UPSTREAMS];
-	size_t		 i, n = zp_upstreams_count(ups);
-	int		 hi = -1, lo = -1, out = -1, primary_up = 0;
+	size_t		 i, n = zp_upstreams_count(root->ups);
+	int		 hi = -1, lo = -1, out = -1, primary_up, mode;
 
-	for (i = 0; i < n; i++) {
-		zp_upstream_get(ups, i, &u[i]);
-		if (u[i].up && u[i].weight > 0 && !u[i].backup &&
-		    u[i].admin == ZP_ADMIN_READY)
-			primary_up = 1;
-	}
+	mode = root->cfg->rebalance;
+	*text = '\0';
+	for (i = 0; i < n; i++)
+		zp_upstream_get(root->ups, i, &u[i]);
+	primary_up = zp_upstream_primary_up(u, n);
+	if (mode == ZP_REBALANCE_LOAD && root->loadbal != NULL)
+		zp_loadbal_update(root->loadbal, load, n, now);
 	/*
 	 * Streams per unit of weight: i is fuller than j when eff[i] /
-	 * w[i] > eff[j] / w[j], compared without dividing. Streams on an
-	 * upstream that is up but takes none (a backup once another is up
-	 * again, a weight of 0) leave it first; before them, those an
-	 * operator drains (drain, maint), the only moves made without
-	 * --rebalance (even 0).
+	 * w[i] > eff[j] / w[j], compared without dividing. Drained ones
+	 * leave with or without --rebalance (mode 0); those on an upstream
+	 * that takes none, with it.
 	 */
 	for (i = 0; i < n; i++) {
-		if (!rebalance_takes(&u[i], primary_up)) {
+		if (!zp_upstream_takes(&u[i], primary_up)) {
 			if (eff[i] <= 0)
 				continue;
 			if (u[i].admin != ZP_ADMIN_READY) {
 				if (out == -1 || u[out].admin ==
 				    ZP_ADMIN_READY || eff[i] > eff[out])
 					out = (int)i;
-			} else if (even && u[i].up && (out == -1 ||
-			    (u[out].admin == ZP_ADMIN_READY &&
+			} else if (mode != ZP_REBALANCE_OFF && u[i].up &&
+			    (out == -1 || (u[out].admin == ZP_ADMIN_READY &&
 			    eff[i] > eff[out])))
 				out = (int)i;
 			continue;
@@ -800,13 +794,25 @@ zp_rebalance_choose(const struct zp_upstreams *ups, const long *eff,
 	if (out != -1) {
 		*hip = out;
 		*lop = lo;
+		*why = u[out].admin != ZP_ADMIN_READY ? ZP_MOVE_DRAIN :
+		    ZP_MOVE_REBALANCE;
+		return 1;
+	}
+	if (mode == ZP_REBALANCE_LOAD) {
+		if (root->loadbal == NULL || !zp_loadbal_choose(root->loadbal,
+		    root->ups, eff, load, now, hip, lop))
+			return 0;
+		zp_loadbal_why(root->loadbal, root->ups, load, *hip, *lop,
+		    now, text, len);
+		*why = ZP_MOVE_LOAD;
 		return 1;
 	}
 	/* Only when hi, one stream lighter, is still no lighter than lo. */
-	if (!even || hi == lo || (eff[hi] - 1) * u[lo].weight <
-	    (eff[lo] + 1) * u[hi].weight)
+	if (mode != ZP_REBALANCE_COUNT || hi == lo || (eff[hi] - 1) *
+	    u[lo].weight < (eff[lo] + 1) * u[hi].weight)
 		return 0;
 	*hip = hi;
 	*lop = lo;
+	*why = ZP_MOVE_REBALANCE;
 	return 1;
 }

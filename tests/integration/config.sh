@@ -59,7 +59,7 @@ case_roundtrip() {
 	max-frame 1M
 	max-lifetime 3600
 	stall-timeout 20
-	rebalance
+	rebalance load
 	rebalance-rate 5
 	replay-window 1M
 	spool $T/spool
@@ -157,12 +157,14 @@ case_errors() {
 	done <<-'EOF'
 	bogus 3|3|unknown option 'bogus'
 	framing|3|option 'framing' needs a value
-	rebalance yes|3|option 'rebalance' takes no value
+	keepalive yes|3|option 'keepalive' takes no value
+	rebalance yes|3|invalid rebalance 'yes': expected count or load
 	threads 0|3|invalid threads '0'
 	mode copy\nmode splice|4|option --mode given twice ('copy', then 'splice')
 	config other.conf|3|'config' belongs on the command line
 	check|3|'check' belongs on the command line
 	framing l\0f|3|a NUL byte
+	framing l\rf|3|a control character (0x0d)
 	EOF
 	"$ZPROXY" -f "$T/nonexistent.conf" >/dev/null 2>"$T/bad.err"
 	rc=$?

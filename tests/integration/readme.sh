@@ -19,8 +19,10 @@
 #   logs-b.example.net:514                             collector B
 #   siem-new.example.net:514                           collector C
 #   -l :514, -l :5140, --port 5140                     a free port
+#   listen :514, listen :5140 (a file's line)          a free port
 #   127.0.0.1:9514 (--stats)                           a free port
-#   /var/log/zproxy, /var/spool/zproxy, /run/zproxy    below $T
+#   /var/log/zproxy, /var/spool/zproxy, /run/zproxy,
+#   /etc/zproxy                                        below $T
 #   zproxy                                             $ZPROXY
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 . "${ZP_TESTLIB%/*}/collectorlib.sh" || exit 1
@@ -47,6 +49,8 @@ localise() {
 	    -e "s/siem-new\.example\.net:514/127.0.0.1:$CC/g" \
 	    -e "s/-l :514\b/-l 127.0.0.1:$ZP/g; s/-l :5140\b/-l 127.0.0.1:$ZP/g" \
 	    -e "s/--port 5140\b/--port $ZP/g" \
+	    -e "s/^listen :514\(0\)\{0,1\}$/listen 127.0.0.1:$ZP/" \
+	    -e "s#/etc/zproxy#$T/etc/zproxy#g" \
 	    -e "s/127\.0\.0\.1:9514/127.0.0.1:$SP/g" \
 	    -e "s#/var/log/zproxy#$T/var/log/zproxy#g" \
 	    -e "s#/var/spool/zproxy#$T/var/spool/zproxy#g" \

@@ -7,13 +7,15 @@
  *        reads to EOF; any connect failure, error, reset or early EOF is
  *        exit 1. Prints "connects=N messages=N bytes=N".
  *   zp-logsend collect [-b ADDR] [--port P] --dir DIR [--conns N]
- *                      [--lag BYTES] [--rcvbuf BYTES]
+ *                      [--lag BYTES] [--rcvbuf BYTES] [--read-rate BYTES]
  *        prints its port, appends each connection's bytes as they arrive
  *        to DIR/conn-<index>.raw (a kill -9 loses nothing it read). With
  *        --lag, a collector with an in-memory queue: per connection the
  *        last BYTES bytes received are held in memory, a byte is written
  *        only once BYTES more came after it, the held ones at EOF, error
  *        or reset; a kill -9 loses exactly the held min(BYTES, received).
+ *        --read-rate: a collector that takes BYTES a second in all, its
+ *        connections together (a slow one), and no more.
  *   zp-logsend verify --conns N --msgs M [options] FILE...
  *        every message exactly once (or at least once, or at most K
  *        missing), each intact: its length and CRC match.
@@ -110,6 +112,10 @@ struct opts {
 	int		 runs;		/* --runs: streams cut by moves */
 	int		 ordered;	/* --ordered: each conn's in order */
 	int		 early_fin_ok;	/* a FIN before ours: send on */
+	double		 rate;		/* send: messages a second a
+					   connection, 0 = as fast as it goes */
+	double		 read_rate;	/* collect: bytes a second in all, 0 =
+					   as fast as it goes */
 	int		 verbose;
 };
 
@@ -157,9 +163,9 @@ static void usage(FILE *fp)
 "usage: zp-logsend send HOST PORT --conns N --msgs M --framing lf|octet\n"
 "                  [--seed S] [--min BYTES] [--max BYTES] [--newlines]\n"
 "                  [--pause-at K --go FILE] [--timeout SECS]\n"
-"                  [--early-fin-ok]\n"
+"                  [--early-fin-ok] [--rate N]\n"
 "       zp-logsend collect [-b ADDR] [--port P] --dir DIR [--conns N]\n"
-"                  [--lag BYTES] [--rcvbuf BYTES]\n"
+"                  [--lag BYTES] [--rcvbuf BYTES] [--read-rate BYTES]\n"
 "       zp-logsend verify --conns N --msgs M [--framing lf|octet] [--raw]\n"
 "                  [--exactly-once|--at-least-once] [--max-missing K]\n"
 "                  [--max-partial K]\n"
@@ -182,6 +188,7 @@ static void usage(FILE *fp)
 "  --pause-at K      once K messages went out on every connection, print\n"
 "                    \"paused\" and wait until --go FILE exists\n"
 "  --timeout SECS    fail if not done by then (120; 0 = never)\n"
+"  --rate N          at most N messages a second on each connection\n"
 "collect  listen on ADDR (127.0.0.1) port P (0: any), print the port as the\n"
 "         first stdout line; append each connection's bytes as they arrive\n"
 "         to DIR/conn-<index>.raw (accept order), read it to EOF, close;\n"
@@ -189,6 +196,8 @@ static void usage(FILE *fp)
 "         SIGUSR1 stop listening (connects are refused) and serve the rest\n"
 "  --rcvbuf BYTES    each connection's receive buffer (SO_RCVBUF; the\n"
 "                    kernel doubles it): what a kill -9 loses unread\n"
+"  --read-rate BYTES read BYTES a second in all, the connections together\n"
+"                    (a collector that cannot keep up)\n"
 "  --lag BYTES       like a collector with an in-memory queue: hold each\n"
 "                    connection's last BYTES bytes received in memory and\n"
 "                    write a byte only once BYTES more came after it; at\n"
@@ -396,12 +405,25 @@ static void conn_make(struct conn *c)
 	c->seq++;
 }
 
-/* Messages conn c may make now: up to --pause-at until told to go. */
-static long conn_limit(int paused_done)
+/* Messages conn c may make: up to --pause-at until told to go. */
+static long pause_limit(int paused_done)
 {
 	if (o.pause_at >= 0 && !paused_done && o.pause_at < o.msgs)
 		return o.pause_at;
 	return o.msgs;
+}
+
+/* ... and by time t: with --rate, no more than it allows since the start. */
+static long conn_limit(int paused_done, double t)
+{
+	long lim = pause_limit(paused_done), due;
+
+	if (o.rate > 0) {
+		due = (long)((t - t_start) * o.rate) + 1;
+		if (due < lim)
+			lim = due;
+	}
+	return lim;
 }
 
 static void conn_refill(struct conn *c, long limit)
@@ -546,7 +568,7 @@ static int run_send(void)
 		double t = now();
 		int ms = 1000, all_paused;
 
-		limit = conn_limit(go);
+		limit = conn_limit(go, t);
 		ndone = nconnecting = 0;
 		all_paused = !go;
 		for (i = 0; i < o.conns; i++) {
@@ -554,7 +576,8 @@ static int run_send(void)
 
 			ndone += c->done;
 			nconnecting += c->connecting;
-			if (c->seq < limit || c->olen > 0 || c->connecting)
+			if (c->seq < pause_limit(go) || c->olen > 0 ||
+			    c->connecting)
 				all_paused = 0;
 		}
 		if (ndone == o.conns)
@@ -572,6 +595,9 @@ static int run_send(void)
 			}
 			ms = (int)((t_start + o.timeout - t) * 1000) + 1;
 		}
+		/* --rate: back soon for the next messages due. */
+		if (o.rate > 0 && limit < o.msgs && ms > 10)
+			ms = 10;
 		if (all_paused) {
 			if (!paused) {
 				printf("paused\n");
@@ -752,13 +778,37 @@ static void sink_close(struct sink *s)
 	s->fd = s->file = -1;
 }
 
+/*
+ * --read-rate: a token bucket of bytes the collector may read, filled at
+ * the rate, holding a tenth of a second's (4K at least): an idle moment
+ * is no licence for a burst.
+ */
+static double	 read_tokens, read_last;
+
+static void read_refill(double t)
+{
+	double cap = o.read_rate / 10 > 4096 ? o.read_rate / 10 : 4096;
+
+	read_tokens += (t - read_last) * o.read_rate;
+	if (read_tokens > cap)
+		read_tokens = cap;
+	read_last = t;
+}
+
 /* Read what sink s has; 1 when it is over (EOF or error). */
 static int sink_read(struct sink *s)
 {
 	ssize_t r;
+	size_t want = sizeof(rbuf);
 
+	if (o.read_rate > 0) {
+		if (read_tokens < 1)
+			return 0;
+		if (want > (size_t)read_tokens)
+			want = (size_t)read_tokens;
+	}
 	do
-		r = recv(s->fd, rbuf, sizeof(rbuf), 0);
+		r = recv(s->fd, rbuf, want, 0);
 	while (r == -1 && errno == EINTR);
 	if (r == -1 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		return 0;
@@ -774,6 +824,8 @@ static int sink_read(struct sink *s)
 			    PRIu64 " bytes\n", s->idx, s->bytes);
 		return 1;
 	}
+	if (o.read_rate > 0)
+		read_tokens -= (double)r;
 	sink_take(s, rbuf, (size_t)r);
 	return 0;
 }
@@ -795,7 +847,8 @@ static int run_collect(void)
 	socklen_t slen = sizeof(ss);
 	struct sink *sinks = NULL;
 	struct pollfd *pfds = NULL;
-	long nsinks = 0, cap = 0, accepted = 0, open_n = 0, i;
+	long nsinks = 0, cap = 0, accepted = 0, open_n = 0, i, k;
+	long round_robin = 0;
 	int lfd, one = 1, rc, port;
 	char pbuf[16];
 
@@ -832,9 +885,10 @@ static int run_collect(void)
 		die("stdout: %s", strerror(errno));
 	signal(SIGUSR1, on_usr1);
 
+	read_last = now();
 	for (;;) {
 		long np = 0;
-		int want_accept;
+		int want_accept, wait_ms = -1, throttled = 0;
 
 		if (stop_listening && lfd != -1) {
 			close(lfd);
@@ -851,24 +905,32 @@ static int run_collect(void)
 			if (sinks == NULL || pfds == NULL)
 				die("out of memory");
 		}
+		if (o.read_rate > 0) {
+			read_refill(now());
+			throttled = read_tokens < 1;
+			wait_ms = 10;
+		}
 		for (i = 0; i < nsinks; i++) {
 			pfds[i].fd = sinks[i].fd;	/* -1 once closed */
-			pfds[i].events = POLLIN;
+			pfds[i].events = throttled ? 0 : POLLIN;
 			pfds[i].revents = 0;
 		}
 		np = nsinks;
 		pfds[np].fd = want_accept ? lfd : -1;
 		pfds[np].events = POLLIN;
 		pfds[np].revents = 0;
-		rc = poll(pfds, (nfds_t)np + 1, -1);
+		rc = poll(pfds, (nfds_t)np + 1, wait_ms);
 		if (rc == -1) {
 			if (errno == EINTR)
 				continue;
 			die("poll: %s", strerror(errno));
 		}
-		for (i = 0; i < np; i++) {
-			struct sink *s = &sinks[i];
+		/* Each round starts one further: --read-rate's share is fair. */
+		for (k = 0; k < np; k++) {
+			struct sink *s;
 
+			i = (k + round_robin) % np;
+			s = &sinks[i];
 			if (s->fd == -1 || pfds[i].revents == 0)
 				continue;
 			if (sink_read(s)) {
@@ -876,6 +938,7 @@ static int run_collect(void)
 				open_n--;
 			}
 		}
+		round_robin++;
 		if (pfds[np].revents & POLLIN) {
 			char name[4096];
 			int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK |
@@ -1287,6 +1350,8 @@ enum {
 	OPT_DIR,
 	OPT_LAG,
 	OPT_RCVBUF,
+	OPT_RATE,
+	OPT_READ_RATE,
 	OPT_RAW,
 	OPT_EXACTLY_ONCE,
 	OPT_AT_LEAST_ONCE,
@@ -1315,6 +1380,8 @@ static const struct option longopts[] = {
 	{ "dir",		required_argument, NULL, OPT_DIR },
 	{ "lag",		required_argument, NULL, OPT_LAG },
 	{ "rcvbuf",		required_argument, NULL, OPT_RCVBUF },
+	{ "rate",		required_argument, NULL, OPT_RATE },
+	{ "read-rate",		required_argument, NULL, OPT_READ_RATE },
 	{ "raw",		no_argument,	   NULL, OPT_RAW },
 	{ "exactly-once",	no_argument,	   NULL, OPT_EXACTLY_ONCE },
 	{ "at-least-once",	no_argument,	   NULL, OPT_AT_LEAST_ONCE },
@@ -1419,6 +1486,17 @@ static int parse_args(int argc, char **argv, char ***posp)
 			o.lag = (size_t)v;
 			break;
 		}
+		case OPT_RATE:
+			if ((o.rate = (double)parse_size("--rate", optarg)) == 0)
+				usage_error("--rate: at least 1, not '%s'",
+				    optarg);
+			break;
+		case OPT_READ_RATE:
+			if ((o.read_rate = (double)parse_size("--read-rate",
+			    optarg)) == 0)
+				usage_error("--read-rate: at least 1, not '%s'",
+				    optarg);
+			break;
 		case OPT_RAW: o.raw = 1; break;
 		case OPT_EXACTLY_ONCE:
 			if (o.expect == EXPECT_AT_LEAST_ONCE)

@@ -1829,6 +1829,34 @@ test_planned_moves(void **state)
 	assert_true(s->cfg.max_lifetime == 2.5);
 	assert_int_equal(s->cfg.rebalance, 1);
 	assert_int_equal(s->cfg.rebalance_rate, 3);
+	/* Bare, it is count; load and count as the next word or =WORD. */
+	assert_int_equal(s->cfg.rebalance, ZP_REBALANCE_COUNT);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "--rebalance", "load", "-u",
+	    "h:1", "--framing", "lf", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.rebalance, ZP_REBALANCE_LOAD);
+	reparse_reset(s);
+	/* load aims at no even spread: any balancer. */
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--balance", "source", "--rebalance=load", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.rebalance, ZP_REBALANCE_LOAD);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--rebalance", "count", NULL), ZP_PARSE_OK);
+	assert_int_equal(s->cfg.rebalance, ZP_REBALANCE_COUNT);
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--rebalance=heavy", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "invalid rebalance 'heavy': expected count or "
+	    "load");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--rebalance", "heavy", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "unexpected argument 'heavy'");
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
+	    "--rebalance", "load", "--rebalance", NULL), ZP_PARSE_ERROR);
+	assert_errmsg(s->err, "given twice");
 	reparse_reset(s);
 	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--max-lifetime",
 	    "60", NULL), ZP_PARSE_ERROR);
@@ -1840,7 +1868,8 @@ test_planned_moves(void **state)
 	reparse_reset(s);
 	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",
 	    "--rebalance", "--balance", "first", NULL), ZP_PARSE_ERROR);
-	assert_errmsg(s->err, "leastconn or roundrobin");
+	assert_errmsg(s->err, "--rebalance count needs --balance leastconn or "
+	    "roundrobin");
 	reparse_reset(s);
 	/* It paces zproxy ctl's drains too: --framing is enough. */
 	assert_int_equal(parse(s, "-l", ":1", "-u", "h:1", "--framing", "lf",

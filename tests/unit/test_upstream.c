@@ -37,6 +37,8 @@
 #include "core/net.h"
 #include "core/upstream.h"
 #include "core/upstream_int.h"
+#include "core/loadbal.h"
+#include "relay/ctx.h"
 #include "stream/pair.h"
 
 #define NSPEC		4
@@ -1304,6 +1306,30 @@ test_source_consistent(void **state)
 }
 
 /*
+ * zp_rebalance_choose for the upstreams us, eff streams on each, mode
+ * (enum zp_rebalance), no load seen.
+ */
+static int
+choose(struct zp_upstreams *us, const long *eff, int mode, int *hi, int *lo)
+{
+	struct zp_config	cfg;
+	struct zp_ctx		root;
+	struct zp_up_load	load[ZP_MAX_UPSTREAMS];
+	char			text[512];
+	int			why;
+	struct timeval		now = at(0, 0);
+
+	memset(&cfg, 0, sizeof(cfg));
+	memset(&root, 0, sizeof(root));
+	memset(load, 0, sizeof(load));
+	cfg.rebalance = mode;
+	root.cfg = &cfg;
+	root.ups = us;
+	return zp_rebalance_choose(&root, eff, load, &now, hi, lo, &why, text,
+	    sizeof(text));
+}
+
+/*
  * --rebalance's choice (zp_rebalance_choose) with weights and backups:
  * equal weights move at a difference of 2; 1:3 with 2 and 6 streams is
  * balanced, with 3 and 5 one moves to the heavier; a backup that still
@@ -1318,16 +1344,16 @@ test_rebalance_weights(void **state)
 	int			 hi, lo;
 
 	us = ups_init(s, 2, ZP_BALANCE_LEASTCONN, 1, 10.0);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 3, 2 }, 1, &hi, &lo),
+	assert_int_equal(choose(us, (long[]){ 3, 2 }, 1, &hi, &lo),
 	    0);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 4, 2 }, 1, &hi, &lo),
+	assert_int_equal(choose(us, (long[]){ 4, 2 }, 1, &hi, &lo),
 	    1);
 	assert_int_equal(hi, 0);
 	assert_int_equal(lo, 1);
 	us->v[1].weight = 3;
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 2, 6 }, 1, &hi, &lo),
+	assert_int_equal(choose(us, (long[]){ 2, 6 }, 1, &hi, &lo),
 	    0);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 3, 5 }, 1, &hi, &lo),
+	assert_int_equal(choose(us, (long[]){ 3, 5 }, 1, &hi, &lo),
 	    1);
 	assert_int_equal(hi, 0);
 	assert_int_equal(lo, 1);
@@ -1338,19 +1364,131 @@ test_rebalance_weights(void **state)
 	/* Primaries down: the backup holds everything, nothing moves. */
 	fail_n(us, 0, 1, &now);
 	fail_n(us, 1, 1, &now);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 0, 5 }, 1, &hi,
+	assert_int_equal(choose(us, (long[]){ 0, 0, 5 }, 1, &hi,
 	    &lo), 0);
 	/* One is back: the backup's streams go to it, one at a time. */
 	zp_upstream_report(us, 1, 1, 0, &now);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 0, 5 }, 1, &hi,
+	assert_int_equal(choose(us, (long[]){ 0, 0, 5 }, 1, &hi,
 	    &lo), 1);
 	assert_int_equal(hi, 2);
 	assert_int_equal(lo, 1);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 4, 1 }, 1, &hi,
+	assert_int_equal(choose(us, (long[]){ 0, 4, 1 }, 1, &hi,
 	    &lo), 1);
 	assert_int_equal(hi, 2);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 5, 0 }, 1, &hi,
+	assert_int_equal(choose(us, (long[]){ 0, 5, 0 }, 1, &hi,
 	    &lo), 0);
+	ups_free(s);
+}
+
+/*
+ * --rebalance load (core/loadbal.h): an upstream whose streams its
+ * receive window holds back gives them, after ZP_LOAD_BEHIND_S, to one
+ * whose own kept up for ZP_LOAD_CLEAR_S, or that has none and was not
+ * behind within ZP_LOAD_FORGET_S; some held back, fewer than half, is
+ * not behind; one emptied for falling behind takes nothing back at once;
+ * one drained takes nothing, nor one whose streams a load move may not
+ * take gives; the line's figures; zp_rebalance_choose makes it a load
+ * move.
+ */
+static void
+test_rebalance_load(void **state)
+{
+	struct ups_state	*s = *state;
+	struct zp_upstreams	*us;
+	struct zp_loadbal	*lb;
+	struct zp_up_load	 l[2];
+	struct zp_config	 cfg;
+	struct zp_ctx		 root;
+	struct timeval		 now;
+	char			 text[512];
+	int			 hi = -1, lo = -1, t, why;
+
+	us = ups_init(s, 2, ZP_BALANCE_ROUNDROBIN, 1, 10.0);
+	lb = zp_loadbal_new();
+	assert_non_null(lb);
+	l[0] = (struct zp_up_load){ .streams = 4, .movable = 4, .sampled = 4,
+	    .limited = 4, .rwnd_pm = 3900, .notsent = 100000,
+	    .unacked = 2000 };
+	l[1] = (struct zp_up_load){ .streams = 4, .movable = 4, .sampled = 4 };
+	/* Behind from 0, the other clear from 0: a move at 5, not before. */
+	for (t = 0; t <= 5; t++) {
+		now = at(t, 0);
+		zp_loadbal_update(lb, l, 2, &now);
+		assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l,
+		    &now, &hi, &lo), t == 5);
+	}
+	assert_int_equal(hi, 0);
+	assert_int_equal(lo, 1);
+	assert_string_equal(zp_loadbal_state(lb, 0), "behind");
+	assert_string_equal(zp_loadbal_state(lb, 1), "ok");
+	zp_loadbal_why(lb, us, l, 0, 1, &now, text, sizeof(text));
+	assert_non_null(strstr(text, " is behind (5.0s): 4 of 4 streams held "
+	    "back by its receive window, 97% of the last second on average, "
+	    "100000 bytes not sent, 2000 unacknowledged; one moves to "));
+	assert_non_null(strstr(text, " (4 streams, none held back for "
+	    "5.0s)"));
+	/* Through zp_rebalance_choose: a load move, with its figures. */
+	memset(&cfg, 0, sizeof(cfg));
+	memset(&root, 0, sizeof(root));
+	cfg.rebalance = ZP_REBALANCE_LOAD;
+	root.cfg = &cfg;
+	root.ups = us;
+	root.loadbal = lb;
+	text[0] = '\0';
+	assert_int_equal(zp_rebalance_choose(&root, (long[]){ 4, 4 }, l, &now,
+	    &hi, &lo, &why, text, sizeof(text)), 1);
+	assert_int_equal(why, ZP_MOVE_LOAD);
+	assert_int_equal(hi, 0);
+	assert_non_null(strstr(text, "is behind"));
+	/* Count's even spread is not load's: 6 and 2, nothing moves. */
+	l[0].limited = 0;
+	now = at(6, 0);
+	zp_loadbal_update(lb, l, 2, &now);
+	assert_int_equal(zp_rebalance_choose(&root, (long[]){ 6, 2 }, l, &now,
+	    &hi, &lo, &why, text, sizeof(text)), 0);
+	/* One of 4 held back: not behind; then behind again, from 7. */
+	l[0].limited = 1;
+	now = at(7, 0);
+	zp_loadbal_update(lb, l, 2, &now);
+	assert_string_equal(zp_loadbal_state(lb, 0), "mixed");
+	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l, &now,
+	    &hi, &lo), 0);
+	l[0].limited = 4;
+	for (t = 8; t <= 11; t++) {
+		now = at(t, 0);
+		zp_loadbal_update(lb, l, 2, &now);
+		assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l,
+		    &now, &hi, &lo), t == 11);
+	}
+	/* Nothing of it left to move: no move. */
+	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 0, 8 }, l, &now,
+	    &hi, &lo), 0);
+	/* Streams, none a load move may take (each moved once): none. */
+	l[0].movable = 0;
+	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l, &now,
+	    &hi, &lo), 0);
+	/*
+	 * Emptied, last behind at 11; now the other falls behind: the
+	 * emptied one takes nothing before 71.
+	 */
+	l[0] = (struct zp_up_load){ .streams = 0 };
+	l[1] = (struct zp_up_load){ .streams = 8, .movable = 8, .sampled = 8,
+	    .limited = 8, .rwnd_pm = 8000 };
+	for (t = 12; t <= 71; t++) {
+		now = at(t, 0);
+		zp_loadbal_update(lb, l, 2, &now);
+		assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 0, 8 }, l,
+		    &now, &hi, &lo), t == 71);
+	}
+	assert_int_equal(hi, 1);
+	assert_int_equal(lo, 0);
+	zp_loadbal_why(lb, us, l, 1, 0, &now, text, sizeof(text));
+	assert_non_null(strstr(text, "(no stream on it)"));
+	/* Drained, it takes none. */
+	zp_upstream_set_admin(us, 0, ZP_ADMIN_DRAIN);
+	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 0, 8 }, l, &now,
+	    &hi, &lo), 0);
+	zp_loadbal_free(lb);
 	ups_free(s);
 }
 
@@ -1440,19 +1578,19 @@ test_admin_drain(void **state)
 	assert_int_equal(zp_upstream_pick(us, &c, tried, &now), -1);
 	tried[0] = tried[2] = 0;
 	/* Its streams go, with or without --rebalance; to the idlest. */
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 3, 4, 1 }, 0, &hi,
+	assert_int_equal(choose(us, (long[]){ 3, 4, 1 }, 0, &hi,
 	    &lo), 1);
 	assert_int_equal(hi, 1);
 	assert_int_equal(lo, 2);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 3, 0, 1 }, 0, &hi,
+	assert_int_equal(choose(us, (long[]){ 3, 0, 1 }, 0, &hi,
 	    &lo), 0);
 	/* Never to another that is drained or in maint. */
 	zp_upstream_set_admin(us, 2, ZP_ADMIN_MAINT);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 4, 1 }, 1, &hi,
+	assert_int_equal(choose(us, (long[]){ 0, 4, 1 }, 1, &hi,
 	    &lo), 1);
 	assert_int_equal(lo, 0);
 	zp_upstream_set_admin(us, 0, ZP_ADMIN_MAINT);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 4, 1 }, 1, &hi,
+	assert_int_equal(choose(us, (long[]){ 0, 4, 1 }, 1, &hi,
 	    &lo), 0);
 	assert_int_equal(zp_upstream_pick(us, &c, tried, &now), -1);
 	/* Ready again: clients go there; nothing moves back uneven. */
@@ -1460,17 +1598,17 @@ test_admin_drain(void **state)
 	zp_upstream_set_admin(us, 1, ZP_ADMIN_READY);
 	zp_upstream_set_admin(us, 2, ZP_ADMIN_READY);
 	assert_int_equal(zp_upstreams_draining(us), 0);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 4, 1 }, 0, &hi,
+	assert_int_equal(choose(us, (long[]){ 0, 4, 1 }, 0, &hi,
 	    &lo), 0);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 0, 4, 1 }, 1, &hi,
+	assert_int_equal(choose(us, (long[]){ 0, 4, 1 }, 1, &hi,
 	    &lo), 1);
 	/* A weight of 0: no new client, and no move without --rebalance. */
 	assert_int_equal(zp_upstream_set_weight(us, 2, 0), 1);
 	for (i = 0; i < 30; i++)
 		assert_int_not_equal(zp_upstream_pick(us, &c, tried, &now), 2);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 2, 2, 3 }, 0, &hi,
+	assert_int_equal(choose(us, (long[]){ 2, 2, 3 }, 0, &hi,
 	    &lo), 0);
-	assert_int_equal(zp_rebalance_choose(us, (long[]){ 2, 2, 3 }, 1, &hi,
+	assert_int_equal(choose(us, (long[]){ 2, 2, 3 }, 1, &hi,
 	    &lo), 1);
 	assert_int_equal(hi, 2);
 	zp_upstream_get(us, 2, &u);
@@ -1526,6 +1664,8 @@ main(void)
 		    ups_teardown),
 		cmocka_unit_test_setup_teardown(test_admin_drain, ups_setup,
 		    ups_teardown),
+		cmocka_unit_test_setup_teardown(test_rebalance_load,
+		    ups_setup, ups_teardown),
 		cmocka_unit_test_setup_teardown(test_rebalance_weights,
 		    ups_setup, ups_teardown),
 	};

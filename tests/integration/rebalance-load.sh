@@ -1,0 +1,190 @@
+#!/bin/bash
+# rebalance-load.sh - --rebalance load (issue 27, section 3): framed
+# streams leave a collector that cannot keep up for one that can, and
+# stay there.
+#   a. in each mode (ZP_MODES), two zp-logsend collectors: A reads
+#      40 KB/s in all (--read-rate, --rcvbuf 64K: a collector behind), B
+#      as fast as it can. zproxy --framing lf --balance roundrobin
+#      --rebalance load --rebalance-rate 2; 8 connections of numbered
+#      messages (100-300 bytes) at 200 a second each (about 40 KB/s a
+#      connection: A's four come at 160 KB/s). Every stream leaves A
+#      within 30 s (`zproxy ctl show streams A` empty; `show upstreams`
+#      said A behind meanwhile, says B ok); each moved once,
+#      reason=load, each move's decision logged with its figures
+#      ("rebalance load: A is behind ... held back by its receive
+#      window"); then for ZP_LOAD_WATCH seconds (60) nothing moves again
+#      and A stays empty (no flapping); the senders end: every message
+#      exactly once (each stream's runs whole and in order, zp-logsend
+#      verify --raw --runs), no client reconnected (8 connects, each read
+#      to EOF), /metrics counts the load moves; the collectors saw only
+#      clean closes.
+#   b. no false move: two fast collectors, --balance first (all 8
+#      streams on A, 0 on B): --rebalance load moves nothing in 15 s (it
+#      is not count), and every message arrives exactly once.
+. "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
+. "${ZP_TESTLIB%/*}/collectorlib.sh" || exit 1
+
+: "${ZP_LOGSEND:?ZP_LOGSEND must name tests/tools/zp-logsend}"
+command -v jq >/dev/null || fail "jq is needed (apt-get install jq)"
+
+CONNS=8
+RATE=200			# messages a second a connection
+WATCH=${ZP_LOAD_WATCH:-60}	# seconds without a move, once settled
+
+# ctl ARGS...: zproxy ctl on $CTL; output in $T/ctl.out, status returned.
+ctl() {
+	"$ZPROXY" ctl --control "$CTL" "$@" >"$T/ctl.out" 2>"$T/ctl.err" ||
+		fail "zproxy ctl $*: $(head -c 300 "$T/ctl.err")"
+}
+
+# streams_on NAME: how many streams `show streams NAME` lists.
+streams_on() {
+	ctl --json show streams "$1"
+	jq length "$T/ctl.out"
+}
+
+# load_of NAME: its state and its load, from show upstreams --json.
+load_of() {
+	ctl --json show upstreams
+	jq -r --arg a "$1" '.[] | select(.name == $a) | "\(.state) \(.load)"' "$T/ctl.out"
+}
+
+# collect NAME ARGS...: a zp-logsend collector into $T/NAME/; sets C_PID,
+# C_PORT.
+collect() {
+	local name=$1
+	shift
+	mkdir -p "$T/$name" || fail "mkdir $T/$name"
+	zp_bg "$name" "$ZP_LOGSEND" collect -b 127.0.0.1 --dir "$T/$name" "$@"
+	C_PID=$BG_PID
+	C_PORT=$(wait_line "$T/$name.out" '^[0-9]+$' 10 "$C_PID") ||
+		fail "zp-logsend collect did not start: $(head -c 300 "$T/$name.err")"
+}
+
+# moves_logged: the "moved:" lines in zproxy's log.
+moves_logged() { grep -c ' moved: ' "$ZLOG"; }
+
+case_behind() {
+	local mode=$1 what="$mode: A behind" A B na t0 waited msgs moved n
+	local id ids v spid apid bpid seen=0
+	set_mode "$mode"
+	collect a --read-rate 40K --rcvbuf 64K
+	apid=$C_PID A=127.0.0.1:$C_PORT
+	collect b
+	bpid=$C_PID B=127.0.0.1:$C_PORT
+	CTL=$T/ctl
+	SPORT=$(free_port) || fail "zp-peer port failed"
+	# What a moved stream had queued for A still goes to A, at A's
+	# pace (a few hundred KB at 40 KB/s): --drain-timeout gives it time.
+	start_zproxy -v "${MODE_ARGS[@]}" --framing lf --balance roundrobin \
+	    --rebalance load --rebalance-rate 2 --control "$CTL" \
+	    --drain-timeout 60 --stats "127.0.0.1:$SPORT" -u "$A" -u "$B"
+	# Long enough for the moves and the watch after them.
+	msgs=$(( RATE * (WATCH + 25) ))
+	zp_bg all.send "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" --conns "$CONNS" \
+	    --msgs "$msgs" --framing lf --rate "$RATE" --min 100 --max 300 \
+	    --seed "$RANDOM" --timeout $(( WATCH + 120 ))
+	spid=$BG_PID
+	t0=$(now_ms)
+	until [ "$(estab "$ZPORT")" -ge "$CONNS" ]; do
+		[ $(( $(now_ms) - t0 )) -lt 10000 ] || fail "$what: the senders did not connect"
+		sleep 0.05
+	done
+	# The streams A had: those that must move.
+	ctl --json show streams "$A"
+	ids=$(jq -r '.[].id' "$T/ctl.out" | sort -n | tr '\n' ' ')
+	na=$(echo "$ids" | wc -w)
+	[ "$na" -ge 1 ] || fail "$what: no stream on $A to begin with"
+	t0=$(now_ms)
+	until [ "$(streams_on "$A")" = 0 ]; do
+		[ "$(load_of "$A")" = "ready behind" ] && seen=1
+		[ $(( $(now_ms) - t0 )) -lt 30000 ] ||
+			fail "$what: $(streams_on "$A") of $na streams still on $A after 30 s: $(grep -c 'rebalance load' "$ZLOG") load lines"
+		alive "$spid" || fail "$what: the sender ended: $(head -c 300 "$T/all.send.err")"
+		sleep 0.2
+	done
+	waited=$(( $(now_ms) - t0 ))
+	[ "$seen" = 1 ] || fail "$what: show upstreams never said $A was behind"
+	ok "$what: the $na streams on $A left it in $waited ms (show upstreams: behind)"
+	note "$what: $na streams moved off the slow collector in $waited ms"
+	for id in $ids; do
+		n=$(grep -c "connection $id moved: .* from=$A to=$B reason=load " "$ZLOG")
+		[ "$n" = 1 ] || fail "$what: connection $id moved $n times from $A to $B for load, want once: $(grep "connection $id moved" "$ZLOG" | head -n 3)"
+	done
+	n=$(grep -c "rebalance load: $A is behind (.*s): [0-9]* of [0-9]* streams held back by its receive window, [0-9]*% of the last second on average, [0-9]* bytes not sent, [0-9]* unacknowledged; one moves to $B " "$ZLOG")
+	[ "$n" -ge "$na" ] || fail "$what: $n decisions logged with their figures for $na moves: $(grep 'rebalance load' "$ZLOG" | head -n 2)"
+	ok "$what: each of the $na moved once, reason=load, the decision's figures logged"
+	v=$(load_of "$B")
+	[ "$v" = "ready ok" ] || fail "$what: show upstreams says $B is '$v', want 'ready ok'"
+	# The watch: A stays empty, nothing moves any more.
+	moved=$(moves_logged)
+	t0=$(now_ms)
+	while [ $(( $(now_ms) - t0 )) -lt $(( WATCH * 1000 )) ]; do
+		[ "$(streams_on "$A")" = 0 ] ||
+			fail "$what: a stream went back to $A $(( ($(now_ms) - t0) / 1000 )) s after they all left: $(grep ' moved: ' "$ZLOG" | tail -n 2)"
+		[ "$(moves_logged)" = "$moved" ] ||
+			fail "$what: a stream moved again after $(( ($(now_ms) - t0) / 1000 )) s: $(grep ' moved: ' "$ZLOG" | tail -n 1)"
+		alive "$spid" || fail "$what: the sender ended during the watch: $(head -c 300 "$T/all.send.err")"
+		sleep 1
+	done
+	ok "$what: no move and nothing back on $A for $WATCH s"
+	stats_scrape
+	expect 'zproxy_stream_moves_total{reason="load"}' == "$na" "$what"
+	zp_wait_exit "$spid" $(( WATCH + 120 )) || fail "$what: the sender did not end"
+	wait "$spid" || fail "$what: the sender: $(head -c 300 "$T/all.send.err")"
+	logsend_sent "$what" all "$CONNS" "$msgs"
+	# The old streams' last bytes reach A at its pace: its files are
+	# whole once zproxy closed every connection to it.
+	t0=$(now_ms)
+	until [ "$(estab "${A##*:}")" = 0 ]; do
+		[ $(( $(now_ms) - t0 )) -lt 60000 ] || fail "$what: connections to $A still open 60 s after the end"
+		sleep 0.2
+	done
+	zp_stop "$apid"; zp_stop "$bpid"
+	zp_wait_exit "$apid" 10; zp_wait_exit "$bpid" 10
+	logsend_verify "$what" all "$CONNS" "$msgs" --raw --runs --exactly-once \
+	    --framing lf "$T"/a/*.raw "$T"/b/*.raw
+	ok "$what: $VERIFIED"
+	! grep -q 'recv:' "$T/a.err" "$T/b.err" ||
+		fail "$what: a collector saw an error: $(grep -h 'recv:' "$T/a.err" "$T/b.err" | head -n 2)"
+	ok "$what: $CONNS connects, each read to EOF; the collectors saw clean closes"
+	stop_zproxy
+}
+
+case_fast() {
+	local what="no false move" A B spid msgs t0
+	set_mode splice
+	collect a
+	A=127.0.0.1:$C_PORT
+	collect b
+	B=127.0.0.1:$C_PORT
+	CTL=$T/ctl
+	start_zproxy -v --framing lf --balance first --rebalance load \
+	    --rebalance-rate 10 --control "$CTL" -u "$A" -u "$B"
+	msgs=$(( RATE * 15 ))
+	zp_bg all.send "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" --conns "$CONNS" \
+	    --msgs "$msgs" --framing lf --rate "$RATE" --min 100 --max 300 \
+	    --seed "$RANDOM" --timeout 120
+	spid=$BG_PID
+	t0=$(now_ms)
+	until [ "$(streams_on "$A")" = "$CONNS" ]; do
+		[ $(( $(now_ms) - t0 )) -lt 10000 ] || fail "$what: $(streams_on "$A") streams on $A, want all $CONNS"
+		sleep 0.05
+	done
+	zp_wait_exit "$spid" 120 || fail "$what: the sender did not end"
+	wait "$spid" || fail "$what: the sender: $(head -c 300 "$T/all.send.err")"
+	logsend_sent "$what" all "$CONNS" "$msgs"
+	[ "$(moves_logged)" = 0 ] || fail "$what: a stream moved: $(grep ' moved: ' "$ZLOG" | head -n 1)"
+	! grep -q 'rebalance load' "$ZLOG" || fail "$what: $(grep 'rebalance load' "$ZLOG" | head -n 1)"
+	logsend_verify "$what" all "$CONNS" "$msgs" --raw --streams --exactly-once \
+	    --framing lf "$T"/a/*.raw
+	ok "$what: all $CONNS streams on $A for 15 s, none moved ($A kept up); $VERIFIED"
+	stop_zproxy
+}
+
+for mode in $MODES; do
+	subcase_bg case_behind "$mode"
+done
+subcase_bg case_fast
+subcases_wait
+zp_done
