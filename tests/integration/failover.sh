@@ -26,7 +26,8 @@
 #      connections from 127.0.0.1 all land on the same one of 3 upstreams;
 #   g. weights: -u A,weight=1 -u B,weight=3 with roundrobin: 40
 #      connections land 10 on A and 30 on B (the log's upstream= and the
-#      files each received), never more than 3 in a row on B;
+#      files each received), never more than 3 in a row on B; 400 clients
+#      of zp-peer churn (200 a second) split 1:3 within 5 % (/metrics);
 #   h. backup: -u A -u B -u C,backup --check-interval 0.3: C gets nothing
 #      while A or B is up; with both stopped (each logged down), every
 #      connection lands on C, byte-exact; once A listens again ('is up'),
@@ -318,6 +319,22 @@ weights() {
 	got_all g2 30 "$what"
 	stop_zproxy
 	ok "$what: 40 connections, 10 on the first and 30 on the second (log and servers), byte-exact, spread out"
+	# 400 clients, many at once (zp-peer churn, 200 a second, each
+	# answered byte for byte by echo servers): 1:3 within 5 %.
+	peer_listen g3 --echo -n 0 -t 0 --allow-reset; u1=$PEER_PORT
+	peer_listen g4 --echo -n 0 -t 0 --allow-reset; u2=$PEER_PORT
+	SPORT=$(free_port) || fail "zp-peer port failed"
+	start_zproxy -m "$mode" --balance roundrobin --stats "127.0.0.1:$SPORT" \
+	    -u "127.0.0.1:$u1,weight=1" -u "127.0.0.1:$u2,weight=3"
+	peer g-churn churn 127.0.0.1 "$ZPORT" --rate 200 --duration 2 ||
+		fail "$what: 400 clients: $(tail -n 2 "$T/g-churn.err")"
+	stats_scrape
+	n1=$(val "zproxy_upstream_connections_total{upstream=\"127.0.0.1:$u1\"}")
+	n2=$(val "zproxy_upstream_connections_total{upstream=\"127.0.0.1:$u2\"}")
+	[ $((n1 + n2)) -eq 400 ] && [ "$n1" -ge 95 ] && [ "$n1" -le 105 ] ||
+		fail "$what: 400 clients split $n1 and $n2, want 100 and 300 within 5 %"
+	stop_zproxy
+	ok "$what: 400 clients at 200 a second, $n1 and $n2 (1:3 within 5 %), each answered whole: $(cat "$T/g-churn.out")"
 }
 
 # whole NAME: how many of server NAME's connections brought all of up.dat

@@ -21,6 +21,10 @@
 #   b. no false move: two fast collectors, --balance first (all 8
 #      streams on A, 0 on B): --rebalance load moves nothing in 15 s (it
 #      is not count), and every message arrives exactly once.
+#   c. a backup gives its framed streams back (issue 27 section 2):
+#      -u A -u C,backup --check-interval 0.3, A not listening: 4 streams
+#      on C; A starts: within 20 s none on C, each moved once to A
+#      (reason=rebalance), every message exactly once.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 . "${ZP_TESTLIB%/*}/collectorlib.sh" || exit 1
 
@@ -80,7 +84,7 @@ case_behind() {
 	    --rebalance load --rebalance-rate 2 --control "$CTL" \
 	    --drain-timeout 60 --stats "127.0.0.1:$SPORT" -u "$A" -u "$B"
 	# Long enough for the moves and the watch after them.
-	msgs=$(( RATE * (WATCH + 25) ))
+	msgs=$(( RATE * (WATCH + 18) ))
 	zp_bg all.send "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" --conns "$CONNS" \
 	    --msgs "$msgs" --framing lf --rate "$RATE" --min 100 --max 300 \
 	    --seed "$RANDOM" --timeout $(( WATCH + 120 ))
@@ -182,9 +186,51 @@ case_fast() {
 	stop_zproxy
 }
 
+case_backup() {
+	local what="a backup gives its streams back" pa C spid msgs t0 id ids n
+	set_mode splice
+	pa=$(free_port) || fail "zp-peer port failed"
+	collect c
+	C=127.0.0.1:$C_PORT
+	CTL=$T/ctl
+	start_zproxy -v --framing lf --rebalance load --rebalance-rate 2 \
+	    --check-interval 0.3 --control "$CTL" -u "127.0.0.1:$pa" -u "$C,backup"
+	msgs=$(( 100 * 20 ))
+	zp_bg all.send "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" --conns 4 \
+	    --msgs "$msgs" --framing lf --rate 100 --min 100 --max 300 \
+	    --seed "$RANDOM" --timeout 120
+	spid=$BG_PID
+	t0=$(now_ms)
+	until [ "$(streams_on "$C")" = 4 ]; do
+		[ $(( $(now_ms) - t0 )) -lt 10000 ] || fail "$what: $(streams_on "$C") streams on the backup, want 4 (the primary is down)"
+		sleep 0.05
+	done
+	ctl --json show streams "$C"
+	ids=$(jq -r '.[].id' "$T/ctl.out" | tr '\n' ' ')
+	collect a --port "$pa"
+	t0=$(now_ms)
+	until [ "$(streams_on "$C")" = 0 ]; do
+		[ $(( $(now_ms) - t0 )) -lt 20000 ] || fail "$what: $(streams_on "$C") streams still on the backup 20 s after the primary came back"
+		sleep 0.1
+	done
+	ok "$what: the backup's 4 streams on the primary $(( $(now_ms) - t0 )) ms after it came back"
+	for id in $ids; do
+		n=$(grep -c "connection $id moved: .* from=$C to=127.0.0.1:$pa reason=rebalance " "$ZLOG")
+		[ "$n" = 1 ] || fail "$what: connection $id moved $n times from the backup, want once"
+	done
+	zp_wait_exit "$spid" 120 || fail "$what: the sender did not end"
+	wait "$spid" || fail "$what: the sender: $(head -c 300 "$T/all.send.err")"
+	logsend_sent "$what" all 4 "$msgs"
+	logsend_verify "$what" all 4 "$msgs" --raw --runs --exactly-once \
+	    --framing lf "$T"/c/*.raw "$T"/a/*.raw
+	ok "$what: each moved once (reason=rebalance); $VERIFIED"
+	stop_zproxy
+}
+
 for mode in $MODES; do
 	subcase_bg case_behind "$mode"
 done
 subcase_bg case_fast
+subcase_bg case_backup
 subcases_wait
 zp_done
