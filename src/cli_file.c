@@ -120,8 +120,9 @@ file_line(struct zp_config *cfg, char *line, const unsigned char *skip,
 /*
  * The next line of f into buf (CLI_LINE_MAX + 1 bytes), its newline (and
  * a CR before it) gone: 1; 0 at the end; -1 with why filled for a line
- * too long or holding a NUL byte or another control character but a tab. Never more than a line is held: a file
- * like /dev/zero is refused, not read into memory.
+ * too long or holding a NUL byte or another control character but a tab.
+ * Never more than a line is held: a file like /dev/zero is refused, not
+ * read into memory.
  */
 static int
 file_next(FILE *f, char *buf, char *why, size_t whylen)

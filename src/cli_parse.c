@@ -72,6 +72,10 @@ cli_check_once(const struct cli_opt *o, const char *arg, const char **given,
 		return 0;
 	if (arg == NULL)
 		arg = "";	/* a bare CLI_FLAG_WORD */
+	/* A flag's word said again: the same, as a flag is. */
+	if (given[i] != NULL && o->kind == CLI_FLAG_WORD &&
+	    strcmp(given[i], arg) == 0)
+		return 0;
 	if (given[i] != NULL) {
 		zp_seterr(err, errlen,
 		    "option --%s given twice ('%s', then '%s'): "
@@ -369,7 +373,8 @@ check_depends(const struct zp_config *cfg, const char **given, char *err,
 		return -1;
 	}
 	/* An even spread is what leastconn and roundrobin aim at. */
-	if (cfg->rebalance == ZP_REBALANCE_COUNT && cfg->balance != ZP_BALANCE_LEASTCONN &&
+	if (cfg->rebalance == ZP_REBALANCE_COUNT &&
+	    cfg->balance != ZP_BALANCE_LEASTCONN &&
 	    cfg->balance != ZP_BALANCE_ROUNDROBIN) {
 		zp_seterr(err, errlen, "--rebalance count needs --balance "
 		    "leastconn or roundrobin");

@@ -250,6 +250,11 @@ zproxy_log_access(struct zp_ctx *ctx)
 		zp_log(ctx->log, ZP_LOG_NOTICE, "rebalancing: at most %d "
 		    "moves a second while an upstream has 2 streams more than "
 		    "another", cfg->rebalance_rate);
+	else if (cfg->rebalance == ZP_REBALANCE_LOAD &&
+	    !zp_sock_load_supported())
+		zp_log(ctx->log, ZP_LOG_WARN, "--rebalance load: this kernel "
+		    "does not say how long a receive window held a stream back "
+		    "(tcpi_rwnd_limited, Linux 4.10): no stream moves for load");
 	else if (cfg->rebalance == ZP_REBALANCE_LOAD)
 		zp_log(ctx->log, ZP_LOG_NOTICE, "rebalancing by load: at most "
 		    "%d moves a second off an upstream whose receive window "

@@ -389,6 +389,7 @@ zproxy_ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	ctx->drain_timer = NULL;
 	zp_upstreams_free(ctx->ups);
 	zp_loadbal_free(ctx->loadbal);
+	ctx->loadbal = NULL;
 	ctx->ups = NULL;
 	zp_mirrors_free(ctx->mirrors);
 	ctx->mirrors = NULL;

@@ -93,7 +93,6 @@ zp_config_free(struct zp_config *cfg)
 	cfg->nitems = 0;
 }
 
-/* Parse a port "1".."65535". */
 int
 zp_rebalance_parse(const char *s)
 {
@@ -114,6 +113,7 @@ zp_rebalance_str(int r)
 	}
 }
 
+/* Parse a port "1".."65535". */
 int
 zp_parse_port(const char *s, unsigned short *port, char *err, size_t errlen)
 {

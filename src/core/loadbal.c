@@ -15,8 +15,8 @@
 /* What one upstream's sums say, one second's worth. */
 enum lb_seen {
 	LB_NONE = 0,		/* no stream seen over a whole second */
-	LB_CLEAR,		/* none of them limited */
-	LB_MIXED,		/* some, fewer than half */
+	LB_CLEAR,		/* a tenth of them limited at most */
+	LB_MIXED,		/* more, fewer than half */
 	LB_BEHIND,		/* half of them or more */
 };
 
@@ -25,6 +25,7 @@ struct lb_up {
 	struct timeval	 since;		/* seen so since */
 	struct timeval	 last_behind;	/* ever_behind: the last time */
 	int		 ever_behind;
+	struct timeval	 last_move;	/* a load move from or to it */
 };
 
 struct zp_loadbal {
@@ -57,7 +58,9 @@ zp_up_load_add(struct zp_up_load *sum, const struct zp_up_load *l)
 	sum->movable += l->movable;
 	sum->sampled += l->sampled;
 	sum->limited += l->limited;
+	sum->own += l->own;
 	sum->rwnd_pm += l->rwnd_pm;
+	sum->zero_window += l->zero_window;
 	sum->notsent += l->notsent;
 	sum->unacked += l->unacked;
 }
@@ -67,7 +70,7 @@ lb_seen(const struct zp_up_load *l)
 {
 	if (l->sampled == 0)
 		return LB_NONE;
-	if (l->limited == 0)
+	if (l->limited * 10 <= l->sampled)
 		return LB_CLEAR;
 	return l->limited * 2 >= l->sampled ? LB_BEHIND : LB_MIXED;
 }
@@ -100,6 +103,24 @@ zp_loadbal_update(struct zp_loadbal *lb, const struct zp_up_load *load,
 			u->ever_behind = 1;
 		}
 	}
+}
+
+void
+zp_loadbal_moved(struct zp_loadbal *lb, size_t hi, size_t lo,
+    const struct timeval *now)
+{
+	if (lb == NULL || hi >= ZP_MAX_UPSTREAMS || lo >= ZP_MAX_UPSTREAMS)
+		return;
+	lb->u[hi].last_move = *now;
+	lb->u[lo].last_move = *now;
+}
+
+/* Has a move from or to u settled: none within ZP_LOAD_SETTLE_S. */
+static int
+lb_settled(const struct lb_up *u, const struct timeval *now)
+{
+	return !timerisset(&u->last_move) ||
+	    lb_secs(&u->last_move, now) >= ZP_LOAD_SETTLE_S;
 }
 
 /*
@@ -137,6 +158,7 @@ zp_loadbal_choose(const struct zp_loadbal *lb, const struct zp_upstreams *ups,
 		b = &lb->u[i];
 		if (b->seen == LB_BEHIND && eff[i] > 0 && load[i].movable > 0 &&
 		    lb_secs(&b->since, now) >= ZP_LOAD_BEHIND_S &&
+		    lb_settled(b, now) &&
 		    (hi == -1 || load[i].limited * load[hi].sampled >
 		    load[hi].limited * load[i].sampled ||
 		    (load[i].limited * load[hi].sampled ==
@@ -148,7 +170,7 @@ zp_loadbal_choose(const struct zp_loadbal *lb, const struct zp_upstreams *ups,
 		return 0;
 	for (i = 0; i < n; i++) {
 		if ((int)i == hi || !zp_upstream_takes(&u[i], primary) ||
-		    !lb_target(&lb->u[i], now))
+		    !lb_target(&lb->u[i], now) || !lb_settled(&lb->u[i], now))
 			continue;
 		/* The fewest streams for its weight: eff / w, undivided. */
 		if (lo == -1 || eff[i] * u[lo].weight < eff[lo] * u[i].weight)
@@ -168,20 +190,23 @@ zp_loadbal_why(const struct zp_loadbal *lb, const struct zp_upstreams *ups,
 {
 	const struct zp_up_load	*h = &load[hi], *l = &load[lo];
 	char			 a[ZP_UPSTREAM_NAMELEN], b[ZP_UPSTREAM_NAMELEN];
-	char			 to[64];
+	char			 to[96];
 
 	if (lb->u[lo].seen == LB_CLEAR)
-		snprintf(to, sizeof(to), "%ld streams, none held back for "
-		    "%.1fs", l->sampled, lb_secs(&lb->u[lo].since, now));
+		snprintf(to, sizeof(to), "%ld of %ld held back, clear for "
+		    "%.1fs", l->limited, l->sampled,
+		    lb_secs(&lb->u[lo].since, now));
 	else
 		snprintf(to, sizeof(to), "no stream on it");
 	snprintf(buf, len, "%s is behind (%.1fs): %ld of %ld streams held "
 	    "back by its receive window, %ld%% of the last second on "
-	    "average, %llu bytes not sent, %llu unacknowledged; one moves "
-	    "to %s (%s)", zp_upstream_label(ups, (size_t)hi, a, sizeof(a)),
+	    "average, %ld at a zero window, %llu bytes not sent, %llu "
+	    "unacknowledged; one moves to %s (%s)",
+	    zp_upstream_label(ups, (size_t)hi, a, sizeof(a)),
 	    lb_secs(&lb->u[hi].since, now), h->limited, h->sampled,
 	    h->sampled > 0 ? h->rwnd_pm / h->sampled / 10 : 0,
-	    (unsigned long long)h->notsent, (unsigned long long)h->unacked,
+	    h->zero_window, (unsigned long long)h->notsent,
+	    (unsigned long long)h->unacked,
 	    zp_upstream_label(ups, (size_t)lo, b, sizeof(b)), to);
 }
 

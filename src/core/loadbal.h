@@ -23,29 +23,42 @@ struct zp_up_load {
 	long		movable;	/* ... that a load move may take */
 	long		sampled;	/* ... seen over a whole second on it */
 	long		limited;	/* ... held back by its receive window
-					   for ZP_LOAD_LIMITED_PM of it */
+					   for ZP_LOAD_LIMITED_PM of it (those
+					   in own below not counted) */
+	long		own;		/* held back ever since their own move
+					   for load: their rate, not the
+					   collector's (neither sampled nor
+					   limited) */
 	long		rwnd_pm;	/* the sampled's per mille so held
 					   back, summed */
+	long		zero_window;	/* ... with bytes for it and a window
+					   of 0 at their last look */
 	uint64_t	notsent;	/* bytes queued, not sent yet */
 	uint64_t	unacked;	/* sent, not acknowledged yet */
 };
 
 /*
  * A stream is limited when its upstream's receive window held it back
- * (tcpi_rwnd_limited) for half of the second or more: the collector
- * reads slower than the stream comes.
+ * (tcpi_rwnd_limited) for half of the second or more, or is 0 with bytes
+ * waiting for it (a zero window, tcpi_snd_wnd): the collector reads
+ * slower than the stream comes.
  */
 #define ZP_LOAD_LIMITED_PM	500
 /*
  * An upstream is behind while at least half of its sampled streams are
- * limited; its streams move after ZP_LOAD_BEHIND_S of it. It takes
- * streams once all of its own kept up for ZP_LOAD_CLEAR_S; or, with none,
- * when it was not behind in the last ZP_LOAD_FORGET_S (an emptied
- * collector is not filled again at once: no flapping).
+ * limited, and clear while a tenth of them at most are; its streams move
+ * after ZP_LOAD_BEHIND_S of it. It takes streams once clear for
+ * ZP_LOAD_CLEAR_S; or, with none, when it was not behind in the last
+ * ZP_LOAD_FORGET_S (an emptied collector is not filled again at once: no
+ * flapping). After a move, neither end moves again for ZP_LOAD_SETTLE_S:
+ * a stream's figures are a second old, and a moved stream's queued bytes
+ * still go to the upstream it left; the next move follows what the last
+ * one changed.
  */
 #define ZP_LOAD_BEHIND_S	3
 #define ZP_LOAD_CLEAR_S		5
 #define ZP_LOAD_FORGET_S	60
+#define ZP_LOAD_SETTLE_S	2
 
 struct zp_loadbal;
 
@@ -75,6 +88,10 @@ int	zp_loadbal_choose(const struct zp_loadbal *,
 	    const struct zp_upstreams *, const long *eff,
 	    const struct zp_up_load *, const struct timeval *now, int *hi,
 	    int *lo);
+
+/* A load move from hi to lo was handed to a thread at now. */
+void	zp_loadbal_moved(struct zp_loadbal *, size_t hi, size_t lo,
+	    const struct timeval *now);
 
 /* Why hi gives lo a stream, with the figures, for the log line. */
 void	zp_loadbal_why(const struct zp_loadbal *, const struct zp_upstreams *,

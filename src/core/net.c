@@ -521,7 +521,7 @@ zp_sock_outq(int fd)
  * least (an older one fills less, and says how much: EOPNOTSUPP).
  */
 static int
-sock_tcp_info(int fd, struct tcp_info *ti, size_t need)
+sock_tcp_info(int fd, struct tcp_info *ti, size_t need, socklen_t *got)
 {
 	socklen_t	len = sizeof(*ti);
 
@@ -532,6 +532,8 @@ sock_tcp_info(int fd, struct tcp_info *ti, size_t need)
 		errno = EOPNOTSUPP;
 		return -1;
 	}
+	if (got != NULL)
+		*got = len;
 	return 0;
 }
 
@@ -541,7 +543,7 @@ zp_sock_acked(int fd, uint64_t *acked)
 	struct tcp_info	ti;
 
 	if (sock_tcp_info(fd, &ti, offsetof(struct tcp_info,
-	    tcpi_bytes_acked) + sizeof(ti.tcpi_bytes_acked)) == -1)
+	    tcpi_bytes_acked) + sizeof(ti.tcpi_bytes_acked), NULL) == -1)
 		return -1;
 	*acked = ti.tcpi_bytes_acked > 0 ? ti.tcpi_bytes_acked - 1 : 0;
 	return 0;
@@ -551,13 +553,29 @@ int
 zp_sock_load(int fd, struct zp_sock_load *l)
 {
 	struct tcp_info	ti;
+	socklen_t	len;
 
 	if (sock_tcp_info(fd, &ti, offsetof(struct tcp_info,
-	    tcpi_rwnd_limited) + sizeof(ti.tcpi_rwnd_limited)) == -1)
+	    tcpi_rwnd_limited) + sizeof(ti.tcpi_rwnd_limited), &len) == -1)
 		return -1;
 	l->rwnd_us = ti.tcpi_rwnd_limited;
+	l->zero_window = len >= offsetof(struct tcp_info, tcpi_snd_wnd) +
+	    sizeof(ti.tcpi_snd_wnd) && ti.tcpi_snd_wnd == 0;
 	l->notsent = ti.tcpi_notsent_bytes;
 	return 0;
+}
+
+int
+zp_sock_load_supported(void)
+{
+	struct zp_sock_load	l;
+	int			fd, ok;
+
+	if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
+		return 1;	/* cannot tell: no warning */
+	ok = zp_sock_load(fd, &l) == 0 || errno != EOPNOTSUPP;
+	close(fd);
+	return ok;
 }
 
 int

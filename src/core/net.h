@@ -144,10 +144,15 @@ int	zp_sock_outq(int fd);
 struct zp_sock_load {
 	uint64_t	rwnd_us;	/* tcpi_rwnd_limited, over its life */
 	uint32_t	notsent;	/* tcpi_notsent_bytes */
+	int		zero_window;	/* the peer's window is 0 now
+					   (tcpi_snd_wnd; 5.4 and later) */
 };
 
 /* Fill *l for fd: 0, or -1 (errno; EOPNOTSUPP: a kernel before them). */
 int	zp_sock_load(int fd, struct zp_sock_load *l);
+
+/* Does this kernel give zp_sock_load's figures (a TCP socket asked)? */
+int	zp_sock_load_supported(void);
 
 /*
  * Bytes of data its peer acknowledged over a TCP socket's life

@@ -37,7 +37,11 @@ enum zp_framing zp_dgram_framing(enum zp_framing configured);
  * or OCTET) into out, which has room for ZP_DGRAM_FRAME_MAX(len) bytes.
  * Returns the frame's length; *escaped (when not NULL) gets the number of
  * '\n' written as "#012" (LF; 0 for OCTET). 0 for len 0 (an empty
- * datagram makes no frame) or over ZP_DGRAM_MAX.
+ * datagram makes no frame) or over ZP_DGRAM_MAX. A datagram of one '\n'
+ * is an empty line (a frame of that one byte). Escapes can take an LF
+ * frame past the stream's --max-frame (64K by default, 4 times as much
+ * at worst): the caller counts that datagram as a framing error, and its
+ * stream's framer must take frames up to ZP_DGRAM_FRAME_MAX(ZP_DGRAM_MAX).
  */
 size_t	zp_dgram_frame(const void *d, size_t len, enum zp_framing framing,
 	    void *out, size_t *escaped);

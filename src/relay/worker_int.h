@@ -28,13 +28,14 @@ struct zp_worker;
 /* What the root asks of a worker, run on the worker's thread. */
 struct zp_wmsg {
 	void		(*fn)(struct zp_worker *, struct zp_wmsg *);
-	int		 fd;		/* a client, for wmsg_start; a
-					   move's reason */
+	int		 fd;		/* a client, for wmsg_start */
 	long		 arg;		/* an upstream, the drain's wind, a
 					   move's from */
 	long		 arg2;		/* a move's to */
+	int		 why;		/* a move's reason (pair.h) */
 	uint64_t	 seq;		/* the refresh wmsg_publish answers */
-	void		*ptr;		/* zp_ctx_each's gathering */
+	void		*ptr;		/* zp_ctx_each's gathering; a load
+					   move's line (malloc'd, or NULL) */
 	/* Run instead of fn when the message is dropped unrun (its thread
 	   ended); NULL: nothing to let go of. */
 	void		(*drop)(struct zp_wmsg *);

@@ -38,12 +38,35 @@ wmsg_drain(struct zp_worker *w, struct zp_wmsg *m)
 		zp_ctx_hooks(ctx)->pairs_wind_down(ctx);
 }
 
+/*
+ * One --rebalance move from arg to arg2 here, for why (and, once it
+ * began, a load move's line). The move's line follows the move: a thread
+ * that cannot make it (no stream that may move any more, no descriptor)
+ * says nothing.
+ */
+static int
+move_here(struct zp_ctx *ctx, int hi, int lo, int why, const char *text)
+{
+	if (zp_ctx_hooks(ctx)->pairs_move_one(ctx, hi, lo, why) != 1)
+		return 0;
+	if (text != NULL)
+		zp_log(ctx->log, ZP_LOG_NOTICE, "rebalance load: %s", text);
+	return 1;
+}
+
 /* A --rebalance move the root decided (rebalance_decide). */
 static void
 wmsg_move(struct zp_worker *w, struct zp_wmsg *m)
 {
-	(void)zp_ctx_hooks(&w->ctx)->pairs_move_one(&w->ctx, (int)m->arg,
-	    (int)m->arg2, m->fd);
+	(void)move_here(&w->ctx, (int)m->arg, (int)m->arg2, m->why, m->ptr);
+	free(m->ptr);
+}
+
+/* ... its thread ended first. */
+static void
+wmsg_move_drop(struct zp_wmsg *m)
+{
+	free(m->ptr);
 }
 
 /*
@@ -102,7 +125,8 @@ rebalance_decide(struct zp_ctx *root, uint64_t seq)
 		return;
 	memset(&m, 0, sizeof(m));
 	m.fn = wmsg_move;
-	m.fd = why;
+	m.drop = wmsg_move_drop;
+	m.why = why;
 	m.arg = hi;
 	m.arg2 = lo;
 	/* A load move (its figures in text) takes what a load move may. */
@@ -111,15 +135,21 @@ rebalance_decide(struct zp_ctx *root, uint64_t seq)
 	for (t = 0; t < zp_ctx_threads(root); t++) {
 		if (!(has[hi] & ((uint64_t)1 << t)))
 			continue;
-		if ((t == 0 && hk->pairs_move_one(root, hi, lo, why) == 1) ||
-		    (t > 0 && wmsg_post(ws->w[t], &m) == 0)) {
-			/* A load move's figures: why it was made. */
-			if (text[0] != '\0')
-				zp_log(root->log, ZP_LOG_NOTICE, "rebalance "
-				    "load: %s", text);
-			return;
+		if (t == 0) {
+			if (move_here(root, hi, lo, why, text[0] != '\0' ?
+			    text : NULL))
+				break;
+			continue;
 		}
+		/* The line goes with the move, said where it is made. */
+		m.ptr = text[0] != '\0' ? strdup(text) : NULL;
+		if (wmsg_post(ws->w[t], &m) == 0)
+			break;
+		free(m.ptr);
 	}
+	/* Handed on: both wait for what it changes before the next. */
+	if (t < zp_ctx_threads(root) && text[0] != '\0')
+		zp_loadbal_moved(root->loadbal, (size_t)hi, (size_t)lo, &now);
 }
 
 /* The step's snapshots are in (or some at their deadline): decide. */

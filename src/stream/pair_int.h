@@ -109,6 +109,8 @@ struct pair_load {
 	uint32_t		 notsent;	/* bytes, at the last look */
 	uint32_t		 unacked;
 	unsigned		 sampled:1;	/* pm is one whole second's */
+	unsigned		 zero:1;	/* a window of 0, bytes waiting
+						   for it, at the last look */
 	unsigned		 moved:1;	/* it moved for load, and was
 						   held back on every look since */
 };

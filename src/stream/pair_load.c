@@ -25,6 +25,13 @@
  */
 #define LOAD_LOOK_MS	900
 
+/* Held back over the last second: by time, or by a window of 0 now. */
+static int
+pair_load_limited(const struct pair_load *l)
+{
+	return l->sampled && (l->pm >= ZP_LOAD_LIMITED_PM || l->zero);
+}
+
 /* Look at p's upstream socket if its last look is old enough. */
 static void
 pair_load_look(struct zp_pair *p, const struct timeval *now)
@@ -52,6 +59,7 @@ pair_load_look(struct zp_pair *p, const struct timeval *now)
 		return;		/* a kernel without the figures: never behind */
 	outq = zp_sock_outq(p->upstream.fd);
 	l->notsent = s.notsent;
+	l->zero = s.zero_window && s.notsent > 0;
 	l->unacked = outq > (int)s.notsent ? (uint32_t)outq - s.notsent : 0;
 	if (timerisset(&l->at)) {
 		us = (uint64_t)d.tv_sec * 1000000 + (uint64_t)d.tv_usec;
@@ -59,7 +67,7 @@ pair_load_look(struct zp_pair *p, const struct timeval *now)
 		l->pm = us > 0 ? (int)(rwnd >= us ? 1000 : rwnd * 1000 / us) :
 		    0;
 		l->sampled = 1;
-		if (l->pm < ZP_LOAD_LIMITED_PM)
+		if (!pair_load_limited(l))
 			l->moved = 0;
 	}
 	l->at = *now;
@@ -85,12 +93,19 @@ zp_pairs_load(struct zp_ctx *ctx, struct zp_up_load *load)
 			u->movable++;
 		if (!p->load.sampled)
 			continue;
-		u->sampled++;
-		u->rwnd_pm += p->load.pm;
-		if (p->load.pm >= ZP_LOAD_LIMITED_PM)
-			u->limited++;
 		u->notsent += p->load.notsent;
 		u->unacked += p->load.unacked;
+		/* Its own rate holds it back, wherever it goes. */
+		if (p->load.moved) {
+			u->own++;
+			continue;
+		}
+		u->sampled++;
+		u->rwnd_pm += p->load.pm;
+		if (pair_load_limited(&p->load))
+			u->limited++;
+		if (p->load.zero)
+			u->zero_window++;
 	}
 }
 
@@ -103,6 +118,5 @@ pair_load_may_move(const struct zp_pair *p, int held)
 		    p->mv->move_reason != ZP_MOVE_LOAD);
 	if (p->load.moved)
 		return 0;
-	return !held || (p->load.sampled &&
-	    p->load.pm >= ZP_LOAD_LIMITED_PM);
+	return !held || pair_load_limited(&p->load);
 }

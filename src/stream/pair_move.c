@@ -204,6 +204,16 @@ pair_stall_check(struct zp_pair *p, const struct timeval *now)
 		p->stall_acked = acked;
 		return 0;
 	}
+	/*
+	 * It took all it was sent: it has not stalled. (The client's FIN
+	 * held for the upstream a planned move left, still taking what was
+	 * queued for it at its own pace, waits on that one, whose bound is
+	 * --drain-timeout: not on this one.)
+	 */
+	if (pair_sock_unacked(&p->upstream, 0) <= 0) {
+		p->stall_since = *now;
+		return 0;
+	}
 	timerclear(&p->stall_since);
 	if (!pair_movable(p))
 		return 0;

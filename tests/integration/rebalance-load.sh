@@ -21,6 +21,12 @@
 #   b. no false move: two fast collectors, --balance first (all 8
 #      streams on A, 0 on B): --rebalance load moves nothing in 15 s (it
 #      is not count), and every message arrives exactly once.
+#   d. the client ends while its old upstream drains, in each mode: one
+#      stream of 80 KB/s, --balance first onto A (40 KB/s), moves to the
+#      empty B with half a megabyte still queued for A; it ends 8 s in:
+#      its FIN waits for A to take what it had, and B (which took all it
+#      was sent) is not failed meanwhile (--stall-timeout 2): no "has
+#      failed" line, every message exactly once, no collector error.
 #   c. a backup gives its framed streams back (issue 27 section 2):
 #      -u A -u C,backup --check-interval 0.3, A not listening: 4 streams
 #      on C; A starts: within 20 s none on C, each moved once to A
@@ -33,6 +39,10 @@ command -v jq >/dev/null || fail "jq is needed (apt-get install jq)"
 
 CONNS=8
 RATE=200			# messages a second a connection
+# Everything of this test on 127.0.0.3: a port another test picked as
+# free and then left unbound (an upstream meant to refuse) may be taken
+# here meanwhile; its clients go to 127.0.0.1, never here.
+ADDR=127.0.0.3
 WATCH=${ZP_LOAD_WATCH:-60}	# seconds without a move, once settled
 
 # ctl ARGS...: zproxy ctl on $CTL; output in $T/ctl.out, status returned.
@@ -59,7 +69,7 @@ collect() {
 	local name=$1
 	shift
 	mkdir -p "$T/$name" || fail "mkdir $T/$name"
-	zp_bg "$name" "$ZP_LOGSEND" collect -b 127.0.0.1 --dir "$T/$name" "$@"
+	zp_bg "$name" "$ZP_LOGSEND" collect -b "$ADDR" --dir "$T/$name" "$@"
 	C_PID=$BG_PID
 	C_PORT=$(wait_line "$T/$name.out" '^[0-9]+$' 10 "$C_PID") ||
 		fail "zp-logsend collect did not start: $(head -c 300 "$T/$name.err")"
@@ -73,25 +83,26 @@ case_behind() {
 	local id ids v spid apid bpid seen=0
 	set_mode "$mode"
 	collect a --read-rate 40K --rcvbuf 64K
-	apid=$C_PID A=127.0.0.1:$C_PORT
+	apid=$C_PID A=$ADDR:$C_PORT
 	collect b
-	bpid=$C_PID B=127.0.0.1:$C_PORT
+	bpid=$C_PID B=$ADDR:$C_PORT
 	CTL=$T/ctl
 	SPORT=$(free_port) || fail "zp-peer port failed"
 	# What a moved stream had queued for A still goes to A, at A's
 	# pace (a few hundred KB at 40 KB/s): --drain-timeout gives it time.
-	start_zproxy -v "${MODE_ARGS[@]}" --framing lf --balance roundrobin \
-	    --rebalance load --rebalance-rate 2 --control "$CTL" \
+	start_zproxy -v -l "$ADDR:@PORT@" "${MODE_ARGS[@]}" --framing lf \
+	    --balance roundrobin --rebalance load --rebalance-rate 2 --control "$CTL" \
 	    --drain-timeout 60 --stats "127.0.0.1:$SPORT" -u "$A" -u "$B"
 	# Long enough for the moves and the watch after them.
-	msgs=$(( RATE * (WATCH + 18) ))
-	zp_bg all.send "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" --conns "$CONNS" \
+	msgs=$(( RATE * (WATCH + 25) ))
+	zp_bg all.send "$ZP_LOGSEND" send "$ADDR" "$ZPORT" --conns "$CONNS" \
 	    --msgs "$msgs" --framing lf --rate "$RATE" --min 100 --max 300 \
 	    --seed "$RANDOM" --timeout $(( WATCH + 120 ))
 	spid=$BG_PID
 	t0=$(now_ms)
-	until [ "$(estab "$ZPORT")" -ge "$CONNS" ]; do
-		[ $(( $(now_ms) - t0 )) -lt 10000 ] || fail "$what: the senders did not connect"
+	# Every stream relaying, on A or B, before A's are counted.
+	until [ $(( $(streams_on "$A") + $(streams_on "$B") )) -eq "$CONNS" ]; do
+		[ $(( $(now_ms) - t0 )) -lt 10000 ] || fail "$what: $(streams_on "$A") + $(streams_on "$B") streams, want $CONNS"
 		sleep 0.05
 	done
 	# The streams A had: those that must move.
@@ -115,7 +126,7 @@ case_behind() {
 		n=$(grep -c "connection $id moved: .* from=$A to=$B reason=load " "$ZLOG")
 		[ "$n" = 1 ] || fail "$what: connection $id moved $n times from $A to $B for load, want once: $(grep "connection $id moved" "$ZLOG" | head -n 3)"
 	done
-	n=$(grep -c "rebalance load: $A is behind (.*s): [0-9]* of [0-9]* streams held back by its receive window, [0-9]*% of the last second on average, [0-9]* bytes not sent, [0-9]* unacknowledged; one moves to $B " "$ZLOG")
+	n=$(grep -c "rebalance load: $A is behind (.*s): [0-9]* of [0-9]* streams held back by its receive window, [0-9]*% of the last second on average, [0-9]* at a zero window, [0-9]* bytes not sent, [0-9]* unacknowledged; one moves to $B " "$ZLOG")
 	[ "$n" -ge "$na" ] || fail "$what: $n decisions logged with their figures for $na moves: $(grep 'rebalance load' "$ZLOG" | head -n 2)"
 	ok "$what: each of the $na moved once, reason=load, the decision's figures logged"
 	v=$(load_of "$B")
@@ -159,14 +170,15 @@ case_fast() {
 	local what="no false move" A B spid msgs t0
 	set_mode splice
 	collect a
-	A=127.0.0.1:$C_PORT
+	A=$ADDR:$C_PORT
 	collect b
-	B=127.0.0.1:$C_PORT
+	B=$ADDR:$C_PORT
 	CTL=$T/ctl
-	start_zproxy -v --framing lf --balance first --rebalance load \
+	start_zproxy -v -l "$ADDR:@PORT@" --framing lf --balance first \
+	    --rebalance load \
 	    --rebalance-rate 10 --control "$CTL" -u "$A" -u "$B"
 	msgs=$(( RATE * 15 ))
-	zp_bg all.send "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" --conns "$CONNS" \
+	zp_bg all.send "$ZP_LOGSEND" send "$ADDR" "$ZPORT" --conns "$CONNS" \
 	    --msgs "$msgs" --framing lf --rate "$RATE" --min 100 --max 300 \
 	    --seed "$RANDOM" --timeout 120
 	spid=$BG_PID
@@ -191,12 +203,13 @@ case_backup() {
 	set_mode splice
 	pa=$(free_port) || fail "zp-peer port failed"
 	collect c
-	C=127.0.0.1:$C_PORT
+	C=$ADDR:$C_PORT
 	CTL=$T/ctl
-	start_zproxy -v --framing lf --rebalance load --rebalance-rate 2 \
-	    --check-interval 0.3 --control "$CTL" -u "127.0.0.1:$pa" -u "$C,backup"
+	start_zproxy -v -l "$ADDR:@PORT@" --framing lf --rebalance load \
+	    --rebalance-rate 2 --check-interval 0.3 --control "$CTL" \
+	    -u "$ADDR:$pa" -u "$C,backup"
 	msgs=$(( 100 * 20 ))
-	zp_bg all.send "$ZP_LOGSEND" send 127.0.0.1 "$ZPORT" --conns 4 \
+	zp_bg all.send "$ZP_LOGSEND" send "$ADDR" "$ZPORT" --conns 4 \
 	    --msgs "$msgs" --framing lf --rate 100 --min 100 --max 300 \
 	    --seed "$RANDOM" --timeout 120
 	spid=$BG_PID
@@ -215,7 +228,7 @@ case_backup() {
 	done
 	ok "$what: the backup's 4 streams on the primary $(( $(now_ms) - t0 )) ms after it came back"
 	for id in $ids; do
-		n=$(grep -c "connection $id moved: .* from=$C to=127.0.0.1:$pa reason=rebalance " "$ZLOG")
+		n=$(grep -c "connection $id moved: .* from=$C to=$ADDR:$pa reason=rebalance " "$ZLOG")
 		[ "$n" = 1 ] || fail "$what: connection $id moved $n times from the backup, want once"
 	done
 	zp_wait_exit "$spid" 120 || fail "$what: the sender did not end"
@@ -227,8 +240,50 @@ case_backup() {
 	stop_zproxy
 }
 
+# A stream moved off a slow collector ends while what it had queued for
+# that collector still drains into it: its FIN waits for that (the old
+# one may want a replay), and the collector it is on now, which took
+# all it was sent, has not stalled meanwhile.
+case_retiring() {
+	local mode=$1 what="$1: the client ends while its old upstream drains"
+	local A B spid msgs
+	set_mode "$mode"
+	collect ra --read-rate 40K --rcvbuf 64K
+	A=$ADDR:$C_PORT
+	collect rb
+	B=$ADDR:$C_PORT
+	CTL=$T/ctl
+	start_zproxy -v -l "$ADDR:@PORT@" "${MODE_ARGS[@]}" --framing lf \
+	    --balance first --rebalance load --rebalance-rate 2 \
+	    --stall-timeout 2 --drain-timeout 60 --control "$CTL" \
+	    -u "$A" -u "$B"
+	# 80 KB/s for 8 s: A is behind from the first second, the stream
+	# moves to the empty B about 3 s in with half a megabyte queued for
+	# A, which takes it at 40 KB/s: long after the client's FIN.
+	msgs=$(( 400 * 8 ))
+	zp_bg all.send "$ZP_LOGSEND" send "$ADDR" "$ZPORT" --conns 1 \
+	    --msgs "$msgs" --framing lf --rate 400 --min 100 --max 300 \
+	    --seed "$RANDOM" --timeout 120
+	spid=$BG_PID
+	zp_wait_exit "$spid" 120 || fail "$what: the sender did not end"
+	wait "$spid" || fail "$what: the sender: $(head -c 300 "$T/all.send.err")"
+	logsend_sent "$what" all 1 "$msgs"
+	grep -q "connection 1 moved: .* from=$A to=$B reason=load " "$ZLOG" ||
+		fail "$what: the stream never moved off $A"
+	! grep -q 'has failed' "$ZLOG" ||
+		fail "$what: $(grep -m1 'has failed' "$ZLOG")"
+	zp_stop "$C_PID"
+	logsend_verify "$what" all 1 "$msgs" --raw --runs --exactly-once \
+	    --framing lf "$T"/ra/*.raw "$T"/rb/*.raw
+	! grep -q 'recv:' "$T/ra.err" "$T/rb.err" ||
+		fail "$what: a collector saw an error: $(grep -h 'recv:' "$T/ra.err" "$T/rb.err" | head -n 1)"
+	ok "$what: moved off $A, its FIN held until $A took what it had, $B not failed; $VERIFIED"
+	stop_zproxy
+}
+
 for mode in $MODES; do
 	subcase_bg case_behind "$mode"
+	subcase_bg case_retiring "$mode"
 done
 subcase_bg case_fast
 subcase_bg case_backup

@@ -250,8 +250,19 @@ spool_empty() {
 		fail "$2: the spool still holds $(ls -A "$1" | head -n 3 | tr '\n' ' ')"
 }
 
-# delivered_lines: the "spool: NAME delivered to ..." lines so far.
-delivered_lines() { grep -c 'spool: [^ ]* delivered to ' "$ZLOG"; }
+# delivered_lines [REGEX]: the "spool: NAME delivered to ..." lines so
+# far (NAME matching REGEX: [^ ]* by default).
+delivered_lines() { grep -c "spool: ${1:-[^ ]*} delivered to " "$ZLOG"; }
+
+# wait_delivered_lines N [REGEX]: until there are N of them (10 s): the
+# log thread writes a line after the counter the scrape saw was raised.
+wait_delivered_lines() {
+	local deadline=$(( $(now_ms) + 10000 ))
+	until [ "$(delivered_lines "${2:-}")" -ge "$1" ]; do
+		[ "$(now_ms)" -lt "$deadline" ] || return 1
+		sleep 0.05
+	done
+}
 
 # refused_tries UP: the sender's connects refused so far.
 refused_tries() { grep -c "not delivered to 127.0.0.1:$1 (connect: " "$ZLOG"; }
@@ -386,6 +397,7 @@ case_spool() {
 	stats_is zproxy_spool_replayed_bytes_total "$spooled" "$what: replayed = spooled"
 	stats_is zproxy_spool_delivered_files_total "$files" "$what"
 	stats_is zproxy_spool_refused_total 0 "$what"
+	wait_delivered_lines "$files"
 	[ "$(delivered_lines)" = "$files" ] ||
 		fail "$what: $(delivered_lines) 'delivered' lines, want $files"
 	grep -q "spool: [^ ]*\.spool delivered to 127\.0\.0\.1:$up ([0-9]* bytes)\$" "$ZLOG" ||
@@ -451,8 +463,9 @@ case_crash_spooling() {
 	stats_scrape
 	stats_is zproxy_spool_replayed_bytes_total "$want" "$what"
 	stats_is zproxy_spool_delivered_files_total "$SP_FILES" "$what"
-	[ "$(grep -c 'spool: [^ ]*\.partial delivered to ' "$ZLOG")" = "$nopen" ] ||
-		fail "$what: $(grep -c 'spool: [^ ]*\.partial delivered to ' "$ZLOG") .partial files delivered, want $nopen"
+	wait_delivered_lines "$nopen" '[^ ]*\.partial'
+	[ "$(delivered_lines '[^ ]*\.partial')" = "$nopen" ] ||
+		fail "$what: $(delivered_lines '[^ ]*\.partial') .partial files delivered, want $nopen"
 	ok "$what: the first $k messages of each connection arrived exactly once, in order, none after ($VERIFIED); $want bytes replayed"
 	note "$what: $((conns * k)) messages spooled before the kill, delivered after it"
 	stop_zproxy

@@ -1407,8 +1407,8 @@ test_rebalance_load(void **state)
 	lb = zp_loadbal_new();
 	assert_non_null(lb);
 	l[0] = (struct zp_up_load){ .streams = 4, .movable = 4, .sampled = 4,
-	    .limited = 4, .rwnd_pm = 3900, .notsent = 100000,
-	    .unacked = 2000 };
+	    .limited = 4, .rwnd_pm = 3900, .zero_window = 1,
+	    .notsent = 100000, .unacked = 2000 };
 	l[1] = (struct zp_up_load){ .streams = 4, .movable = 4, .sampled = 4 };
 	/* Behind from 0, the other clear from 0: a move at 5, not before. */
 	for (t = 0; t <= 5; t++) {
@@ -1424,9 +1424,9 @@ test_rebalance_load(void **state)
 	zp_loadbal_why(lb, us, l, 0, 1, &now, text, sizeof(text));
 	assert_non_null(strstr(text, " is behind (5.0s): 4 of 4 streams held "
 	    "back by its receive window, 97% of the last second on average, "
-	    "100000 bytes not sent, 2000 unacknowledged; one moves to "));
-	assert_non_null(strstr(text, " (4 streams, none held back for "
-	    "5.0s)"));
+	    "1 at a zero window, 100000 bytes not sent, 2000 unacknowledged; "
+	    "one moves to "));
+	assert_non_null(strstr(text, " (0 of 4 held back, clear for 5.0s)"));
 	/* Through zp_rebalance_choose: a load move, with its figures. */
 	memset(&cfg, 0, sizeof(cfg));
 	memset(&root, 0, sizeof(root));
@@ -1460,6 +1460,26 @@ test_rebalance_load(void **state)
 		assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l,
 		    &now, &hi, &lo), t == 11);
 	}
+	/* A move made: the next waits ZP_LOAD_SETTLE_S, both ends. */
+	zp_loadbal_moved(lb, 0, 1, &now);
+	now = at(12, 0);
+	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l, &now,
+	    &hi, &lo), 0);
+	now = at(13, 0);
+	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l, &now,
+	    &hi, &lo), 1);
+	/* A tenth held back is still clear; more is not. */
+	l[1] = (struct zp_up_load){ .streams = 10, .movable = 10,
+	    .sampled = 10, .limited = 1 };
+	zp_loadbal_update(lb, l, 2, &now);
+	assert_string_equal(zp_loadbal_state(lb, 1), "ok");
+	l[1].limited = 2;
+	zp_loadbal_update(lb, l, 2, &now);
+	assert_string_equal(zp_loadbal_state(lb, 1), "mixed");
+	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 10 }, l, &now,
+	    &hi, &lo), 0);
+	l[1] = (struct zp_up_load){ .streams = 4, .movable = 4, .sampled = 4 };
+	zp_loadbal_update(lb, l, 2, &now);
 	/* Nothing of it left to move: no move. */
 	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 0, 8 }, l, &now,
 	    &hi, &lo), 0);
@@ -1468,17 +1488,19 @@ test_rebalance_load(void **state)
 	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l, &now,
 	    &hi, &lo), 0);
 	/*
-	 * Emptied, last behind at 11; now the other falls behind: the
-	 * emptied one takes nothing before 71.
+	 * Emptied, last behind at 13; now the other falls behind: the
+	 * emptied one takes nothing before 73. (Streams held back since
+	 * their own move for load are not the collector's: they make
+	 * nothing behind.)
 	 */
 	l[0] = (struct zp_up_load){ .streams = 0 };
-	l[1] = (struct zp_up_load){ .streams = 8, .movable = 8, .sampled = 8,
-	    .limited = 8, .rwnd_pm = 8000 };
-	for (t = 12; t <= 71; t++) {
+	l[1] = (struct zp_up_load){ .streams = 12, .movable = 8, .sampled = 8,
+	    .limited = 8, .rwnd_pm = 8000, .own = 4 };
+	for (t = 14; t <= 73; t++) {
 		now = at(t, 0);
 		zp_loadbal_update(lb, l, 2, &now);
 		assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 0, 8 }, l,
-		    &now, &hi, &lo), t == 71);
+		    &now, &hi, &lo), t == 73);
 	}
 	assert_int_equal(hi, 1);
 	assert_int_equal(lo, 0);
