@@ -46,7 +46,7 @@
 #      many sockets as before the run and at most FD_SLACK (4) other
 #      descriptors more; its VmRSS at most RSS_SLACK_KB above what it was
 #      before the run (32 MiB for ASan's quarantine, capped so here, and
-#      4 MiB a connection for windows, pipes and buffers the allocator
+#      6 MiB a connection for windows, pipes and buffers the allocator
 #      keeps); it stops at SIGTERM with status 0, no sanitizer report;
 #   c. the mirror's file: every line one whole message, never two
 #      merged, but for at most one cut short a stream the mirror
@@ -86,8 +86,13 @@ FD_SLACK=4
 # ASan keeps freed blocks in a quarantine before reuse (256 MiB by
 # default): capped at 32 MiB for zproxy here, and 1 MiB replay windows,
 # pipes and buffers of CONNS streams come on top while the allocator
-# keeps them mapped: 32 MiB + CONNS x 4 MiB.
-RSS_SLACK_KB=$(( (32 + CONNS * 4) * 1024 ))
+# keeps them mapped (its per-thread caches too): 32 MiB + CONNS x 6 MiB.
+# The growth measured (December 2026, ten CI runs and eight here, the
+# same zproxy) was 35 to 69 MiB, whatever the commit: it follows the
+# order the collectors read in and when the faults fall. At 4 MiB a
+# stream (64 MiB in all) the bound failed a run; a leak is LSan's to
+# find, at the exit, and unbounded buffering still shows here.
+RSS_SLACK_KB=$(( (32 + CONNS * 6) * 1024 ))
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=32"
 
 # collect_start DIR PORT: zp-logsend collect --dir DIR on 127.0.0.1:PORT
