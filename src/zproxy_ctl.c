@@ -102,6 +102,7 @@ ctl_show_upstreams(struct zp_ctx *root, struct zp_ctl_req *req, int json)
 	const struct zp_traffic	*tr;
 	char			 name[300], addr[ZP_ADDRSTRLEN + 16], when[32];
 	const char		*load;
+	char			 loadj[16];	/* ... as JSON */
 	size_t			 i, n = zp_upstreams_count(root->ups), shown = 0;
 
 	/* The workers' counters as last published: a second old at most. */
@@ -123,6 +124,10 @@ ctl_show_upstreams(struct zp_ctx *root, struct zp_ctl_req *req, int json)
 		/* --rebalance load's view of it: "-" without, or unseen. */
 		load = root->cfg->rebalance == ZP_REBALANCE_LOAD ?
 		    zp_loadbal_state(root->loadbal, i) : "-";
+		if (*load == '-')
+			snprintf(loadj, sizeof(loadj), "null");
+		else
+			snprintf(loadj, sizeof(loadj), "\"%s\"", load);
 		when[0] = '\0';
 		if (u.last_err != 0 && u.last_err_at != 0) {
 			struct tm	tm;
@@ -135,16 +140,14 @@ ctl_show_upstreams(struct zp_ctx *root, struct zp_ctl_req *req, int json)
 			    "\"%s\",\"state\":\"%s\",\"weight\":%d,"
 			    "\"backup\":%s,\"streams\":%llu,\"bytes_up\":%llu,"
 			    "\"bytes_down\":%llu,\"messages\":%llu,"
-			    "\"load\":%s%s%s,",
+			    "\"load\":%s,",
 			    shown++ > 0 ? "," : "", name, addr,
 			    zp_upstream_state_str(&u), u.weight,
 			    u.backup ? "true" : "false",
 			    (unsigned long long)u.active,
 			    (unsigned long long)tr->up.bytes,
 			    (unsigned long long)tr->down.bytes,
-			    (unsigned long long)tr->up.frames,
-			    *load == '-' ? "" : "\"", *load == '-' ? "null" :
-			    load, *load == '-' ? "" : "\"");
+			    (unsigned long long)tr->up.frames, loadj);
 			if (u.last_err != 0)
 				zp_ctl_printf(req, "\"last_error\":\"%s\","
 				    "\"last_error_at\":\"%s\"}",

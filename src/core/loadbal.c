@@ -140,19 +140,16 @@ lb_target(const struct lb_up *u, const struct timeval *now)
 }
 
 int
-zp_loadbal_choose(const struct zp_loadbal *lb, const struct zp_upstreams *ups,
-    const long *eff, const struct zp_up_load *load, const struct timeval *now,
-    int *hip, int *lop)
+zp_loadbal_choose(const struct zp_loadbal *lb, const struct zp_upstream *u,
+    size_t n, const long *eff, const struct zp_up_load *load,
+    const struct timeval *now, int *hip, int *lop)
 {
-	struct zp_upstream	 u[ZP_MAX_UPSTREAMS];
 	const struct lb_up	*b;
-	size_t			 i, n = zp_upstreams_count(ups);
+	size_t			 i;
 	int			 hi = -1, lo = -1, primary;
 
 	if (n > ZP_MAX_UPSTREAMS)
 		n = ZP_MAX_UPSTREAMS;
-	for (i = 0; i < n; i++)
-		zp_upstream_get(ups, i, &u[i]);
 	primary = zp_upstream_primary_up(u, n);
 	for (i = 0; i < n; i++) {
 		b = &lb->u[i];

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct zp_upstream;
 struct zp_upstreams;
 
 /*
@@ -77,7 +78,8 @@ void	zp_loadbal_update(struct zp_loadbal *, const struct zp_up_load *,
 	    size_t n, const struct timeval *now);
 
 /*
- * The move --rebalance load makes now, if any: 1 with *hi the upstream
+ * The move --rebalance load makes now, if any, among the n upstreams u
+ * (as zp_upstream_get() read them): 1 with *hi the upstream
  * behind long enough (the largest share of its streams limited; one with
  * a stream a load move may take) and *lo the
  * one, of those that keep up and take streams, with the fewest for its
@@ -85,7 +87,7 @@ void	zp_loadbal_update(struct zp_loadbal *, const struct zp_up_load *,
  * go); else 0.
  */
 int	zp_loadbal_choose(const struct zp_loadbal *,
-	    const struct zp_upstreams *, const long *eff,
+	    const struct zp_upstream *u, size_t n, const long *eff,
 	    const struct zp_up_load *, const struct timeval *now, int *hi,
 	    int *lo);
 

@@ -95,7 +95,7 @@ rebalance_decide(struct zp_ctx *root, uint64_t seq)
 	char			 text[1024];
 	struct timeval		 now;
 	size_t			 i, n = zp_upstreams_count(root->ups);
-	int			 t, live, hi, lo, why;
+	int			 t, live, hi, lo, why, load_move;
 
 	_Static_assert(ZP_MAX_THREADS <= 64, "a thread is a bit of has[]");
 	if (n < 2 || root->stopping)
@@ -123,32 +123,33 @@ rebalance_decide(struct zp_ctx *root, uint64_t seq)
 	if (!hk->rebalance_choose(root, eff, load, &now, &hi, &lo, &why, text,
 	    sizeof(text)))
 		return;
+	load_move = text[0] != '\0';	/* its figures to say */
 	memset(&m, 0, sizeof(m));
 	m.fn = wmsg_move;
 	m.drop = wmsg_move_drop;
 	m.why = why;
 	m.arg = hi;
 	m.arg2 = lo;
-	/* A load move (its figures in text) takes what a load move may. */
-	if (text[0] != '\0')
+	/* A load move takes what a load move may. */
+	if (load_move)
 		memcpy(has, hasl, sizeof(has));
 	for (t = 0; t < zp_ctx_threads(root); t++) {
 		if (!(has[hi] & ((uint64_t)1 << t)))
 			continue;
 		if (t == 0) {
-			if (move_here(root, hi, lo, why, text[0] != '\0' ?
-			    text : NULL))
+			if (move_here(root, hi, lo, why, load_move ? text :
+			    NULL))
 				break;
 			continue;
 		}
 		/* The line goes with the move, said where it is made. */
-		m.ptr = text[0] != '\0' ? strdup(text) : NULL;
+		m.ptr = load_move ? strdup(text) : NULL;
 		if (wmsg_post(ws->w[t], &m) == 0)
 			break;
 		free(m.ptr);
 	}
 	/* Handed on: both wait for what it changes before the next. */
-	if (t < zp_ctx_threads(root) && text[0] != '\0')
+	if (t < zp_ctx_threads(root) && load_move)
 		zp_loadbal_moved(root->loadbal, (size_t)hi, (size_t)lo, &now);
 }
 

@@ -810,7 +810,7 @@ zp_rebalance_choose(struct zp_ctx *root, const long *eff,
 	}
 	if (mode == ZP_REBALANCE_LOAD) {
 		if (root->loadbal == NULL || !zp_loadbal_choose(root->loadbal,
-		    root->ups, eff, load, now, hip, lop))
+		    u, n, eff, load, now, hip, lop))
 			return 0;
 		zp_loadbal_why(root->loadbal, root->ups, load, *hip, *lop,
 		    now, text, len);

@@ -1380,6 +1380,20 @@ test_rebalance_weights(void **state)
 	ups_free(s);
 }
 
+/* zp_loadbal_choose over the upstreams of us as they are now. */
+static int
+lb_choose(const struct zp_loadbal *lb, const struct zp_upstreams *us,
+    const long *eff, const struct zp_up_load *l, const struct timeval *now,
+    int *hi, int *lo)
+{
+	struct zp_upstream	u[ZP_MAX_UPSTREAMS];
+	size_t			i, n = zp_upstreams_count(us);
+
+	for (i = 0; i < n; i++)
+		zp_upstream_get(us, i, &u[i]);
+	return zp_loadbal_choose(lb, u, n, eff, l, now, hi, lo);
+}
+
 /*
  * --rebalance load (core/loadbal.h): an upstream whose streams its
  * receive window holds back gives them, after ZP_LOAD_BEHIND_S, to one
@@ -1414,7 +1428,7 @@ test_rebalance_load(void **state)
 	for (t = 0; t <= 5; t++) {
 		now = at(t, 0);
 		zp_loadbal_update(lb, l, 2, &now);
-		assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l,
+		assert_int_equal(lb_choose(lb, us, (long[]){ 4, 4 }, l,
 		    &now, &hi, &lo), t == 5);
 	}
 	assert_int_equal(hi, 0);
@@ -1451,22 +1465,22 @@ test_rebalance_load(void **state)
 	now = at(7, 0);
 	zp_loadbal_update(lb, l, 2, &now);
 	assert_string_equal(zp_loadbal_state(lb, 0), "mixed");
-	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l, &now,
+	assert_int_equal(lb_choose(lb, us, (long[]){ 4, 4 }, l, &now,
 	    &hi, &lo), 0);
 	l[0].limited = 4;
 	for (t = 8; t <= 11; t++) {
 		now = at(t, 0);
 		zp_loadbal_update(lb, l, 2, &now);
-		assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l,
+		assert_int_equal(lb_choose(lb, us, (long[]){ 4, 4 }, l,
 		    &now, &hi, &lo), t == 11);
 	}
 	/* A move made: the next waits ZP_LOAD_SETTLE_S, both ends. */
 	zp_loadbal_moved(lb, 0, 1, &now);
 	now = at(12, 0);
-	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l, &now,
+	assert_int_equal(lb_choose(lb, us, (long[]){ 4, 4 }, l, &now,
 	    &hi, &lo), 0);
 	now = at(13, 0);
-	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l, &now,
+	assert_int_equal(lb_choose(lb, us, (long[]){ 4, 4 }, l, &now,
 	    &hi, &lo), 1);
 	/* A tenth held back is still clear; more is not. */
 	l[1] = (struct zp_up_load){ .streams = 10, .movable = 10,
@@ -1476,16 +1490,16 @@ test_rebalance_load(void **state)
 	l[1].limited = 2;
 	zp_loadbal_update(lb, l, 2, &now);
 	assert_string_equal(zp_loadbal_state(lb, 1), "mixed");
-	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 10 }, l, &now,
+	assert_int_equal(lb_choose(lb, us, (long[]){ 4, 10 }, l, &now,
 	    &hi, &lo), 0);
 	l[1] = (struct zp_up_load){ .streams = 4, .movable = 4, .sampled = 4 };
 	zp_loadbal_update(lb, l, 2, &now);
 	/* Nothing of it left to move: no move. */
-	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 0, 8 }, l, &now,
+	assert_int_equal(lb_choose(lb, us, (long[]){ 0, 8 }, l, &now,
 	    &hi, &lo), 0);
 	/* Streams, none a load move may take (each moved once): none. */
 	l[0].movable = 0;
-	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 4, 4 }, l, &now,
+	assert_int_equal(lb_choose(lb, us, (long[]){ 4, 4 }, l, &now,
 	    &hi, &lo), 0);
 	/*
 	 * Emptied, last behind at 13; now the other falls behind: the
@@ -1499,7 +1513,7 @@ test_rebalance_load(void **state)
 	for (t = 14; t <= 73; t++) {
 		now = at(t, 0);
 		zp_loadbal_update(lb, l, 2, &now);
-		assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 0, 8 }, l,
+		assert_int_equal(lb_choose(lb, us, (long[]){ 0, 8 }, l,
 		    &now, &hi, &lo), t == 73);
 	}
 	assert_int_equal(hi, 1);
@@ -1508,7 +1522,7 @@ test_rebalance_load(void **state)
 	assert_non_null(strstr(text, "(no stream on it)"));
 	/* Drained, it takes none. */
 	zp_upstream_set_admin(us, 0, ZP_ADMIN_DRAIN);
-	assert_int_equal(zp_loadbal_choose(lb, us, (long[]){ 0, 8 }, l, &now,
+	assert_int_equal(lb_choose(lb, us, (long[]){ 0, 8 }, l, &now,
 	    &hi, &lo), 0);
 	zp_loadbal_free(lb);
 	ups_free(s);
