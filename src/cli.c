@@ -56,6 +56,13 @@ const struct cli_opt cli_opts[] = {
 	    64, NULL, NULL, NULL, 0 },
 	{ "spool-sync", OPT_SPOOL_SYNC, CLI_SECONDS, F(spool_sync), 0, 0,
 	    NULL, NULL, NULL, 0 },
+	/* syslog over UDP */
+	{ "udp-idle", OPT_UDP_IDLE, CLI_SECONDS, F(udp_idle), 0, 0, NULL,
+	    NULL, NULL, 0 },
+	{ "udp-max-sources", OPT_UDP_MAX_SOURCES, CLI_LONG,
+	    F(udp_max_sources), 1, ZP_MAX_CONNS_LIMIT, NULL, NULL, NULL, 0 },
+	{ "udp-rcvbuf", OPT_UDP_RCVBUF, CLI_SIZE, F(udp_rcvbuf), 1, 0, NULL,
+	    NULL, NULL, 0 },
 	{ "max-conns", OPT_MAX_CONNS, CLI_LONG, F(max_conns), 1,
 	    ZP_MAX_CONNS_LIMIT, NULL, NULL, NULL, 0 },
 	{ "threads", OPT_THREADS, CLI_INT, F(threads), 1, ZP_THREADS_MAX,
@@ -186,6 +193,7 @@ static const char usage_text[] =
 "\n"
 "  -l, --listen [ADDR]:PORT   where to accept: :PORT (every address),\n"
 "                             0.0.0.0:PORT, 127.0.0.1:PORT, [::1]:PORT;\n"
+"                             udp@[ADDR]:PORT: syslog datagrams (below);\n"
 "                             systemd: the sockets systemd passed\n"
 "                             ($LISTEN_FDS), systemd:NAME: those named NAME\n"
 "                             (FileDescriptorName=); give it again for more\n"
@@ -280,6 +288,18 @@ static const char usage_text[] =
 "      --spool-senders N      files sent at once (default 4)\n"
 "      --spool-sync SEC       fdatasync spool files this often (default 1):\n"
 "                             a crash loses at most this much\n"
+"\n"
+"Syslog over UDP:\n"
+"      --udp-idle SEC         -l udp@ makes each datagram one message of a\n"
+"                             stream per source address (octet framing, lf\n"
+"                             under --framing lf: moves, --replay-window,\n"
+"                             --spool, --mirror apply); a source's stream\n"
+"                             closes after SEC without a datagram (default\n"
+"                             60); the next one opens another\n"
+"      --udp-max-sources N    most per-source streams; beyond, datagrams of\n"
+"                             new sources share one stream per thread\n"
+"                             (default: half of --max-conns)\n"
+"      --udp-rcvbuf BYTES     each UDP socket's receive buffer (default 8M)\n"
 "\n"
 "Who may connect:\n"
 "      --allow CIDR           relay only clients in these networks (repeat it;\n"

@@ -66,6 +66,10 @@ enum {
 	OPT_SPOOL_MAX,
 	OPT_SPOOL_SENDERS,
 	OPT_SPOOL_SYNC,
+	/* syslog over UDP */
+	OPT_UDP_IDLE,
+	OPT_UDP_MAX_SOURCES,
+	OPT_UDP_RCVBUF,
 	/* restarts */
 	OPT_CONTROL,
 	OPT_TAKEOVER,
@@ -113,7 +117,7 @@ struct cli_opt {
  * entry added or removed without it is a compile error in cli.c, where
  * the table's own size must match this declaration.
  */
-#define CLI_NOPTS	61
+#define CLI_NOPTS	64
 extern const struct cli_opt cli_opts[CLI_NOPTS];
 
 /* Does the option take a value? (CLI_FLAG_WORD's is optional: 0.) */

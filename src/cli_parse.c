@@ -161,7 +161,7 @@ check_listens(const struct zp_config *cfg, char *err, size_t errlen)
 			a = &cfg->listens[i];
 			b = &cfg->listens[j];
 			if (a->systemd != b->systemd || a->any != b->any ||
-			    a->port != b->port)
+			    a->port != b->port || a->udp != b->udp)
 				continue;
 			if (a->systemd ? strcmp(a->name, b->name) != 0 :
 			    !a->any && (a->addr.len != b->addr.len ||
@@ -171,6 +171,44 @@ check_listens(const struct zp_config *cfg, char *err, size_t errlen)
 			    zp_listen_spec_str(a, buf, sizeof(buf)));
 			return -1;
 		}
+	return 0;
+}
+
+/*
+ * -l udp@: what a datagram has not (an original destination, a
+ * transparent socket's), and the UDP options without one. Returns 0, or
+ * -1 with err filled.
+ */
+static int
+check_udp(const struct zp_config *cfg, const char **given, char *err,
+    size_t errlen)
+{
+	size_t	i;
+	int	udp = 0, maybe = 0;
+
+	for (i = 0; i < cfg->nlistens; i++) {
+		udp |= cfg->listens[i].udp;
+		maybe |= cfg->listens[i].udp || cfg->listens[i].systemd;
+	}
+	if (!maybe && (given_opt(given, OPT_UDP_IDLE) ||
+	    given_opt(given, OPT_UDP_MAX_SOURCES) ||
+	    given_opt(given, OPT_UDP_RCVBUF))) {
+		zp_seterr(err, errlen, "--%s needs -l udp@[ADDR]:PORT",
+		    given_opt(given, OPT_UDP_IDLE) ? "udp-idle" :
+		    given_opt(given, OPT_UDP_MAX_SOURCES) ? "udp-max-sources" :
+		    "udp-rcvbuf");
+		return -1;
+	}
+	if (udp && cfg->original) {
+		zp_seterr(err, errlen, "-u original does not apply to -l udp@: "
+		    "a datagram has no connection to follow");
+		return -1;
+	}
+	if (udp && cfg->tproxy) {
+		zp_seterr(err, errlen, "--tproxy takes TCP listeners only, "
+		    "not -l udp@");
+		return -1;
+	}
 	return 0;
 }
 
@@ -337,13 +375,18 @@ check_depends(const struct zp_config *cfg, const char **given, char *err,
 		    cfg->proxy_from.n > 0 ? "proxy-from" : "proxy-timeout");
 		return -1;
 	}
-	/* Only a framed stream has boundaries to move at. */
-	if (cfg->framing == ZP_FRAMING_NONE && (given_opt(given,
+	if (check_udp(cfg, given, err, errlen) == -1)
+		return -1;
+	/*
+	 * Only a framed stream has boundaries to move at (a UDP source's
+	 * is always framed).
+	 */
+	if (!zp_config_framed(cfg) && (given_opt(given,
 	    OPT_MAX_FRAME) || given_opt(given, OPT_MAX_LIFETIME) ||
 	    given_opt(given, OPT_STALL_TIMEOUT) ||
 	    cfg->rebalance || given_opt(given, OPT_REBALANCE_RATE) ||
 	    cfg->replay_window > 0)) {
-		zp_seterr(err, errlen, "--%s needs --framing",
+		zp_seterr(err, errlen, "--%s needs --framing (or -l udp@)",
 		    given_opt(given, OPT_MAX_FRAME) ? "max-frame" :
 		    given_opt(given, OPT_MAX_LIFETIME) ? "max-lifetime" :
 		    given_opt(given, OPT_STALL_TIMEOUT) ? "stall-timeout" :
@@ -353,8 +396,8 @@ check_depends(const struct zp_config *cfg, const char **given, char *err,
 		return -1;
 	}
 	/* A spool file is cut, and a spooled stream sent on, at messages. */
-	if (cfg->spool_dir != NULL && cfg->framing == ZP_FRAMING_NONE) {
-		zp_seterr(err, errlen, "--spool needs --framing");
+	if (cfg->spool_dir != NULL && !zp_config_framed(cfg)) {
+		zp_seterr(err, errlen, "--spool needs --framing (or -l udp@)");
 		return -1;
 	}
 	if (cfg->spool_dir == NULL && (given_opt(given, OPT_SPOOL_MAX) ||

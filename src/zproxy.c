@@ -24,6 +24,7 @@
 #include "core/net.h"
 #include "ops/notify.h"
 #include "stream/pair.h"
+#include "stream/udp.h"
 #include "ops/privs.h"
 #include "upstream/resolver.h"
 #include "spool/spool.h"
@@ -66,18 +67,23 @@ libevent_log_cb(int severity, const char *msg)
 	zp_log(libevent_log, level, "libevent: %s", msg);
 }
 
-/* The drain, on one thread: wind its framed streams down losslessly. */
+/*
+ * The drain, on one thread: its UDP sockets read out and closed, its
+ * framed streams wound down losslessly.
+ */
 static void
 hook_wind_down(struct zp_ctx *ctx)
 {
+	zp_udp_stop(ctx);
 	zp_pairs_wind_down(ctx, ZP_END_SHUTDOWN);
 }
 
-/* The end, on one thread: close its pairs now. */
+/* The end, on one thread: close its pairs now, and its UDP sources. */
 static void
 hook_close(struct zp_ctx *ctx)
 {
 	zp_pairs_close(ctx, ZP_END_SHUTDOWN);
+	zp_udp_free(ctx);
 }
 
 /* On the root: a pair closed or stopped waiting, the listeners may accept. */
@@ -249,7 +255,7 @@ run_listen(struct zp_ctx *ctx, struct zp_offer *offer, int nthreads,
 		return rc;
 	}
 	if ((rc = zproxy_listeners_setup(ctx, cfg->takeover != NULL ? offer :
-	    NULL)) != 0)
+	    NULL, nthreads)) != 0)
 		return rc;
 	/*
 	 * The replay's and the mirrors' pipes may grow where the per-user
@@ -312,7 +318,7 @@ run_services(struct zp_ctx *ctx, struct zp_offer *offer)
 	 * (zproxy_rebalance_arm). Made with one upstream too: ctl may add
 	 * others.
 	 */
-	if (cfg->framing != ZP_FRAMING_NONE &&
+	if (zp_config_framed(cfg) &&
 	    ((ctx->rebalance_timer = event_new(ctx->base, -1, EV_PERSIST,
 	    zproxy_rebalance_cb, ctx)) == NULL ||
 	    (ctx->loadbal = zp_loadbal_new()) == NULL)) {
@@ -341,6 +347,11 @@ run_manager(struct zp_ctx *ctx, struct zp_offer *offer,
 		return ZP_EX_OSERR;
 	}
 	zp_workers_on_death(ctx, zproxy_worker_death_cb);
+	/* Each thread reads a UDP socket of its own. */
+	if (zp_udp_attach(ctx, err, sizeof(err)) == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_OSERR;
+	}
 
 	/* Opened as who we start as: the manager's socket may be root's. */
 	ctx->notify = zp_notify_new(ctx->base, ctx->log, zproxy_notify_status,

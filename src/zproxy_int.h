@@ -60,11 +60,13 @@ int	zproxy_replay_setup(struct zp_ctx *ctx);
 int	zproxy_replay_probe(struct zp_ctx *ctx);
 
 /*
- * Every -l on ctx->listener: bound, inherited from systemd, or from the
- * zproxy taken over (offer, else NULL). Returns 0, or an exit status,
- * logged.
+ * Every -l on ctx->listener (-l udp@: ctx's UDP sockets, one for each of
+ * nthreads threads, read once zp_udp_attach gives them to the threads):
+ * bound, inherited from systemd, or from the zproxy taken over (offer,
+ * else NULL). Returns 0, or an exit status, logged.
  */
-int	zproxy_listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer);
+int	zproxy_listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer,
+	    int nthreads);
 
 /*
  * Become pv's user, start the log, worker and spool threads, then the

@@ -15,6 +15,7 @@
 #include "relay/ctx.h"
 #include "lib/framing.h"
 #include "stream/listener.h"
+#include "stream/udp.h"
 #include "lib/log.h"
 #include "core/net.h"
 #include "core/upstream.h"
@@ -143,6 +144,7 @@ listen_str(const struct zp_ctx *ctx, char *buf, size_t len)
 		if (strncmp(label, "systemd", 7) == 0 && off < len)
 			off += snprintf(buf + off, len - off, " (%s)", label);
 	}
+	(void)zp_udp_str(ctx, buf, len, off);
 	return buf;
 }
 

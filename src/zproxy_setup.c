@@ -31,6 +31,8 @@
 #include "relay/mirror.h"
 #include "ops/notify.h"
 #include "stream/pair.h"
+#include "stream/udp.h"
+#include "core/udpsock.h"
 #include "lib/pipepool.h"
 #include "ops/privs.h"
 #include "lib/replay.h"
@@ -378,6 +380,8 @@ zproxy_ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 
 	zp_workers_free(ctx);
 	zp_pairs_close(ctx, ZP_END_SHUTDOWN);
+	zp_udp_free(ctx);
+	zp_udp_socks_free(ctx);
 	/* Its I/O thread reads the upstreams: it ends before they go. */
 	zp_spool_free(ctx->spool);
 	ctx->spool = NULL;
@@ -515,15 +519,58 @@ listen_systemd(struct zp_ctx *ctx, struct zp_inherit *sd)
 }
 
 /*
- * One -l (spec, its label) from the inherited set: every socket of its
- * label adopted as a listener (offer: from the zproxy taken over, else
- * NULL: from systemd). Returns 0, or an exit status, logged, with what
- * is left of set closed.
+ * The kernel gave a UDP socket less than --udp-rcvbuf: said once, of the
+ * first (clamped: its label, "" while none was).
+ */
+static void
+listen_udp_clamped(struct zp_ctx *ctx, const char *clamped)
+{
+	if (clamped[0] == '\0')
+		return;
+	zp_log(ctx->log, ZP_LOG_WARN, "-l %s: the receive buffer is smaller "
+	    "than --udp-rcvbuf %zu (net.core.rmem_max, and no CAP_NET_ADMIN "
+	    "to pass it): bursts the buffer cannot hold are dropped by the "
+	    "kernel (zproxy_udp_dropped_total{reason=\"rcvbuf\"})", clamped,
+	    ctx->cfg->udp_rcvbuf);
+}
+
+/*
+ * An inherited socket of -l number idx (label) that is UDP: its reader
+ * is made with the others' (zp_udp_attach). Takes fd. Returns 0, or -1
+ * with err filled.
+ */
+static int
+listen_udp_adopt(struct zp_ctx *ctx, int fd, size_t idx, const char *label,
+    char *clamped, char *err, size_t errlen)
+{
+	struct zp_addr	bound;
+	int		c;
+
+	if (zp_udp_adopt(fd, ctx->cfg->udp_rcvbuf, &bound, &c, err,
+	    errlen) == -1) {
+		close(fd);
+		return -1;
+	}
+	if (c && clamped[0] == '\0')
+		snprintf(clamped, ZP_INHERIT_LABELLEN, "%s", label);
+	if (zp_udp_add(ctx, fd, (int)idx, label, &bound) == -1) {
+		snprintf(err, errlen, "too many UDP sockets, or no memory");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * One -l (spec, number idx, its label) from the inherited set: every
+ * socket of its label adopted as a listener, or a UDP one (offer: from
+ * the zproxy taken over, else NULL: from systemd, whose sockets say by
+ * their type which they are; clamped: listen_udp_clamped's). Returns 0,
+ * or an exit status, logged, with what is left of set closed.
  */
 static int
 listen_inherited(struct zp_ctx *ctx, struct zp_inherit *set,
-    const struct zp_listen_spec *spec, const char *label,
-    const struct zp_offer *offer)
+    const struct zp_listen_spec *spec, size_t idx, const char *label,
+    const struct zp_offer *offer, char *clamped)
 {
 	struct zp_listener	*l;
 	char			 err[ZP_ERRLEN];
@@ -547,6 +594,16 @@ listen_inherited(struct zp_ctx *ctx, struct zp_inherit *set,
 		return ZP_EX_CONFIG;
 	}
 	for (j = 0; j < n; j++) {
+		if (spec->udp || (spec->systemd && zp_udp_is(fds[j]))) {
+			if (listen_udp_adopt(ctx, fds[j], idx, label, clamped,
+			    err, sizeof(err)) == 0)
+				continue;
+			zp_log(ctx->log, ZP_LOG_ERROR, "-l %s: %s", label, err);
+			while (++j < n)
+				close(fds[j]);
+			zp_inherit_close_rest(set);
+			return ZP_EX_CONFIG;
+		}
 		if ((l = zp_listener_adopt(ctx, fds[j], label, err,
 		    sizeof(err))) == NULL) {
 			zp_log(ctx->log, ZP_LOG_ERROR, "-l %s: %s", label, err);
@@ -590,12 +647,45 @@ listen_leftovers(struct zp_ctx *ctx, struct zp_inherit *set,
 }
 
 /*
+ * -l udp@ (spec, number idx, label): a socket for each of the nthreads
+ * threads, bound here (clamped: listen_udp_clamped's). Returns 0, or an
+ * exit status, logged.
+ */
+static int
+listen_udp_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec,
+    size_t idx, const char *label, int nthreads, char *clamped)
+{
+	struct zp_addr	bound;
+	char		err[ZP_ERRLEN];
+	int		fds[ZP_THREADS_MAX], c, i;
+
+	if (zp_udp_socks(spec, nthreads, ctx->cfg->udp_rcvbuf, fds, &bound,
+	    &c, err, sizeof(err)) == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_OSERR;
+	}
+	if (c && clamped[0] == '\0')
+		snprintf(clamped, ZP_INHERIT_LABELLEN, "%s", label);
+	for (i = 0; i < nthreads; i++)
+		if (zp_udp_add(ctx, fds[i], (int)idx, label, &bound) == -1) {
+			while (++i < nthreads)
+				close(fds[i]);
+			zp_log(ctx->log, ZP_LOG_ERROR, "-l %s: too many UDP "
+			    "sockets (%d at most in all)", label,
+			    ZP_MAX_LISTEN_SOCKETS);
+			return ZP_EX_CONFIG;
+		}
+	return 0;
+}
+
+/*
  * Every -l: bound here, or taken from the sockets systemd passed, or
  * from the zproxy taken over (offer: then every one, and exactly its
  * set). Returns 0, or an exit status, logged.
  */
 int
-zproxy_listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
+zproxy_listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer,
+    int nthreads)
 {
 	struct zp_config		*cfg = ctx->cfg;
 	const struct zp_listen_spec	*spec;
@@ -603,6 +693,7 @@ zproxy_listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
 	struct zp_listener		*l;
 	char				 err[ZP_ERRLEN];
 	char				 label[ZP_INHERIT_LABELLEN];
+	char				 clamped[ZP_INHERIT_LABELLEN] = "";
 	size_t				 i;
 	int				 rc;
 
@@ -618,6 +709,12 @@ zproxy_listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
 	for (i = 0; i < cfg->nlistens; i++) {
 		spec = &cfg->listens[i];
 		zp_listen_spec_str(spec, label, sizeof(label));
+		if (offer == NULL && spec->udp) {
+			if ((rc = listen_udp_new(ctx, spec, i, label,
+			    nthreads, clamped)) != 0)
+				return rc;
+			continue;
+		}
 		if (offer == NULL && !spec->systemd) {
 			if ((l = zp_listener_new(ctx, spec, err,
 			    sizeof(err))) == NULL) {
@@ -629,13 +726,15 @@ zproxy_listeners_setup(struct zp_ctx *ctx, struct zp_offer *offer)
 			zp_listener_link(&ctx->listener, l);
 			continue;
 		}
-		if ((rc = listen_inherited(ctx, set, spec, label, offer)) != 0)
+		if ((rc = listen_inherited(ctx, set, spec, i, label,
+		    offer, clamped)) != 0)
 			return rc;
 	}
 	if (set != NULL && (rc = listen_leftovers(ctx, set, offer)) != 0)
 		return rc;
 	if (set == &sd)
 		zp_inherit_close_rest(&sd);
+	listen_udp_clamped(ctx, clamped);
 	for (l = ctx->listener; l != NULL && ctx->nlisten_addrs <
 	    ZP_MAX_LISTEN_SOCKETS; l = zp_listener_next(l))
 		ctx->listen_addrs[ctx->nlisten_addrs++] = *zp_listener_addr(l);

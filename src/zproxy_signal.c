@@ -15,6 +15,7 @@
 #include "lib/log.h"
 #include "ops/notify.h"
 #include "stream/pair.h"
+#include "stream/udp.h"
 #include "upstream/resolver.h"
 #include "http/stats.h"
 #include "relay/worker.h"
@@ -29,6 +30,7 @@ zproxy_stop_accepting(struct zp_ctx *ctx)
 {
 	zp_listener_free(ctx->listener);
 	ctx->listener = NULL;
+	zp_udp_stop(ctx);
 	zp_control_free(ctx->control);
 	ctx->control = NULL;
 	zp_health_free(ctx->health);
@@ -45,7 +47,7 @@ zproxy_stop_accepting(struct zp_ctx *ctx)
 static int
 cfg_framed(const struct zp_ctx *ctx)
 {
-	return ctx->cfg->framing != ZP_FRAMING_NONE;
+	return zp_config_framed(ctx->cfg);
 }
 
 /*
@@ -183,6 +185,9 @@ control_offer(void *arg, struct zp_inherit *set, unsigned long long *wd)
 	struct zp_ctx		*ctx = arg;
 	struct zp_listener	*l;
 	struct zp_inherited	*s;
+	const char		*labels[ZP_INHERIT_MAX];
+	int			 fds[ZP_INHERIT_MAX];
+	size_t			 i, n;
 
 	for (l = ctx->listener; l != NULL && set->n < ZP_INHERIT_MAX;
 	    l = zp_listener_next(l)) {
@@ -190,6 +195,13 @@ control_offer(void *arg, struct zp_inherit *set, unsigned long long *wd)
 		s->fd = zp_listener_fd(l);
 		snprintf(s->label, sizeof(s->label), "%s",
 		    zp_listener_label(l));
+	}
+	/* Each thread's UDP socket: the next zproxy reads them all. */
+	n = zp_udp_sockets(ctx, fds, labels, ZP_INHERIT_MAX - set->n);
+	for (i = 0; i < n; i++) {
+		s = &set->socks[set->n++];
+		s->fd = fds[i];
+		snprintf(s->label, sizeof(s->label), "%s", labels[i]);
 	}
 	if (ctx->stats_server != NULL && set->n < ZP_INHERIT_MAX) {
 		s = &set->socks[set->n++];

@@ -49,6 +49,21 @@ zp_config_init(struct zp_config *cfg)
 	cfg->spool_max = ZP_DEFAULT_SPOOL_MAX;
 	cfg->spool_senders = ZP_DEFAULT_SPOOL_SENDERS;
 	cfg->spool_sync = ZP_DEFAULT_SPOOL_SYNC;
+	cfg->udp_idle = ZP_DEFAULT_UDP_IDLE;
+	cfg->udp_rcvbuf = ZP_DEFAULT_UDP_RCVBUF;
+}
+
+int
+zp_config_framed(const struct zp_config *cfg)
+{
+	size_t	i;
+
+	if (cfg->framing != ZP_FRAMING_NONE)
+		return 1;
+	for (i = 0; i < cfg->nlistens; i++)
+		if (cfg->listens[i].udp || cfg->listens[i].systemd)
+			return 1;
+	return 0;
 }
 
 /* Free what cfg owns. */
@@ -284,6 +299,13 @@ zp_parse_listen_arg(const char *s, struct zp_listen_spec *ls, char *err,
 	char		 q[ZP_ESCLEN];
 	size_t		 i, n;
 
+	/* HAProxy's prefix: "udp@:514", "udp@[::1]:514". */
+	if (strncmp(s, "udp@", 4) == 0) {
+		if (zp_parse_listen(s + 4, ls, err, errlen) == -1)
+			return -1;
+		ls->udp = 1;
+		return 0;
+	}
 	if (strncmp(s, "systemd", 7) != 0 || (s[7] != '\0' && s[7] != ':'))
 		return zp_parse_listen(s, ls, err, errlen);
 	memset(ls, 0, sizeof(*ls));
@@ -306,17 +328,21 @@ zp_parse_listen_arg(const char *s, struct zp_listen_spec *ls, char *err,
 	return 0;
 }
 
-/* -l as given: "systemd[:NAME]", ":PORT" or the address. */
+/* -l as given: "systemd[:NAME]", ":PORT" or the address; "udp@" first. */
 const char *
 zp_listen_spec_str(const struct zp_listen_spec *ls, char *buf, size_t len)
 {
+	const char	*pre = ls->udp ? "udp@" : "";
+	char		 a[ZP_ADDRSTRLEN];
+
 	if (ls->systemd)
 		snprintf(buf, len, "systemd%s%s", ls->name[0] ? ":" : "",
 		    ls->name);
 	else if (ls->any)
-		snprintf(buf, len, ":%u", (unsigned)ls->port);
+		snprintf(buf, len, "%s:%u", pre, (unsigned)ls->port);
 	else
-		return zp_addr_str(&ls->addr, buf, len);
+		snprintf(buf, len, "%s%s", pre, zp_addr_str(&ls->addr, a,
+		    sizeof(a)));
 	return buf;
 }
 

@@ -69,6 +69,7 @@ int	zp_addr_set(struct zp_addr *a, const struct sockaddr *sa,
  * socket the service manager passed ("systemd", "systemd:NAME": -l only).
  */
 struct zp_listen_spec {
+	int		udp;	/* "udp@...": datagrams (stream/udp.h) */
 	int		any;	/* ":PORT": IPv6 dual-stack, else IPv4 */
 	unsigned short	port;
 	struct zp_addr	addr;	/* valid when !any && !systemd */
@@ -211,7 +212,18 @@ struct zp_config {
 	char			**argv;		/* (the process's: not owned) */
 	char			*takeover;	/* takes them from there */
 	int			daemon;		/* background once ready */
+	/* Syslog over UDP: -l udp@, stream/udp.h. */
+	double			udp_idle;	/* a source's stream closes */
+	long			udp_max_sources; /* 0: from the fd limit */
+	size_t			udp_rcvbuf;	/* each UDP socket's */
 };
+
+/*
+ * May framed streams exist: --framing, or a UDP listener (a datagram is
+ * a message whatever --framing says), or a socket systemd passes (it
+ * may be UDP: only its type tells)?
+ */
+int	zp_config_framed(const struct zp_config *);
 
 #define ZP_DEFAULT_PIPE_SIZE	(1024 * 1024)
 #define ZP_REPLAY_WINDOW_MAX	(64 * 1024 * 1024)
@@ -239,6 +251,8 @@ struct zp_config {
 #define ZP_SPOOL_MAX_LIMIT	(16ULL << 40)	/* 16T */
 #define ZP_DEFAULT_SPOOL_SENDERS 4
 #define ZP_DEFAULT_SPOOL_SYNC	1.0
+#define ZP_DEFAULT_UDP_IDLE	60.0
+#define ZP_DEFAULT_UDP_RCVBUF	(8UL * 1024 * 1024)
 
 /*
  * --rebalance: off; count (bare --rebalance: streams evened out by their
@@ -314,14 +328,18 @@ int	zp_parse_source(const char *, int *mode, struct zp_addr *, char *,
 int	zp_parse_listen(const char *, struct zp_listen_spec *, char *, size_t);
 
 /*
- * Parse -l: a listen address, or "systemd" or "systemd:NAME" (NAME as
- * systemd's FileDescriptorName= allows: 1 to 255 printable ASCII
- * characters but ':'). Returns 0, or -1 with err filled.
+ * Parse -l: a listen address, "udp@" and a listen address (a UDP
+ * listener), or "systemd" or "systemd:NAME" (NAME as systemd's
+ * FileDescriptorName= allows: 1 to 255 printable ASCII characters but
+ * ':'). Returns 0, or -1 with err filled.
  */
 int	zp_parse_listen_arg(const char *, struct zp_listen_spec *, char *,
 	    size_t);
 
-/* -l as given, for logs and the takeover: "systemd:NAME" or the address. */
+/*
+ * -l as given, for logs and the takeover: "systemd:NAME" or the address,
+ * "udp@" before it for UDP.
+ */
 const char *zp_listen_spec_str(const struct zp_listen_spec *, char *, size_t);
 
 /*

@@ -154,7 +154,7 @@ net_kind(int domain, int type, int proto, int listening)
 int
 zp_net_adopt(int fd, struct zp_addr *a, char *err, size_t errlen)
 {
-	int		 domain = 0, type = 0, proto = 0, listening = 0, fl;
+	int		 domain = 0, type = 0, proto = 0, listening = 0;
 	socklen_t	 len;
 	const char	*kind;
 
@@ -176,6 +176,14 @@ zp_net_adopt(int fd, struct zp_addr *a, char *err, size_t errlen)
 		    "socket (%s)", fd, kind);
 		return -1;
 	}
+	return zp_net_own(fd, a, err, errlen);
+}
+
+int
+zp_net_own(int fd, struct zp_addr *a, char *err, size_t errlen)
+{
+	int	fl;
+
 	/* systemd passes blocking sockets unless NonBlocking=yes. */
 	if ((fl = fcntl(fd, F_GETFL)) == -1 ||
 	    fcntl(fd, F_SETFL, fl | O_NONBLOCK) == -1 ||

@@ -35,6 +35,12 @@ int	zp_net_listen(const struct zp_listen_spec *, int backlog,
 int	zp_net_adopt(int, struct zp_addr *, char *, size_t);
 
 /*
+ * What taking any socket made elsewhere needs: non-blocking,
+ * close-on-exec, and its address. Returns 0, or -1 with err filled.
+ */
+int	zp_net_own(int, struct zp_addr *, char *, size_t);
+
+/*
  * IP_TRANSPARENT (IPV6_TRANSPARENT on a dual-stack socket, which covers
  * its IPv4 clients too). Returns 0, or -1 with err filled and errno kept.
  */

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "lib/log.h"
 #include "http/metrics.h"
 #include "stream/pair.h"
+#include "stream/udp.h"
 #include "lib/pipepool.h"
 #include "relay/relay.h"
 #include "spool/spool.h"
@@ -300,9 +302,10 @@ render_upstreams(struct render *r, struct zp_ctx *ctx,
 		sample_u64(r, "zproxy_upstream_bytes_total", l, 2,
 		    t->down.bytes);
 	}
-	if (ctx->cfg->framing != ZP_FRAMING_NONE) {
+	if (zp_config_framed(ctx->cfg)) {
 		family(r, "zproxy_frames_total", "counter",
-		    "Messages (--framing) delivered whole to the upstream; in "
+		    "Messages (--framing, UDP datagrams) delivered whole to the "
+		    "upstream; in "
 		    "splice mode lf and nul messages are counted only where "
 		    "zproxy reads them, so this is a lower bound there.");
 		for (i = 0; i < n; i++) {
@@ -498,10 +501,70 @@ render_framing(struct render *r, const struct zp_stats *st)
 	single_u64(r, "zproxy_framing_errors_total", "counter",
 	    "Framed connections whose framing failed (a message over "
 	    "--max-frame, a bad octet header): relayed as plain bytes "
-	    "from there on.", st->framing_errors);
+	    "from there on; and UDP datagrams that, under --framing lf, "
+	    "held a newline (written #012) or passed --max-frame (relayed "
+	    "whole as one line).", st->framing_errors);
 	single_u64(r, "zproxy_replayed_bytes_total", "counter",
 	    "Bytes sent again to the next upstream after a move "
 	    "(--replay-window).", st->replayed);
+}
+
+/*
+ * One family of -l udp@'s counters: each UDP listener's (the one at
+ * offset off of its struct zp_udp_tally), or with reason one of each
+ * drop reason's.
+ */
+static void
+udp_family(struct render *r, struct zp_ctx *ctx, const struct zp_stats *st,
+    const char *name, const char *type, const char *help, size_t off,
+    int reasons)
+{
+	static const char *const why[ZP_UDP_DROP_MAX] = {
+		[ZP_UDP_DROP_RCVBUF] = "rcvbuf",
+		[ZP_UDP_DROP_EMPTY] = "empty",
+		[ZP_UDP_DROP_DENIED] = "denied",
+		[ZP_UDP_DROP_NO_STREAM] = "no-stream",
+	};
+	struct label	l[2] = { { "listener", NULL }, { "reason", NULL } };
+	char		lname[ZP_ADDRSTRLEN + ZP_FDNAME_MAX + 8];
+	const uint64_t	*v;
+	size_t		i;
+	int		k;
+
+	family(r, name, type, help);
+	for (i = 0; i < ctx->cfg->nlistens; i++) {
+		if (!zp_udp_listening(ctx, (int)i))
+			continue;
+		l[0].value = zp_listen_spec_str(&ctx->cfg->listens[i], lname,
+		    sizeof(lname));
+		v = (const uint64_t *)((const char *)&st->udp[i] + off);
+		for (k = 0; k < (reasons ? ZP_UDP_DROP_MAX : 1); k++) {
+			l[1].value = why[k];
+			sample_u64(r, name, l, reasons ? 2 : 1, v[k]);
+		}
+	}
+}
+
+/* -l udp@: datagrams read, not relayed (and why), shared; sources. */
+static void
+render_udp(struct render *r, struct zp_ctx *ctx, const struct zp_stats *st)
+{
+	udp_family(r, ctx, st, "zproxy_udp_datagrams_total", "counter",
+	    "Datagrams read from the UDP listener.",
+	    offsetof(struct zp_udp_tally, datagrams), 0);
+	udp_family(r, ctx, st, "zproxy_udp_dropped_total", "counter",
+	    "Datagrams not relayed: dropped by the kernel because the "
+	    "socket's receive queue was full (rcvbuf, before zproxy saw "
+	    "them), empty ones, ones from a source --deny or --allow "
+	    "refuses, ones no stream could be made for (no-stream).",
+	    offsetof(struct zp_udp_tally, dropped), 1);
+	udp_family(r, ctx, st, "zproxy_udp_shared_datagrams_total", "counter",
+	    "Datagrams carried by a thread's shared stream, which names no "
+	    "source: their source came beyond --udp-max-sources.",
+	    offsetof(struct zp_udp_tally, shared), 0);
+	udp_family(r, ctx, st, "zproxy_udp_sources", "gauge",
+	    "UDP sources with a stream of their own open now.",
+	    offsetof(struct zp_udp_tally, sources), 0);
 }
 
 /* How pairs ended: timeouts, lingers, bytes thrown away. */
@@ -624,8 +687,10 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 		render_spool(&r, ctx->spool);
 	render_paths(&r, t);
 	render_refusals(&r, st);
-	if (ctx->cfg->framing != ZP_FRAMING_NONE)
+	if (zp_config_framed(ctx->cfg))
 		render_framing(&r, st);
+	if (zp_udp_any(ctx))
+		render_udp(&r, ctx, st);
 	render_ends(&r, st);
 	render_endpoint(&r, ctx, st);
 	render_process(&r, ctx, t);

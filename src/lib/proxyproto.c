@@ -92,7 +92,7 @@ pp_v1(const struct pp_addr *s, const struct pp_addr *d, char *buf,
 
 /* The binary form: signature, version/command, family, length, block. */
 static ssize_t
-pp_v2(const struct pp_addr *s, const struct pp_addr *d, char *buf,
+pp_v2(const struct pp_addr *s, const struct pp_addr *d, int dgram, char *buf,
     size_t len)
 {
 	unsigned char	*p = (unsigned char *)buf;
@@ -113,7 +113,8 @@ pp_v2(const struct pp_addr *s, const struct pp_addr *d, char *buf,
 		return -1;
 	memcpy(p, v2_sig, 12);
 	p[12] = 0x21;	/* version 2, PROXY */
-	p[13] = s->family == AF_INET ? 0x11 : 0x21;	/* TCP over v4 / v6 */
+	/* TCP (STREAM) or UDP (DGRAM) over v4 / v6 */
+	p[13] = (s->family == AF_INET ? 0x10 : 0x20) | (dgram ? 0x02 : 0x01);
 	p[14] = (unsigned char)((total - 16) >> 8);
 	p[15] = (unsigned char)((total - 16) & 0xff);
 	memcpy(p + 16, s->addr, alen);
@@ -125,7 +126,7 @@ pp_v2(const struct pp_addr *s, const struct pp_addr *d, char *buf,
 
 /* Write the header for src -> dst into buf. */
 ssize_t
-zp_proxy_header(int version, const struct sockaddr *src,
+zp_proxy_header(int version, int dgram, const struct sockaddr *src,
     const struct sockaddr *dst, char *buf, size_t len)
 {
 	struct pp_addr	s, d;
@@ -139,7 +140,7 @@ zp_proxy_header(int version, const struct sockaddr *src,
 	if (version == 1)
 		return pp_v1(&s, &d, buf, len);
 	if (version == 2)
-		return pp_v2(&s, &d, buf, len);
+		return pp_v2(&s, &d, dgram, buf, len);
 	return -1;
 }
 

@@ -13,8 +13,9 @@
 #define ZP_PROXY_MAX	ZP_PROXY_V1_MAX
 
 /*
- * Write the header for a TCP connection from src to dst (the address the
- * client connected to) into buf. A v4-mapped IPv6 address is sent as
+ * Write the header for a connection from src to dst (the address the
+ * client connected to) into buf: over TCP, or (dgram) for a stream of
+ * UDP datagrams, which v2 says (DGRAM) and v1 cannot (TCP4, TCP6). A v4-mapped IPv6 address is sent as
  * IPv4 when the other one is IPv4 too; an IPv4 address (or a v4-mapped
  * one) paired with an IPv6 one is sent v4-mapped, TCP6 / TCP over IPv6,
  * so that the client is named whatever the families. Only an unknown
@@ -22,7 +23,7 @@
  * as the spec says. Returns the header length, or -1
  * when version is not 1 or 2 or buf is too small.
  */
-ssize_t	zp_proxy_header(int version, const struct sockaddr *src,
+ssize_t	zp_proxy_header(int version, int dgram, const struct sockaddr *src,
 	    const struct sockaddr *dst, char *buf, size_t len);
 
 /* The longest header zp_proxy_parse() accepts, v2 TLVs included. */

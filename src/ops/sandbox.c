@@ -117,6 +117,8 @@ static const char *const sb_calls[] = {
 	"bind",
 	"getsockopt", "setsockopt", "getsockname", "getpeername",
 	"recvfrom", "recvmsg", "sendto", "sendmsg",
+	/* -l udp@: datagrams in batches */
+	"recvmmsg", "sendmmsg",
 	/* the splice path (tee: a framed lf pipe's last byte) */
 	"splice", "tee", "pipe2", "fcntl",
 	/* time, counters */
@@ -239,8 +241,8 @@ sb_allow(scmp_filter_ctx f, const char *name)
 
 /*
  * The calls allowed with some arguments only: sockets of the families
- * zproxy speaks (no AF_PACKET, no AF_NETLINK), the queue ioctls, and no
- * executable memory.
+ * zproxy speaks (no AF_PACKET, no AF_NETLINK), Unix socket pairs, the
+ * queue ioctls, and no executable memory.
  */
 static int
 sb_allow_args(scmp_filter_ctx f)
@@ -258,6 +260,10 @@ sb_allow_args(scmp_filter_ctx f)
 	for (i = 0; rc == 0 && i < sizeof(ioctls) / sizeof(ioctls[0]); i++)
 		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
 		    SCMP_A1(SCMP_CMP_EQ, (scmp_datum_t)ioctls[i], 0));
+	/* -l udp@: a source's datagrams reach its pair through one. */
+	if (rc == 0)
+		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(socketpair),
+		    1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)AF_UNIX, 0));
 	if (rc == 0 && !ZP_SB_SANITIZERS)
 		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1,
 		    SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));

@@ -36,6 +36,8 @@ struct zp_notify;
 struct zp_workers;
 struct zp_spool;
 struct zp_upstreams;
+struct zp_udp;
+struct zp_udp_socks;
 
 /* Why a pair relays in copy mode although splice was asked for. */
 enum zp_fallback {
@@ -49,6 +51,25 @@ enum zp_stats_refusal {
 	ZP_STATS_REFUSED_CONNS = 0,	/* --stats-max-conns were open */
 	ZP_STATS_REFUSED_FDS,		/* descriptors kept for the relay */
 	ZP_STATS_REFUSED_MAX,
+};
+
+/* Why a datagram read (or due) was not relayed: zproxy_udp_dropped_total. */
+enum zp_udp_drop {
+	ZP_UDP_DROP_RCVBUF = 0,	/* the kernel's: the socket's queue was full
+				   (SO_RXQ_OVFL), before zproxy saw it */
+	ZP_UDP_DROP_EMPTY,	/* zero length: no message to carry */
+	ZP_UDP_DROP_DENIED,	/* its source: --allow, --deny */
+	ZP_UDP_DROP_NO_STREAM,	/* no stream could be made for it (out of
+				   memory or descriptors, and no shared one) */
+	ZP_UDP_DROP_MAX,
+};
+
+/* A UDP listener's counters (stream/udp.h), by its -l. */
+struct zp_udp_tally {
+	uint64_t	datagrams;	/* read */
+	uint64_t	dropped[ZP_UDP_DROP_MAX];
+	uint64_t	shared;		/* carried by a shared stream */
+	uint64_t	sources;	/* with a stream open now */
 };
 
 /* Both directions' tallies: up is client -> upstream. */
@@ -85,6 +106,7 @@ struct zp_stats {
 	uint64_t	stats_refused[ZP_STATS_REFUSED_MAX];
 	uint64_t	stats_timeouts;	/* closed by --stats-timeout */
 	struct zp_mirror_tally mirrors[ZP_MAX_MIRRORS];	/* --mirror */
+	struct zp_udp_tally udp[ZP_MAX_LISTENS];	/* -l udp@ */
 };
 
 /* How many open pairs relay in each mode, for the metrics. */
@@ -180,6 +202,11 @@ struct zp_ctx {
 	int			 pipes_roomy;	/* root, no --user: the per-user
 						   pipe budget does not bind */
 	struct zp_listener	*listener;	/* a list: several -l */
+	struct zp_udp		*udp;		/* this thread's UDP readers */
+	struct zp_udp_socks	*udp_socks;	/* root: every UDP socket */
+	long			 udp_sources;	/* root, atomic: UDP sources
+						   with a stream of their own,
+						   every thread's */
 	struct zp_addr		 listen_addrs[ZP_MAX_LISTEN_SOCKETS];	/* kept after
 						   they close */
 	size_t			 nlisten_addrs;

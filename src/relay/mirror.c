@@ -707,8 +707,8 @@ mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
 }
 
 struct zp_mirror_set *
-zp_mirror_set_new(struct zp_ctx *ctx, uint64_t id, const void *hdr,
-    size_t hdrlen)
+zp_mirror_set_new(struct zp_ctx *ctx, uint64_t id, int framing,
+    size_t max_frame, const void *hdr, size_t hdrlen)
 {
 	struct zp_mirror_set	*set;
 	size_t			 i, n = zp_mirrors_count(ctx->mirrors);
@@ -723,9 +723,8 @@ zp_mirror_set_new(struct zp_ctx *ctx, uint64_t id, const void *hdr,
 	set->ctx = ctx;
 	set->id = id;
 	set->n = n;
-	set->framed = ctx->cfg->framing != ZP_FRAMING_NONE &&
-	    zp_framer_init(&set->f, (enum zp_framing)ctx->cfg->framing,
-	    ctx->cfg->max_frame) == 0;
+	set->framed = framing != ZP_FRAMING_NONE &&
+	    zp_framer_init(&set->f, (enum zp_framing)framing, max_frame) == 0;
 	for (i = 0; i < n; i++)
 		(void)mstream_start(set, i, hdr, hdrlen);
 	if (set->open == 0) {

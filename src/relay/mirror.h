@@ -58,11 +58,12 @@ TAILQ_HEAD(zp_mirror_sets, zp_mirror_set);
 /*
  * The mirror streams of pair `id` on ctx: one connect begun to each
  * mirror that is up, its pipe holding hdr (the PROXY header, or NULL)
- * to go first. Returns NULL when there is no --mirror, or none could
- * begin (each counted as dropped).
+ * to go first; framing and max_frame the pair's stream's (enum
+ * zp_framing: a mirror drops at message boundaries). Returns NULL when
+ * there is no --mirror, or none could begin (each counted as dropped).
  */
 struct zp_mirror_set *zp_mirror_set_new(struct zp_ctx *, uint64_t id,
-	    const void *hdr, size_t hdrlen);
+	    int framing, size_t max_frame, const void *hdr, size_t hdrlen);
 
 /* Copy mode: n bytes read from the client. */
 void	zp_mirror_copy(struct zp_mirror_set *, const void *buf, size_t n);

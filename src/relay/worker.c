@@ -448,6 +448,16 @@ zp_workers_stop(struct zp_ctx *root)
 	worker_refresh_finish(ws, 1);
 }
 
+struct zp_ctx *
+zp_ctx_thread(struct zp_ctx *root, int t)
+{
+	if (t == 0)
+		return root;
+	if (root->workers == NULL || t < 0 || t >= root->workers->n)
+		return NULL;
+	return &root->workers->w[t]->ctx;
+}
+
 void
 zp_workers_on_death(struct zp_ctx *root, void (*cb)(struct zp_ctx *, int))
 {

@@ -74,6 +74,12 @@ void	zp_workers_on_death(struct zp_ctx *root,
 int	zp_ctx_threads(const struct zp_ctx *);
 
 /*
+ * Thread t's context (0: the root's), for what is set up on each thread
+ * before the threads start (zp_workers_start); NULL for no such thread.
+ */
+struct zp_ctx *zp_ctx_thread(struct zp_ctx *root, int t);
+
+/*
  * Start a pair for an accepted client on the least loaded thread (the
  * root's own pair starts at once). Takes fd in every case.
  */

@@ -169,8 +169,8 @@ typedef void	(*zp_spool_done_fn)(void *arg, enum zp_spool_end, int err);
  * Spool client socket fd of connection conn (ctx: the pair's thread):
  * its bytes go into files, spliced through a pipe of ctx's pool (lf and
  * nul framing; octet, auto's first byte, a cut and a pool out of pipes:
- * read and written), cut at the boundaries of --framing; nothing is sent
- * back. The writer owns a read event on fd, not fd. Its first file is
+ * read and written), cut at the boundaries of its framing (enum
+ * zp_framing, messages up to max_frame); nothing is sent back. The writer owns a read event on fd, not fd. Its first file is
  * made by the I/O thread: reading begins once it is open, and a file
  * that cannot be made ends the writer (done(ZP_SPOOL_DISK_FAILED)),
  * never from within this call. Returns NULL with errno: ENOSPC when the
@@ -178,7 +178,8 @@ typedef void	(*zp_spool_done_fn)(void *arg, enum zp_spool_end, int err);
  */
 struct zp_spool_writer *zp_spool_writer_new(struct zp_ctx *, int fd,
 	    uint64_t conn, const struct zp_addr *client,
-	    const struct zp_addr *dst, zp_spool_done_fn done, void *arg);
+	    const struct zp_addr *dst, int framing, size_t max_frame,
+	    zp_spool_done_fn done, void *arg);
 
 /*
  * A stream that was live until now (a framed stream whose every upstream

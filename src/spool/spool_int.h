@@ -138,6 +138,7 @@ struct zp_spool_writer {
 	char			*buf;
 	size_t			 bufsize;
 	struct zp_framer	 f;
+	size_t			 max_frame;	/* f's: its stream's bound */
 	struct zp_spool_hdr	 hdr;
 	uint64_t		 conn;
 	unsigned		 seq;

@@ -389,7 +389,7 @@ sender_connected(struct zp_sender *s)
 	if (ctx->cfg->send_proxy) {
 		n = pread(s->file, b, sizeof(b), 0);
 		if (n <= 0 || zp_spool_hdr_parse(b, (size_t)n, &h) <= 0 ||
-		    (n = zp_proxy_header(ctx->cfg->send_proxy,
+		    (n = zp_proxy_header(ctx->cfg->send_proxy, 0,
 		    (struct sockaddr *)&h.client.ss,
 		    (struct sockaddr *)&h.dst.ss, ph, sizeof(ph))) == -1) {
 			sender_fail(s, EINVAL, "PROXY header");
@@ -494,7 +494,7 @@ sender_resume(struct zp_sender *s, const char *name,
 	 */
 	if (h->sent > 0 && h->sent <= (uint64_t)(s->size - hl)) {
 		at = zp_spool_resume(s->file, hl, h->sent, h->framing,
-		    ctx->cfg->max_frame);
+		    ZP_FRAME_MAX);
 		s->off += (off_t)at;
 		if (at != h->sent)
 			zp_log(ctx->log, ZP_LOG_WARN, "spool: %s: sent=%llu "
@@ -511,8 +511,13 @@ sender_resume(struct zp_sender *s, const char *name,
 	zp_clock_now(&s->ck_at);
 	s->delim = h->framing == ZP_FRAMING_LF ? '\n' :
 	    h->framing == ZP_FRAMING_NUL ? '\0' : -1;
+	/*
+	 * The writer held each message to its stream's bound (a UDP
+	 * source's may pass --max-frame): here only the boundaries are
+	 * found again.
+	 */
 	s->ck_ok = h->sent_fixed && zp_framer_init(&s->fr, h->framing,
-	    ctx->cfg->max_frame) == 0;
+	    ZP_FRAME_MAX) == 0;
 }
 
 /*

@@ -386,8 +386,8 @@ writer_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 struct zp_spool_writer *
 zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
-    const struct zp_addr *client, const struct zp_addr *dst,
-    zp_spool_done_fn done, void *arg)
+    const struct zp_addr *client, const struct zp_addr *dst, int framing,
+    size_t max_frame, zp_spool_done_fn done, void *arg)
 {
 	struct zp_spool_writer	*w;
 	struct zp_spool		*sp = ctx_spool(ctx);
@@ -407,15 +407,15 @@ zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
 	w->arg = arg;
 	w->hdr.client = *client;
 	w->hdr.dst = *dst;
-	w->hdr.framing = ctx->cfg->framing;
+	w->hdr.framing = framing;
+	w->max_frame = max_frame;
 	zp_clock_now(&w->synced);
 	/* Wall time: the files' names and headers say when, for people. */
 	gettimeofday(&now, NULL);
 	w->hdr.started_ms = (uint64_t)now.tv_sec * 1000 +
 	    (uint64_t)now.tv_usec / 1000;
 	spool_add(&sp->streams, 1);
-	if (zp_framer_init(&w->f, (enum zp_framing)ctx->cfg->framing,
-	    ctx->cfg->max_frame) == -1) {
+	if (zp_framer_init(&w->f, (enum zp_framing)framing, max_frame) == -1) {
 		errno = EINVAL;
 		goto fail;
 	}
@@ -594,7 +594,7 @@ spool_writer_at_boundary(struct zp_spool_writer *w)
 		return 0;
 	/* Known again: follow it exactly from here. */
 	(void)zp_framer_resume(&w->f, zp_framer_kind(&w->f),
-	    w->ctx->cfg->max_frame, zp_framer_offset(&w->f), 1);
+	    w->max_frame, zp_framer_offset(&w->f), 1);
 	return 1;
 }
 /* Should the open file be closed at the next boundary? */

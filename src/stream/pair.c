@@ -23,6 +23,7 @@
 #include <event2/event.h>
 
 #include "lib/clock.h"
+#include "lib/dgram.h"
 #include "core/connect.h"
 #include "relay/ctx.h"
 #include "lib/log.h"
@@ -667,9 +668,13 @@ dir_init(struct zp_dir *d, struct zp_half *src, struct zp_half *dst,
 	d->bufsize = bufsize;
 }
 
-/* Start a pair for an accepted client socket. */
-int
-zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
+/*
+ * A new pair for client socket fd from sa (salen 0: no address), in the
+ * context's list and counts; its directions set up, plain. NULL when out
+ * of memory: fd closed, the count undone.
+ */
+static struct zp_pair *
+pair_new(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
     socklen_t salen, int counted)
 {
 	struct zp_pair	*p;
@@ -683,7 +688,7 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 			__atomic_sub_fetch(&ctx->load, 1, __ATOMIC_SEQ_CST);
 			zp_ctx_closed(ctx);
 		}
-		return -1;
+		return NULL;
 	}
 	p->ctx = ctx;
 	p->id = zp_ctx_next_id(ctx);
@@ -693,7 +698,8 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	p->up_idx = -1;
 	if (salen > sizeof(p->client_addr.ss))
 		salen = sizeof(p->client_addr.ss);
-	memcpy(&p->client_addr.ss, sa, salen);
+	if (salen > 0)
+		memcpy(&p->client_addr.ss, sa, salen);
 	p->client_addr.len = salen;
 	zp_clock_now(&p->started);
 	TAILQ_INSERT_TAIL(&ctx->pairs, p, entry);
@@ -701,7 +707,6 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	ctx->stats.conns_open++;
 	if (!counted)
 		__atomic_add_fetch(&ctx->load, 1, __ATOMIC_RELAXED);
-	sock_tune(ctx, fd);
 
 	dir_init(&p->up, &p->client, &p->upstream, &zp_relay_copy, bufsize);
 	dir_init(&p->down, &p->upstream, &p->client, &zp_relay_copy, bufsize);
@@ -709,32 +714,86 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	p->up.splice_min = p->down.splice_min = ctx->cfg->splice_min;
 	p->up.tally[0] = &ctx->stats.all.up;
 	p->down.tally[0] = &ctx->stats.all.down;
-	if (ctx->cfg->framing != ZP_FRAMING_NONE &&
-	    ((p->up.fr = calloc(1, sizeof(*p->up.fr))) == NULL ||
-	    zp_framer_init(&p->up.fr->f, (enum zp_framing)ctx->cfg->framing,
-	    ctx->cfg->max_frame) == -1)) {
+	if (ctx->pool != NULL && ctx->cfg->splice_min > 0)
+		p->up.lazy = p->down.lazy = 1;
+	return p;
+}
+
+/*
+ * The client's stream is cut into messages (framing, max_frame as the
+ * framer takes them), with --replay-window's window. Returns 0, or -1
+ * when out of memory (the pair is not freed).
+ */
+static int
+pair_framed(struct zp_pair *p, int framing, size_t max_frame)
+{
+	struct zp_ctx	*ctx = p->ctx;
+
+	p->framing = framing;
+	p->max_frame = max_frame;
+	if (framing == ZP_FRAMING_NONE)
+		return 0;
+	if ((p->up.fr = calloc(1, sizeof(*p->up.fr))) == NULL ||
+	    zp_framer_init(&p->up.fr->f, (enum zp_framing)framing,
+	    max_frame) == -1)
+		return -1;
+	p->up.fr->log = ctx->log;
+	p->up.fr->id = p->id;
+	p->up.fr->tee_rfd = ctx->tee_pipe.rfd;
+	p->up.fr->tee_wfd = ctx->tee_pipe.wfd;
+	if (ctx->cfg->replay_window > 0) {
+		if ((p->up.fr->rp = malloc(sizeof(*p->up.fr->rp))) == NULL)
+			return -1;
+		zp_replay_init(p->up.fr->rp, ctx->cfg->replay_window,
+		    ctx->devnull, ctx->pipes_roomy);
+	}
+	return 0;
+}
+
+/* Start a pair for an accepted client socket. */
+int
+zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
+    socklen_t salen, int counted)
+{
+	struct zp_pair	*p;
+
+	if ((p = pair_new(ctx, fd, sa, salen, counted)) == NULL)
+		return -1;
+	sock_tune(ctx, fd);
+	if (pair_framed(p, ctx->cfg->framing, ctx->cfg->max_frame) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
 		return -1;
 	}
-	if (p->up.fr != NULL) {
-		p->up.fr->log = ctx->log;
-		p->up.fr->id = p->id;
-		p->up.fr->tee_rfd = ctx->tee_pipe.rfd;
-		p->up.fr->tee_wfd = ctx->tee_pipe.wfd;
-		if (ctx->cfg->replay_window > 0) {
-			if ((p->up.fr->rp = malloc(sizeof(*p->up.fr->rp))) ==
-			    NULL) {
-				zp_pair_close(p, ZP_END_NOMEM);
-				return -1;
-			}
-			zp_replay_init(p->up.fr->rp, ctx->cfg->replay_window,
-			    ctx->devnull, ctx->pipes_roomy);
-		}
-	}
-	if (ctx->pool != NULL && ctx->cfg->splice_min > 0)
-		p->up.lazy = p->down.lazy = 1;
 	if (ctx->cfg->accept_proxy)
 		return pair_header_start(p) != 0 ? -1 : 0;
+	return pair_begin(p) != 0 ? -1 : 0;
+}
+
+/*
+ * A UDP source's stream: framed as its datagrams were (a frame may be
+ * one datagram at its longest, escapes and all, whatever --max-frame
+ * says: the UDP side counts those over it), its destination the
+ * listener's.
+ */
+int
+zp_pair_start_dgram(struct zp_ctx *ctx, int fd, const struct zp_addr *src,
+    const struct zp_addr *local, int framing, uint64_t *id)
+{
+	struct zp_pair	*p;
+	size_t		 max = ZP_DGRAM_FRAME_MAX(ZP_DGRAM_MAX);
+
+	if ((p = pair_new(ctx, fd, (const struct sockaddr *)&src->ss,
+	    src->len, 0)) == NULL)
+		return -1;
+	*id = p->id;
+	p->dgram = 1;
+	p->dst = *local;
+	if (ctx->cfg->max_frame > max)
+		max = ctx->cfg->max_frame;
+	if (pair_framed(p, framing, max) == -1) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return -1;
+	}
 	return pair_begin(p) != 0 ? -1 : 0;
 }
 

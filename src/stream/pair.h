@@ -89,6 +89,20 @@ struct zp_pair;
 int	zp_pair_start(struct zp_ctx *, int fd, const struct sockaddr *,
 	    socklen_t, int counted);
 
+/*
+ * Start the stream of a UDP source (udp.h): fd is its end of a
+ * socketpair whose other end the UDP side writes each datagram into as
+ * one frame (framing: LF or OCTET, zp_dgram_framing); src the device's
+ * address (len 0: the shared stream of sources beyond
+ * --udp-max-sources, which names none), local the UDP listener's (the
+ * PROXY header's destination). The header's transport is DGRAM. *id
+ * gets the connection's id. Takes fd in every case; returns 0, or -1
+ * when the pair closed already (fd with it).
+ */
+struct zp_addr;
+int	zp_pair_start_dgram(struct zp_ctx *, int fd, const struct zp_addr *src,
+	    const struct zp_addr *local, int framing, uint64_t *id);
+
 /* End a pair in any state, log it, free everything it owns. */
 void	zp_pair_close(struct zp_pair *, enum zp_end);
 

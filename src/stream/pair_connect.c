@@ -61,7 +61,7 @@ pair_send_proxy(struct zp_pair *p, char *hdr, size_t *hlen)
 	else if (getsockname(p->client.fd, (struct sockaddr *)&local,
 	    &len) == -1)
 		return -1;
-	n = zp_proxy_header(p->ctx->cfg->send_proxy,
+	n = zp_proxy_header(p->ctx->cfg->send_proxy, p->dgram,
 	    (struct sockaddr *)&p->client_addr.ss, (struct sockaddr *)&local,
 	    hdr, ZP_PROXY_MAX);
 	if (n == -1)
@@ -136,7 +136,8 @@ pair_connected(struct zp_pair *p)
 	}
 	/* A moved stream keeps its mirrors: they follow the client. */
 	if (!moved && p->mir == NULL)
-		p->mir = p->up.mir = zp_mirror_set_new(ctx, p->id, hdr, hlen);
+		p->mir = p->up.mir = zp_mirror_set_new(ctx, p->id,
+		    p->framing, p->max_frame, hdr, hlen);
 	/* Said once the cut is done: it may need the rest of a frame. */
 	p->move_log_due = moved;
 	zp_clock_now(&p->last_active);
@@ -375,6 +376,9 @@ pair_source(struct zp_pair *p, const struct zp_addr *a, struct zp_addr *buf,
 			return -1;
 		break;
 	case ZP_SOURCE_CLIENT:
+		/* The shared stream of UDP sources has no client to be. */
+		if (p->client_addr.len == 0)
+			return 0;
 		if (zp_source_for(&p->client_addr, a, buf) == -1)
 			return -1;
 		break;
@@ -594,7 +598,8 @@ pair_dst(struct zp_pair *p)
 	struct zp_config	*cfg = ctx->cfg;
 	int			 rc;
 
-	if (!cfg->tproxy && !cfg->original && !cfg->send_proxy)
+	/* A UDP source's is the listener's, set when it began. */
+	if (p->dgram || (!cfg->tproxy && !cfg->original && !cfg->send_proxy))
 		return 0;
 	rc = zp_origdst_get(p->client.fd, cfg->tproxy, &p->dst);
 	if (!cfg->original) {

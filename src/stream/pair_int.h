@@ -131,6 +131,11 @@ struct zp_pair {
 	unsigned		 spool_live:1;	/* ... a stream that was live
 						   (its move found no upstream):
 						   it goes back as a move */
+	unsigned		 dgram:1;	/* a UDP source's (udp.h): its
+						   client is a socketpair, dst
+						   the UDP listener */
+	int			 framing;	/* enum zp_framing: its stream's */
+	size_t			 max_frame;	/* ... and its longest message */
 	struct zp_half		 client;
 	struct zp_half		 upstream;
 	struct zp_dir		 up;		/* client -> upstream */

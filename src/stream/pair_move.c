@@ -666,7 +666,7 @@ zp_pairs_upstream_down(struct zp_ctx *ctx, int idx)
 	struct zp_pair	*p;
 	int		 n = 0;
 
-	if (ctx->cfg->framing == ZP_FRAMING_NONE)
+	if (!zp_config_framed(ctx->cfg))
 		return 0;
 	TAILQ_FOREACH(p, &ctx->pairs, entry)
 		if (p->up_idx == idx && zp_pair_can_move(p) &&
@@ -733,7 +733,7 @@ zp_pairs_move_id(struct zp_ctx *ctx, uint64_t id, int to, char *why,
 		}
 		if (ctx->stopping || !zp_pair_can_move(p)) {
 			snprintf(why, len, "stream %llu cannot move now (%s%s)",
-			    (unsigned long long)id, ctx->cfg->framing ==
+			    (unsigned long long)id, p->framing ==
 			    ZP_FRAMING_NONE ? "no --framing" :
 			    pair_state_str(p->state), pair_next_on(p) ||
 			    (p->mv != NULL && p->mv->retiring.fd != -1) ?

@@ -56,7 +56,7 @@ pair_show_one(struct zp_pair *p, const struct timeval *now, int json,
 		    (unsigned long long)(p->up.bytes + p->spooled),
 		    (unsigned long long)p->down.bytes,
 		    (unsigned long long)msgs,
-		    zp_framing_name(ctx->cfg->framing), pair_show_state(p));
+		    zp_framing_name(p->framing), pair_show_state(p));
 	else
 		evbuffer_add_printf(out, "%-8llu %-22s %-22s %-6d %-8ld "
 		    "%-12llu %-12llu %-10llu %-7s %s\n",
@@ -65,7 +65,7 @@ pair_show_one(struct zp_pair *p, const struct timeval *now, int json,
 		    (unsigned long long)(p->up.bytes + p->spooled),
 		    (unsigned long long)p->down.bytes,
 		    (unsigned long long)msgs,
-		    zp_framing_name(ctx->cfg->framing), pair_show_state(p));
+		    zp_framing_name(p->framing), pair_show_state(p));
 }
 
 void
@@ -86,11 +86,9 @@ zp_pairs_close_on(struct zp_ctx *ctx, int idx)
 	struct zp_pair	*p, *next;
 	int		 n = 0;
 
-	if (ctx->cfg->framing != ZP_FRAMING_NONE)
-		return 0;
 	for (p = TAILQ_FIRST(&ctx->pairs); p != NULL; p = next) {
 		next = TAILQ_NEXT(p, entry);
-		if (p->up_idx == idx) {
+		if (p->up_idx == idx && p->framing == ZP_FRAMING_NONE) {
 			zp_pair_close(p, ZP_END_SHUTDOWN);
 			n++;
 		}

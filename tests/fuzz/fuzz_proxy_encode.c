@@ -177,7 +177,7 @@ check_v1(const char *h, size_t n, const struct want *s, const struct want *d)
 /* Parse a v2 header and compare it with what went in. */
 static void
 check_v2(const unsigned char *h, size_t n, const struct want *s,
-    const struct want *d)
+    const struct want *d, int dgram)
 {
 	static const unsigned char sig[12] = {
 		0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49,
@@ -196,7 +196,9 @@ check_v2(const unsigned char *h, size_t n, const struct want *s,
 		return;
 	}
 	FUZZ_CHECK(h[12] == 0x21);		/* v2, PROXY */
-	FUZZ_CHECK(h[13] == (s->family == AF_INET ? 0x11 : 0x21));
+	/* STREAM (TCP) or DGRAM (a UDP source's stream) */
+	FUZZ_CHECK(h[13] == ((s->family == AF_INET ? 0x10 : 0x20) |
+	    (dgram ? 0x02 : 0x01)));
 	alen = s->family == AF_INET ? 4 : 16;
 	FUZZ_CHECK(blen == 2 * alen + 4);
 	FUZZ_CHECK(memcmp(h + 16, s->addr, alen) == 0);
@@ -214,11 +216,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const struct sockaddr	*src, *dst;
 	struct want		 ws, wd;
 	char			 full[ZP_PROXY_MAX + 64], *small;
-	int			 version;
+	int			 version, dgram;
 	size_t			 len;
 	ssize_t			 n, m;
 
 	version = in_byte(data, size, 0) % 4;
+	dgram = (in_byte(data, size, 0) >> 2) & 1;
 	len = in_byte(data, size, 1) % (ZP_PROXY_MAX + 9);
 	src = make_side(in_byte(data, size, 2), data, size, 4, &sss, &ws);
 	dst = make_side(in_byte(data, size, 3), data, size, 22, &dss, &wd);
@@ -228,7 +231,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 
 	/* The header whole, in more room than the spec ever needs. */
-	n = zp_proxy_header(version, src, dst, full, sizeof(full));
+	n = zp_proxy_header(version, dgram, src, dst, full, sizeof(full));
 	if (version != 1 && version != 2) {
 		FUZZ_CHECK(n == -1);
 		return 0;
@@ -237,7 +240,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (version == 1)
 		check_v1(full, (size_t)n, &ws, &wd);
 	else
-		check_v2((const unsigned char *)full, (size_t)n, &ws, &wd);
+		check_v2((const unsigned char *)full, (size_t)n, &ws, &wd,
+		    dgram);
 
 	/*
 	 * In a buffer of the size the input asks for: the same bytes when
@@ -245,7 +249,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	 */
 	if ((small = malloc(len)) == NULL && len != 0)
 		return 0;
-	m = zp_proxy_header(version, src, dst, small, len);
+	m = zp_proxy_header(version, dgram, src, dst, small, len);
 	if ((version == 1 && len > (size_t)n) ||
 	    (version == 2 && len >= (size_t)n)) {
 		FUZZ_CHECK(m == n);

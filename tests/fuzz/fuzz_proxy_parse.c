@@ -108,7 +108,7 @@ check_reencode(const struct zp_proxy_info *info, int version)
 	const char		*why;
 	ssize_t			 n;
 
-	n = zp_proxy_header(version, (const struct sockaddr *)&info->src,
+	n = zp_proxy_header(version, 0, (const struct sockaddr *)&info->src,
 	    (const struct sockaddr *)&info->dst, hdr, sizeof(hdr));
 	FUZZ_CHECK(n > 0);
 	FUZZ_CHECK(parse((const uint8_t *)hdr, (size_t)n, &back, &why) == n);

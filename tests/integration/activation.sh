@@ -18,8 +18,11 @@
 #      times while clients connect at 1,000 a second; those that come
 #      while no zproxy runs wait in the backlog and are served (and,
 #      to show the difference, a restart without the holder refuses some);
-#   e. refused clearly, at start-up, with exit 78: a UDP socket, a name
-#      that was not passed, and no $LISTEN_FDS at all.
+#   e. a UDP socket (-d): a UDP listener (issue 28); the datagram that
+#      woke zproxy and those after reach the collector, one stream per
+#      source, every message once, in order;
+#   f. refused clearly, at start-up, with exit 78: a name that was not
+#      passed, and no $LISTEN_FDS at all.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
 command -v systemd-socket-activate >/dev/null ||
@@ -219,10 +222,47 @@ refused() {
 	ok "$name: exit 78, '$(grep -m 1 -- "$want" "$ALOG" | sed 's/^[^ ]* [^ ]* //')'"
 }
 
+case_udp() {
+	local p cp hex deadline n
+	: "${ZP_LOGSEND:?ZP_LOGSEND must name tests/tools/zp-logsend}"
+	mkdir -p "$T/udpcol"
+	zp_bg udpcol "$ZP_LOGSEND" collect --dir "$T/udpcol"
+	cp=$(wait_line "$T/udpcol.out" '^[0-9]+$' 10 "$BG_PID") ||
+		fail "zp-logsend collect did not start"
+	p=$(free_port) || fail "no free port"
+	activate udp -d -l "127.0.0.1:$p" -- -l systemd -u "127.0.0.1:$cp" -v
+	hex=$(printf '%04X' "$p")
+	deadline=$(( $(now_ms) + 10000 ))
+	until grep -q ":$hex " /proc/net/udp; do
+		[ "$(now_ms)" -ge "$deadline" ] && fail "udp: no UDP socket on $p"
+		sleep 0.02
+	done
+	echo '<13>wake' | socat -u - "UDP:127.0.0.1:$p" ||
+		fail "udp: cannot send a datagram"
+	wait_line "$ALOG" "listening on udp@127\.0\.0\.1:$p \(1 socket, systemd\)" \
+	    10 "$APID" >/dev/null ||
+		fail "udp: the start-up line: $(grep -m 1 'listening on' "$ALOG")"
+	"$ZP_LOGSEND" dgram 127.0.0.1 "$p" --conns 3 --msgs 200 --max 500 \
+	    --from 127.0.0.2 --rate 1000 >"$T/udp-send.out" 2>&1 ||
+		fail "udp: the sender failed: $(cat "$T/udp-send.out")"
+	kill -TERM "$APID"
+	zp_wait_exit "$APID" 10
+	n=$?
+	[ "$n" = 0 ] || fail "udp: zproxy exited $n after SIGTERM"
+	sanitizer_clean "$ALOG" || fail "udp: sanitizer report"
+	sandbox_clean "$ALOG" || fail "udp: the sandbox refused a call"
+	grep -lqa '^9 <13>wake$' "$T/udpcol"/conn-*.raw ||
+		fail "udp: the datagram that woke zproxy did not arrive"
+	mapfile -t fs < <(grep -La '<13>wake' "$T/udpcol"/conn-*.raw)
+	[ "${#fs[@]}" = 3 ] || fail "udp: ${#fs[@]} streams besides the waking one, want 3"
+	"$ZP_LOGSEND" verify --raw --streams --exactly-once --conns 3 \
+	    --msgs 200 --framing octet "${fs[@]}" >"$T/udp.verify" 2>&1 ||
+		fail "udp: $(tail -n 2 "$T/udp.verify")"
+	ok "udp: a passed UDP socket is a UDP listener: the waking datagram and 600 more relayed, one stream a source, $(tail -n 1 "$T/udp.verify")"
+}
+
 case_refused() {
 	local rc
-	refused udp "-l systemd: descriptor 3 is not a listening TCP socket (a UDP socket)" \
-	    -d -l "127.0.0.1:@PORT@" -- -l systemd -u "127.0.0.1:$EPORT"
 	refused unnamed "-l systemd:web: systemd passed no socket of that name" \
 	    -l "127.0.0.1:@PORT@" --fdname=api -- -l systemd:web \
 	    -u "127.0.0.1:$EPORT"
@@ -243,6 +283,7 @@ subcase case_one
 subcase case_named
 subcase case_takeover
 subcase case_restart
+subcase case_udp
 subcase case_refused
 
 zp_done

@@ -49,6 +49,7 @@ case_roundtrip() {
 	# every option but those of file b, none at its default
 	listen 127.0.0.1:1
 	listen [::1]:2
+	listen udp@127.0.0.1:5
 	upstream 127.0.0.1:3,weight=2
 	upstream 127.0.0.1:4,backup
 	mode copy
@@ -66,6 +67,9 @@ case_roundtrip() {
 	spool-max 2G
 	spool-senders 2
 	spool-sync 2
+	udp-idle 30
+	udp-max-sources 500
+	udp-rcvbuf 4M
 	max-conns 1000
 	threads 2
 	connect-timeout 3

@@ -12,8 +12,8 @@
 #   b. the option tables of docs/OPTIONS.md are `zproxy --help`: the same
 #      groups in the same order, the same options spelled the same way;
 #   c. the metric table of docs/METRICS.md is a live /metrics scrape
-#      (with --framing, --mirror and --spool, so that every family is
-#      there): the same names, types and label names.
+#      (with --framing, --mirror, --spool and a UDP listener, so that
+#      every family is there): the same names, types and label names.
 # What a block gets instead of what it names:
 #   logs-a.example.net:514, collector.example.net:514  collector A
 #   logs-b.example.net:514                             collector B
@@ -211,7 +211,8 @@ metrics_table() {
 	sp=$(free_port) || fail "zp-peer port failed"
 	mkdir -p "$T/spool"
 	zp_user_dir "$T/spool"
-	start_zproxy -u "127.0.0.1:$up" --framing lf --mirror "127.0.0.1:$mp" \
+	start_zproxy -l "127.0.0.1:@PORT@" -l "udp@127.0.0.1:@PORT@" \
+	    -u "127.0.0.1:$up" --framing lf --mirror "127.0.0.1:$mp" \
 	    --spool "$T/spool" --stats "127.0.0.1:$sp"
 	wait_port "$sp" 10 || fail "--stats does not listen"
 	curl -sS -m 5 -o "$T/metrics" "http://127.0.0.1:$sp/metrics" ||

@@ -67,6 +67,7 @@
 
 enum mode {
 	MODE_SEND,
+	MODE_DGRAM,
 	MODE_COLLECT,
 	MODE_VERIFY,
 };
@@ -74,6 +75,7 @@ enum mode {
 enum framing {
 	FRAMING_LF,
 	FRAMING_OCTET,
+	FRAMING_NONE,		/* dgram: a datagram is a message */
 };
 
 enum expect {
@@ -117,6 +119,8 @@ struct opts {
 	double		 read_rate;	/* collect: bytes a second in all, 0 =
 					   as fast as it goes */
 	int		 verbose;
+	const char	*from;		/* dgram: the first source's address */
+	const char	*text;		/* dgram: every datagram's bytes */
 };
 
 struct rng {
@@ -164,6 +168,9 @@ static void usage(FILE *fp)
 "                  [--seed S] [--min BYTES] [--max BYTES] [--newlines]\n"
 "                  [--pause-at K --go FILE] [--timeout SECS]\n"
 "                  [--early-fin-ok] [--rate N]\n"
+"       zp-logsend dgram HOST PORT --conns N --msgs M [--from ADDR]\n"
+"                  [--seed S] [--min BYTES] [--max BYTES] [--newlines]\n"
+"                  [--rate N] [--text STR]\n"
 "       zp-logsend collect [-b ADDR] [--port P] --dir DIR [--conns N]\n"
 "                  [--lag BYTES] [--rcvbuf BYTES] [--read-rate BYTES]\n"
 "       zp-logsend verify --conns N --msgs M [--framing lf|octet] [--raw]\n"
@@ -189,6 +196,14 @@ static void usage(FILE *fp)
 "                    \"paused\" and wait until --go FILE exists\n"
 "  --timeout SECS    fail if not done by then (120; 0 = never)\n"
 "  --rate N          at most N messages a second on each connection\n"
+"dgram    the same messages over UDP, one a datagram, unframed: N sources\n"
+"         send M each, interleaved (c=0 s=0, c=1 s=0, ..., c=0 s=1, ...),\n"
+"         each from a socket of its own; --from ADDR: source c binds the\n"
+"         IPv4 address ADDR plus c (127.0.0.2 ... on loopback), else the\n"
+"         kernel's choice (::1 for ::1). --rate N: N datagrams a second\n"
+"         from each source. Prints \"datagrams=N bytes=N octet=N\" (octet:\n"
+"         what they make octet-framed). --text STR: every datagram is STR\n"
+"         instead, as it is (\"\": an empty datagram).\n"
 "collect  listen on ADDR (127.0.0.1) port P (0: any), print the port as the\n"
 "         first stdout line; append each connection's bytes as they arrive\n"
 "         to DIR/conn-<index>.raw (accept order), read it to EOF, close;\n"
@@ -661,6 +676,91 @@ static int run_send(void)
 }
 
 /* ---- collect ----------------------------------------------------------- */
+
+/*
+ * dgram: N sources of M messages each, one a datagram, interleaved, at
+ * --rate N a second from each (paced in steps of a millisecond).
+ */
+static int run_dgram(void)
+{
+	struct addrinfo hints, *ai;
+	struct conn *conns;
+	struct in_addr base;
+	struct sockaddr_in sin;
+	long i, seq;
+	uint64_t bytes = 0, octet = 0, n = 0;
+	double t0 = now(), due;
+	char pre[24];
+	int rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_DGRAM;
+	hints.ai_flags = AI_NUMERICSERV;
+	if ((rc = getaddrinfo(o.host, o.port, &hints, &ai)) != 0)
+		die("%s port %s: %s", o.host, o.port, gai_strerror(rc));
+	if (o.from != NULL && (inet_pton(AF_INET, o.from, &base) != 1 ||
+	    ai->ai_family != AF_INET))
+		die("--from: an IPv4 address, to an IPv4 host: '%s'", o.from);
+	if ((conns = calloc((size_t)o.conns, sizeof(*conns))) == NULL)
+		die("out of memory");
+	for (i = 0; i < o.conns; i++) {
+		struct conn *c = &conns[i];
+
+		c->idx = i;
+		c->rng.state = o.seed + (uint64_t)i;
+		if ((c->obuf = malloc(OBUF_SIZE)) == NULL)
+			die("out of memory");
+		if ((c->fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC,
+		    0)) == -1)
+			die("socket: %s", strerror(errno));
+		if (o.from == NULL)
+			continue;
+		memset(&sin, 0, sizeof(sin));
+		sin.sin_family = AF_INET;
+		sin.sin_addr.s_addr = htonl(ntohl(base.s_addr) + (uint32_t)i);
+		if (bind(c->fd, (struct sockaddr *)&sin, sizeof(sin)) == -1)
+			die("source %ld: bind %s: %s", i,
+			    inet_ntoa(sin.sin_addr), strerror(errno));
+	}
+	for (seq = 0; seq < o.msgs; seq++) {
+		for (i = 0; i < o.conns; i++) {
+			struct conn *c = &conns[i];
+
+			c->ooff = c->olen = 0;
+			if (o.text != NULL) {
+				c->olen = strlen(o.text);
+				memcpy(c->obuf, o.text, c->olen);
+			} else
+				conn_make(c);
+			if (sendto(c->fd, c->obuf, c->olen, 0, ai->ai_addr,
+			    ai->ai_addrlen) != (ssize_t)c->olen)
+				die("source %ld: sendto: %s", i,
+				    strerror(errno));
+			bytes += c->olen;
+			octet += (uint64_t)snprintf(pre, sizeof(pre), "%zu ",
+			    c->olen) + c->olen;
+			n++;
+		}
+		if (o.rate > 0)
+			while ((due = t0 + (double)(seq + 1) / o.rate) > now()) {
+				struct timespec ts = { 0, 1000000 };
+
+				nanosleep(&ts, NULL);
+			}
+		if (o.timeout > 0 && now() - t_start > o.timeout)
+			die("timed out after %ld of %ld rounds", seq, o.msgs);
+	}
+	printf("datagrams=%llu bytes=%llu octet=%llu\n", (unsigned long long)n,
+	    (unsigned long long)bytes, (unsigned long long)octet);
+	for (i = 0; i < o.conns; i++) {
+		close(conns[i].fd);
+		free(conns[i].obuf);
+	}
+	free(conns);
+	freeaddrinfo(ai);
+	return 0;
+}
 
 static void write_all(int fd, const char *p, size_t n, long idx)
 {
@@ -1367,6 +1467,8 @@ enum {
 	OPT_RUNS,
 	OPT_ORDERED,
 	OPT_EARLY_FIN_OK,
+	OPT_FROM,
+	OPT_TEXT,
 };
 
 static const struct option longopts[] = {
@@ -1397,6 +1499,8 @@ static const struct option longopts[] = {
 	{ "runs",		no_argument,	   NULL, OPT_RUNS },
 	{ "ordered",		no_argument,	   NULL, OPT_ORDERED },
 	{ "early-fin-ok",	no_argument,	   NULL, OPT_EARLY_FIN_OK },
+	{ "from",		required_argument, NULL, OPT_FROM },
+	{ "text",		required_argument, NULL, OPT_TEXT },
 	{ "verbose",		no_argument,	   NULL, 'v' },
 	{ "help",		no_argument,	   NULL, 'h' },
 	{ NULL,			0,		   NULL, 0 },
@@ -1417,6 +1521,8 @@ static int parse_args(int argc, char **argv, char ***posp)
 	}
 	if (strcmp(m, "send") == 0)
 		o.mode = MODE_SEND;
+	else if (strcmp(m, "dgram") == 0)
+		o.mode = MODE_DGRAM;
 	else if (strcmp(m, "collect") == 0)
 		o.mode = MODE_COLLECT;
 	else if (strcmp(m, "verify") == 0)
@@ -1526,6 +1632,8 @@ static int parse_args(int argc, char **argv, char ***posp)
 		case OPT_RUNS: o.runs = 1; break;
 		case OPT_ORDERED: o.ordered = 1; break;
 		case OPT_EARLY_FIN_OK: o.early_fin_ok = 1; break;
+		case OPT_FROM: o.from = optarg; break;
+		case OPT_TEXT: o.text = optarg; break;
 		case 'v': o.verbose = 1; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage_error("bad option");
@@ -1550,6 +1658,18 @@ static int parse_args(int argc, char **argv, char ***posp)
 			usage_error("--newlines needs --framing octet");
 		if ((o.pause_at >= 0) != (o.go_file != NULL))
 			usage_error("--pause-at and --go go together");
+		break;
+	case MODE_DGRAM:
+		if (npos != 2)
+			usage_error("dgram needs HOST PORT");
+		o.host = pos[0];
+		o.port = pos[1];
+		if (!o.conns_set || o.conns < 1 || !o.msgs_set)
+			usage_error("dgram needs --conns (1 or more) and --msgs");
+		if (o.min < 1 || o.min > o.max || o.max > MAX_PAYLOAD)
+			usage_error("--min/--max: 1 <= min <= max <= %d",
+			    MAX_PAYLOAD);
+		o.framing = FRAMING_NONE;
 		break;
 	case MODE_COLLECT:
 		if (npos != 0)
@@ -1591,6 +1711,8 @@ int main(int argc, char **argv)
 	switch (o.mode) {
 	case MODE_SEND:
 		return run_send();
+	case MODE_DGRAM:
+		return run_dgram();
 	case MODE_COLLECT:
 		return run_collect();
 	case MODE_VERIFY:

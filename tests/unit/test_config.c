@@ -876,6 +876,76 @@ test_parse_upstream_opts(void **state)
 	    ":1", "-u", "a,weight=2", NULL);
 }
 
+/*
+ * -l udp@: a UDP listener, its options and defaults; what it refuses,
+ * and what it makes possible without --framing.
+ */
+static void
+test_parse_udp(void **state)
+{
+	struct cfg_state	*s = *state;
+	struct zp_config	*c = &s->cfg;
+	char			 buf[ZP_ADDRSTRLEN + ZP_FDNAME_MAX];
+
+	assert_int_equal(parse(s, "-l", "udp@:514", "-l", "udp@[::1]:515",
+	    "-l", ":514", "-u", "h:1", NULL), ZP_PARSE_OK);
+	assert_int_equal(c->nlistens, 3);
+	assert_int_equal(c->listens[0].udp, 1);
+	assert_int_equal(c->listens[0].any, 1);
+	assert_int_equal(c->listens[0].port, 514);
+	assert_int_equal(c->listens[1].udp, 1);
+	assert_int_equal(c->listens[1].addr.ss.ss_family, AF_INET6);
+	assert_int_equal(c->listens[2].udp, 0);
+	assert_string_equal(zp_listen_spec_str(&c->listens[0], buf,
+	    sizeof(buf)), "udp@:514");
+	assert_string_equal(zp_listen_spec_str(&c->listens[1], buf,
+	    sizeof(buf)), "udp@[::1]:515");
+	assert_true(c->udp_idle == ZP_DEFAULT_UDP_IDLE);
+	assert_int_equal(c->udp_max_sources, 0);
+	assert_int_equal(c->udp_rcvbuf, ZP_DEFAULT_UDP_RCVBUF);
+	assert_true(zp_config_framed(c));
+
+	/* A datagram is a message: the moves need no --framing. */
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", "udp@127.0.0.1:514", "-u", "h:1",
+	    "-u", "i:1", "--replay-window", "1M", "--spool", "/tmp",
+	    "--udp-idle", "5", "--udp-max-sources", "100", "--udp-rcvbuf",
+	    "16M", NULL), ZP_PARSE_OK);
+	assert_true(c->udp_idle == 5.0);
+	assert_int_equal(c->udp_max_sources, 100);
+	assert_int_equal(c->udp_rcvbuf, 16 * 1024 * 1024);
+
+	reparse_reset(s);
+	expect_error(s, "--udp-idle needs -l udp@", "-l", ":1", "-u", "h:1",
+	    "--udp-idle", "5", NULL);
+	reparse_reset(s);
+	expect_error(s, "--udp-rcvbuf needs -l udp@", "-l", ":1", "-u", "h:1",
+	    "--udp-rcvbuf", "1M", NULL);
+	reparse_reset(s);
+	expect_error(s, "-u original does not apply to -l udp@", "-l",
+	    "udp@:1", "-u", "original", NULL);
+	reparse_reset(s);
+	expect_error(s, "--tproxy takes TCP listeners only", "-l", "udp@:1",
+	    "-u", "h:1", "--tproxy", NULL);
+	reparse_reset(s);
+	expect_error(s, "invalid address 'x'", "-l", "udp@x", "-u",
+	    "h:1", NULL);
+	reparse_reset(s);
+	expect_error(s, "udp-max-sources", "-l", "udp@:1", "-u", "h:1",
+	    "--udp-max-sources", "0", NULL);
+	reparse_reset(s);
+	expect_error(s, "--listen udp@:1 given twice", "-l", "udp@:1", "-l",
+	    "udp@:1", "-u", "h:1", NULL);
+	/* TCP and UDP on one port are two listeners. */
+	reparse_reset(s);
+	assert_int_equal(parse(s, "-l", "udp@:1", "-l", ":1", "-u", "h:1",
+	    NULL), ZP_PARSE_OK);
+	/* Without a UDP listener, --framing still decides. */
+	reparse_reset(s);
+	expect_error(s, "--replay-window needs --framing (or -l udp@)", "-l",
+	    ":1", "-u", "h:1", "--replay-window", "1M", NULL);
+}
+
 /* -l repeats: addresses and systemd's sockets, each once. */
 static void
 test_parse_listens(void **state)
@@ -2046,6 +2116,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_parse_second_listen,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_listens,
+		    cfg_setup, cfg_teardown),
+		cmocka_unit_test_setup_teardown(test_parse_udp,
 		    cfg_setup, cfg_teardown),
 		cmocka_unit_test_setup_teardown(test_parse_upstream_opts,
 		    cfg_setup, cfg_teardown),

@@ -228,7 +228,7 @@ test_copy_whole_stream(void **state)
 	char			*dst[2], *src = bufs_new(len, 7, 251, dst);
 
 	(void)state;
-	set = zp_mirror_set_new(&fx->ctx, 7, "HDR\r\n", 5);
+	set = zp_mirror_set_new(&fx->ctx, 7, fx->cfg.framing, fx->cfg.max_frame, "HDR\r\n", 5);
 	assert_non_null(set);
 	accept_peer(fx, 0);
 	accept_peer(fx, 1);
@@ -290,7 +290,7 @@ test_tee_accounting(void **state)
 
 	(void)state;
 	assert_int_equal(pipe2(p, O_NONBLOCK), 0);
-	set = zp_mirror_set_new(&fx->ctx, 8, NULL, 0);
+	set = zp_mirror_set_new(&fx->ctx, 8, fx->cfg.framing, fx->cfg.max_frame, NULL, 0);
 	assert_non_null(set);
 	accept_peer(fx, 0);
 	accept_peer(fx, 1);
@@ -350,7 +350,7 @@ slow_mirror(int framing)
 	assert_non_null(src);
 	assert_non_null(dst);
 	len = lines(src, len);
-	set = zp_mirror_set_new(&fx->ctx, 9, NULL, 0);
+	set = zp_mirror_set_new(&fx->ctx, 9, fx->cfg.framing, fx->cfg.max_frame, NULL, 0);
 	assert_non_null(set);
 	accept_peer(fx, 0);
 	/* The peer reads nothing: the sockets, then the pipe fill up. */
@@ -408,7 +408,7 @@ test_refused_marks_down(void **state)
 	close(fx->lfd[0]);	/* nobody listens there any more */
 	fx->lfd[0] = socket(AF_INET, SOCK_STREAM, 0);
 	assert_true(zp_mirror_up(fx->ctx.mirrors, 0));
-	set = zp_mirror_set_new(&fx->ctx, 10, NULL, 0);
+	set = zp_mirror_set_new(&fx->ctx, 10, fx->cfg.framing, fx->cfg.max_frame, NULL, 0);
 	if (set != NULL) {
 		/* In progress: the refusal comes through the loop. */
 		zp_mirror_copy(set, "abc\n", 4);
@@ -421,7 +421,7 @@ test_refused_marks_down(void **state)
 	}
 	assert_int_equal(fx->ctx.stats.mirrors[0].dropped, 1);
 	assert_false(zp_mirror_up(fx->ctx.mirrors, 0));
-	assert_null(zp_mirror_set_new(&fx->ctx, 11, NULL, 0));
+	assert_null(zp_mirror_set_new(&fx->ctx, 11, fx->cfg.framing, fx->cfg.max_frame, NULL, 0));
 	assert_int_equal(fx->ctx.stats.mirrors[0].dropped, 2);
 	assert_int_equal(fx->ctx.stats.mirrors[0].streams, set != NULL);
 	fx_free(fx);
@@ -448,7 +448,7 @@ test_timeout_marks_down(void **state)
 	in = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_int_equal(connect(in, (struct sockaddr *)&fx->addr[0].ss,
 	    fx->addr[0].len), 0);
-	set = zp_mirror_set_new(&fx->ctx, 12, NULL, 0);
+	set = zp_mirror_set_new(&fx->ctx, 12, fx->cfg.framing, fx->cfg.max_frame, NULL, 0);
 	assert_non_null(set);
 	zp_mirror_copy(set, "abc\n", 4);
 	while (fx->ctx.stats.mirrors[0].dropped == 0 && now_ms() < deadline) {

@@ -95,7 +95,7 @@ encode(int version, const struct sockaddr *src, const struct sockaddr *dst,
 	size_t	i;
 
 	memset(buf, GUARD_BYTE, len + GUARD);
-	n = zp_proxy_header(version, src, dst, (char *)buf, len);
+	n = zp_proxy_header(version, 0, src, dst, (char *)buf, len);
 	for (i = len; i < len + GUARD; i++) {
 		if (buf[i] != GUARD_BYTE)
 			fail_msg("v%d header wrote byte %zu of a %zu-byte "
@@ -625,6 +625,39 @@ test_v2_tcp6(void **state)
 	n = encode(2, sa6(&s, "2001:db8::1", 65535),
 	    sa6(&d, "2001:db8:ffff::1234", 80), buf, ZP_PROXY_V2_MAX);
 	assert_bytes(buf, n, want, sizeof(want));
+}
+
+/*
+ * A UDP source's stream: DGRAM in the low nibble (0x12 over IPv4, 0x22
+ * over IPv6), the rest as for TCP; v1 has no UDP and says TCP4/TCP6.
+ */
+static void
+test_dgram(void **state)
+{
+	struct sockaddr_storage	s, d;
+	unsigned char		buf[ZP_PROXY_V2_MAX + GUARD];
+	ssize_t			n;
+
+	memset(buf, GUARD_BYTE, sizeof(buf));
+	n = zp_proxy_header(2, 1, sa4(&s, "192.0.2.1", 514),
+	    sa4(&d, "198.51.100.2", 5140), (char *)buf, ZP_PROXY_V2_MAX);
+	assert_int_equal(n, 28);
+	assert_int_equal(buf[12], 0x21);
+	assert_int_equal(buf[13], 0x12);
+	assert_int_equal(buf[26] << 8 | buf[27], 5140);
+	n = zp_proxy_header(2, 1, sa6(&s, "2001:db8::1", 514),
+	    sa6(&d, "2001:db8::2", 514), (char *)buf, ZP_PROXY_V2_MAX);
+	assert_int_equal(n, 52);
+	assert_int_equal(buf[13], 0x22);
+	/* No addresses: LOCAL whatever the transport. */
+	n = zp_proxy_header(2, 1, saun(&s, "/x"), saun(&d, "/y"), (char *)buf,
+	    ZP_PROXY_V2_MAX);
+	assert_int_equal(n, 16);
+	assert_int_equal(buf[12], 0x20);
+	assert_int_equal(buf[13], 0x00);
+	n = zp_proxy_header(1, 1, sa4(&s, "192.0.2.1", 514),
+	    sa4(&d, "198.51.100.2", 5140), (char *)buf, ZP_PROXY_V1_MAX);
+	assert_v1_line(buf, n, "PROXY TCP4 192.0.2.1 198.51.100.2 514 5140\r\n");
 }
 
 /* A v4-mapped IPv6 pair is sent in the 0x11 (TCP over IPv4) form. */
@@ -1875,6 +1908,7 @@ main(void)
 		cmocka_unit_test(test_bad_version),
 		cmocka_unit_test(test_v2_tcp4),
 		cmocka_unit_test(test_v2_tcp6),
+		cmocka_unit_test(test_dgram),
 		cmocka_unit_test(test_v2_v4mapped),
 		cmocka_unit_test(test_v2_mixed),
 		cmocka_unit_test(test_v2_local),

@@ -1,0 +1,863 @@
+/*
+ * udp.c - syslog over UDP: each thread's readers, and the streams of
+ * their sources (udp.h says how they fit together).
+ */
+
+#include <sys/queue.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <netinet/in.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "core/net.h"
+#include "core/udpsock.h"
+#include "lib/acl.h"
+#include "lib/clock.h"
+#include "lib/dgram.h"
+#include "lib/log.h"
+#include "relay/ctx.h"
+#include "relay/worker.h"
+#include "stream/pair.h"
+#include "stream/udp.h"
+
+/* Datagrams a recvmmsg call takes, and calls a read event makes. */
+#define ZP_UDP_BATCH		32
+#define ZP_UDP_ROUNDS		8
+/* Room for any datagram: 65,535 less the UDP header, and then some. */
+#define ZP_UDP_BUFSZ		65536
+/* The drain reads what waits, at most this many batches. */
+#define ZP_UDP_STOP_ROUNDS	4096
+/* Buckets of a reader's source table at first (a power of two). */
+#define ZP_UDP_BUCKETS		64
+
+/* The root's list of UDP sockets, for the readers and the takeover. */
+struct zp_udp_socks {
+	size_t		n;
+	struct {
+		int		fd;
+		int		owned;		/* by its reader: closed there */
+		int		listen;		/* index in cfg->listens */
+		struct zp_addr	addr;
+		char		label[ZP_ADDRSTRLEN + ZP_FDNAME_MAX + 8];
+	}		s[ZP_MAX_LISTEN_SOCKETS];
+};
+
+struct zp_udp;
+
+/*
+ * One source address and its stream: our end of the socket pair whose
+ * other end is its pair's client, and the frames it has not taken yet.
+ */
+struct udp_src {
+	struct zp_udp		*u;
+	struct udp_src		*hnext;		/* its bucket's chain */
+	TAILQ_ENTRY(udp_src)	 lru;		/* u->srcs, least recent first */
+	TAILQ_ENTRY(udp_src)	 dirty;		/* u->dirty: framed this batch */
+	struct zp_addr		 addr;		/* as its first datagram came */
+	int			 fd;		/* -1: gone */
+	struct event		*rev;		/* reads what comes back, EOF */
+	struct event		*wev;		/* pending to write */
+	struct evbuffer		*pending;	/* frames not written yet */
+	struct timeval		 last;		/* its last datagram */
+	uint64_t		 id;		/* its pair's connection */
+	unsigned		 hashed:1;	/* in the table: takes datagrams */
+	unsigned		 shared:1;	/* sources beyond the limit */
+	unsigned		 ending:1;	/* shut once pending is written */
+	unsigned		 shut:1;	/* shutdown(SHUT_WR) done */
+	unsigned		 eof:1;		/* its pair sent its FIN */
+	unsigned		 is_dirty:1;
+	unsigned		 won:1;		/* wev added */
+};
+
+TAILQ_HEAD(udp_src_list, udp_src);
+
+/* A thread's reader of one UDP socket, and the sources it has seen. */
+struct zp_udp {
+	struct zp_udp		*next;		/* ctx->udp */
+	struct zp_ctx		*ctx;
+	int			 fd;		/* -1 once stopped */
+	int			 listen;	/* cfg->listens[], stats.udp[] */
+	const char		*label;		/* the root's list's */
+	struct zp_addr		 addr;		/* bound: PROXY's destination */
+	struct event		*ev;		/* the socket readable */
+	struct event		*tick;		/* idle sources, kernel drops */
+	unsigned		 reading:1;	/* ev added */
+	unsigned		 shared_said:1;
+	int			 framing;	/* enum zp_framing */
+	size_t			 lf_max;	/* --max-frame under LF */
+	long			 max_sources;	/* every thread's, in all */
+	int64_t			 drops;		/* the kernel's, counted */
+	size_t			 pending;	/* bytes its sources hold */
+	struct udp_src		**b;
+	size_t			 nb, n;		/* buckets; sources hashed */
+	uint64_t		 seed;
+	struct udp_src		*shared;	/* the shared stream, or NULL */
+	struct udp_src_list	 srcs;		/* every source, open or ending */
+	struct udp_src_list	 dirty;
+	struct timeval		 now;		/* the batch's */
+	struct mmsghdr		 msgs[ZP_UDP_BATCH];
+	struct iovec		 iov[ZP_UDP_BATCH];
+	union zp_sockaddr	 from[ZP_UDP_BATCH];
+	char			 ctrl[ZP_UDP_BATCH][CMSG_SPACE(sizeof(uint32_t))];
+	unsigned char		*bufs;		/* ZP_UDP_BATCH of ZP_UDP_BUFSZ */
+};
+
+static void	udp_resume(struct zp_udp *);
+static void	src_flush(struct udp_src *);
+
+static struct zp_udp_tally *
+udp_tally(struct zp_udp *u)
+{
+	return &u->ctx->stats.udp[u->listen];
+}
+
+/* ---- the source table --------------------------------------------- */
+
+/* The bytes of an address that name its source: the IP, not the port. */
+static const unsigned char *
+src_key(const struct zp_addr *a, size_t *len)
+{
+	const unsigned char	*v4 = zp_addr_v4(a);
+
+	if (v4 != NULL) {
+		*len = 4;
+		return v4;
+	}
+	if (a->ss.ss_family == AF_INET6) {
+		*len = 16;
+		return a->ss.sin6.sin6_addr.s6_addr;
+	}
+	*len = 0;
+	return NULL;
+}
+
+/*
+ * FNV-1a over the key from a secret seed: a sender that chooses its
+ * addresses (UDP sources are easy to forge) cannot aim at one chain
+ * without knowing the seed.
+ */
+static size_t
+src_hash(const struct zp_udp *u, const struct zp_addr *a)
+{
+	const unsigned char	*k;
+	uint64_t		 h = u->seed ^ 0xcbf29ce484222325ULL;
+	size_t			 i, len;
+
+	if ((k = src_key(a, &len)) == NULL)
+		return 0;
+	for (i = 0; i < len; i++)
+		h = (h ^ k[i]) * 0x100000001b3ULL;
+	h ^= h >> 29;
+	return (size_t)h & (u->nb - 1);
+}
+
+static int
+src_same(const struct zp_addr *a, const struct zp_addr *b)
+{
+	const unsigned char	*ka, *kb;
+	size_t			 la, lb;
+
+	ka = src_key(a, &la);
+	kb = src_key(b, &lb);
+	return ka != NULL && la == lb && memcmp(ka, kb, la) == 0;
+}
+
+static struct udp_src *
+src_find(struct zp_udp *u, const struct zp_addr *a)
+{
+	struct udp_src	*s;
+
+	if (u->b == NULL)
+		return NULL;
+	for (s = u->b[src_hash(u, a)]; s != NULL; s = s->hnext)
+		if (src_same(&s->addr, a))
+			return s;
+	return NULL;
+}
+
+/* Double the buckets once there are more sources than buckets. */
+static void
+src_grow(struct zp_udp *u)
+{
+	struct udp_src	**old = u->b, *s, *next;
+	size_t		  i, onb = u->nb, h;
+
+	if (u->b != NULL && u->n < u->nb)
+		return;
+	u->nb = onb == 0 ? ZP_UDP_BUCKETS : onb * 2;
+	if ((u->b = calloc(u->nb, sizeof(*u->b))) == NULL) {
+		/* Longer chains, no harm: the old table stays. */
+		u->b = old;
+		u->nb = onb;
+		return;
+	}
+	for (i = 0; i < onb; i++)
+		for (s = old[i]; s != NULL; s = next) {
+			next = s->hnext;
+			h = src_hash(u, &s->addr);
+			s->hnext = u->b[h];
+			u->b[h] = s;
+		}
+	free(old);
+}
+
+/* Take s out of the table: the next datagram of its source opens anew. */
+static void
+src_unhash(struct udp_src *s)
+{
+	struct zp_udp	*u = s->u;
+	struct udp_src	**pp;
+
+	if (s->shared && u->shared == s)
+		u->shared = NULL;
+	if (!s->hashed)
+		return;
+	for (pp = &u->b[src_hash(u, &s->addr)]; *pp != NULL;
+	    pp = &(*pp)->hnext)
+		if (*pp == s) {
+			*pp = s->hnext;
+			break;
+		}
+	s->hashed = 0;
+	u->n--;
+	udp_tally(u)->sources--;
+	__atomic_sub_fetch(&zp_ctx_root(u->ctx)->udp_sources, 1,
+	    __ATOMIC_RELAXED);
+}
+
+/* ---- a source's stream -------------------------------------------- */
+
+/* Close our end and free s: its pair has ended or will on our FIN. */
+static void
+src_free(struct udp_src *s)
+{
+	struct zp_udp	*u = s->u;
+	size_t		 left;
+
+	src_unhash(s);
+	if (s->is_dirty)
+		TAILQ_REMOVE(&u->dirty, s, dirty);
+	TAILQ_REMOVE(&u->srcs, s, lru);
+	if (s->rev != NULL)
+		event_free(s->rev);
+	if (s->wev != NULL)
+		event_free(s->wev);
+	if (s->fd != -1)
+		close(s->fd);
+	if (s->pending != NULL) {
+		left = evbuffer_get_length(s->pending);
+		u->pending -= left;
+		evbuffer_free(s->pending);
+	}
+	free(s);
+	udp_resume(u);
+}
+
+/*
+ * The stream ends: no more datagrams go to it, and once what it holds is
+ * written, its pair reads our FIN after the last frame.
+ */
+static void
+src_end(struct udp_src *s)
+{
+	src_unhash(s);
+	s->ending = 1;
+	src_flush(s);
+}
+
+/*
+ * Write what s holds into its socket pair. What it cannot take now waits
+ * for the write event. The pair gone (its client closed with frames
+ * unread: it ended without an upstream to give them to, and without
+ * --spool), what is left is lost with it, as a TCP client's unsent
+ * bytes are: said, since every datagram read counts.
+ */
+static void
+src_flush(struct udp_src *s)
+{
+	struct zp_udp	*u = s->u;
+	size_t		 before = evbuffer_get_length(s->pending), left;
+	int		 n, err = 0;
+
+	while (evbuffer_get_length(s->pending) > 0) {
+		if ((n = evbuffer_write(s->pending, s->fd)) > 0)
+			continue;
+		if (n == -1 && (errno == EAGAIN || errno == EINTR))
+			break;
+		err = n == -1 ? errno : EPIPE;
+		break;
+	}
+	left = evbuffer_get_length(s->pending);
+	u->pending -= before - left;
+	if (err != 0) {
+		zp_log(u->ctx->log, ZP_LOG_WARN, "%s: connection %llu ended "
+		    "with %zu bytes of its source's datagrams unread (%s)",
+		    u->label, (unsigned long long)s->id, left, strerror(err));
+		src_free(s);
+		return;
+	}
+	if (left > 0) {
+		if (!s->won && event_add(s->wev, NULL) == 0)
+			s->won = 1;
+		udp_resume(u);
+		return;
+	}
+	if (s->won) {
+		event_del(s->wev);
+		s->won = 0;
+	}
+	udp_resume(u);
+	if (s->eof) {
+		/* Its pair is done reading us; nothing is left to give it. */
+		src_free(s);
+		return;
+	}
+	if (s->ending && !s->shut) {
+		(void)shutdown(s->fd, SHUT_WR);
+		s->shut = 1;
+	}
+}
+
+static void
+src_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	src_flush(arg);
+}
+
+/*
+ * What the collector sent back (a syslog collector sends nothing) is
+ * read and dropped; the pair's FIN, or its end, ends the source: what
+ * it still holds is written first if the pair still reads.
+ */
+static void
+src_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct udp_src	*s = arg;
+	int		 rc = zp_sock_drain(fd, ZP_DRAIN_PASSES, NULL);
+
+	if (rc == 0)
+		return;
+	src_unhash(s);
+	s->eof = 1;
+	if (rc == -1 || evbuffer_get_length(s->pending) == 0) {
+		if (rc == -1 && evbuffer_get_length(s->pending) > 0)
+			zp_log(s->u->ctx->log, ZP_LOG_WARN, "%s: connection "
+			    "%llu ended with %zu bytes of its source's "
+			    "datagrams unread (%s)", s->u->label,
+			    (unsigned long long)s->id,
+			    evbuffer_get_length(s->pending), strerror(errno));
+		src_free(s);
+		return;
+	}
+	event_del(s->rev);
+	src_flush(s);
+}
+
+/*
+ * A stream for source a (NULL: the shared one), its pair started on
+ * this thread. NULL when a socket pair or memory could not be had.
+ */
+static struct udp_src *
+src_open(struct zp_udp *u, const struct zp_addr *a)
+{
+	struct zp_ctx	*ctx = u->ctx;
+	struct udp_src	*s;
+	struct zp_addr	 none;
+	int		 sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
+	    sv) == -1)
+		return NULL;
+	if ((s = calloc(1, sizeof(*s))) == NULL ||
+	    (s->pending = evbuffer_new()) == NULL ||
+	    (s->rev = event_new(ctx->base, sv[0], EV_READ | EV_PERSIST,
+	    src_read_cb, s)) == NULL ||
+	    (s->wev = event_new(ctx->base, sv[0], EV_WRITE | EV_PERSIST,
+	    src_write_cb, s)) == NULL || event_add(s->rev, NULL) == -1) {
+		if (s != NULL) {
+			if (s->rev != NULL)
+				event_free(s->rev);
+			if (s->wev != NULL)
+				event_free(s->wev);
+			if (s->pending != NULL)
+				evbuffer_free(s->pending);
+			free(s);
+		}
+		close(sv[0]);
+		close(sv[1]);
+		return NULL;
+	}
+	s->u = u;
+	s->fd = sv[0];
+	zp_clock_now(&s->last);
+	TAILQ_INSERT_TAIL(&u->srcs, s, lru);
+	if (a == NULL) {
+		memset(&none, 0, sizeof(none));
+		s->shared = 1;
+		u->shared = s;
+	} else {
+		s->addr = *a;
+		src_grow(u);
+		s->hnext = u->b[src_hash(u, a)];
+		u->b[src_hash(u, a)] = s;
+		s->hashed = 1;
+		u->n++;
+		udp_tally(u)->sources++;
+		__atomic_add_fetch(&zp_ctx_root(ctx)->udp_sources, 1,
+		    __ATOMIC_RELAXED);
+	}
+	/*
+	 * A pair that ends at once (no upstream, no --spool) closes its end:
+	 * ours reads EOF and the source goes, as a refused TCP client does.
+	 */
+	(void)zp_pair_start_dgram(ctx, sv[1], a != NULL ? a : &none, &u->addr,
+	    u->framing, &s->id);
+	if (zp_log_enabled(ctx->log, ZP_LOG_CONN)) {
+		char	abuf[ZP_ADDRSTRLEN];
+
+		zp_log(ctx->log, ZP_LOG_CONN, "%s: %s%s: connection %llu",
+		    u->label, a != NULL ? "source " : "the shared stream",
+		    a != NULL ? zp_addr_str(a, abuf, sizeof(abuf)) : "",
+		    (unsigned long long)s->id);
+	}
+	return s;
+}
+
+/*
+ * The stream for a datagram from a: its source's, a new one, or beyond
+ * --udp-max-sources (or out of descriptors) the thread's shared one.
+ */
+static struct udp_src *
+src_get(struct zp_udp *u, const struct zp_addr *a)
+{
+	struct zp_ctx	*root = zp_ctx_root(u->ctx);
+	struct udp_src	*s;
+
+	size_t		 klen;
+
+	if ((s = src_find(u, a)) != NULL)
+		return s;
+	/* An address that names no source (none can: UDP has one) shares. */
+	if (src_key(a, &klen) != NULL &&
+	    __atomic_load_n(&root->udp_sources, __ATOMIC_RELAXED) <
+	    u->max_sources && (s = src_open(u, a)) != NULL)
+		return s;
+	if (u->shared == NULL && (s = src_open(u, NULL)) != NULL &&
+	    !u->shared_said) {
+		u->shared_said = 1;
+		zp_log(u->ctx->log, ZP_LOG_WARN, "%s: %ld sources have streams "
+		    "of their own (--udp-max-sources %ld) or descriptors ran "
+		    "out: datagrams of new sources share connection %llu, "
+		    "which names no source", u->label, (long)__atomic_load_n(
+		    &root->udp_sources, __ATOMIC_RELAXED), u->max_sources,
+		    (unsigned long long)s->id);
+	}
+	return u->shared;
+}
+
+/* ---- datagrams in --------------------------------------------------- */
+
+/*
+ * One datagram of len bytes from a: one frame in its source's buffer,
+ * written at the batch's end (or counted as not relayed, and why).
+ */
+static void
+udp_datagram(struct zp_udp *u, const unsigned char *d, size_t len,
+    const struct zp_addr *a)
+{
+	struct zp_ctx		*ctx = u->ctx;
+	struct zp_udp_tally	*t = udp_tally(u);
+	struct udp_src		*s;
+	struct evbuffer_iovec	 v;
+	size_t			 flen, esc = 0;
+
+	t->datagrams++;
+	if (len == 0) {
+		t->dropped[ZP_UDP_DROP_EMPTY]++;
+		return;
+	}
+	if (!zp_acl_permits(&ctx->cfg->allow, &ctx->cfg->deny,
+	    (const struct sockaddr *)&a->ss)) {
+		t->dropped[ZP_UDP_DROP_DENIED]++;
+		return;
+	}
+	if ((s = src_get(u, a)) == NULL) {
+		t->dropped[ZP_UDP_DROP_NO_STREAM]++;
+		return;
+	}
+	flen = zp_dgram_frame_len(d, len, (enum zp_framing)u->framing, &esc);
+	if (evbuffer_reserve_space(s->pending, (ev_ssize_t)flen, &v, 1) < 1) {
+		t->dropped[ZP_UDP_DROP_NO_STREAM]++;
+		return;
+	}
+	v.iov_len = zp_dgram_frame(d, len, (enum zp_framing)u->framing,
+	    v.iov_base, NULL);
+	(void)evbuffer_commit_space(s->pending, &v, 1);
+	u->pending += v.iov_len;
+	/* One line a datagram: a '\n' in it escaped, or over --max-frame. */
+	if (esc > 0 || (u->framing == ZP_FRAMING_LF && flen > u->lf_max))
+		ctx->stats.framing_errors++;
+	if (s->shared)
+		t->shared++;
+	s->last = u->now;
+	TAILQ_REMOVE(&u->srcs, s, lru);
+	TAILQ_INSERT_TAIL(&u->srcs, s, lru);
+	if (!s->is_dirty) {
+		s->is_dirty = 1;
+		TAILQ_INSERT_TAIL(&u->dirty, s, dirty);
+	}
+}
+
+/* The kernel's drop count, as a datagram carried it or as it is now. */
+static void
+udp_drops(struct zp_udp *u, int64_t now)
+{
+	if (now > u->drops) {
+		udp_tally(u)->dropped[ZP_UDP_DROP_RCVBUF] +=
+		    (uint64_t)(now - u->drops);
+		u->drops = now;
+	}
+}
+
+/*
+ * One recvmmsg batch, its frames written. Returns how many datagrams it
+ * took (ZP_UDP_BATCH: there may be more), 0 when none waited, -1 on an
+ * error (logged).
+ */
+static int
+udp_batch(struct zp_udp *u)
+{
+	struct udp_src	*s;
+	struct cmsghdr	*c;
+	struct zp_addr	 a;
+	uint32_t	 dropped;
+	int		 i, n;
+
+	for (i = 0; i < ZP_UDP_BATCH; i++) {
+		memset(&u->msgs[i].msg_hdr, 0, sizeof(u->msgs[i].msg_hdr));
+		u->iov[i].iov_base = u->bufs + (size_t)i * ZP_UDP_BUFSZ;
+		u->iov[i].iov_len = ZP_UDP_BUFSZ;
+		u->msgs[i].msg_hdr.msg_iov = &u->iov[i];
+		u->msgs[i].msg_hdr.msg_iovlen = 1;
+		u->msgs[i].msg_hdr.msg_name = &u->from[i];
+		u->msgs[i].msg_hdr.msg_namelen = sizeof(u->from[i]);
+		u->msgs[i].msg_hdr.msg_control = u->ctrl[i];
+		u->msgs[i].msg_hdr.msg_controllen = sizeof(u->ctrl[i]);
+	}
+	if ((n = recvmmsg(u->fd, u->msgs, ZP_UDP_BATCH, MSG_DONTWAIT,
+	    NULL)) == -1) {
+		if (errno == EAGAIN || errno == EINTR)
+			return 0;
+		zp_log(u->ctx->log, ZP_LOG_ERROR, "%s: recvmmsg: %s", u->label,
+		    strerror(errno));
+		return -1;
+	}
+	zp_clock_now(&u->now);
+	for (i = 0; i < n; i++) {
+		struct msghdr	*m = &u->msgs[i].msg_hdr;
+
+		for (c = CMSG_FIRSTHDR(m); c != NULL; c = CMSG_NXTHDR(m, c))
+			if (c->cmsg_level == SOL_SOCKET &&
+			    c->cmsg_type == SO_RXQ_OVFL) {
+				memcpy(&dropped, CMSG_DATA(c), sizeof(dropped));
+				udp_drops(u, dropped);
+			}
+		if (zp_addr_set(&a, m->msg_name, m->msg_namelen) == -1)
+			memset(&a, 0, sizeof(a));
+		udp_datagram(u, u->iov[i].iov_base, u->msgs[i].msg_len, &a);
+	}
+	while ((s = TAILQ_FIRST(&u->dirty)) != NULL) {
+		TAILQ_REMOVE(&u->dirty, s, dirty);
+		s->is_dirty = 0;
+		src_flush(s);
+	}
+	return n;
+}
+
+/* Stop reading while the sources hold too much; go on once they drain. */
+static void
+udp_pause(struct zp_udp *u)
+{
+	if (u->reading && u->pending > ZP_UDP_PENDING_MAX) {
+		event_del(u->ev);
+		u->reading = 0;
+	}
+}
+
+static void
+udp_resume(struct zp_udp *u)
+{
+	if (!u->reading && u->fd != -1 && u->pending <=
+	    ZP_UDP_PENDING_MAX / 2 && event_add(u->ev, NULL) == 0)
+		u->reading = 1;
+}
+
+static void
+udp_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_udp	*u = arg;
+	int		 i;
+
+	for (i = 0; i < ZP_UDP_ROUNDS && u->reading; i++) {
+		if (udp_batch(u) < ZP_UDP_BATCH)
+			break;
+		udp_pause(u);
+	}
+	udp_pause(u);
+}
+
+/*
+ * Every second: streams idle for --udp-idle end (the least recent come
+ * first), and the kernel's drops since the last datagram are counted.
+ */
+static void
+udp_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_udp	*u = arg;
+	struct udp_src	*s, *next;
+	struct timeval	 now, idle = zp_seconds_tv(u->ctx->cfg->udp_idle), t;
+	int64_t		 d;
+
+	if (u->fd != -1 && (d = zp_udp_drops(u->fd)) >= 0)
+		udp_drops(u, d);
+	zp_clock_now(&now);
+	for (s = TAILQ_FIRST(&u->srcs); s != NULL; s = next) {
+		next = TAILQ_NEXT(s, lru);
+		timeradd(&s->last, &idle, &t);
+		if (timercmp(&t, &now, >))
+			break;
+		if (!s->ending && !s->eof)
+			src_end(s);
+	}
+}
+
+/* ---- set-up and the end ------------------------------------------- */
+
+int
+zp_udp_add(struct zp_ctx *root, int fd, int listen, const char *label,
+    const struct zp_addr *bound)
+{
+	struct zp_udp_socks	*us;
+
+	if (root->udp_socks == NULL &&
+	    (root->udp_socks = calloc(1, sizeof(*root->udp_socks))) == NULL) {
+		close(fd);
+		return -1;
+	}
+	us = root->udp_socks;
+	if (us->n == ZP_MAX_LISTEN_SOCKETS) {
+		close(fd);
+		return -1;
+	}
+	us->s[us->n].fd = fd;
+	us->s[us->n].listen = listen;
+	us->s[us->n].addr = *bound;
+	snprintf(us->s[us->n].label, sizeof(us->s[us->n].label), "%s", label);
+	us->n++;
+	return 0;
+}
+
+int
+zp_udp_any(const struct zp_ctx *root)
+{
+	return root->udp_socks != NULL && root->udp_socks->n > 0;
+}
+
+size_t
+zp_udp_str(const struct zp_ctx *root, char *buf, size_t len, size_t off)
+{
+	const struct zp_udp_socks	*us = root->udp_socks;
+	char				 abuf[ZP_ADDRSTRLEN];
+	size_t				 i, j, n;
+
+	for (i = 0; us != NULL && i < us->n && off < len; i++) {
+		for (j = 0; j < i && us->s[j].listen != us->s[i].listen; j++)
+			;
+		if (j < i)
+			continue;	/* said with its first socket */
+		for (j = i, n = 0; j < us->n; j++)
+			n += us->s[j].listen == us->s[i].listen;
+		off += (size_t)snprintf(buf + off, len - off, "%sudp@%s (%zu "
+		    "socket%s%s%s)", off > 0 ? ", " : "",
+		    zp_addr_str(&us->s[i].addr, abuf, sizeof(abuf)), n,
+		    n == 1 ? "" : "s", strncmp(us->s[i].label, "systemd", 7) ==
+		    0 ? ", " : "", strncmp(us->s[i].label, "systemd", 7) == 0 ?
+		    us->s[i].label : "");
+	}
+	return off;
+}
+
+int
+zp_udp_listening(const struct zp_ctx *root, int listen)
+{
+	size_t	i;
+
+	for (i = 0; root->udp_socks != NULL && i < root->udp_socks->n; i++)
+		if (root->udp_socks->s[i].listen == listen)
+			return 1;
+	return 0;
+}
+
+size_t
+zp_udp_sockets(const struct zp_ctx *root, int *fds, const char **labels,
+    size_t max)
+{
+	size_t	i;
+
+	for (i = 0; root->udp_socks != NULL && i < root->udp_socks->n &&
+	    i < max; i++) {
+		fds[i] = root->udp_socks->s[i].fd;
+		labels[i] = root->udp_socks->s[i].label;
+	}
+	return i;
+}
+
+/* Socket i of the root's list, read on ctx's thread. */
+static struct zp_udp *
+udp_new(struct zp_ctx *ctx, size_t i, long max_sources)
+{
+	struct zp_udp_socks	*us = zp_ctx_root(ctx)->udp_socks;
+	struct zp_config	*cfg = ctx->cfg;
+	struct zp_udp		*u;
+	struct timeval		 tv = { 1, 0 };
+
+	if (cfg->udp_idle < 1.0)
+		tv = zp_seconds_tv(cfg->udp_idle / 2);
+	if ((u = calloc(1, sizeof(*u))) == NULL ||
+	    (u->bufs = malloc((size_t)ZP_UDP_BATCH * ZP_UDP_BUFSZ)) == NULL) {
+		free(u);
+		return NULL;
+	}
+	u->ctx = ctx;
+	u->fd = us->s[i].fd;
+	u->listen = us->s[i].listen;
+	u->label = us->s[i].label;
+	u->addr = us->s[i].addr;
+	zp_addr_unmap(&u->addr);
+	u->framing = zp_dgram_framing((enum zp_framing)cfg->framing);
+	u->lf_max = cfg->max_frame > 0 ? cfg->max_frame : ZP_FRAME_DEFAULT_LF;
+	u->max_sources = max_sources;
+	(void)getrandom(&u->seed, sizeof(u->seed), GRND_NONBLOCK);
+	u->seed ^= (uint64_t)(uintptr_t)u;
+	TAILQ_INIT(&u->srcs);
+	TAILQ_INIT(&u->dirty);
+	if ((u->ev = event_new(ctx->base, u->fd, EV_READ | EV_PERSIST,
+	    udp_read_cb, u)) == NULL ||
+	    (u->tick = event_new(ctx->base, -1, EV_PERSIST, udp_tick_cb,
+	    u)) == NULL || event_add(u->ev, NULL) == -1 ||
+	    event_add(u->tick, &tv) == -1) {
+		if (u->ev != NULL)
+			event_free(u->ev);
+		if (u->tick != NULL)
+			event_free(u->tick);
+		free(u->bufs);
+		free(u);
+		return NULL;
+	}
+	u->reading = 1;
+	u->drops = zp_udp_drops(u->fd);
+	if (u->drops < 0)
+		u->drops = 0;
+	return u;
+}
+
+int
+zp_udp_attach(struct zp_ctx *root, char *err, size_t errlen)
+{
+	struct zp_udp_socks	*us = root->udp_socks;
+	struct zp_ctx		*ctx;
+	struct zp_udp		*u;
+	size_t			 i, j, nth;
+	int			 threads = zp_ctx_threads(root);
+	long			 max = root->cfg->udp_max_sources;
+
+	if (us == NULL)
+		return 0;
+	/* Half of --max-conns: each source's stream is a connection. */
+	if (max == 0)
+		max = root->max_conns / 2 > 0 ? root->max_conns / 2 : 1;
+	for (i = 0; i < us->n; i++) {
+		/* The how-manieth socket of its -l: that thread reads it. */
+		for (j = 0, nth = 0; j < i; j++)
+			nth += us->s[j].listen == us->s[i].listen;
+		ctx = zp_ctx_thread(root, (int)(nth % (size_t)threads));
+		if ((u = udp_new(ctx, i, max)) == NULL) {
+			snprintf(err, errlen, "%s: cannot set up its reader: "
+			    "%s", us->s[i].label, strerror(errno));
+			return -1;
+		}
+		us->s[i].owned = 1;
+		u->next = ctx->udp;
+		ctx->udp = u;
+	}
+	return 0;
+}
+
+void
+zp_udp_stop(struct zp_ctx *ctx)
+{
+	struct zp_udp	*u;
+	struct udp_src	*s, *next;
+	int		 i;
+
+	for (u = ctx->udp; u != NULL; u = u->next) {
+		if (u->fd == -1)
+			continue;
+		/* What the kernel queued before the drain is relayed. */
+		for (i = 0; i < ZP_UDP_STOP_ROUNDS; i++)
+			if (udp_batch(u) < ZP_UDP_BATCH)
+				break;
+		event_del(u->ev);
+		u->reading = 0;
+		close(u->fd);
+		u->fd = -1;
+		for (s = TAILQ_FIRST(&u->srcs); s != NULL; s = next) {
+			next = TAILQ_NEXT(s, lru);
+			if (!s->ending && !s->eof)
+				src_end(s);
+		}
+	}
+}
+
+void
+zp_udp_free(struct zp_ctx *ctx)
+{
+	struct zp_udp	*u, *next;
+
+	for (u = ctx->udp; u != NULL; u = next) {
+		next = u->next;
+		/* Reading stops first: no source's end may resume it. */
+		event_free(u->ev);
+		event_free(u->tick);
+		u->reading = 0;
+		if (u->fd != -1)
+			close(u->fd);
+		u->fd = -1;
+		while (!TAILQ_EMPTY(&u->srcs))
+			src_free(TAILQ_FIRST(&u->srcs));
+		free(u->b);
+		free(u->bufs);
+		free(u);
+	}
+	ctx->udp = NULL;
+}
+
+void
+zp_udp_socks_free(struct zp_ctx *root)
+{
+	size_t	i;
+
+	/* Start-up failed before every reader took its socket. */
+	for (i = 0; root->udp_socks != NULL && i < root->udp_socks->n; i++)
+		if (!root->udp_socks->s[i].owned)
+			close(root->udp_socks->s[i].fd);
+	free(root->udp_socks);
+	root->udp_socks = NULL;
+}
