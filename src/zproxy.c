@@ -329,6 +329,20 @@ run_services(struct zp_ctx *ctx, struct zp_offer *offer)
 	return 0;
 }
 
+/* The sockets a takeover hands over: listeners, UDP sockets, --stats. */
+static size_t
+offer_count(const struct zp_ctx *ctx)
+{
+	const struct zp_listener	*l;
+	const char			*labels[ZP_MAX_LISTEN_SOCKETS];
+	int				 fds[ZP_MAX_LISTEN_SOCKETS];
+	size_t				 n = ctx->cfg->have_stats ? 1 : 0;
+
+	for (l = ctx->listener; l != NULL; l = zp_listener_next(l))
+		n++;
+	return n + zp_udp_sockets(ctx, fds, labels, ZP_MAX_LISTEN_SOCKETS);
+}
+
 /*
  * The other threads' contexts (they start in zproxy_confine()), the
  * service manager's socket, --control for the next zproxy (pv: the user
@@ -340,6 +354,7 @@ run_manager(struct zp_ctx *ctx, struct zp_offer *offer,
 {
 	struct zp_config	*cfg = ctx->cfg;
 	char			 err[ZP_ERRLEN];
+	size_t			 n;
 
 	if (nthreads > 1 && zp_workers_new(ctx, nthreads, err,
 	    sizeof(err)) == -1) {
@@ -362,6 +377,13 @@ run_manager(struct zp_ctx *ctx, struct zp_offer *offer,
 	}
 	if (cfg->takeover != NULL || cfg->daemon)
 		zp_notify_takeover(ctx->notify, offer->watchdog_usec);
+	if (cfg->control != NULL && (n = offer_count(ctx)) > ZP_INHERIT_MAX) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "--control: a takeover would "
+		    "hand over %zu sockets, at most %d (each thread has a UDP "
+		    "socket of each -l udp@: fewer --threads)", n,
+		    ZP_INHERIT_MAX);
+		return ZP_EX_CONFIG;
+	}
 	/* Made as root, then given to --user: the next zproxy is that user. */
 	if (cfg->control != NULL && (ctx->control = zp_control_new(ctx->base,
 	    ctx->log, cfg->control, pv->change ? pv->uid : (uid_t)-1, pv->gid,

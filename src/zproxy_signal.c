@@ -107,7 +107,8 @@ ctx_drain(struct zp_ctx *ctx, const char *why)
 	/* Every close wakes this thread now; then look (see worker.c). */
 	__atomic_store_n(&ctx->close_wake, 1, __ATOMIC_SEQ_CST);
 	zproxy_stop_accepting(ctx);
-	if ((open = zp_ctx_open_all(ctx)) == 0) {
+	open = zp_ctx_open_all(ctx);
+	if (zp_ctx_drained(ctx)) {
 		zp_log(ctx->log, ZP_LOG_NOTICE, "%s: stopping", why);
 		event_base_loopbreak(ctx->base);
 		return;

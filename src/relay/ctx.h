@@ -191,6 +191,10 @@ struct zp_ctx {
 	long			 load;
 	long			 waiting_all;	/* root: pairs waiting, every
 						   thread's (the listener) */
+	long			 drain_holds;	/* root, atomic: what the drain
+						   waits for besides the open
+						   pairs: UDP readers not read
+						   out yet (stream/udp.h) */
 	int			 close_wake;	/* root, atomic: wake me at
 						   every close (paused at
 						   --max-conns, or draining) */

@@ -70,7 +70,7 @@ root_changed(struct zp_ctx *root)
 	    __atomic_exchange_n(&root->workers->dead, 0, __ATOMIC_SEQ_CST))
 		root_deaths(root);
 	zp_ctx_hooks(root)->root_changed(root);
-	if (root->stopping && zp_ctx_open_all(root) == 0)
+	if (root->stopping && zp_ctx_drained(root))
 		event_base_loopbreak(root->base);	/* drained */
 }
 
@@ -231,6 +231,12 @@ worker_free(struct zp_worker *w)
 	if (w == NULL)
 		return;
 	ctx = &w->ctx;
+	/*
+	 * A thread that never ran (start-up failed after its context was
+	 * made) still has what was set up for it: its UDP readers.
+	 */
+	if (!w->exiting)
+		zp_ctx_hooks(ctx)->pairs_close(ctx);
 	if (ctx->rebalance_timer != NULL)
 		event_free(ctx->rebalance_timer);
 	if (w->inbox != NULL)
@@ -446,6 +452,13 @@ zp_workers_stop(struct zp_ctx *root)
 	}
 	/* Every counter is read directly now: nobody is left to wait for. */
 	worker_refresh_finish(ws, 1);
+}
+
+int
+zp_ctx_drained(struct zp_ctx *root)
+{
+	return zp_ctx_open_all(root) == 0 &&
+	    LOAD(root->drain_holds) == 0;
 }
 
 struct zp_ctx *

@@ -117,6 +117,12 @@ void	zp_ctx_drain(struct zp_ctx *root, int wind);
 long	zp_ctx_open_all(const struct zp_ctx *root);
 
 /*
+ * Is the drain over: no pair open, nothing else it waits for (the UDP
+ * readers that have not read their queues out: root->drain_holds)?
+ */
+int	zp_ctx_drained(struct zp_ctx *root);
+
+/*
  * A pair of ctx began or ended waiting for a local resource, or closed:
  * the root's listener may accept again, the drain may be over. From a
  * worker it wakes the root, which looks on its own thread.

@@ -31,8 +31,11 @@
 #define ZP_CONNECT_RETRY_MS	100
 /* ... and after asking the main thread to shed --stats clients. */
 #define ZP_SHED_RETRY_MS	5
+/* A UDP source's stream that no upstream took asks again this often. */
+#define ZP_DGRAM_WAIT_MS	1000
 
 static int	pair_connect_next(struct zp_pair *) ZP_MAY_FREE;
+static int	pair_dgram_wait(struct zp_pair *) ZP_MAY_FREE;
 static void	pair_dial_end(struct zp_pair *);
 
 /*
@@ -218,6 +221,8 @@ pair_dial_end(struct zp_pair *p)
 	pair_set_waiting(p, 0);
 	if (p->dial->retry != NULL)
 		event_free(p->dial->retry);
+	if (p->dial->hold != NULL)
+		event_free(p->dial->hold);
 	free(p->dial);
 	p->dial = NULL;
 }
@@ -470,11 +475,59 @@ pair_connect_next(struct zp_pair *p)
 	return pair_connect_upstream(p);
 }
 
+/* The wait of a UDP source's stream for an upstream is over: try again. */
+static void
+pair_dgram_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair	*p = arg;
+
+	if (pair_connect_upstream(p) == 0)
+		pair_check(p);
+}
+
+/*
+ * A UDP source's stream that no upstream took, nor the spool (full, or
+ * none): its device cannot be told to send again, as a TCP client is by
+ * a refusal, so the stream waits, its datagrams in its socket pair and
+ * then in zproxy, which stops reading when they are too many (udp.h:
+ * the kernel's drops are counted), and every ZP_DGRAM_WAIT_MS asks the
+ * upstreams again, moving or not. Said once a stream. Returns 0, or 1
+ * when the pair was freed (no memory).
+ */
+static int ZP_MAY_FREE
+pair_dgram_wait(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx;
+	struct timeval	 tv = { ZP_DGRAM_WAIT_MS / 1000,
+			    ZP_DGRAM_WAIT_MS % 1000 * 1000 };
+	char		 cbuf[ZP_ADDRSTRLEN];
+
+	if (p->dial->hold == NULL && (p->dial->hold = evtimer_new(ctx->base,
+	    pair_dgram_retry_cb, p)) == NULL) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return 1;
+	}
+	if (!p->dial->held) {
+		p->dial->held = 1;
+		zp_log(ctx->log, ZP_LOG_WARN, "connection %llu (UDP source %s): "
+		    "no upstream takes it (%s); its datagrams wait, and it "
+		    "tries again every %d ms", (unsigned long long)p->id,
+		    zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)),
+		    strerror(p->connect_err != 0 ? p->connect_err : EHOSTDOWN),
+		    ZP_DGRAM_WAIT_MS);
+	}
+	p->dial->tried = 0;
+	p->dial->attempts = 0;
+	evtimer_add(p->dial->hold, &tv);
+	return 0;
+}
+
 /*
  * Choose an upstream not tried yet and start on its first address. With
  * none left (or --retries spent), end the pair: the client sent nothing
- * that was forwarded, so closing it loses nothing it cannot resend.
- * Returns 1 when the pair was freed (or moved on, once connected).
+ * that was forwarded, so closing it loses nothing it cannot resend (a
+ * UDP source's stream waits instead: pair_dgram_wait). Returns 1 when
+ * the pair was freed (or moved on, once connected).
  */
 int
 pair_connect_upstream(struct zp_pair *p)
@@ -510,12 +563,14 @@ pair_connect_upstream(struct zp_pair *p)
 		case 1:
 			return 1;
 		}
-		if (errno == ENOSPC) {
+		if (errno == ENOSPC && !p->dgram) {
 			pair_move_log(p, NULL);
 			zp_pair_close(p, ZP_END_SPOOL_FULL);
 			return 1;
 		}
 	}
+	if (p->state == ZP_PAIR_MOVING && p->dgram)
+		return pair_dgram_wait(p);
 	if (p->state == ZP_PAIR_MOVING) {
 		pair_move_log(p, NULL);
 		/* None to try (all down and tried): the failure that began it. */
@@ -533,14 +588,18 @@ pair_connect_upstream(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_SOURCE_FAMILY);
 		return 1;
 	}
-	if (ctx->spool != NULL && p->state == ZP_PAIR_CONNECTING) {
+	/* Files are cut at messages: only a framed stream spools. */
+	if (ctx->spool != NULL && p->state == ZP_PAIR_CONNECTING &&
+	    p->up.fr != NULL) {
 		if (pair_spool(p) == 0)
 			return 0;
-		if (errno == ENOSPC) {
+		if (errno == ENOSPC && !p->dgram) {
 			zp_pair_close(p, ZP_END_SPOOL_FULL);
 			return 1;
 		}
 	}
+	if (p->dgram)
+		return pair_dgram_wait(p);
 	switch (p->connect_err) {
 	case ECONNREFUSED:
 		zp_pair_close(p, ZP_END_REFUSED);
@@ -634,9 +693,11 @@ pair_begin(struct zp_pair *p)
 
 	/*
 	 * The listener refused a source at its limit already; this is the
-	 * count itself, exact when several threads start pairs at once.
+	 * count itself, exact when several threads start pairs at once. A
+	 * UDP source has one stream (two while one ends): the limit is for
+	 * connections, which it makes none of.
 	 */
-	switch (zp_srctab_take(&zp_ctx_root(ctx)->sources,
+	switch (p->dgram ? 0 : zp_srctab_take(&zp_ctx_root(ctx)->sources,
 	    (struct sockaddr *)&p->client_addr.ss, max)) {
 	case -1:
 		zp_pair_close(p, ZP_END_NOMEM);
@@ -645,7 +706,7 @@ pair_begin(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_SOURCE_LIMIT);
 		return 1;
 	}
-	p->source_counted = 1;
+	p->source_counted = !p->dgram;
 	pair_set_state(p, ZP_PAIR_CONNECTING);
 	if (ctx->pool != NULL && ctx->cfg->splice_min == 0) {
 		if (pair_take_pipes(p) == 0) {

@@ -94,6 +94,9 @@ struct pair_dial {
 	struct event		*retry;		/* after a local fault */
 	struct timeval		 retry_until;	/* local faults' deadline */
 	int			 waiting;	/* retry is armed */
+	struct event		*hold;		/* a UDP source's stream waits
+						   for an upstream */
+	int			 held;		/* ... and said so */
 };
 
 /*

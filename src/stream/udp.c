@@ -90,6 +90,9 @@ struct zp_udp {
 	struct event		*tick;		/* idle sources, kernel drops */
 	unsigned		 reading:1;	/* ev added */
 	unsigned		 shared_said:1;
+	unsigned		 in_batch:1;	/* udp_batch runs */
+	unsigned		 stop_due:1;	/* zp_udp_stop came meanwhile */
+	unsigned		 stopped:1;	/* read out, closed */
 	int			 framing;	/* enum zp_framing */
 	size_t			 lf_max;	/* --max-frame under LF */
 	long			 max_sources;	/* every thread's, in all */
@@ -110,7 +113,10 @@ struct zp_udp {
 };
 
 static void	udp_resume(struct zp_udp *);
+static void	udp_stop_one(struct zp_udp *);
 static void	src_flush(struct udp_src *);
+static struct udp_src *src_open(struct zp_udp *, const struct zp_addr *);
+static struct udp_src *src_get(struct zp_udp *, const struct zp_addr *);
 
 static struct zp_udp_tally *
 udp_tally(struct zp_udp *u)
@@ -182,21 +188,24 @@ src_find(struct zp_udp *u, const struct zp_addr *a)
 	return NULL;
 }
 
-/* Double the buckets once there are more sources than buckets. */
-static void
+/*
+ * Double the buckets once there are more sources than buckets. Returns 0,
+ * or -1 when there is no table at all (no memory for the first).
+ */
+static int
 src_grow(struct zp_udp *u)
 {
 	struct udp_src	**old = u->b, *s, *next;
 	size_t		  i, onb = u->nb, h;
 
 	if (u->b != NULL && u->n < u->nb)
-		return;
+		return 0;
 	u->nb = onb == 0 ? ZP_UDP_BUCKETS : onb * 2;
 	if ((u->b = calloc(u->nb, sizeof(*u->b))) == NULL) {
 		/* Longer chains, no harm: the old table stays. */
 		u->b = old;
 		u->nb = onb;
-		return;
+		return old != NULL ? 0 : -1;
 	}
 	for (i = 0; i < onb; i++)
 		for (s = old[i]; s != NULL; s = next) {
@@ -206,6 +215,7 @@ src_grow(struct zp_udp *u)
 			u->b[h] = s;
 		}
 	free(old);
+	return 0;
 }
 
 /* Take s out of the table: the next datagram of its source opens anew. */
@@ -332,28 +342,44 @@ src_write_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * What the collector sent back (a syslog collector sends nothing) is
- * read and dropped; the pair's FIN, or its end, ends the source: what
- * it still holds is written first if the pair still reads.
+ * What the collector sent back (a syslog collector sends nothing) is read
+ * and dropped. The pair's FIN ends the source: its stream ends (its
+ * upstream closed and it could not move; --idle-timeout; the drain).
+ * Frames it has not taken go on in a new stream of the same source,
+ * not into one that is ending, unless it ends at our word (--udp-idle,
+ * the drain: it reads what we write until our FIN). A reset instead (it
+ * closed with frames of ours unread) lost those: said.
  */
 static void
 src_read_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct udp_src	*s = arg;
+	struct udp_src	*s = arg, *n;
+	struct zp_udp	*u = s->u;
 	int		 rc = zp_sock_drain(fd, ZP_DRAIN_PASSES, NULL);
 
 	if (rc == 0)
 		return;
 	src_unhash(s);
 	s->eof = 1;
-	if (rc == -1 || evbuffer_get_length(s->pending) == 0) {
-		if (rc == -1 && evbuffer_get_length(s->pending) > 0)
-			zp_log(s->u->ctx->log, ZP_LOG_WARN, "%s: connection "
-			    "%llu ended with %zu bytes of its source's "
-			    "datagrams unread (%s)", s->u->label,
-			    (unsigned long long)s->id,
-			    evbuffer_get_length(s->pending), strerror(errno));
+	if (rc == -1) {
+		zp_log(u->ctx->log, ZP_LOG_WARN, "%s: connection %llu ended "
+		    "with datagrams of its source unread (%s): they are lost, "
+		    "and %zu bytes not yet written to it", u->label,
+		    (unsigned long long)s->id, strerror(errno),
+		    evbuffer_get_length(s->pending));
 		src_free(s);
+		return;
+	}
+	if (evbuffer_get_length(s->pending) == 0) {
+		src_free(s);
+		return;
+	}
+	if (!s->ending && !u->ctx->stopping &&
+	    (n = s->shared ? src_open(u, NULL) : src_get(u, &s->addr)) !=
+	    NULL) {
+		(void)evbuffer_add_buffer(n->pending, s->pending);
+		src_free(s);
+		src_flush(n);
 		return;
 	}
 	event_del(s->rev);
@@ -372,7 +398,8 @@ src_open(struct zp_udp *u, const struct zp_addr *a)
 	struct zp_addr	 none;
 	int		 sv[2];
 
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
+	if ((a != NULL && src_grow(u) == -1) ||
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
 	    sv) == -1)
 		return NULL;
 	if ((s = calloc(1, sizeof(*s))) == NULL ||
@@ -404,7 +431,6 @@ src_open(struct zp_udp *u, const struct zp_addr *a)
 		u->shared = s;
 	} else {
 		s->addr = *a;
-		src_grow(u);
 		s->hnext = u->b[src_hash(u, a)];
 		u->b[src_hash(u, a)] = s;
 		s->hashed = 1;
@@ -560,6 +586,7 @@ udp_batch(struct zp_udp *u)
 		return -1;
 	}
 	zp_clock_now(&u->now);
+	u->in_batch = 1;
 	for (i = 0; i < n; i++) {
 		struct msghdr	*m = &u->msgs[i].msg_hdr;
 
@@ -577,6 +604,12 @@ udp_batch(struct zp_udp *u)
 		TAILQ_REMOVE(&u->dirty, s, dirty);
 		s->is_dirty = 0;
 		src_flush(s);
+	}
+	u->in_batch = 0;
+	/* A pair that began or ended in the batch may have begun the drain. */
+	if (u->stop_due) {
+		udp_stop_one(u);
+		return 0;
 	}
 	return n;
 }
@@ -794,36 +827,58 @@ zp_udp_attach(struct zp_ctx *root, char *err, size_t errlen)
 			return -1;
 		}
 		us->s[i].owned = 1;
+		/* The drain ends once each read its queue out. */
+		__atomic_add_fetch(&root->drain_holds, 1, __ATOMIC_SEQ_CST);
 		u->next = ctx->udp;
 		ctx->udp = u;
 	}
 	return 0;
 }
 
+/*
+ * The drain, of one reader: what its socket queued before is relayed (as
+ * far as its sources' buffers take it), the socket closed, every source's
+ * stream ended; the drain may end once every reader did this.
+ */
+static void
+udp_stop_one(struct zp_udp *u)
+{
+	struct udp_src	*s, *next;
+	int		 i;
+
+	if (u->stopped)
+		return;
+	/* Inside a batch (a pair's start or end began the drain): after it. */
+	if (u->in_batch) {
+		u->stop_due = 1;
+		return;
+	}
+	u->stopped = 1;
+	for (i = 0; i < ZP_UDP_STOP_ROUNDS && u->pending <=
+	    ZP_UDP_PENDING_MAX; i++)
+		if (udp_batch(u) < ZP_UDP_BATCH)
+			break;
+	event_del(u->ev);
+	u->reading = 0;
+	close(u->fd);
+	u->fd = -1;
+	for (s = TAILQ_FIRST(&u->srcs); s != NULL; s = next) {
+		next = TAILQ_NEXT(s, lru);
+		if (!s->ending && !s->eof)
+			src_end(s);
+	}
+	__atomic_sub_fetch(&zp_ctx_root(u->ctx)->drain_holds, 1,
+	    __ATOMIC_SEQ_CST);
+	zp_ctx_changed(u->ctx);
+}
+
 void
 zp_udp_stop(struct zp_ctx *ctx)
 {
 	struct zp_udp	*u;
-	struct udp_src	*s, *next;
-	int		 i;
 
-	for (u = ctx->udp; u != NULL; u = u->next) {
-		if (u->fd == -1)
-			continue;
-		/* What the kernel queued before the drain is relayed. */
-		for (i = 0; i < ZP_UDP_STOP_ROUNDS; i++)
-			if (udp_batch(u) < ZP_UDP_BATCH)
-				break;
-		event_del(u->ev);
-		u->reading = 0;
-		close(u->fd);
-		u->fd = -1;
-		for (s = TAILQ_FIRST(&u->srcs); s != NULL; s = next) {
-			next = TAILQ_NEXT(s, lru);
-			if (!s->ending && !s->eof)
-				src_end(s);
-		}
-	}
+	for (u = ctx->udp; u != NULL; u = u->next)
+		udp_stop_one(u);
 }
 
 void
@@ -833,6 +888,9 @@ zp_udp_free(struct zp_ctx *ctx)
 
 	for (u = ctx->udp; u != NULL; u = next) {
 		next = u->next;
+		if (!u->stopped)
+			__atomic_sub_fetch(&zp_ctx_root(ctx)->drain_holds, 1,
+			    __ATOMIC_SEQ_CST);
 		/* Reading stops first: no source's end may resume it. */
 		event_free(u->ev);
 		event_free(u->tick);

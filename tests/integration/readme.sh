@@ -19,6 +19,7 @@
 #   logs-b.example.net:514                             collector B
 #   siem-new.example.net:514                           collector C
 #   -l :514, -l :5140, --port 5140                     a free port
+#   -l udp@:514, --port 514 (logger --udp)             the same port, UDP
 #   listen :514, listen :5140 (a file's line)          a free port
 #   127.0.0.1:9514 (--stats)                           a free port
 #   /var/log/zproxy, /var/spool/zproxy, /run/zproxy,
@@ -48,7 +49,8 @@ localise() {
 	    -e "s/logs-b\.example\.net:514/127.0.0.1:$CB/g" \
 	    -e "s/siem-new\.example\.net:514/127.0.0.1:$CC/g" \
 	    -e "s/-l :514\b/-l 127.0.0.1:$ZP/g; s/-l :5140\b/-l 127.0.0.1:$ZP/g" \
-	    -e "s/--port 5140\b/--port $ZP/g" \
+	    -e "s/-l udp@:514\b/-l udp@127.0.0.1:$ZP/g" \
+	    -e "s/--port 514\(0\)\{0,1\}\b/--port $ZP/g" \
 	    -e "s/^listen :514\(0\)\{0,1\}$/listen 127.0.0.1:$ZP/" \
 	    -e "s#/etc/zproxy#$T/etc/zproxy#g" \
 	    -e "s/127\.0\.0\.1:9514/127.0.0.1:$SP/g" \

@@ -25,7 +25,14 @@
 #      sources' datagrams on a shared stream that names none (counted in
 #      zproxy_udp_shared_datagrams_total, said once); every message once;
 #   f. an IPv6 listener and source ([::1]);
-#   g. overload: zproxy stopped (SIGSTOP) under a burst larger than its
+#   g. no collector listens yet: the streams wait (said), and once one
+#      starts, every message reaches it once, in order;
+#   h. SIGTERM while every thread's socket holds datagrams and no stream
+#      is open: they are read, delivered, and zproxy exits 0;
+#   i. a takeover (--control, --takeover) while 4 sources send: the old
+#      zproxy drains and exits 0, the new one reads the same sockets:
+#      every message once, each stream a run of one source's in order;
+#   j. overload: zproxy stopped (SIGSTOP) under a burst larger than its
 #      receive buffer: what the collector lacks is exactly what
 #      zproxy_udp_dropped_total{reason="rcvbuf"} counts.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
@@ -262,6 +269,84 @@ case_v6() {
 	ok "$what: one stream for ::1, PROXY TCP6 ::1"
 }
 
+case_hold() {
+	local mode=$1 what="$1: no collector yet" cp
+	set_mode "$mode"
+	cp=$(free_port) || fail "zp-peer port failed"
+	start_udp -u "127.0.0.1:$cp" --fail-timeout 1 --max-conns-per-source 1
+	dgram "h-$mode" 3 "$MSGS" --from 127.0.0.2
+	wait_line "$ZLOG" 'UDP source 127\.0\.0\.[2-4]:[0-9]*\): no upstream takes it' \
+	    10 "$ZPID" >/dev/null || fail "$what: no 'no upstream takes it' line"
+	mkdir -p "$T/h-$mode"
+	zp_bg "h-$mode.collect" "$ZP_LOGSEND" collect --dir "$T/h-$mode" --port "$cp"
+	wait_line "$T/h-$mode.collect.out" '^[0-9]+$' 10 "$BG_PID" >/dev/null ||
+		fail "$what: the collector did not start"
+	wait_delivered "h-$mode" "$(sent_bytes "h-$mode" octet)" 30
+	stop_zproxy
+	mapfile -t fs < <(files "h-$mode")
+	[ "${#fs[@]}" = 3 ] || fail "$what: ${#fs[@]} collector connections, want 3"
+	verify "$what" 3 "$MSGS" octet "${fs[@]}"
+	ok "$what: the streams waited for the collector (--max-conns-per-source 1 does not count them), then every message once, in order: $VERIFIED"
+}
+
+case_drain() {
+	local mode=$1 what="$1: SIGTERM with datagrams queued" rc
+	set_mode "$mode"
+	collect "d-$mode"
+	start_udp -u "127.0.0.1:$COL_PORT" --udp-idle 1
+	L="udp@127.0.0.1:$ZPORT"
+	# every stream closed: no connection is open when the drain begins
+	dgram "d-$mode-0" 4 1 --from 127.0.0.2 --text '<13>first'
+	wait_metric "$(udp_series zproxy_udp_sources)" == 4 5 "$what: open"
+	wait_metric "$(udp_series zproxy_udp_sources)" == 0 10 "$what: closed"
+	kill -STOP "$ZPID"
+	dgram "d-$mode" 4 "$MSGS" --from 127.0.0.2
+	kill -TERM "$ZPID"
+	kill -CONT "$ZPID"
+	zp_wait_exit "$ZPID" 20
+	rc=$?
+	[ "$rc" = 0 ] || fail "$what: zproxy exited $rc"
+	sanitizer_clean "$ZLOG" || fail "$what: sanitizer report"
+	ZPID=
+	mapfile -t fs < <(grep -La '<13>first' $(files "d-$mode"))
+	[ "${#fs[@]}" = 4 ] || fail "$what: ${#fs[@]} streams after the first ones, want 4"
+	verify "$what" 4 "$MSGS" octet "${fs[@]}"
+	ok "$what: what every thread's socket held was read and delivered before the exit: $VERIFIED"
+}
+
+case_takeover() {
+	local mode=$1 what="$1: a takeover while datagrams come" old oldlog p rc
+	local ctl spid
+	set_mode "$mode"
+	collect "t-$mode"
+	mkdir -p "$T/run"
+	zp_user_dir "$T/run"
+	ctl=$T/run/ctl-$mode
+	start_udp -u "127.0.0.1:$COL_PORT" --control "$ctl" --drain-timeout 10
+	p=$ZPORT old=$ZPID oldlog=$ZLOG
+	zp_bg "t-$mode" timeout -k 5 60 "$ZP_LOGSEND" dgram 127.0.0.1 "$p" \
+	    --conns 4 --msgs 1500 --rate 1000 --max 500 --from 127.0.0.2
+	spid=$BG_PID
+	wait_delivered "t-$mode" 20000 10
+	start_zproxy -v "${MODE_ARGS[@]}" -l "udp@127.0.0.1:$p" \
+	    -u "127.0.0.1:$COL_PORT" --control "$ctl" --takeover "$ctl"
+	wait_line "$ZLOG" 'took over from pid [0-9]+' 10 "$ZPID" >/dev/null ||
+		fail "$what: no takeover: $(tail -n 3 "$ZLOG")"
+	zp_wait_exit "$old" 20
+	rc=$?
+	[ "$rc" = 0 ] || fail "$what: the old zproxy exited $rc"
+	sanitizer_clean "$oldlog" || fail "$what: sanitizer report (old)"
+	peer_wait "$spid" sender 60 || fail "$what: the sender failed: $(tail -n 2 "$T/t-$mode.err")"
+	grep -q '^datagrams=6000 ' "$T/t-$mode.out" || fail "$what: $(cat "$T/t-$mode.out")"
+	wait_delivered "t-$mode" "$(field octet "$(cat "$T/t-$mode.out")")" 20
+	stop_zproxy
+	mapfile -t fs < <(files "t-$mode")
+	"$ZP_LOGSEND" verify -v --raw --runs --exactly-once --conns 4 \
+	    --msgs 1500 --framing octet "${fs[@]}" >"$T/verify.out" 2>&1 ||
+		fail "$what: $(tail -n 3 "$T/verify.out" | tr '\n' ' ')"
+	ok "$what: the old one drained and exited 0, the new one read on: every message once, in order per stream: $(grep '^sent=' "$T/verify.out")"
+}
+
 case_overload() {
 	local mode=$1 what="$1: a burst zproxy cannot take" got dropped v
 	set_mode "$mode"
@@ -301,6 +386,9 @@ for mode in $MODES; do
 	subcase case_idle "$mode"
 	subcase case_shared "$mode"
 	subcase case_v6 "$mode"
+	subcase case_hold "$mode"
+	subcase case_drain "$mode"
+	subcase case_takeover "$mode"
 	subcase case_overload "$mode"
 done
 
