@@ -175,6 +175,67 @@ check_listens(const struct zp_config *cfg, char *err, size_t errlen)
 }
 
 /*
+ * -u udp@: every upstream one, every listener UDP, and none of what
+ * needs a stream or a connection. Returns 0, or -1 with err filled.
+ */
+static int
+check_udp_upstreams(const struct zp_config *cfg, const char **given,
+    int maybe_udp, char *err, size_t errlen)
+{
+	static const struct {
+		int		 opt;
+		const char	*name;
+	} streams[] = {
+		{ OPT_FRAMING, "framing" }, { OPT_REPLAY_WINDOW, "replay-window" },
+		{ OPT_SPOOL, "spool" }, { OPT_MIRROR, "mirror" },
+		{ OPT_SEND_PROXY, "send-proxy" }, { OPT_REBALANCE, "rebalance" },
+		{ OPT_MAX_LIFETIME, "max-lifetime" },
+		{ OPT_STALL_TIMEOUT, "stall-timeout" },
+		{ OPT_CHECK_INTERVAL, "check-interval" },
+		{ OPT_ACCEPT_PROXY, "accept-proxy" },
+		{ OPT_UDP_IDLE, NULL },
+	};
+	size_t	i, n = 0;
+	int	tcp_listen = 0;
+
+	for (i = 0; i < cfg->nupstreams; i++)
+		n += cfg->upstreams[i].udp;
+	if (n == 0)
+		return 0;
+	if (n < cfg->nupstreams) {
+		zp_seterr(err, errlen, "-u udp@ and TCP upstreams cannot be "
+		    "mixed: every --upstream is udp@HOST:PORT, or none");
+		return -1;
+	}
+	for (i = 0; i < cfg->nlistens; i++)
+		tcp_listen |= !cfg->listens[i].udp && !cfg->listens[i].systemd;
+	if (tcp_listen || !maybe_udp) {
+		zp_seterr(err, errlen, "-u udp@ takes datagrams from -l udp@ "
+		    "only: a TCP client has none");
+		return -1;
+	}
+	for (i = 0; streams[i].name != NULL; i++)
+		if (given_opt(given, streams[i].opt)) {
+			zp_seterr(err, errlen, "--%s does not apply to -u udp@ "
+			    "(datagrams are relayed as datagrams, with no "
+			    "stream nor connection)", streams[i].name);
+			return -1;
+		}
+	if (cfg->source != ZP_SOURCE_NONE) {
+		zp_seterr(err, errlen, "--source with -u udp@ is not "
+		    "implemented yet: datagrams go from this host's address");
+		return -1;
+	}
+	/* No connection to count; health is ICMP refusals only. */
+	if (cfg->balance == ZP_BALANCE_LEASTCONN) {
+		zp_seterr(err, errlen, "--balance leastconn does not apply to "
+		    "-u udp@: roundrobin, source or first");
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * -l udp@: what a datagram has not (an original destination, a
  * transparent socket's), and the UDP options without one. Returns 0, or
  * -1 with err filled.
@@ -209,7 +270,7 @@ check_udp(const struct zp_config *cfg, const char **given, char *err,
 		    "not -l udp@");
 		return -1;
 	}
-	return 0;
+	return check_udp_upstreams(cfg, given, maybe, err, errlen);
 }
 
 /*

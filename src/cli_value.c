@@ -148,8 +148,11 @@ cli_opt_upstream(struct zp_config *cfg, const struct cli_opt *o, const char *s,
 		cfg->nupstreams++;
 		return 0;
 	}
-	rc = zp_parse_hostport(addr, &up->host, up->port, sizeof(up->port),
-	    err, errlen);
+	/* HAProxy's prefix: datagrams to it, as datagrams. */
+	if (strncmp(addr, "udp@", 4) == 0)
+		up->udp = 1;
+	rc = zp_parse_hostport(addr + (up->udp ? 4 : 0), &up->host, up->port,
+	    sizeof(up->port), err, errlen);
 	free(addr);
 	if (rc == -1)
 		return -1;

@@ -72,10 +72,11 @@ libevent_log_cb(int severity, const char *msg)
  * framed streams wound down losslessly.
  */
 static void
-hook_wind_down(struct zp_ctx *ctx)
+hook_drain(struct zp_ctx *ctx)
 {
 	zp_udp_stop(ctx);
-	zp_pairs_wind_down(ctx, ZP_END_SHUTDOWN);
+	if (zp_config_framed(ctx->cfg))
+		zp_pairs_wind_down(ctx, ZP_END_SHUTDOWN);
 }
 
 /* The end, on one thread: close its pairs now, and its UDP sources. */
@@ -110,7 +111,7 @@ hook_root_shed(struct zp_ctx *root)
 static const struct zp_ctx_hooks zp_hooks = {
 	.pair_start = zp_pair_start,
 	.pairs_upstream_down = zp_pairs_upstream_down,
-	.pairs_wind_down = hook_wind_down,
+	.drain = hook_drain,
 	.pairs_close = hook_close,
 	.pairs_modes = zp_pairs_modes,
 	.pairs_moving = zp_pairs_moving,

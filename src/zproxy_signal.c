@@ -43,13 +43,6 @@ zproxy_stop_accepting(struct zp_ctx *ctx)
 	zproxy_ctl_free(ctx);
 }
 
-/* Are streams framed (--framing)? */
-static int
-cfg_framed(const struct zp_ctx *ctx)
-{
-	return zp_config_framed(ctx->cfg);
-}
-
 /*
  * The rebalance timer runs with --rebalance, and while an upstream is
  * drained (zproxy ctl): add it if it should run and does not.
@@ -121,9 +114,8 @@ ctx_drain(struct zp_ctx *ctx, const char *why)
 	 * does the same with its own pairs; the last one to close wakes
 	 * this one (zp_ctx_changed).
 	 */
-	zp_ctx_drain(ctx, cfg_framed(ctx));
-	if (cfg_framed(ctx))
-		zp_pairs_wind_down(ctx, ZP_END_SHUTDOWN);
+	zp_ctx_drain(ctx);
+	zp_ctx_hooks(ctx)->drain(ctx);
 	tv = zp_seconds_tv(t);
 	if ((ctx->drain_timer = evtimer_new(ctx->base, drain_timeout_cb,
 	    ctx)) == NULL || evtimer_add(ctx->drain_timer, &tv) == -1)

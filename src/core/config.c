@@ -54,12 +54,21 @@ zp_config_init(struct zp_config *cfg)
 }
 
 int
+zp_config_udp_upstreams(const struct zp_config *cfg)
+{
+	return cfg->nupstreams > 0 && cfg->upstreams[0].udp;
+}
+
+int
 zp_config_framed(const struct zp_config *cfg)
 {
 	size_t	i;
 
 	if (cfg->framing != ZP_FRAMING_NONE)
 		return 1;
+	/* Datagrams relayed as datagrams make no stream. */
+	if (zp_config_udp_upstreams(cfg))
+		return 0;
 	for (i = 0; i < cfg->nlistens; i++)
 		if (cfg->listens[i].udp || cfg->listens[i].systemd)
 			return 1;

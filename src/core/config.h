@@ -96,6 +96,8 @@ struct zp_upstream_spec {
 	int		 weight;	/* ",weight=N", 0-256, when has_weight */
 	int		 has_weight;	/* else 1 */
 	int		 backup;	/* ",backup": only while no other is up */
+	int		 udp;		/* "udp@HOST:PORT": datagrams, as
+					   datagrams (stream/udp.h) */
 };
 
 /* -u HOST:PORT,weight=N: its range (0: no new client goes there). */
@@ -224,6 +226,9 @@ struct zp_config {
  * may be UDP: only its type tells)?
  */
 int	zp_config_framed(const struct zp_config *);
+
+/* Are the upstreams UDP ones (-u udp@: then every one is)? */
+int	zp_config_udp_upstreams(const struct zp_config *);
 
 #define ZP_DEFAULT_PIPE_SIZE	(1024 * 1024)
 #define ZP_REPLAY_WINDOW_MAX	(64 * 1024 * 1024)

@@ -264,12 +264,16 @@ zp_upstreams_balance(const struct zp_upstreams *us)
 const char *
 zp_upstream_name(const struct zp_upstream *u, char *buf, size_t len)
 {
+	const char	*pre = u->spec->udp ? "udp@" : "";
+
 	if (u->spec->original)
 		snprintf(buf, len, "original");
 	else if (strchr(u->spec->host, ':') != NULL)
-		snprintf(buf, len, "[%s]:%s", u->spec->host, u->spec->port);
+		snprintf(buf, len, "%s[%s]:%s", pre, u->spec->host,
+		    u->spec->port);
 	else
-		snprintf(buf, len, "%s:%s", u->spec->host, u->spec->port);
+		snprintf(buf, len, "%s%s:%s", pre, u->spec->host,
+		    u->spec->port);
 	return buf;
 }
 

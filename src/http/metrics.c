@@ -302,7 +302,7 @@ render_upstreams(struct render *r, struct zp_ctx *ctx,
 		sample_u64(r, "zproxy_upstream_bytes_total", l, 2,
 		    t->down.bytes);
 	}
-	if (zp_config_framed(ctx->cfg)) {
+	if (zp_config_framed(ctx->cfg) || zp_config_udp_upstreams(ctx->cfg)) {
 		family(r, "zproxy_frames_total", "counter",
 		    "Messages (--framing, UDP datagrams) delivered whole to the "
 		    "upstream; in "
@@ -524,6 +524,7 @@ udp_family(struct render *r, struct zp_ctx *ctx, const struct zp_stats *st,
 		[ZP_UDP_DROP_EMPTY] = "empty",
 		[ZP_UDP_DROP_DENIED] = "denied",
 		[ZP_UDP_DROP_NO_STREAM] = "no-stream",
+		[ZP_UDP_DROP_UNREACHABLE] = "unreachable",
 	};
 	struct label	l[2] = { { "listener", NULL }, { "reason", NULL } };
 	char		lname[ZP_ADDRSTRLEN + ZP_FDNAME_MAX + 8];
@@ -556,7 +557,9 @@ render_udp(struct render *r, struct zp_ctx *ctx, const struct zp_stats *st)
 	    "Datagrams not relayed: dropped by the kernel because the "
 	    "socket's receive queue was full (rcvbuf, before zproxy saw "
 	    "them), empty ones, ones from a source --deny or --allow "
-	    "refuses, ones no stream could be made for (no-stream).",
+	    "refuses, ones no stream could be made for (no-stream), ones a "
+	    "UDP upstream refused (unreachable: ICMP, as the kernel "
+	    "reports it).",
 	    offsetof(struct zp_udp_tally, dropped), 1);
 	udp_family(r, ctx, st, "zproxy_udp_shared_datagrams_total", "counter",
 	    "Datagrams carried by a thread's shared stream, which names no "

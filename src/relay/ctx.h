@@ -61,6 +61,8 @@ enum zp_udp_drop {
 	ZP_UDP_DROP_DENIED,	/* its source: --allow, --deny */
 	ZP_UDP_DROP_NO_STREAM,	/* no stream could be made for it (out of
 				   memory or descriptors, and no shared one) */
+	ZP_UDP_DROP_UNREACHABLE, /* -u udp@: the upstream refused it (ICMP
+				   unreachable), or it could not be sent */
 	ZP_UDP_DROP_MAX,
 };
 
@@ -129,8 +131,11 @@ struct zp_ctx_hooks {
 		    const struct sockaddr *, socklen_t, int counted);
 	/* Upstream idx went down: move or end what it holds here. */
 	int	(*pairs_upstream_down)(struct zp_ctx *, int idx);
-	/* The drain: wind every framed stream here down, losslessly. */
-	void	(*pairs_wind_down)(struct zp_ctx *);
+	/*
+	 * The drain: read the UDP sockets here out, and wind every framed
+	 * stream here down, losslessly.
+	 */
+	void	(*drain)(struct zp_ctx *);
 	/* The end: close every pair here now. */
 	void	(*pairs_close)(struct zp_ctx *);
 	/* Count the open pairs here by mode. */

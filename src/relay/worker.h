@@ -108,10 +108,11 @@ int	zp_ctx_set_cfg(struct zp_ctx *root);
 void	zp_ctx_upstream_down(struct zp_ctx *root, int idx);
 
 /*
- * On every thread: the drain began (stopping is set there, and framed
- * streams wind down when wind is set).
+ * On every thread: the drain began (stopping is set there, and the
+ * drain hook runs: its UDP sockets read out, its framed streams wound
+ * down).
  */
-void	zp_ctx_drain(struct zp_ctx *root, int wind);
+void	zp_ctx_drain(struct zp_ctx *root);
 
 /* Open pairs of every thread, clients on their way to one included. */
 long	zp_ctx_open_all(const struct zp_ctx *root);

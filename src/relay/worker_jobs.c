@@ -34,8 +34,7 @@ wmsg_drain(struct zp_worker *w, struct zp_wmsg *m)
 	struct zp_ctx	*ctx = &w->ctx;
 
 	ctx->stopping = 1;
-	if (m->arg)
-		zp_ctx_hooks(ctx)->pairs_wind_down(ctx);
+	zp_ctx_hooks(ctx)->drain(ctx);
 }
 
 /*
@@ -242,13 +241,12 @@ zp_ctx_set_cfg(struct zp_ctx *root)
 }
 
 void
-zp_ctx_drain(struct zp_ctx *root, int wind)
+zp_ctx_drain(struct zp_ctx *root)
 {
 	struct zp_wmsg	m;
 
 	memset(&m, 0, sizeof(m));
 	m.fn = wmsg_drain;
-	m.arg = wind;
 	wmsg_post_all(root, &m);
 }
 

@@ -26,6 +26,7 @@
 #include "relay/worker.h"
 #include "stream/pair.h"
 #include "stream/udp.h"
+#include "stream/udp_out.h"
 
 /* Datagrams a recvmmsg call takes, and calls a read event makes. */
 #define ZP_UDP_BATCH		32
@@ -102,6 +103,7 @@ struct zp_udp {
 	size_t			 nb, n;		/* buckets; sources hashed */
 	uint64_t		 seed;
 	struct udp_src		*shared;	/* the shared stream, or NULL */
+	struct udp_outs		*outs;		/* -u udp@: to the upstreams */
 	struct udp_src_list	 srcs;		/* every source, open or ending */
 	struct udp_src_list	 dirty;
 	struct timeval		 now;		/* the batch's */
@@ -514,6 +516,10 @@ udp_datagram(struct zp_udp *u, const unsigned char *d, size_t len,
 		t->dropped[ZP_UDP_DROP_DENIED]++;
 		return;
 	}
+	if (u->outs != NULL) {
+		udp_outs_send(u->outs, d, len, a);
+		return;
+	}
 	if ((s = src_get(u, a)) == NULL) {
 		t->dropped[ZP_UDP_DROP_NO_STREAM]++;
 		return;
@@ -618,7 +624,8 @@ udp_batch(struct zp_udp *u)
 static void
 udp_pause(struct zp_udp *u)
 {
-	if (u->reading && u->pending > ZP_UDP_PENDING_MAX) {
+	if (u->reading && u->pending + udp_outs_pending(u->outs) >
+	    ZP_UDP_PENDING_MAX) {
 		event_del(u->ev);
 		u->reading = 0;
 	}
@@ -627,9 +634,17 @@ udp_pause(struct zp_udp *u)
 static void
 udp_resume(struct zp_udp *u)
 {
-	if (!u->reading && u->fd != -1 && u->pending <=
-	    ZP_UDP_PENDING_MAX / 2 && event_add(u->ev, NULL) == 0)
+	if (!u->reading && u->fd != -1 && u->pending +
+	    udp_outs_pending(u->outs) <= ZP_UDP_PENDING_MAX / 2 &&
+	    event_add(u->ev, NULL) == 0)
 		u->reading = 1;
+}
+
+/* -u udp@: what waited for an upstream's socket was sent. */
+static void
+udp_outs_resume_cb(void *arg)
+{
+	udp_resume(arg);
 }
 
 static void
@@ -660,6 +675,8 @@ udp_tick_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (u->fd != -1 && (d = zp_udp_drops(u->fd)) >= 0)
 		udp_drops(u, d);
+	if (u->outs != NULL)
+		udp_outs_tick(u->outs);
 	zp_clock_now(&now);
 	for (s = TAILQ_FIRST(&u->srcs); s != NULL; s = next) {
 		next = TAILQ_NEXT(s, lru);
@@ -781,7 +798,10 @@ udp_new(struct zp_ctx *ctx, size_t i, long max_sources)
 	u->seed ^= (uint64_t)(uintptr_t)u;
 	TAILQ_INIT(&u->srcs);
 	TAILQ_INIT(&u->dirty);
-	if ((u->ev = event_new(ctx->base, u->fd, EV_READ | EV_PERSIST,
+	/* -u udp@: datagrams go on as datagrams (udp_out.h). */
+	if ((zp_config_udp_upstreams(cfg) && (u->outs = udp_outs_new(ctx,
+	    &ctx->stats.udp[u->listen], udp_outs_resume_cb, u)) == NULL) ||
+	    (u->ev = event_new(ctx->base, u->fd, EV_READ | EV_PERSIST,
 	    udp_read_cb, u)) == NULL ||
 	    (u->tick = event_new(ctx->base, -1, EV_PERSIST, udp_tick_cb,
 	    u)) == NULL || event_add(u->ev, NULL) == -1 ||
@@ -790,6 +810,7 @@ udp_new(struct zp_ctx *ctx, size_t i, long max_sources)
 			event_free(u->ev);
 		if (u->tick != NULL)
 			event_free(u->tick);
+		udp_outs_free(u->outs);
 		free(u->bufs);
 		free(u);
 		return NULL;
@@ -854,8 +875,8 @@ udp_stop_one(struct zp_udp *u)
 		return;
 	}
 	u->stopped = 1;
-	for (i = 0; i < ZP_UDP_STOP_ROUNDS && u->pending <=
-	    ZP_UDP_PENDING_MAX; i++)
+	for (i = 0; i < ZP_UDP_STOP_ROUNDS && u->pending +
+	    udp_outs_pending(u->outs) <= ZP_UDP_PENDING_MAX; i++)
 		if (udp_batch(u) < ZP_UDP_BATCH)
 			break;
 	event_del(u->ev);
@@ -900,6 +921,7 @@ zp_udp_free(struct zp_ctx *ctx)
 		u->fd = -1;
 		while (!TAILQ_EMPTY(&u->srcs))
 			src_free(TAILQ_FIRST(&u->srcs));
+		udp_outs_free(u->outs);
 		free(u->b);
 		free(u->bufs);
 		free(u);

@@ -68,6 +68,7 @@
 enum mode {
 	MODE_SEND,
 	MODE_DGRAM,
+	MODE_DGRAM_COLLECT,
 	MODE_COLLECT,
 	MODE_VERIFY,
 };
@@ -171,6 +172,7 @@ static void usage(FILE *fp)
 "       zp-logsend dgram HOST PORT --conns N --msgs M [--from ADDR]\n"
 "                  [--seed S] [--min BYTES] [--max BYTES] [--newlines]\n"
 "                  [--rate N] [--text STR]\n"
+"       zp-logsend dgram-collect [-b ADDR] [--port P] --dir DIR\n"
 "       zp-logsend collect [-b ADDR] [--port P] --dir DIR [--conns N]\n"
 "                  [--lag BYTES] [--rcvbuf BYTES] [--read-rate BYTES]\n"
 "       zp-logsend verify --conns N --msgs M [--framing lf|octet] [--raw]\n"
@@ -204,6 +206,9 @@ static void usage(FILE *fp)
 "         from each source. Prints \"datagrams=N bytes=N octet=N\" (octet:\n"
 "         what they make octet-framed). --text STR: every datagram is STR\n"
 "         instead, as it is (\"\": an empty datagram).\n"
+"dgram-collect  bind UDP ADDR (127.0.0.1) port P (0: any), print the port,\n"
+"         and write each datagram as a line to DIR/dgrams (until SIGTERM);\n"
+"         with the sender's address first: \"IP:PORT DATAGRAM\"\n"
 "collect  listen on ADDR (127.0.0.1) port P (0: any), print the port as the\n"
 "         first stdout line; append each connection's bytes as they arrive\n"
 "         to DIR/conn-<index>.raw (accept order), read it to EOF, close;\n"
@@ -932,6 +937,86 @@ static int sink_read(struct sink *s)
 
 /* SIGUSR1: stop listening (new connects are refused), serve the rest. */
 static volatile sig_atomic_t	 stop_listening;
+static volatile sig_atomic_t	 dgram_stop;
+
+static void on_dgram_stop(int sig)
+{
+	(void)sig;
+	dgram_stop = 1;
+}
+
+/*
+ * dgram-collect: a UDP receiver writing "IP:PORT DATAGRAM\n" a datagram
+ * to DIR/dgrams, flushed each time, until SIGTERM.
+ */
+static int run_dgram_collect(void)
+{
+	struct sockaddr_storage ss, from;
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+	socklen_t len = sizeof(ss), flen;
+	char path[4096], host[INET6_ADDRSTRLEN], line[80];
+	static char buf[65536];
+	struct pollfd pfd;
+	int fd, out, on = 1, big = 8 * 1024 * 1024;
+	ssize_t n;
+
+	memset(&ss, 0, sizeof(ss));
+	if (o.bind_addr != NULL && strchr(o.bind_addr, ':') != NULL) {
+		sin6->sin6_family = AF_INET6;
+		if (inet_pton(AF_INET6, o.bind_addr, &sin6->sin6_addr) != 1)
+			die("bad address %s", o.bind_addr);
+		sin6->sin6_port = htons((uint16_t)o.bind_port);
+		len = sizeof(*sin6);
+	} else {
+		sin->sin_family = AF_INET;
+		if (inet_pton(AF_INET, o.bind_addr != NULL ? o.bind_addr :
+		    "127.0.0.1", &sin->sin_addr) != 1)
+			die("bad address %s", o.bind_addr);
+		sin->sin_port = htons((uint16_t)o.bind_port);
+		len = sizeof(*sin);
+	}
+	if ((fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0)) == -1)
+		die("socket: %s", strerror(errno));
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+	(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
+	if (bind(fd, (struct sockaddr *)&ss, len) == -1)
+		die("bind: %s", strerror(errno));
+	len = sizeof(ss);
+	(void)getsockname(fd, (struct sockaddr *)&ss, &len);
+	snprintf(path, sizeof(path), "%s/dgrams", o.dir);
+	if ((out = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+	    0644)) == -1)
+		die("%s: %s", path, strerror(errno));
+	signal(SIGTERM, on_dgram_stop);
+	signal(SIGUSR1, on_dgram_stop);
+	printf("%u\n", ntohs(ss.ss_family == AF_INET6 ? sin6->sin6_port :
+	    sin->sin_port));
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	while (!dgram_stop) {
+		if (poll(&pfd, 1, 100) <= 0)
+			continue;
+		flen = sizeof(from);
+		if ((n = recvfrom(fd, buf, sizeof(buf), MSG_DONTWAIT,
+		    (struct sockaddr *)&from, &flen)) < 0)
+			continue;
+		if (from.ss_family == AF_INET6)
+			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&from)->
+			    sin6_addr, host, sizeof(host));
+		else
+			inet_ntop(AF_INET, &((struct sockaddr_in *)&from)->
+			    sin_addr, host, sizeof(host));
+		snprintf(line, sizeof(line), "%s:%u ", host, ntohs(
+		    ((struct sockaddr_in *)&from)->sin_port));
+		write_all(out, line, strlen(line), 0);
+		write_all(out, buf, (size_t)n, 0);
+		write_all(out, "\n", 1, 0);
+	}
+	close(out);
+	close(fd);
+	return 0;
+}
 
 static void on_usr1(int sig)
 {
@@ -1523,6 +1608,8 @@ static int parse_args(int argc, char **argv, char ***posp)
 		o.mode = MODE_SEND;
 	else if (strcmp(m, "dgram") == 0)
 		o.mode = MODE_DGRAM;
+	else if (strcmp(m, "dgram-collect") == 0)
+		o.mode = MODE_DGRAM_COLLECT;
 	else if (strcmp(m, "collect") == 0)
 		o.mode = MODE_COLLECT;
 	else if (strcmp(m, "verify") == 0)
@@ -1672,6 +1759,7 @@ static int parse_args(int argc, char **argv, char ***posp)
 		o.framing = FRAMING_NONE;
 		break;
 	case MODE_COLLECT:
+	case MODE_DGRAM_COLLECT:
 		if (npos != 0)
 			usage_error("unexpected argument '%s'", pos[0]);
 		if (o.dir == NULL)
@@ -1715,6 +1803,8 @@ int main(int argc, char **argv)
 		return run_dgram();
 	case MODE_COLLECT:
 		return run_collect();
+	case MODE_DGRAM_COLLECT:
+		return run_dgram_collect();
 	case MODE_VERIFY:
 		return run_verify(npos, pos);
 	}
