@@ -429,14 +429,21 @@ ctl_add(struct zp_ctx *root, struct zp_ctl_req *req,
 	char			 err[200], *host = NULL, port[6];
 	size_t			 naddrs = 0;
 	int			 idx, fresh = 0;
+	int			 udp = strncmp(cmd->name, "udp@", 4) == 0;
 
 	if (zp_upstreams_find(root->ups, cmd->name) != -1) {
 		zp_ctl_done(req, 0, "upstream %s exists (set its weight or "
 		    "state instead)", cmd->name);
 		return;
 	}
-	if (zp_parse_hostport(cmd->name, &host, port, sizeof(port), err,
-	    sizeof(err)) == -1) {
+	/* Datagrams go to UDP upstreams only, streams to TCP ones. */
+	if (udp != zp_config_udp_upstreams(cfg)) {
+		zp_ctl_done(req, 0, "add upstream %s: the upstreams are %s",
+		    cmd->name, udp ? "TCP (HOST:PORT)" : "UDP (udp@HOST:PORT)");
+		return;
+	}
+	if (zp_parse_hostport(cmd->name + (udp ? 4 : 0), &host, port,
+	    sizeof(port), err, sizeof(err)) == -1) {
 		zp_ctl_done(req, 0, "%s", err);
 		return;
 	}
@@ -463,6 +470,7 @@ ctl_add(struct zp_ctx *root, struct zp_ctl_req *req,
 		spec = &cfg->upstreams[cfg->nupstreams];
 		memset(spec, 0, sizeof(*spec));
 		spec->host = host;
+		spec->udp = udp;
 		snprintf(spec->port, sizeof(spec->port), "%s", port);
 		fresh = 1;
 	} else {

@@ -41,7 +41,12 @@ check_config(const struct zp_config *cfg)
 		FUZZ_CHECK(cfg->upstreams[i].host != NULL);
 		FUZZ_CHECK(cfg->upstreams[i].host[0] != '\0');
 		FUZZ_CHECK(cfg->upstreams[i].addrs == NULL);
+		/* -u udp@: every upstream one, every listener UDP. */
+		FUZZ_CHECK(cfg->upstreams[i].udp == cfg->upstreams[0].udp);
 	}
+	for (i = 0; cfg->upstreams[0].udp && i < cfg->nlistens; i++)
+		FUZZ_CHECK(cfg->listens[i].udp || cfg->listens[i].systemd);
+	FUZZ_CHECK(cfg->udp_idle > 0 && cfg->udp_rcvbuf >= 1);
 	FUZZ_CHECK(cfg->pipe_size >= 1 && cfg->pipe_size <= ZP_MAX_SIZE);
 	FUZZ_CHECK(cfg->buffer_size >= 1 && cfg->buffer_size <= ZP_MAX_SIZE);
 	FUZZ_CHECK(cfg->splice_min <= ZP_MAX_SIZE);

@@ -13,6 +13,8 @@
 #      10.9.0.2, 10.9.0.3, fd09::2 and fd09::3 through one dual-stack
 #      listener (IPv4 clients v4-mapped there) arrive attributed to those
 #      addresses, in both modes;
+#   b1. the same for syslog over UDP: -l udp@ --source client, datagrams
+#      from those four addresses, attributed to them by rsyslog;
 #   b2. behind a balancer, --accept-proxy --source client: a real HAProxy
 #      (send-proxy-v2, crc32c) in front; rsyslog attributes the message
 #      to the client that connected to HAProxy (10.9.0.3), and those of
@@ -206,6 +208,36 @@ client_rsyslog() {
 
 for mode in $MODES; do
 	subcase client_rsyslog "$mode"
+done
+
+# The same for devices that send syslog over UDP (issue 28): -l udp@,
+# each source's stream connects from the device's own address.
+client_rsyslog_udp() {
+	local mode=$1 from to tag sock
+	set_mode "$mode"
+	start_zproxy -v "${MODE_ARGS[@]}" -l "udp@:@PORT@" --source client \
+	    -u "10.10.0.2:$RS_PORT" -u "[fd10::2]:$RS_PORT"
+	for from in 10.9.0.2 10.9.0.3 fd09::2 fd09::3; do
+		to=10.9.0.1 sock=UDP4-SENDTO:10.9.0.1:$ZPORT,bind=$from
+		case $from in
+		*:*) to=fd09::1 sock=UDP6-SENDTO:[fd09::1]:$ZPORT,bind=[$from] ;;
+		esac
+		tag=$mode-udp-from-${from//:/_}
+		printf '<13>Dec  3 12:00:00 zc zptest: %s' "$tag" |
+		    timeout -k 2 10 ip netns exec zc socat -u - "$sock" ||
+			fail "$mode: cannot send a datagram from $from to $to"
+		wait_line "$RS_LOG" " $tag\$" 10 >/dev/null ||
+			fail "$mode: rsyslog did not get the datagram from $from"
+		grep -q "^$from .*$tag\$" "$RS_LOG" ||
+			fail "$mode: the datagram from $from is attributed otherwise: $(grep " $tag\$" "$RS_LOG")"
+	done
+	! grep -q 'is down' "$ZLOG" || fail "$mode: an upstream went down: $(grep -m1 'is down' "$ZLOG")"
+	ok "$mode: -l udp@ --source client: rsyslog attributes each device's datagram to it (10.9.0.2, 10.9.0.3, fd09::2, fd09::3), no header"
+	stop_zproxy
+}
+
+for mode in $MODES; do
+	subcase client_rsyslog_udp "$mode"
 done
 
 # ---- b2. behind a balancer: --accept-proxy --source client ---------------
