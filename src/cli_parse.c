@@ -187,13 +187,12 @@ check_udp_upstreams(const struct zp_config *cfg, const char **given,
 		const char	*name;
 	} streams[] = {
 		{ OPT_FRAMING, "framing" }, { OPT_REPLAY_WINDOW, "replay-window" },
-		{ OPT_SPOOL, "spool" }, { OPT_MIRROR, "mirror" },
-		{ OPT_SEND_PROXY, "send-proxy" }, { OPT_REBALANCE, "rebalance" },
+		{ OPT_SPOOL, "spool" }, { OPT_SEND_PROXY, "send-proxy" },
+		{ OPT_REBALANCE, "rebalance" },
 		{ OPT_MAX_LIFETIME, "max-lifetime" },
 		{ OPT_STALL_TIMEOUT, "stall-timeout" },
 		{ OPT_CHECK_INTERVAL, "check-interval" },
-		{ OPT_ACCEPT_PROXY, "accept-proxy" },
-		{ OPT_UDP_IDLE, NULL },
+		{ 0, NULL },
 	};
 	size_t	i, n = 0;
 	int	tcp_listen = 0;
@@ -214,6 +213,14 @@ check_udp_upstreams(const struct zp_config *cfg, const char **given,
 		    "only: a TCP client has none");
 		return -1;
 	}
+	/* Lists and flags are not in given[]: their fields say. */
+	if (cfg->nmirrors > 0 || cfg->accept_proxy) {
+		zp_seterr(err, errlen, "--%s does not apply to -u udp@ "
+		    "(datagrams are relayed as datagrams, with no stream nor "
+		    "connection)", cfg->nmirrors > 0 ? "mirror" :
+		    "accept-proxy");
+		return -1;
+	}
 	for (i = 0; streams[i].name != NULL; i++)
 		if (given_opt(given, streams[i].opt)) {
 			zp_seterr(err, errlen, "--%s does not apply to -u udp@ "
@@ -221,11 +228,6 @@ check_udp_upstreams(const struct zp_config *cfg, const char **given,
 			    "stream nor connection)", streams[i].name);
 			return -1;
 		}
-	if (cfg->source != ZP_SOURCE_NONE) {
-		zp_seterr(err, errlen, "--source with -u udp@ is not "
-		    "implemented yet: datagrams go from this host's address");
-		return -1;
-	}
 	/* No connection to count; health is ICMP refusals only. */
 	if (cfg->balance == ZP_BALANCE_LEASTCONN) {
 		zp_seterr(err, errlen, "--balance leastconn does not apply to "

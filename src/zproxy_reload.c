@@ -139,12 +139,15 @@ reload_fixed(const struct zp_config *a, const struct zp_config *b,
 	return n;
 }
 
-/* "host:port" of a spec, with brackets for an IPv6 literal. */
+/*
+ * "host:port" of a spec, with brackets for an IPv6 literal, "udp@"
+ * first for a UDP one: as zp_upstream_name() names it.
+ */
 static const char *
 spec_name(const struct zp_upstream_spec *s, char *buf, size_t len)
 {
-	snprintf(buf, len, strchr(s->host, ':') != NULL ? "[%s]:%s" :
-	    "%s:%s", s->host, s->port);
+	snprintf(buf, len, strchr(s->host, ':') != NULL ? "%s[%s]:%s" :
+	    "%s%s:%s", s->udp ? "udp@" : "", s->host, s->port);
 	return buf;
 }
 
@@ -224,6 +227,7 @@ reload_upstream_want(struct zp_ctx *root, const struct zp_upstream_spec *w,
 			return;
 		}
 		snprintf(spec->port, sizeof(spec->port), "%s", w->port);
+		spec->udp = w->udp;
 		cfg->nupstreams++;
 	}
 	spec->weight = weight;
@@ -446,6 +450,13 @@ reload_done_cb(evutil_socket_t fd, short what, void *arg)
 		zp_ctl_done(req, 0, "reload: %s cannot change in a running "
 		    "zproxy (a takeover can: --takeover); nothing changed",
 		    bad);
+		goto out;
+	}
+	/* The readers chose streams or datagrams at start-up. */
+	if (zp_config_udp_upstreams(c) != zp_config_udp_upstreams(n)) {
+		zp_ctl_done(req, 0, "reload: the upstreams cannot change "
+		    "between TCP and UDP (udp@) in a running zproxy (a "
+		    "takeover can: --takeover); nothing changed");
 		goto out;
 	}
 	if (reload_upstreams_check(root, n, err, sizeof(err)) == -1) {

@@ -604,6 +604,16 @@ listen_inherited(struct zp_ctx *ctx, struct zp_inherit *set,
 			zp_inherit_close_rest(set);
 			return ZP_EX_CONFIG;
 		}
+		/* A TCP client has no datagram for a UDP upstream. */
+		if (zp_config_udp_upstreams(ctx->cfg)) {
+			zp_log(ctx->log, ZP_LOG_ERROR, "-l %s: descriptor %d "
+			    "is not a UDP socket, and the upstreams are UDP "
+			    "(udp@)", label, fds[j]);
+			while (j < n)
+				close(fds[j++]);
+			zp_inherit_close_rest(set);
+			return ZP_EX_CONFIG;
+		}
 		if ((l = zp_listener_adopt(ctx, fds[j], label, err,
 		    sizeof(err))) == NULL) {
 			zp_log(ctx->log, ZP_LOG_ERROR, "-l %s: %s", label, err);

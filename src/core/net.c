@@ -270,8 +270,8 @@ zp_addr_unmap(struct zp_addr *a)
  * client; the option is what lets the kernel route a SYN from a foreign
  * source at all (IP_FREEBIND only lets bind() take the address).
  */
-static int
-source_bind(int fd, const struct zp_addr *src, int transparent)
+int
+zp_net_bind_source(int fd, const struct zp_addr *src, int transparent)
 {
 	int	on = 1;
 
@@ -297,7 +297,7 @@ zp_connect_start_from(const struct zp_addr *a, const struct zp_addr *src,
 	    SOCK_CLOEXEC, IPPROTO_TCP);
 	if (fd == -1)
 		return -1;
-	if (src != NULL && source_bind(fd, src, transparent) == -1)
+	if (src != NULL && zp_net_bind_source(fd, src, transparent) == -1)
 		goto fail;
 	if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0) {
 		*fdp = fd;
@@ -403,7 +403,7 @@ zp_source_check(const struct zp_config *cfg, int after, char *err,
 			    strerror(errno));
 			return ZP_EX_OSERR;
 		}
-		rc = source_bind(fd, a, 0);
+		rc = zp_net_bind_source(fd, a, 0);
 		if (rc == -1)
 			zp_seterr(err, errlen, "--source %s: cannot bind to it: "
 			    "%s%s", host, strerror(errno), errno ==

@@ -46,6 +46,13 @@ int	zp_net_own(int, struct zp_addr *, char *, size_t);
  */
 int	zp_net_transparent(int, int family, char *, size_t);
 
+/*
+ * Bind socket fd to src (port 0: the kernel's at connect, not at bind)
+ * before it connects; transparent: src need not be this host's
+ * (IP_TRANSPARENT, for --source client). Returns 0, or -1 with errno.
+ */
+int	zp_net_bind_source(int fd, const struct zp_addr *src, int transparent);
+
 /* Format an address as "1.2.3.4:80" or "[::1]:80" into buf. */
 const char *zp_addr_str(const struct zp_addr *, char *, size_t);
 

@@ -306,6 +306,11 @@ pair_connect_wait(struct zp_pair *p, int err)
 		pair_wait_log(p, err);
 	}
 	if (!timercmp(&now, &p->dial->retry_until, <)) {
+		/* A UDP source's stream waits on, as for an upstream. */
+		if (p->dgram) {
+			pair_set_waiting(p, 0);
+			return pair_dgram_wait(p);
+		}
 		ctx->stats.conns_local_failed++;
 		zp_pair_close(p, ZP_END_LOCAL_RESOURCE);
 		return 1;
@@ -498,26 +503,46 @@ static int ZP_MAY_FREE
 pair_dgram_wait(struct zp_pair *p)
 {
 	struct zp_ctx	*ctx = p->ctx;
-	struct timeval	 tv = { ZP_DGRAM_WAIT_MS / 1000,
-			    ZP_DGRAM_WAIT_MS % 1000 * 1000 };
+	struct timeval	 tv, now, dt;
 	char		 cbuf[ZP_ADDRSTRLEN];
+	int		 level = ZP_LOG_CONN;
 
 	if (p->dial->hold == NULL && (p->dial->hold = evtimer_new(ctx->base,
 	    pair_dgram_retry_cb, p)) == NULL) {
 		zp_pair_close(p, ZP_END_NOMEM);
 		return 1;
 	}
+	/* Said once a stream, at warning level at most once a second. */
 	if (!p->dial->held) {
-		p->dial->held = 1;
-		zp_log(ctx->log, ZP_LOG_WARN, "connection %llu (UDP source %s): "
-		    "no upstream takes it (%s); its datagrams wait, and it "
-		    "tries again every %d ms", (unsigned long long)p->id,
-		    zp_addr_str(&p->client_addr, cbuf, sizeof(cbuf)),
-		    strerror(p->connect_err != 0 ? p->connect_err : EHOSTDOWN),
-		    ZP_DGRAM_WAIT_MS);
+		zp_clock_now(&now);
+		timersub(&now, &ctx->local_warned, &dt);
+		if (dt.tv_sec >= 1 || dt.tv_sec < 0) {
+			level = ZP_LOG_WARN;
+			ctx->local_warned = now;
+		}
+		zp_log(ctx->log, level, "connection %llu (UDP source %s): no "
+		    "upstream takes it (%s); its datagrams wait, and it tries "
+		    "again, every %d ms at first, then less often", (unsigned
+		    long long)p->id, zp_addr_str(&p->client_addr, cbuf,
+		    sizeof(cbuf)), strerror(p->connect_err != 0 ?
+		    p->connect_err : EHOSTDOWN), ZP_DGRAM_WAIT_MS);
 	}
+	/*
+	 * Every second, then twice as long each time, to --fail-timeout: a
+	 * thousand devices must not storm collectors that are down.
+	 */
+	if (p->dial->held++ == 0 || p->dial->wait_ms == 0)
+		p->dial->wait_ms = ZP_DGRAM_WAIT_MS;
+	else if (p->dial->wait_ms < ctx->cfg->fail_timeout * 1000 / 2)
+		p->dial->wait_ms *= 2;
+	tv.tv_sec = p->dial->wait_ms / 1000;
+	tv.tv_usec = p->dial->wait_ms % 1000 * 1000;
 	p->dial->tried = 0;
 	p->dial->attempts = 0;
+	timerclear(&p->dial->retry_until);
+	/* --idle-timeout and the like wait for an upstream too. */
+	if (p->timer != NULL)
+		evtimer_del(p->timer);
 	evtimer_add(p->dial->hold, &tv);
 	return 0;
 }

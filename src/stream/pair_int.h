@@ -96,7 +96,8 @@ struct pair_dial {
 	int			 waiting;	/* retry is armed */
 	struct event		*hold;		/* a UDP source's stream waits
 						   for an upstream */
-	int			 held;		/* ... and said so */
+	int			 held;		/* ... this many rounds */
+	int			 wait_ms;	/* ... and the next round's */
 };
 
 /*

@@ -17,6 +17,7 @@
 #include <event2/event.h>
 
 #include "core/net.h"
+#include "core/iptab.h"
 #include "core/udpsock.h"
 #include "lib/acl.h"
 #include "lib/clock.h"
@@ -35,8 +36,6 @@
 #define ZP_UDP_BUFSZ		65536
 /* The drain reads what waits, at most this many batches. */
 #define ZP_UDP_STOP_ROUNDS	4096
-/* Buckets of a reader's source table at first (a power of two). */
-#define ZP_UDP_BUCKETS		64
 
 /* The root's list of UDP sockets, for the readers and the takeover. */
 struct zp_udp_socks {
@@ -57,11 +56,10 @@ struct zp_udp;
  * other end is its pair's client, and the frames it has not taken yet.
  */
 struct udp_src {
+	struct zp_iptab_ent	 ent;		/* first: u->tab's, its address */
 	struct zp_udp		*u;
-	struct udp_src		*hnext;		/* its bucket's chain */
 	TAILQ_ENTRY(udp_src)	 lru;		/* u->srcs, least recent first */
 	TAILQ_ENTRY(udp_src)	 dirty;		/* u->dirty: framed this batch */
-	struct zp_addr		 addr;		/* as its first datagram came */
 	int			 fd;		/* -1: gone */
 	struct event		*rev;		/* reads what comes back, EOF */
 	struct event		*wev;		/* pending to write */
@@ -94,14 +92,14 @@ struct zp_udp {
 	unsigned		 in_batch:1;	/* udp_batch runs */
 	unsigned		 stop_due:1;	/* zp_udp_stop came meanwhile */
 	unsigned		 stopped:1;	/* read out, closed */
+	unsigned		 holding:1;	/* ... and the drain waits for
+						   what waits for the upstreams */
 	int			 framing;	/* enum zp_framing */
 	size_t			 lf_max;	/* --max-frame under LF */
 	long			 max_sources;	/* every thread's, in all */
 	int64_t			 drops;		/* the kernel's, counted */
 	size_t			 pending;	/* bytes its sources hold */
-	struct udp_src		**b;
-	size_t			 nb, n;		/* buckets; sources hashed */
-	uint64_t		 seed;
+	struct zp_iptab		 tab;		/* the sources with a stream */
 	struct udp_src		*shared;	/* the shared stream, or NULL */
 	struct udp_outs		*outs;		/* -u udp@: to the upstreams */
 	struct udp_src_list	 srcs;		/* every source, open or ending */
@@ -128,96 +126,11 @@ udp_tally(struct zp_udp *u)
 
 /* ---- the source table --------------------------------------------- */
 
-/* The bytes of an address that name its source: the IP, not the port. */
-static const unsigned char *
-src_key(const struct zp_addr *a, size_t *len)
-{
-	const unsigned char	*v4 = zp_addr_v4(a);
-
-	if (v4 != NULL) {
-		*len = 4;
-		return v4;
-	}
-	if (a->ss.ss_family == AF_INET6) {
-		*len = 16;
-		return a->ss.sin6.sin6_addr.s6_addr;
-	}
-	*len = 0;
-	return NULL;
-}
-
-/*
- * FNV-1a over the key from a secret seed: a sender that chooses its
- * addresses (UDP sources are easy to forge) cannot aim at one chain
- * without knowing the seed.
- */
-static size_t
-src_hash(const struct zp_udp *u, const struct zp_addr *a)
-{
-	const unsigned char	*k;
-	uint64_t		 h = u->seed ^ 0xcbf29ce484222325ULL;
-	size_t			 i, len;
-
-	if ((k = src_key(a, &len)) == NULL)
-		return 0;
-	for (i = 0; i < len; i++)
-		h = (h ^ k[i]) * 0x100000001b3ULL;
-	h ^= h >> 29;
-	return (size_t)h & (u->nb - 1);
-}
-
-static int
-src_same(const struct zp_addr *a, const struct zp_addr *b)
-{
-	const unsigned char	*ka, *kb;
-	size_t			 la, lb;
-
-	ka = src_key(a, &la);
-	kb = src_key(b, &lb);
-	return ka != NULL && la == lb && memcmp(ka, kb, la) == 0;
-}
-
 static struct udp_src *
 src_find(struct zp_udp *u, const struct zp_addr *a)
 {
-	struct udp_src	*s;
-
-	if (u->b == NULL)
-		return NULL;
-	for (s = u->b[src_hash(u, a)]; s != NULL; s = s->hnext)
-		if (src_same(&s->addr, a))
-			return s;
-	return NULL;
-}
-
-/*
- * Double the buckets once there are more sources than buckets. Returns 0,
- * or -1 when there is no table at all (no memory for the first).
- */
-static int
-src_grow(struct zp_udp *u)
-{
-	struct udp_src	**old = u->b, *s, *next;
-	size_t		  i, onb = u->nb, h;
-
-	if (u->b != NULL && u->n < u->nb)
-		return 0;
-	u->nb = onb == 0 ? ZP_UDP_BUCKETS : onb * 2;
-	if ((u->b = calloc(u->nb, sizeof(*u->b))) == NULL) {
-		/* Longer chains, no harm: the old table stays. */
-		u->b = old;
-		u->nb = onb;
-		return old != NULL ? 0 : -1;
-	}
-	for (i = 0; i < onb; i++)
-		for (s = old[i]; s != NULL; s = next) {
-			next = s->hnext;
-			h = src_hash(u, &s->addr);
-			s->hnext = u->b[h];
-			u->b[h] = s;
-		}
-	free(old);
-	return 0;
+	/* The entry is the source's first member. */
+	return (struct udp_src *)zp_iptab_find(&u->tab, a);
 }
 
 /* Take s out of the table: the next datagram of its source opens anew. */
@@ -225,20 +138,13 @@ static void
 src_unhash(struct udp_src *s)
 {
 	struct zp_udp	*u = s->u;
-	struct udp_src	**pp;
 
 	if (s->shared && u->shared == s)
 		u->shared = NULL;
 	if (!s->hashed)
 		return;
-	for (pp = &u->b[src_hash(u, &s->addr)]; *pp != NULL;
-	    pp = &(*pp)->hnext)
-		if (*pp == s) {
-			*pp = s->hnext;
-			break;
-		}
+	zp_iptab_del(&u->tab, &s->ent);
 	s->hashed = 0;
-	u->n--;
 	udp_tally(u)->sources--;
 	__atomic_sub_fetch(&zp_ctx_root(u->ctx)->udp_sources, 1,
 	    __ATOMIC_RELAXED);
@@ -377,8 +283,8 @@ src_read_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (!s->ending && !u->ctx->stopping &&
-	    (n = s->shared ? src_open(u, NULL) : src_get(u, &s->addr)) !=
-	    NULL) {
+	    (n = s->shared ? src_open(u, NULL) : src_get(u, &s->ent.addr)) !=
+	    NULL && !n->ending) {
 		(void)evbuffer_add_buffer(n->pending, s->pending);
 		src_free(s);
 		src_flush(n);
@@ -386,6 +292,14 @@ src_read_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	event_del(s->rev);
 	src_flush(s);
+}
+
+/* Source a's entry in the table: s takes its datagrams. -1: no memory. */
+static int
+src_hash_in(struct zp_udp *u, struct udp_src *s, const struct zp_addr *a)
+{
+	s->ent.addr = *a;
+	return zp_iptab_add(&u->tab, &s->ent);
 }
 
 /*
@@ -400,8 +314,7 @@ src_open(struct zp_udp *u, const struct zp_addr *a)
 	struct zp_addr	 none;
 	int		 sv[2];
 
-	if ((a != NULL && src_grow(u) == -1) ||
-	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
 	    sv) == -1)
 		return NULL;
 	if ((s = calloc(1, sizeof(*s))) == NULL ||
@@ -409,7 +322,8 @@ src_open(struct zp_udp *u, const struct zp_addr *a)
 	    (s->rev = event_new(ctx->base, sv[0], EV_READ | EV_PERSIST,
 	    src_read_cb, s)) == NULL ||
 	    (s->wev = event_new(ctx->base, sv[0], EV_WRITE | EV_PERSIST,
-	    src_write_cb, s)) == NULL || event_add(s->rev, NULL) == -1) {
+	    src_write_cb, s)) == NULL || event_add(s->rev, NULL) == -1 ||
+	    (a != NULL && src_hash_in(u, s, a) == -1)) {
 		if (s != NULL) {
 			if (s->rev != NULL)
 				event_free(s->rev);
@@ -432,11 +346,7 @@ src_open(struct zp_udp *u, const struct zp_addr *a)
 		s->shared = 1;
 		u->shared = s;
 	} else {
-		s->addr = *a;
-		s->hnext = u->b[src_hash(u, a)];
-		u->b[src_hash(u, a)] = s;
 		s->hashed = 1;
-		u->n++;
 		udp_tally(u)->sources++;
 		__atomic_add_fetch(&zp_ctx_root(ctx)->udp_sources, 1,
 		    __ATOMIC_RELAXED);
@@ -468,12 +378,10 @@ src_get(struct zp_udp *u, const struct zp_addr *a)
 	struct zp_ctx	*root = zp_ctx_root(u->ctx);
 	struct udp_src	*s;
 
-	size_t		 klen;
-
 	if ((s = src_find(u, a)) != NULL)
 		return s;
 	/* An address that names no source (none can: UDP has one) shares. */
-	if (src_key(a, &klen) != NULL &&
+	if (zp_iptab_keyed(a) &&
 	    __atomic_load_n(&root->udp_sources, __ATOMIC_RELAXED) <
 	    u->max_sources && (s = src_open(u, a)) != NULL)
 		return s;
@@ -640,11 +548,28 @@ udp_resume(struct zp_udp *u)
 		u->reading = 1;
 }
 
-/* -u udp@: what waited for an upstream's socket was sent. */
+/* The drain may end as far as this reader goes. */
+static void
+udp_release(struct zp_udp *u)
+{
+	u->holding = 0;
+	__atomic_sub_fetch(&zp_ctx_root(u->ctx)->drain_holds, 1,
+	    __ATOMIC_SEQ_CST);
+	zp_ctx_changed(u->ctx);
+}
+
+/*
+ * -u udp@: what waited for an upstream's socket was sent; a stopped
+ * reader's drain waited for it.
+ */
 static void
 udp_outs_resume_cb(void *arg)
 {
-	udp_resume(arg);
+	struct zp_udp	*u = arg;
+
+	udp_resume(u);
+	if (u->holding && udp_outs_pending(u->outs) == 0)
+		udp_release(u);
 }
 
 static void
@@ -777,6 +702,7 @@ udp_new(struct zp_ctx *ctx, size_t i, long max_sources)
 	struct zp_config	*cfg = ctx->cfg;
 	struct zp_udp		*u;
 	struct timeval		 tv = { 1, 0 };
+	uint64_t		 seed = 0;
 
 	if (cfg->udp_idle < 1.0)
 		tv = zp_seconds_tv(cfg->udp_idle / 2);
@@ -794,13 +720,14 @@ udp_new(struct zp_ctx *ctx, size_t i, long max_sources)
 	u->framing = zp_dgram_framing((enum zp_framing)cfg->framing);
 	u->lf_max = cfg->max_frame > 0 ? cfg->max_frame : ZP_FRAME_DEFAULT_LF;
 	u->max_sources = max_sources;
-	(void)getrandom(&u->seed, sizeof(u->seed), GRND_NONBLOCK);
-	u->seed ^= (uint64_t)(uintptr_t)u;
+	(void)getrandom(&seed, sizeof(seed), GRND_NONBLOCK);
+	zp_iptab_init(&u->tab, seed ^ (uint64_t)(uintptr_t)u);
 	TAILQ_INIT(&u->srcs);
 	TAILQ_INIT(&u->dirty);
 	/* -u udp@: datagrams go on as datagrams (udp_out.h). */
 	if ((zp_config_udp_upstreams(cfg) && (u->outs = udp_outs_new(ctx,
-	    &ctx->stats.udp[u->listen], udp_outs_resume_cb, u)) == NULL) ||
+	    &ctx->stats.udp[u->listen], max_sources, udp_outs_resume_cb,
+	    u)) == NULL) ||
 	    (u->ev = event_new(ctx->base, u->fd, EV_READ | EV_PERSIST,
 	    udp_read_cb, u)) == NULL ||
 	    (u->tick = event_new(ctx->base, -1, EV_PERSIST, udp_tick_cb,
@@ -888,9 +815,10 @@ udp_stop_one(struct zp_udp *u)
 		if (!s->ending && !s->eof)
 			src_end(s);
 	}
-	__atomic_sub_fetch(&zp_ctx_root(u->ctx)->drain_holds, 1,
-	    __ATOMIC_SEQ_CST);
-	zp_ctx_changed(u->ctx);
+	/* Datagrams for UDP upstreams still waiting hold the drain. */
+	u->holding = 1;
+	if (udp_outs_pending(u->outs) == 0)
+		udp_release(u);
 }
 
 void
@@ -909,7 +837,7 @@ zp_udp_free(struct zp_ctx *ctx)
 
 	for (u = ctx->udp; u != NULL; u = next) {
 		next = u->next;
-		if (!u->stopped)
+		if (!u->stopped || u->holding)
 			__atomic_sub_fetch(&zp_ctx_root(ctx)->drain_holds, 1,
 			    __ATOMIC_SEQ_CST);
 		/* Reading stops first: no source's end may resume it. */
@@ -922,7 +850,7 @@ zp_udp_free(struct zp_ctx *ctx)
 		while (!TAILQ_EMPTY(&u->srcs))
 			src_free(TAILQ_FIRST(&u->srcs));
 		udp_outs_free(u->outs);
-		free(u->b);
+		zp_iptab_free(&u->tab);
 		free(u->bufs);
 		free(u);
 	}

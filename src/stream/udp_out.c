@@ -2,16 +2,21 @@
  * udp_out.c - -u udp@: datagrams relayed as datagrams (udp_out.h).
  */
 
+#include <sys/queue.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "core/iptab.h"
+#include "core/net.h"
 #include "core/upstream.h"
 #include "lib/clock.h"
 #include "lib/log.h"
@@ -22,29 +27,44 @@
 /* A datagram that waits: its length, then its bytes. */
 typedef uint32_t	udp_len_t;
 
-/* One upstream's socket, connected to its first address. */
+/* One socket to one upstream (its first address), from one source. */
 struct udp_out {
 	struct udp_outs	*os;
 	int		 idx;
-	int		 fd;		/* -1: none yet */
+	int		 fd;
 	struct event	*rev;		/* refusals; what it answers */
 	struct event	*wev;		/* while datagrams wait */
 	struct evbuffer	*pending;	/* datagrams it did not take */
 	unsigned	 sent:1;	/* one went since the last tick */
 	unsigned	 refused:1;	/* ... and was refused */
-	unsigned	 said:1;	/* an error of its own was logged */
 };
+
+/* --source client: a device, and its sockets (one an upstream). */
+struct udp_peer {
+	struct zp_iptab_ent	 ent;		/* first: os->tab's, its address */
+	TAILQ_ENTRY(udp_peer)	 lru;		/* least recent first */
+	struct timeval		 last;
+	struct udp_out		*o[ZP_MAX_UPSTREAMS];
+};
+
+TAILQ_HEAD(udp_peer_list, udp_peer);
 
 struct udp_outs {
 	struct zp_ctx		*ctx;
 	struct zp_udp_tally	*t;
 	void			(*resume)(void *);
 	void			*arg;
-	size_t			 pending;	/* bytes waiting, every upstream */
-	struct udp_out		 o[ZP_MAX_UPSTREAMS];
+	size_t			 pending;	/* bytes waiting, every socket */
+	long			 max_peers;	/* --udp-max-sources, in all */
+	unsigned		 said:1;	/* a socket failed: said once */
+	struct udp_out		*o[ZP_MAX_UPSTREAMS]; /* from this host */
+	struct zp_iptab		 tab;		/* --source client */
+	struct udp_peer_list	 peers;
 };
 
 static void	out_flush(struct udp_out *);
+
+/* ---- one socket ------------------------------------------------------ */
 
 /*
  * The upstream refused a datagram (ICMP port or host unreachable, as the
@@ -94,45 +114,76 @@ out_write_cb(evutil_socket_t fd, short what, void *arg)
 	out_flush(arg);
 }
 
-/* The socket to upstream idx, made the first time. -1: it cannot be. */
-static int
-out_open(struct udp_out *o)
+static void
+out_free(struct udp_out *o)
 {
-	struct zp_ctx	*ctx = o->os->ctx;
-	struct zp_addr	 a;
-	char		 name[ZP_UPSTREAM_NAMELEN];
-
+	if (o == NULL)
+		return;
+	if (o->pending != NULL) {
+		o->os->pending -= evbuffer_get_length(o->pending);
+		evbuffer_free(o->pending);
+	}
+	if (o->rev != NULL)
+		event_free(o->rev);
+	if (o->wev != NULL)
+		event_free(o->wev);
 	if (o->fd != -1)
-		return 0;
-	if (zp_upstream_addr(ctx->ups, (size_t)o->idx, 0, &a) == 0)
-		return -1;
+		close(o->fd);
+	free(o);
+}
+
+/*
+ * A socket to upstream idx, connected to its first address, from src
+ * (NULL: the kernel's choice; transparent: src is a device's, --source
+ * client). NULL when it cannot be made: said once.
+ */
+static struct udp_out *
+out_new(struct udp_outs *os, int idx, const struct zp_addr *from,
+    int transparent, int *errp)
+{
+	struct zp_ctx	*ctx = os->ctx;
+	struct udp_out	*o;
+	struct zp_addr	 a, src;
+	char		 name[ZP_UPSTREAM_NAMELEN];
+	int		 err;
+
+	if ((o = calloc(1, sizeof(*o))) == NULL)
+		return NULL;
+	o->os = os;
+	o->idx = idx;
+	o->fd = -1;
+	if (zp_upstream_addr(ctx->ups, (size_t)idx, 0, &a) == 0) {
+		err = EDESTADDRREQ;
+		goto fail;
+	}
+	if (from != NULL && zp_source_for(from, &a, &src) == -1) {
+		err = EAFNOSUPPORT;
+		goto fail;
+	}
 	if ((o->fd = socket(a.ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK |
 	    SOCK_CLOEXEC, 0)) == -1 ||
+	    (from != NULL && zp_net_bind_source(o->fd, &src,
+	    transparent) == -1) ||
 	    connect(o->fd, (struct sockaddr *)&a.ss, a.len) == -1 ||
 	    (o->pending = evbuffer_new()) == NULL ||
 	    (o->rev = event_new(ctx->base, o->fd, EV_READ | EV_PERSIST,
 	    out_read_cb, o)) == NULL ||
 	    (o->wev = event_new(ctx->base, o->fd, EV_WRITE | EV_PERSIST,
 	    out_write_cb, o)) == NULL || event_add(o->rev, NULL) == -1) {
-		if (!o->said) {
-			o->said = 1;
-			zp_log(ctx->log, ZP_LOG_WARN, "udp: %s: cannot make its "
-			    "socket: %s", zp_upstream_label(ctx->ups,
-			    (size_t)o->idx, name, sizeof(name)),
-			    strerror(errno));
-		}
-		if (o->rev != NULL)
-			event_free(o->rev);
-		if (o->pending != NULL)
-			evbuffer_free(o->pending);
-		if (o->fd != -1)
-			close(o->fd);
-		o->rev = NULL;
-		o->pending = NULL;
-		o->fd = -1;
-		return -1;
+		err = errno;
+		goto fail;
 	}
-	return 0;
+	return o;
+fail:
+	*errp = err;
+	if (!os->said) {
+		os->said = 1;
+		zp_log(ctx->log, ZP_LOG_WARN, "udp: %s: cannot make a socket "
+		    "to it: %s (said once)", zp_upstream_label(ctx->ups,
+		    (size_t)idx, name, sizeof(name)), strerror(err));
+	}
+	out_free(o);
+	return NULL;
 }
 
 /* A datagram of len bytes went to the upstream: counted as delivered. */
@@ -148,15 +199,14 @@ out_sent(struct udp_out *o, size_t len)
 }
 
 /*
- * Send one datagram; 1 when it went or is lost (said), 0 when the socket
- * could not take it now (it is to wait). A refusal reported on this send
- * is an earlier datagram's: the kernel did not send this one, so it goes
- * again.
+ * Send one datagram; 1 when it went or is lost (counted), 0 when the
+ * socket could not take it now (it is to wait). A refusal reported on
+ * this send is an earlier datagram's: the kernel did not send this one,
+ * so it goes again.
  */
 static int
 out_try(struct udp_out *o, const void *d, size_t len)
 {
-	char	name[ZP_UPSTREAM_NAMELEN];
 	int	i;
 
 	for (i = 0; i < 2; i++) {
@@ -164,23 +214,14 @@ out_try(struct udp_out *o, const void *d, size_t len)
 			out_sent(o, len);
 			return 1;
 		}
-		if (out_refusal(errno)) {
-			out_refused(o, errno);
-			continue;
-		}
-		if (errno == EAGAIN || errno == ENOBUFS || errno == EINTR)
-			return 0;
-		break;
+		if (!out_refusal(errno))
+			break;
+		out_refused(o, errno);
 	}
-	/* A datagram the path cannot carry (EMSGSIZE), say. */
+	if (i < 2 && (errno == EAGAIN || errno == ENOBUFS || errno == EINTR))
+		return 0;
+	/* Refused twice, or a datagram the path cannot carry (EMSGSIZE). */
 	o->os->t->dropped[ZP_UDP_DROP_UNREACHABLE]++;
-	if (!o->said) {
-		o->said = 1;
-		zp_log(o->os->ctx->log, ZP_LOG_WARN, "udp: %s: a datagram of "
-		    "%zu bytes not sent: %s (said once)", zp_upstream_label(
-		    o->os->ctx->ups, (size_t)o->idx, name, sizeof(name)), len,
-		    strerror(i < 2 ? errno : ECONNREFUSED));
-	}
 	return 1;
 }
 
@@ -190,7 +231,9 @@ out_queue(struct udp_out *o, const void *d, size_t len)
 {
 	udp_len_t	n = (udp_len_t)len;
 
-	if (evbuffer_add(o->pending, &n, sizeof(n)) == -1 ||
+	/* Room for both first: never a length without its datagram. */
+	if (evbuffer_expand(o->pending, sizeof(n) + len) == -1 ||
+	    evbuffer_add(o->pending, &n, sizeof(n)) == -1 ||
 	    evbuffer_add(o->pending, d, len) == -1) {
 		o->os->t->dropped[ZP_UDP_DROP_NO_STREAM]++;
 		return;
@@ -222,40 +265,139 @@ out_flush(struct udp_out *o)
 	}
 }
 
+/* ---- --source client: the devices ---------------------------------- */
+
+static void
+peer_free(struct udp_outs *os, struct udp_peer *p)
+{
+	int	i;
+
+	zp_iptab_del(&os->tab, &p->ent);
+	TAILQ_REMOVE(&os->peers, p, lru);
+	for (i = 0; i < ZP_MAX_UPSTREAMS; i++)
+		out_free(p->o[i]);
+	os->t->sources--;
+	__atomic_sub_fetch(&zp_ctx_root(os->ctx)->udp_sources, 1,
+	    __ATOMIC_RELAXED);
+	free(p);
+}
+
+/*
+ * The device a's entry, found or made; NULL beyond --udp-max-sources
+ * (or out of memory): its datagrams go from this host's address then.
+ */
+static struct udp_peer *
+peer_get(struct udp_outs *os, const struct zp_addr *a)
+{
+	struct zp_ctx	*root = zp_ctx_root(os->ctx);
+	struct udp_peer	*p;
+
+	if (!zp_iptab_keyed(a))
+		return NULL;
+	/* The entry is the peer's first member. */
+	if ((p = (struct udp_peer *)zp_iptab_find(&os->tab, a)) != NULL)
+		goto found;
+	if (__atomic_load_n(&root->udp_sources, __ATOMIC_RELAXED) >=
+	    os->max_peers || (p = calloc(1, sizeof(*p))) == NULL)
+		return NULL;
+	p->ent.addr = *a;
+	if (zp_iptab_add(&os->tab, &p->ent) == -1) {
+		free(p);
+		return NULL;
+	}
+	TAILQ_INSERT_TAIL(&os->peers, p, lru);
+	os->t->sources++;
+	__atomic_add_fetch(&root->udp_sources, 1, __ATOMIC_RELAXED);
+found:
+	zp_clock_now(&p->last);
+	TAILQ_REMOVE(&os->peers, p, lru);
+	TAILQ_INSERT_TAIL(&os->peers, p, lru);
+	return p;
+}
+
+/* ---- the relay -------------------------------------------------------- */
+
 struct udp_outs *
-udp_outs_new(struct zp_ctx *ctx, struct zp_udp_tally *t,
+udp_outs_new(struct zp_ctx *ctx, struct zp_udp_tally *t, long max_peers,
     void (*resume)(void *), void *arg)
 {
 	struct udp_outs	*os;
-	int		 i;
+	uint64_t	 seed = 0;
 
 	if ((os = calloc(1, sizeof(*os))) == NULL)
 		return NULL;
 	os->ctx = ctx;
 	os->t = t;
+	os->max_peers = max_peers;
 	os->resume = resume;
 	os->arg = arg;
-	for (i = 0; i < ZP_MAX_UPSTREAMS; i++) {
-		os->o[i].os = os;
-		os->o[i].idx = i;
-		os->o[i].fd = -1;
-	}
+	TAILQ_INIT(&os->peers);
+	(void)getrandom(&seed, sizeof(seed), GRND_NONBLOCK);
+	zp_iptab_init(&os->tab, seed ^ (uint64_t)(uintptr_t)os);
 	return os;
+}
+
+/*
+ * Is upstream idx of the family `from` can send to (NULL: any)? An IPv4
+ * device cannot send to an IPv6 upstream, nor the reverse.
+ */
+static int
+out_family_ok(struct udp_outs *os, int idx, const struct zp_addr *from)
+{
+	struct zp_addr	up, src;
+
+	return from == NULL || (zp_upstream_addr(os->ctx->ups, (size_t)idx, 0,
+	    &up) > 0 && zp_source_for(from, &up, &src) == 0);
+}
+
+/*
+ * The socket for a datagram from source a, sent from `from` (NULL: this
+ * host's choice; p: the device's own sockets, else the thread's): to the
+ * balancer's upstream, skipping those of the other family, down ones
+ * too when no other is left; one whose socket cannot be made (no
+ * address yet, no route) is a failed connect, and the next is tried.
+ * NULL: none.
+ */
+static struct udp_out *
+out_pick(struct udp_outs *os, const struct zp_addr *a,
+    const struct zp_addr *from, struct udp_peer *p)
+{
+	unsigned char	  tried[ZP_MAX_UPSTREAMS] = { 0 };
+	struct udp_out	**slot;
+	struct timeval	  now;
+	int		  idx, n, err = 0;
+
+	zp_clock_now(&now);
+	for (n = 0; n < ZP_MAX_UPSTREAMS; n++) {
+		if ((idx = zp_upstream_pick(os->ctx->ups, a, tried, &now)) < 0)
+			return NULL;
+		tried[idx] = 1;
+		if (!out_family_ok(os, idx, from))
+			continue;
+		slot = p != NULL ? &p->o[idx] : &os->o[idx];
+		if (*slot != NULL || (*slot = out_new(os, idx, from, p != NULL,
+		    &err)) != NULL)
+			return *slot;
+		zp_upstream_connect_failed(os->ctx->ups, (size_t)idx);
+		(void)zp_upstream_report(os->ctx->ups, (size_t)idx, 0, err,
+		    &now);
+	}
+	return NULL;
 }
 
 void
 udp_outs_send(struct udp_outs *os, const void *d, size_t len,
     const struct zp_addr *a)
 {
-	static const unsigned char	 none[ZP_MAX_UPSTREAMS];
+	const struct zp_config		*cfg = os->ctx->cfg;
+	struct udp_peer			*p = NULL;
 	struct udp_out			*o;
-	struct timeval			 now;
-	int				 idx;
 
-	zp_clock_now(&now);
-	/* Down ones too when no other is left: a datagram is not refused. */
-	if ((idx = zp_upstream_pick(os->ctx->ups, a, none, &now)) < 0 ||
-	    out_open(o = &os->o[idx]) == -1) {
+	if (cfg->source == ZP_SOURCE_CLIENT && (p = peer_get(os, a)) == NULL)
+		os->t->shared++;	/* from this host's address */
+	if ((o = out_pick(os, a, p != NULL ? &p->ent.addr :
+	    cfg->source == ZP_SOURCE_ADDR ? &cfg->source_addr : NULL,
+	    p)) == NULL) {
 		os->t->dropped[ZP_UDP_DROP_NO_STREAM]++;
 		return;
 	}
@@ -269,41 +411,71 @@ udp_outs_pending(const struct udp_outs *os)
 	return os != NULL ? os->pending : 0;
 }
 
+/*
+ * A down upstream sent to without a refusal, here in the last second and
+ * anywhere for 2 (a refusal reaches only the thread whose socket sent
+ * the datagram), is up again. One that is up is left alone: a success
+ * here must not clear the refusals another thread counts towards
+ * --max-fails.
+ */
+static void
+out_tick(struct udp_out *o, const struct timeval *now, unsigned char *ok)
+{
+	struct zp_upstream	u;
+
+	if (o == NULL)
+		return;
+	if (o->sent && !o->refused && !ok[o->idx]) {
+		ok[o->idx] = 1;
+		zp_upstream_get(o->os->ctx->ups, (size_t)o->idx, &u);
+		if (!u.up && time(NULL) - u.last_err_at >= 2)
+			(void)zp_upstream_report(o->os->ctx->ups,
+			    (size_t)o->idx, 1, 0, now);
+	}
+	o->sent = o->refused = 0;
+}
+
 void
 udp_outs_tick(struct udp_outs *os)
 {
-	struct timeval	now;
-	int		i;
+	struct udp_peer	*p, *next;
+	struct timeval	 now, t, idle = zp_seconds_tv(os->ctx->cfg->udp_idle);
+	unsigned char	 ok[ZP_MAX_UPSTREAMS] = { 0 };
+	int		 i, held;
 
 	zp_clock_now(&now);
-	for (i = 0; i < ZP_MAX_UPSTREAMS; i++) {
-		if (os->o[i].sent && !os->o[i].refused)
-			(void)zp_upstream_report(os->ctx->ups, (size_t)i, 1, 0,
-			    &now);
-		os->o[i].sent = os->o[i].refused = 0;
+	for (i = 0; i < ZP_MAX_UPSTREAMS; i++)
+		out_tick(os->o[i], &now, ok);
+	for (p = TAILQ_FIRST(&os->peers); p != NULL; p = next) {
+		next = TAILQ_NEXT(p, lru);
+		for (i = 0, held = 0; i < ZP_MAX_UPSTREAMS; i++) {
+			out_tick(p->o[i], &now, ok);
+			held |= p->o[i] != NULL &&
+			    evbuffer_get_length(p->o[i]->pending) > 0;
+		}
+		/* A device quiet for --udp-idle: its sockets close. */
+		timeradd(&p->last, &idle, &t);
+		if (!held && !timercmp(&t, &now, >))
+			peer_free(os, p);
 	}
 }
 
 void
 udp_outs_free(struct udp_outs *os)
 {
-	struct udp_out	*o;
-	int		 i;
+	size_t	left = 0;
+	int	i;
 
 	if (os == NULL)
 		return;
-	for (i = 0; i < ZP_MAX_UPSTREAMS; i++) {
-		o = &os->o[i];
-		if (o->fd == -1)
-			continue;
-		if (evbuffer_get_length(o->pending) > 0)
-			zp_log(os->ctx->log, ZP_LOG_WARN, "udp: %zu bytes of "
-			    "datagrams for upstream %d not sent at the end",
-			    evbuffer_get_length(o->pending), i);
-		event_free(o->rev);
-		event_free(o->wev);
-		evbuffer_free(o->pending);
-		close(o->fd);
-	}
+	left = os->pending;
+	while (!TAILQ_EMPTY(&os->peers))
+		peer_free(os, TAILQ_FIRST(&os->peers));
+	for (i = 0; i < ZP_MAX_UPSTREAMS; i++)
+		out_free(os->o[i]);
+	if (left > 0)
+		zp_log(os->ctx->log, ZP_LOG_WARN, "udp: %zu bytes of datagrams "
+		    "for the upstreams not sent at the end", left);
+	zp_iptab_free(&os->tab);
 	free(os);
 }

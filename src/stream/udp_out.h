@@ -2,7 +2,11 @@
  * udp_out.h - -u udp@HOST:PORT: datagrams relayed as datagrams. Each
  * datagram goes, whole, to the upstream the balancer picks for it
  * (roundrobin: per datagram; source: per source address; first), from a
- * connected UDP socket of the reading thread's for that upstream.
+ * connected UDP socket of the reading thread's for that upstream: bound
+ * to --source ADDR, or with --source client one of each device's own,
+ * bound to its address (IP_TRANSPARENT), closed after --udp-idle without
+ * a datagram from it; beyond --udp-max-sources devices, from this host's
+ * address (counted as shared).
  *
  * Health: an ICMP port unreachable comes back on the connected socket
  * as a refusal (ECONNREFUSED, on the next send or as a socket error):
@@ -25,11 +29,12 @@ struct udp_outs;
 
 /*
  * A reader's sockets to the upstreams, made as they are first needed,
- * on ctx's thread; t the reader's counters; resume(arg) is called when
- * what waited was sent (the reader may read again). NULL: no memory.
+ * on ctx's thread; t the reader's counters; max_peers: --udp-max-sources
+ * (over every thread); resume(arg) is called when what waited was sent
+ * (the reader may read again). NULL: no memory.
  */
 struct udp_outs *udp_outs_new(struct zp_ctx *, struct zp_udp_tally *t,
-	    void (*resume)(void *), void *arg);
+	    long max_peers, void (*resume)(void *), void *arg);
 
 /* Send datagram d (len bytes, 1 or more) from source a. */
 void	udp_outs_send(struct udp_outs *, const void *d, size_t len,
@@ -38,7 +43,10 @@ void	udp_outs_send(struct udp_outs *, const void *d, size_t len,
 /* Bytes waiting for a socket to take them. */
 size_t	udp_outs_pending(const struct udp_outs *);
 
-/* Every second: upstreams sent to without a refusal are up. */
+/*
+ * Every second: upstreams sent to without a refusal are up; devices
+ * quiet for --udp-idle lose their sockets.
+ */
 void	udp_outs_tick(struct udp_outs *);
 
 /* Close the sockets; what still waits is said and dropped. */

@@ -14,7 +14,8 @@
 #      listener (IPv4 clients v4-mapped there) arrive attributed to those
 #      addresses, in both modes;
 #   b1. the same for syslog over UDP: -l udp@ --source client, datagrams
-#      from those four addresses, attributed to them by rsyslog;
+#      from those four addresses, attributed to them by rsyslog; and UDP
+#      to UDP (-u udp@ --source client) into rsyslog's imudp;
 #   b2. behind a balancer, --accept-proxy --source client: a real HAProxy
 #      (send-proxy-v2, crc32c) in front; rsyslog attributes the message
 #      to the client that connected to HAProxy (10.9.0.3), and those of
@@ -168,6 +169,8 @@ ruleset(name="collect") {
          flushOnTXEnd="on" asyncWriting="off")
 }
 input(type="imtcp" port="$RS_PORT" ruleset="collect")
+module(load="imudp")
+input(type="imudp" port="$RS_PORT" ruleset="collect")
 EOF
 zp_bg rsyslog ip netns exec zs "$RSYSLOGD" -n -f "$RS_D/rsyslog.conf" \
     -i "$RS_D/pid" "${RS_MOD[@]}"
@@ -239,6 +242,34 @@ client_rsyslog_udp() {
 for mode in $MODES; do
 	subcase client_rsyslog_udp "$mode"
 done
+
+# UDP to UDP: -u udp@ --source client, rsyslog's imudp attributes each
+# datagram to its device; each family's devices to that family's
+# upstream (the other is skipped, as for TCP).
+client_udp_relay() {
+	local from sock tag
+	start_zproxy -v -l "udp@:@PORT@" --source client \
+	    -u "udp@10.10.0.2:$RS_PORT" -u "udp@[fd10::2]:$RS_PORT"
+	for from in 10.9.0.2 10.9.0.3 fd09::2 fd09::3; do
+		sock=UDP4-SENDTO:10.9.0.1:$ZPORT,bind=$from
+		case $from in
+		*:*) sock=UDP6-SENDTO:[fd09::1]:$ZPORT,bind=[$from] ;;
+		esac
+		tag=relay-from-${from//:/_}
+		printf '<13>Dec  3 12:00:00 zc zptest: %s' "$tag" |
+		    timeout -k 2 10 ip netns exec zc socat -u - "$sock" ||
+			fail "cannot send a datagram from $from"
+		wait_line "$RS_LOG" " $tag\$" 10 >/dev/null ||
+			fail "-u udp@: rsyslog imudp did not get the datagram from $from"
+		grep -q "^$from .*$tag\$" "$RS_LOG" ||
+			fail "-u udp@: the datagram from $from is attributed otherwise: $(grep " $tag\$" "$RS_LOG")"
+	done
+	! grep -q 'cannot make a socket' "$ZLOG" ||
+		fail "-u udp@: $(grep -m1 'cannot make a socket' "$ZLOG")"
+	ok "-u udp@ --source client: rsyslog imudp attributes each device's datagram to it (10.9.0.2, 10.9.0.3, fd09::2, fd09::3)"
+	stop_zproxy
+}
+subcase client_udp_relay
 
 # ---- b2. behind a balancer: --accept-proxy --source client ---------------
 
