@@ -36,6 +36,7 @@
 
 static int	pair_connect_next(struct zp_pair *) ZP_MAY_FREE;
 static int	pair_dgram_wait(struct zp_pair *) ZP_MAY_FREE;
+static int	pair_no_upstream(struct zp_pair *) ZP_MAY_FREE;
 static void	pair_dial_end(struct zp_pair *);
 
 /*
@@ -580,6 +581,19 @@ pair_connect_upstream(struct zp_pair *p)
 		p->dial->addr_tried = 0;
 		return pair_connect_next(p);
 	}
+	return pair_no_upstream(p);
+}
+
+/*
+ * No upstream is left to try: spool the stream, let a UDP source's
+ * wait, or end the pair with the reason the tries gave. Returns 1 when
+ * the pair was freed.
+ */
+static int ZP_MAY_FREE
+pair_no_upstream(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx;
+
 	if (p->state == ZP_PAIR_MOVING && ctx->spool != NULL) {
 		/* --spool: the stream waits in files rather than ending. */
 		switch (pair_spool_moved(p)) {
