@@ -14,7 +14,8 @@
 #      and sent = delivered + zproxy_udp_dropped_total{reason=
 #      "unreachable"}: every loss counted;
 #   d. zproxy ctl reload keeps the UDP upstreams as they are, and
-#      refuses to make them TCP;
+#      refuses to make them TCP; zproxy ctl add takes udp@HOST:PORT
+#      (a third of the next datagrams go to it) and refuses HOST:PORT;
 #   e. refused at start-up: TCP and UDP upstreams mixed, -u udp@ behind a
 #      TCP listener, --framing, --spool, --mirror with -u udp@.
 # (--source client with -u udp@ is in source.sh, in network namespaces.)
@@ -230,13 +231,24 @@ case_reload() {
 	wait_total 100 10 rla rlb
 	[ "$(lines rla)" = 50 ] && [ "$(lines rlb)" = 50 ] ||
 		fail "after a reload: $(lines rla)/$(lines rlb), want 50/50"
+	# zproxy ctl add: udp@ among UDP upstreams, never a TCP one
+	out=$("$ZPROXY" ctl --control "$T/run/ctl" add upstream "127.0.0.1:$a" 2>&1) &&
+		fail "add upstream 127.0.0.1:$a was taken: $out"
+	grep -q 'the upstreams are UDP' <<<"$out" || fail "add upstream TCP: $out"
+	receiver rlc
+	out=$("$ZPROXY" ctl --control "$T/run/ctl" add upstream \
+	    "udp@127.0.0.1:$RPORT" 2>&1) || fail "add upstream udp@: $out"
+	SOURCES=3 MSGS=30 send "$ZPORT" reload2
+	wait_total 190 10 rla rlb rlc
+	[ "$(lines rlc)" = 30 ] ||
+		fail "the added UDP upstream got $(lines rlc) of the next 90, want 30"
 	printf 'upstream 127.0.0.1:%s\n' "$a" >"$conf"
 	out=$("$ZPROXY" ctl --control "$T/run/ctl" reload 2>&1) &&
 		fail "a reload to a TCP upstream was taken: $out"
 	grep -q 'cannot change between TCP and UDP' <<<"$out" ||
 		fail "a reload to a TCP upstream: $out"
 	stop_zproxy
-	ok "reload: the UDP upstreams stay as they were (2 udp@, 50/50 after it); one to a TCP upstream refused, '$out'"
+	ok "reload: the UDP upstreams stay as they were (2 udp@, 50/50 after it); zproxy ctl add takes udp@ (30 of 90 to it), refuses a TCP one; a reload to a TCP upstream refused, '$out'"
 }
 
 case_refused() {
