@@ -54,6 +54,8 @@ struct zp_spool_hdr {
 	struct zp_addr	client;
 	struct zp_addr	dst;		/* len 0: unknown */
 	int		framing;	/* enum zp_framing */
+	int		dgram;		/* a UDP source's stream ("transport=
+					   dgram"): its PROXY header says so */
 	uint64_t	started_ms;
 	uint64_t	sent;		/* delivered already, from the start */
 	int		sent_fixed;	/* sent= has ZP_SPOOL_SENT_DIGITS */
@@ -170,7 +172,8 @@ typedef void	(*zp_spool_done_fn)(void *arg, enum zp_spool_end, int err);
  * its bytes go into files, spliced through a pipe of ctx's pool (lf and
  * nul framing; octet, auto's first byte, a cut and a pool out of pipes:
  * read and written), cut at the boundaries of its framing (enum
- * zp_framing, messages up to max_frame); nothing is sent back. The writer owns a read event on fd, not fd. Its first file is
+ * zp_framing, messages up to max_frame; dgram: a UDP source's, which
+ * its files say); nothing is sent back. The writer owns a read event on fd, not fd. Its first file is
  * made by the I/O thread: reading begins once it is open, and a file
  * that cannot be made ends the writer (done(ZP_SPOOL_DISK_FAILED)),
  * never from within this call. Returns NULL with errno: ENOSPC when the
@@ -178,7 +181,7 @@ typedef void	(*zp_spool_done_fn)(void *arg, enum zp_spool_end, int err);
  */
 struct zp_spool_writer *zp_spool_writer_new(struct zp_ctx *, int fd,
 	    uint64_t conn, const struct zp_addr *client,
-	    const struct zp_addr *dst, int framing, size_t max_frame,
+	    const struct zp_addr *dst, int framing, size_t max_frame, int dgram,
 	    zp_spool_done_fn done, void *arg);
 
 /*

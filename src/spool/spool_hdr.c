@@ -32,8 +32,9 @@ zp_spool_hdr_format(const struct zp_spool_hdr *h, char *buf, size_t len)
 		snprintf(d, sizeof(d), "-");
 	if (c[0] == '?' || d[0] == '?')
 		return -1;
-	n = snprintf(buf, len, "ZPSPOOL 1 client=%s dst=%s framing=%s "
+	n = snprintf(buf, len, "ZPSPOOL 1 client=%s dst=%s framing=%s %s"
 	    "started=%llu sent=%0*llu\n", c, d, zp_framing_name(h->framing),
+	    h->dgram ? "transport=dgram " : "",
 	    (unsigned long long)h->started_ms, ZP_SPOOL_SENT_DIGITS,
 	    (unsigned long long)h->sent);
 	if (n < 0 || (size_t)n >= len || n > ZP_SPOOL_HDR_MAX)
@@ -156,6 +157,12 @@ zp_spool_hdr_parse(const void *vbuf, size_t len, struct zp_spool_hdr *h)
 	if ((fr = zp_framing_parse(fw)) == -1 || fr == ZP_FRAMING_NONE)
 		return -1;
 	h->framing = fr;
+	/* Written for a UDP source's stream only (older files have none). */
+	if (next_field(&p, nl, "transport=", &v, &vn) == 0) {
+		if (vn != 5 || memcmp(v, "dgram", 5) != 0)
+			return -1;
+		h->dgram = 1;
+	}
 	if (next_field(&p, nl, "started=", &v, &vn) == -1 ||
 	    parse_digits(v, vn, 19, &h->started_ms) == -1 ||
 	    next_field(&p, nl, "sent=", &v, &vn) == -1 ||

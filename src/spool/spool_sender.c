@@ -389,7 +389,7 @@ sender_connected(struct zp_sender *s)
 	if (ctx->cfg->send_proxy) {
 		n = pread(s->file, b, sizeof(b), 0);
 		if (n <= 0 || zp_spool_hdr_parse(b, (size_t)n, &h) <= 0 ||
-		    (n = zp_proxy_header(ctx->cfg->send_proxy, 0,
+		    (n = zp_proxy_header(ctx->cfg->send_proxy, h.dgram,
 		    (struct sockaddr *)&h.client.ss,
 		    (struct sockaddr *)&h.dst.ss, ph, sizeof(ph))) == -1) {
 			sender_fail(s, EINVAL, "PROXY header");

@@ -387,7 +387,7 @@ writer_timer_cb(evutil_socket_t fd, short what, void *arg)
 struct zp_spool_writer *
 zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
     const struct zp_addr *client, const struct zp_addr *dst, int framing,
-    size_t max_frame, zp_spool_done_fn done, void *arg)
+    size_t max_frame, int dgram, zp_spool_done_fn done, void *arg)
 {
 	struct zp_spool_writer	*w;
 	struct zp_spool		*sp = ctx_spool(ctx);
@@ -408,6 +408,7 @@ zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
 	w->hdr.client = *client;
 	w->hdr.dst = *dst;
 	w->hdr.framing = framing;
+	w->hdr.dgram = dgram;
 	w->max_frame = max_frame;
 	zp_clock_now(&w->synced);
 	/* Wall time: the files' names and headers say when, for people. */

@@ -114,8 +114,8 @@ pair_spool(struct zp_pair *p)
 	}
 	zp_addr_unmap(&dst);
 	if ((p->spool = zp_spool_writer_new(ctx, p->client.fd, p->id,
-	    &p->client_addr, &dst, p->framing, p->max_frame, pair_spool_done,
-	    p)) == NULL) {
+	    &p->client_addr, &dst, p->framing, p->max_frame, p->dgram,
+	    pair_spool_done, p)) == NULL) {
 		/* Full: the connection's line says so (end=spool-full). */
 		if ((spool_err = errno) != ENOSPC)
 			zp_log(ctx->log, ZP_LOG_ERROR, "connection %llu: no "

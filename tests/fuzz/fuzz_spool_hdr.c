@@ -92,7 +92,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(parse(data, (size_t)rc, &h2) == rc);
 	FUZZ_CHECK(same_addr(&h.client, &h2.client) &&
 	    same_addr(&h.dst, &h2.dst) && h.framing == h2.framing &&
-	    h.started_ms == h2.started_ms && h.sent == h2.sent);
+	    h.dgram == h2.dgram && h.started_ms == h2.started_ms &&
+	    h.sent == h2.sent);
 	FUZZ_CHECK(parse(data, (size_t)rc - 1, &h2) == 0);
 	/* Written again, read again. */
 	n = zp_spool_hdr_format(&h, out, sizeof(out));
@@ -100,7 +101,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(parse((const uint8_t *)out, (size_t)n, &h3) == n);
 	FUZZ_CHECK(same_addr(&h.client, &h3.client) &&
 	    same_addr(&h.dst, &h3.dst) && h.framing == h3.framing &&
-	    h.started_ms == h3.started_ms);
+	    h.dgram == h3.dgram && h.started_ms == h3.started_ms);
 	/* The width the sender writes over in place, when it fits. */
 	if (h.sent < 10000000000000000ULL)
 		FUZZ_CHECK(h3.sent == h.sent && h3.sent_fixed);

@@ -17,8 +17,9 @@
 #      its last 20000 bytes of each connection in memory, --lag): A is
 #      killed (SIGKILL) mid-run: every message reaches A or B at least
 #      once, each file a run of one source's messages in order;
-#   d. --spool, the only collector down: the streams spool, and once it
-#      listens everything reaches it, each message once, in order;
+#   d. --spool --send-proxy v2, the only collector down: the streams
+#      spool, and once it listens everything reaches it, each message
+#      once, in order, each file after a v2 header saying DGRAM;
 #   e. --mirror: the mirror gets every message too, once, in order.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 . "${ZP_TESTLIB%/*}/collectorlib.sh" || exit 1
@@ -213,17 +214,27 @@ case_spool() {
 	cp=$(free_port) || fail "zp-peer port failed"
 	mkdir -p "$T/spool-$mode"
 	zp_user_dir "$T/spool-$mode"
-	start_udp -u "127.0.0.1:$cp" --spool "$T/spool-$mode" --fail-timeout 1
+	start_udp -u "127.0.0.1:$cp" --spool "$T/spool-$mode" --fail-timeout 1 \
+	    --send-proxy v2
 	dgram "s-$mode" 3 "$MSGS"
 	wait_metric zproxy_spooled_bytes_total '>' 0 10 "$what: spooled"
 	collect "s-$mode" --port "$cp"
-	wait_bytes "s-$mode" -- "$(field octet "$(cat "$T/s-$mode.out")")" 40
+	# each connection a v2 header (28 bytes) and its frames
+	wait_bytes "s-$mode" -- "$(( $(field octet "$(cat "$T/s-$mode.out")") + 3 * 28 ))" 40
 	stop_zproxy
 	mapfile -t fs < <(files "s-$mode")
+	mkdir -p "$T/s-$mode.body"
+	for f in "${fs[@]}"; do
+		# v2, PROXY, then 0x12: a UDP source's stream, spooled or not
+		[ "$(od -An -tx1 -j 12 -N 2 "$f" | tr -d ' \n')" = 2112 ] ||
+			fail "$what: ${f##*/}'s header is not v2 DGRAM: $(od -An -tx1 -N 16 "$f")"
+		tail -c +29 "$f" >"$T/s-$mode.body/${f##*/}"
+	done
 	"$ZP_LOGSEND" verify -v --raw --runs --exactly-once --conns 3 \
-	    --msgs "$MSGS" --framing octet "${fs[@]}" >"$T/s-$mode.verify" 2>&1 ||
+	    --msgs "$MSGS" --framing octet "$T/s-$mode.body"/conn-*.raw \
+	    >"$T/s-$mode.verify" 2>&1 ||
 		fail "$what: $(tail -n 3 "$T/s-$mode.verify" | tr '\n' ' ')"
-	ok "$what: spooled, then delivered once the collector listened: $(grep '^sent=' "$T/s-$mode.verify")"
+	ok "$what: spooled, then delivered once the collector listened, each file's PROXY v2 header DGRAM: $(grep '^sent=' "$T/s-$mode.verify")"
 }
 
 case_mirror() {

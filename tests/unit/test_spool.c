@@ -105,6 +105,18 @@ test_hdr_round_trip(void **state)
 	assert_int_equal(r.framing, ZP_FRAMING_OCTET);
 	assert_true(r.sent == 8388608);
 	assert_true(r.sent_fixed);
+	/* A UDP source's stream says so, after its framing; read back. */
+	h.dgram = 1;
+	n = zp_spool_hdr_format(&h, buf, sizeof(buf));
+	assert_string_equal(buf, "ZPSPOOL 1 client=[2001:db8::1]:6514 dst=- "
+	    "framing=octet transport=dgram started=0 sent=0000000008388608\n");
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(zp_spool_hdr_parse(buf, (size_t)n, &r), n);
+	assert_int_equal(r.dgram, 1);
+	assert_true(r.sent == 8388608);
+	/* Only dgram is written there: anything else is not a header. */
+	assert_int_equal(zp_spool_hdr_parse("ZPSPOOL 1 client=1.2.3.4:5 dst=- "
+	    "framing=lf transport=stream started=1 sent=0\n", 78, &r), -1);
 	/* A v4-mapped address is read as the IPv4 one it is. */
 	assert_true(zp_spool_hdr_parse("ZPSPOOL 1 client=[::ffff:1.2.3.4]:5 "
 	    "dst=- framing=lf started=1 sent=0\n", 70, &r) == 70);
