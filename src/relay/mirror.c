@@ -28,6 +28,7 @@
 #include "core/connect.h"
 #include "relay/ctx.h"
 #include "relay/mirror.h"
+#include "relay/worker.h"
 #include "core/net.h"
 
 /* Never SPLICE_F_MORE: a tail held back is a tail late. */
@@ -90,6 +91,8 @@ struct zp_mirror_set {
 	struct zp_framer	 f;
 	unsigned		 ended:1;	/* the client's stream is over */
 	unsigned		 released:1;	/* the pair is gone: on the list */
+	unsigned		 counted:1;	/* ... in ctx->load while it
+						   finishes (set_maybe_free) */
 	TAILQ_ENTRY(zp_mirror_set) entry;
 	struct zp_mstream	 s[ZP_MAX_MIRRORS];
 };
@@ -169,14 +172,24 @@ mirror_drop_log(struct zp_ctx *ctx, size_t i, uint64_t id, const char *why)
 		    why);
 }
 
-/* A set that is released and has no stream left is freed. */
+/*
+ * A set that is released and has no stream left is freed; one that
+ * counted as a connection while it finished no longer does.
+ */
 static void
 set_maybe_free(struct zp_mirror_set *set)
 {
+	struct zp_ctx	*ctx = set->ctx;
+	int		 counted = set->counted;
+
 	if (!set->released || set->open > 0)
 		return;
-	TAILQ_REMOVE(&set->ctx->mirror_sets, set, entry);
+	TAILQ_REMOVE(&ctx->mirror_sets, set, entry);
 	free(set);
+	if (counted) {
+		__atomic_sub_fetch(&ctx->load, 1, __ATOMIC_SEQ_CST);
+		zp_ctx_closed(ctx);	/* the listener may resume */
+	}
 }
 
 /* Its connect is under way: its bytes wait in its pipe. */
@@ -859,6 +872,15 @@ zp_mirror_set_release(struct zp_mirror_set *set)
 		return;
 	set->released = 1;
 	TAILQ_INSERT_TAIL(&set->ctx->mirror_sets, set, entry);
+	/*
+	 * A copy still finishing holds descriptors the next pair may not
+	 * take: it counts as a connection (--max-conns, and the derived
+	 * one's budget) until it is done, however slow its mirror reads.
+	 */
+	if (set->open > 0) {
+		set->counted = 1;
+		__atomic_add_fetch(&set->ctx->load, 1, __ATOMIC_SEQ_CST);
+	}
 	zp_mirror_set_end(set);
 	/* Whatever is left has --linger-timeout to go out. */
 	for (i = 0; i < set->n; i++)

@@ -33,6 +33,7 @@
 #include "core/config.h"
 #include "relay/ctx.h"
 #include "relay/mirror.h"
+#include "zproxy.h"
 
 #define KIB	1024
 #define DEADLINE_MS	10000	/* every wait is bounded */
@@ -100,6 +101,7 @@ fx_new(size_t n, int framing)
 	zp_log_init(&fx->log, stderr, ZP_LOG_ERROR);
 	fx->ctx.cfg = &fx->cfg;
 	fx->ctx.log = &fx->log;
+	zp_wire(&fx->ctx);	/* as zp_run() does: a finished copy tells it */
 	fx->ctx.base = event_base_new();
 	assert_non_null(fx->ctx.base);
 	fx->ctx.mirrors = zp_mirrors_new(&fx->cfg);
