@@ -425,7 +425,7 @@ udp_datagram(struct zp_udp *u, const unsigned char *d, size_t len,
 		return;
 	}
 	if (u->outs != NULL) {
-		udp_outs_send(u->outs, d, len, a);
+		udp_outs_send(u->outs, d, len, a, &u->now);
 		return;
 	}
 	if ((s = src_get(u, a)) == NULL) {

@@ -287,7 +287,8 @@ peer_free(struct udp_outs *os, struct udp_peer *p)
  * (or out of memory): its datagrams go from this host's address then.
  */
 static struct udp_peer *
-peer_get(struct udp_outs *os, const struct zp_addr *a)
+peer_get(struct udp_outs *os, const struct zp_addr *a,
+    const struct timeval *now)
 {
 	struct zp_ctx	*root = zp_ctx_root(os->ctx);
 	struct udp_peer	*p;
@@ -309,7 +310,7 @@ peer_get(struct udp_outs *os, const struct zp_addr *a)
 	os->t->sources++;
 	__atomic_add_fetch(&root->udp_sources, 1, __ATOMIC_RELAXED);
 found:
-	zp_clock_now(&p->last);
+	p->last = *now;
 	TAILQ_REMOVE(&os->peers, p, lru);
 	TAILQ_INSERT_TAIL(&os->peers, p, lru);
 	return p;
@@ -356,48 +357,50 @@ out_family_ok(struct udp_outs *os, int idx, const struct zp_addr *from)
  * balancer's upstream, skipping those of the other family, down ones
  * too when no other is left; one whose socket cannot be made (no
  * address yet, no route) is a failed connect, and the next is tried.
+ * A socket made already was of the right family: only a new one asks.
  * NULL: none.
  */
 static struct udp_out *
 out_pick(struct udp_outs *os, const struct zp_addr *a,
-    const struct zp_addr *from, struct udp_peer *p)
+    const struct zp_addr *from, struct udp_peer *p,
+    const struct timeval *now)
 {
 	unsigned char	  tried[ZP_MAX_UPSTREAMS] = { 0 };
 	struct udp_out	**slot;
-	struct timeval	  now;
 	int		  idx, n, err = 0;
 
-	zp_clock_now(&now);
 	for (n = 0; n < ZP_MAX_UPSTREAMS; n++) {
-		if ((idx = zp_upstream_pick(os->ctx->ups, a, tried, &now)) < 0)
+		if ((idx = zp_upstream_pick(os->ctx->ups, a, tried, now)) < 0)
 			return NULL;
 		tried[idx] = 1;
+		slot = p != NULL ? &p->o[idx] : &os->o[idx];
+		if (*slot != NULL)
+			return *slot;
 		if (!out_family_ok(os, idx, from))
 			continue;
-		slot = p != NULL ? &p->o[idx] : &os->o[idx];
-		if (*slot != NULL || (*slot = out_new(os, idx, from, p != NULL,
-		    &err)) != NULL)
+		if ((*slot = out_new(os, idx, from, p != NULL, &err)) != NULL)
 			return *slot;
 		zp_upstream_connect_failed(os->ctx->ups, (size_t)idx);
 		(void)zp_upstream_report(os->ctx->ups, (size_t)idx, 0, err,
-		    &now);
+		    now);
 	}
 	return NULL;
 }
 
 void
 udp_outs_send(struct udp_outs *os, const void *d, size_t len,
-    const struct zp_addr *a)
+    const struct zp_addr *a, const struct timeval *now)
 {
 	const struct zp_config		*cfg = os->ctx->cfg;
 	struct udp_peer			*p = NULL;
 	struct udp_out			*o;
 
-	if (cfg->source == ZP_SOURCE_CLIENT && (p = peer_get(os, a)) == NULL)
+	if (cfg->source == ZP_SOURCE_CLIENT &&
+	    (p = peer_get(os, a, now)) == NULL)
 		os->t->shared++;	/* from this host's address */
 	if ((o = out_pick(os, a, p != NULL ? &p->ent.addr :
-	    cfg->source == ZP_SOURCE_ADDR ? &cfg->source_addr : NULL,
-	    p)) == NULL) {
+	    cfg->source == ZP_SOURCE_ADDR ? &cfg->source_addr : NULL, p,
+	    now)) == NULL) {
 		os->t->dropped[ZP_UDP_DROP_NO_STREAM]++;
 		return;
 	}

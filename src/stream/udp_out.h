@@ -36,9 +36,10 @@ struct udp_outs;
 struct udp_outs *udp_outs_new(struct zp_ctx *, struct zp_udp_tally *t,
 	    long max_peers, void (*resume)(void *), void *arg);
 
-/* Send datagram d (len bytes, 1 or more) from source a. */
+/* Send datagram d (len bytes, 1 or more) from source a; now: its batch's. */
+struct timeval;
 void	udp_outs_send(struct udp_outs *, const void *d, size_t len,
-	    const struct zp_addr *a);
+	    const struct zp_addr *a, const struct timeval *now);
 
 /* Bytes waiting for a socket to take them. */
 size_t	udp_outs_pending(const struct udp_outs *);
