@@ -207,8 +207,8 @@ static void usage(FILE *fp)
 "           on each, exit when all are done\n"
 "blackhole  listen with backlog 0, fill the accept queue and never accept, so\n"
 "           that new SYNs are dropped; print the port, wait until killed\n"
-"port       print a TCP port that is free now on ADDR (default :: dual stack,\n"
-"           else 0.0.0.0) and exit\n"
+"port       print a port that is free now for TCP and UDP on ADDR (default ::\n"
+"           dual stack, else 0.0.0.0), below the ephemeral range, and exit\n"
 "gen        write the --send-gen N stream of each connection index 0 to\n"
 "           --conns - 1 (1) to --recv FILE (%d: the index; default stdout,\n"
 "           one connection only): the bytes connect -g N --seed S sent on\n"
@@ -489,25 +489,96 @@ static void print_port(int port)
 		die("stdout: %s", strerror(errno));
 }
 
-/* Mode port: bind port 0, print what the kernel chose, close. */
+/*
+ * A port is "free" to a test when both a TCP and a UDP socket can bind it
+ * on addr (dual stack for "::"). Returns 1 if so; nothing stays bound.
+ */
+static int port_is_free(const char *addr, int port, int dualstack)
+{
+	static const int types[] = { SOCK_STREAM, SOCK_DGRAM };
+	struct addrinfo *ai;
+	char pbuf[16];
+	int ok = 1, one = 1, zero = 0;
+	size_t i;
+
+	snprintf(pbuf, sizeof(pbuf), "%d", port);
+	ai = resolve(addr, pbuf, 1);
+	for (i = 0; ok && i < sizeof(types) / sizeof(types[0]); i++) {
+		int fd = socket(ai->ai_family, types[i] | SOCK_CLOEXEC, 0);
+
+		if (fd == -1)
+			die("socket: %s", strerror(errno));
+		(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one,
+		    sizeof(one));
+		if (dualstack && ai->ai_family == AF_INET6)
+			(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero,
+			    sizeof(zero));
+		ok = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return ok;
+}
+
+/* The first port of the kernel's ephemeral range (32768 if unreadable). */
+static int ephemeral_low(void)
+{
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+	int lo = 32768, hi;
+
+	if (f != NULL) {
+		if (fscanf(f, "%d %d", &lo, &hi) != 2)
+			lo = 32768;
+		fclose(f);
+	}
+	return lo;
+}
+
+/*
+ * Mode port: a port that is free now, chosen at random *below* the
+ * ephemeral range. A port the kernel hands out for bind(0) is ephemeral,
+ * and under a parallel test run some other test's outgoing connection
+ * can be given the same port between this check and the caller's bind
+ * (CI saw "bind 127.0.0.1 port 40575: Address already in use"). Below the
+ * range only another explicit bind can take it.
+ */
 static int run_port(void)
 {
-	int fd;
+	const char *addr = o.bind_addr;
+	int dualstack = 1, lo, top, tries;
+	struct timespec ts;
 
-	if (o.bind_addr != NULL)
-		fd = bind_socket(o.bind_addr, 0, 1);
-	else {
+	if (addr == NULL) {
 		/* dual stack "::" when IPv6 exists, so both families are free */
 		int s6 = socket(AF_INET6, SOCK_STREAM, 0);
 
 		if (s6 != -1) {
 			close(s6);
-			fd = bind_socket("::", 0, 1);
-		} else
-			fd = bind_socket("0.0.0.0", 0, 0);
+			addr = "::";
+		} else {
+			addr = "0.0.0.0";
+			dualstack = 0;
+		}
 	}
-	print_port(bound_port(fd));
-	close(fd);
+	top = ephemeral_low();
+	lo = top - 12000 < 1024 ? 1024 : top - 12000;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	srandom((unsigned)(ts.tv_nsec ^ getpid() * 2654435761u));
+	for (tries = 0; top - lo >= 1000 && tries < 500; tries++) {
+		int port = lo + (int)(random() % (top - lo));
+
+		if (port_is_free(addr, port, dualstack)) {
+			print_port(port);
+			return 0;
+		}
+	}
+	/* a narrowed range: what the kernel picks, as before */
+	{
+		int fd = bind_socket(addr, 0, dualstack);
+
+		print_port(bound_port(fd));
+		close(fd);
+	}
 	return 0;
 }
 
