@@ -3,7 +3,6 @@
  * dgram.h.
  */
 
-#include <stdio.h>
 #include <string.h>
 
 #include "lib/dgram.h"
@@ -12,6 +11,26 @@ enum zp_framing
 zp_dgram_framing(enum zp_framing configured)
 {
 	return configured == ZP_FRAMING_LF ? ZP_FRAMING_LF : ZP_FRAMING_OCTET;
+}
+
+/*
+ * The digits of len (1 to ZP_DGRAM_MAX: at most 5) and the SP of its
+ * octet-counting header, into out when not NULL; returns their number.
+ * By hand: snprintf was a tenth of a UDP thread's user time per datagram.
+ */
+static size_t
+octet_hdr(size_t len, unsigned char *out)
+{
+	size_t	n = 1, v, i;
+
+	for (v = len; v >= 10; v /= 10)
+		n++;
+	if (out != NULL) {
+		for (v = len, i = n; i > 0; v /= 10)
+			out[--i] = (unsigned char)('0' + v % 10);
+		out[n] = ' ';
+	}
+	return n + 1;
 }
 
 /*
@@ -37,7 +56,6 @@ size_t
 zp_dgram_frame_len(const void *d, size_t len, enum zp_framing framing,
     size_t *escaped)
 {
-	char	hdr[ZP_OCTET_HDR_MAX + 1];
 	size_t	nl = 0, body;
 
 	if (escaped != NULL)
@@ -45,7 +63,7 @@ zp_dgram_frame_len(const void *d, size_t len, enum zp_framing framing,
 	if (len == 0 || len > ZP_DGRAM_MAX)
 		return 0;
 	if (framing != ZP_FRAMING_LF)
-		return (size_t)snprintf(hdr, sizeof(hdr), "%zu ", len) + len;
+		return octet_hdr(len, NULL) + len;
 	body = lf_body(d, len, &nl);
 	if (escaped != NULL)
 		*escaped = nl;
@@ -66,8 +84,7 @@ zp_dgram_frame(const void *d, size_t len, enum zp_framing framing,
 		return 0;
 	if (framing != ZP_FRAMING_LF) {
 		/* At most 5 digits and the SP: within ZP_OCTET_HDR_MAX. */
-		n = (size_t)snprintf((char *)o, ZP_OCTET_HDR_MAX + 1, "%zu ",
-		    len);
+		n = octet_hdr(len, o);
 		memcpy(o + n, d, len);
 		return n + len;
 	}

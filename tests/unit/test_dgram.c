@@ -51,6 +51,29 @@ test_octet(void **state)
 	FRAMED("\n", ZP_FRAMING_OCTET, "1 \n", 0);
 }
 
+/* The length header at each digit boundary, and frame_len agreeing. */
+static void
+test_octet_digits(void **state)
+{
+	static const size_t	lens[] = { 1, 9, 10, 99, 100, 999, 1000, 9999,
+				    10000, ZP_DGRAM_MAX };
+	static unsigned char	d[ZP_DGRAM_MAX], out[ZP_DGRAM_MAX + 16];
+	char			want[16];
+	size_t			i, n, h;
+
+	(void)state;
+	memset(d, 'y', sizeof(d));
+	for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		h = (size_t)snprintf(want, sizeof(want), "%zu ", lens[i]);
+		n = zp_dgram_frame(d, lens[i], ZP_FRAMING_OCTET, out, NULL);
+		assert_int_equal(n, h + lens[i]);
+		assert_memory_equal(out, want, h);
+		assert_int_equal(out[h], 'y');
+		assert_int_equal(zp_dgram_frame_len(d, lens[i],
+		    ZP_FRAMING_OCTET, NULL), n);
+	}
+}
+
 static void
 test_lf(void **state)
 {
@@ -145,6 +168,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_octet),
+		cmocka_unit_test(test_octet_digits),
 		cmocka_unit_test(test_lf),
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_framing_of_sources),
