@@ -66,6 +66,26 @@
  *       read on it). Exits after MAXSEC seconds (default 7200) or on
  *       SIGTERM/SIGINT.
  *
+ *   tools udpsend PORT RATE SECONDS SIZE SOURCES
+ *       Sends RATE * SECONDS datagrams of SIZE bytes to 127.0.0.1:PORT at
+ *       RATE per second, from SOURCES sockets bound to 127.0.0.2,
+ *       127.0.0.3, ... (one device each), in turns of up to 64 datagrams
+ *       per sendmmsg, paced every millisecond. Each datagram is an RFC 3164
+ *       line, "<13>... zpb: zpbm SEQUENCE xxxx...", with the marker "zpbm"
+ *       exactly once and no newline. Prints "sent=N seconds=S rate=R" (R:
+ *       the rate it kept; below RATE when this sender could go no faster).
+ *
+ *   tools count tcp|udp FILE [MAXSEC]
+ *       Listens (tcp) or binds (udp, SO_RCVBUFFORCE 64 MiB) on 127.0.0.1,
+ *       port chosen by the kernel; prints "port N", then counts the
+ *       markers of udpsend in everything it receives, however it is
+ *       framed (octet counting, lines, a datagram each, rewritten
+ *       headers: a relay may reformat a message but keeps its text).
+ *       Every 20 ms in which the count changed it writes "COUNT DROPS" to
+ *       FILE (DROPS: what the kernel dropped on its own UDP socket, from
+ *       SO_RXQ_OVFL; 0 for tcp). Exits after MAXSEC seconds (default
+ *       7200) or on SIGTERM/SIGINT.
+ *
  *   tools reap COMMAND [ARGS...]
  *       Runs COMMAND as a child subreaper (PR_SET_CHILD_SUBREAPER) in a
  *       process group of its own, so that processes it double-forks (redir
@@ -1066,6 +1086,320 @@ mode_sink(int argc, char **argv)
 	return 0;
 }
 
+#define MARKER		"zpbm"
+#define MARKER_LEN	4
+#define BATCH		64
+
+/* ---- syslog over UDP: paced sender, counting sink ----------------------------------------------------------- */
+
+/* Write message seq into buf (size bytes): header, then 'x' padding. */
+static void
+fill(char *buf, size_t size, long seq)
+{
+	int	n;
+
+	n = snprintf(buf, size + 1, "<13>Dec  6 12:00:00 bench zpb: "
+	    MARKER " %010ld ", seq);
+	if (n < 0 || (size_t)n > size)
+		n = (int)size;
+	memset(buf + n, 'x', size - (size_t)n);
+}
+
+static int
+mode_udpsend(int argc, char **argv)
+{
+	static struct mmsghdr	 msgs[BATCH];
+	static struct iovec	 iov[BATCH];
+	struct sockaddr_in	 dst, src;
+	long			 rate, secs, size, nsrc, total, sent = 0;
+	double			 t0, t1, due;
+	char			*bufs;
+	int			*fds, turn = 0, i;
+
+	if (argc < 5)
+		return 2;
+	dst = loopback((int)num(argv[0], 1, 65535));
+	rate = num(argv[1], 1, 100000000);
+	secs = num(argv[2], 1, 3600);
+	size = num(argv[3], 40, 65507);
+	nsrc = num(argv[4], 1, 250);
+	total = rate * secs;
+	catch_signals();
+	alarm((unsigned)(secs * 4 + 60));
+	if ((fds = calloc((size_t)nsrc, sizeof *fds)) == NULL ||
+	    (bufs = malloc((size_t)(BATCH * size))) == NULL)
+		die("malloc");
+	for (i = 0; i < nsrc; i++) {
+		/* 127.0.0.2 and on: one device a socket */
+		src = loopback(0);
+		src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + (uint32_t)i);
+		if ((fds[i] = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) ==
+		    -1)
+			die("socket");
+		if (bind(fds[i], (struct sockaddr *)&src, sizeof src) == -1)
+			die("bind 127.0.0.x");
+		if (connect(fds[i], (struct sockaddr *)&dst, sizeof dst) == -1)
+			die("connect");
+	}
+	for (i = 0; i < BATCH; i++) {
+		iov[i].iov_base = bufs + (size_t)i * (size_t)size;
+		iov[i].iov_len = (size_t)size;
+		memset(&msgs[i], 0, sizeof msgs[i]);
+		msgs[i].msg_hdr.msg_iov = &iov[i];
+		msgs[i].msg_hdr.msg_iovlen = 1;
+	}
+	t0 = now();
+	while (sent < total && !stop_flag) {
+		long	n, off = 0;
+
+		/* what is due by now, in whole batches at most */
+		due = (now() - t0) * (double)rate;
+		n = (long)due - sent;
+		if (n <= 0) {
+			struct timespec	ts = { 0, 200000 };
+
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		if (n > BATCH)
+			n = BATCH;
+		if (n > total - sent)
+			n = total - sent;
+		for (i = 0; i < n; i++)
+			fill(iov[i].iov_base, (size_t)size, sent + i);
+		while (off < n) {
+			int	r = sendmmsg(fds[turn], msgs + off,
+			    (unsigned)(n - off), 0);
+
+			if (r == -1) {
+				if (errno == EINTR || errno == ENOBUFS ||
+				    errno == ECONNREFUSED)
+					continue;	/* loopback: retry */
+				die("sendmmsg");
+			}
+			off += r;
+		}
+		sent += n;
+		turn = (turn + 1) % (int)nsrc;
+	}
+	t1 = now();
+	printf("sent=%ld seconds=%.3f rate=%.0f\n", sent, t1 - t0,
+	    (double)sent / (t1 - t0));
+	return stop_flag && sent < total ? 1 : 0;
+}
+
+/* ---- counting sink --------------------------------------------------------------- */
+
+/* Per TCP connection: the last bytes of what came, for a split marker. */
+struct tail {
+	char	b[MARKER_LEN - 1];
+	size_t	n;
+};
+
+static long
+count_in(const char *p, size_t len)
+{
+	const char	*end = p + len, *q;
+	long		 c = 0;
+
+	while ((q = memmem(p, (size_t)(end - p), MARKER, MARKER_LEN)) !=
+	    NULL) {
+		c++;
+		p = q + MARKER_LEN;
+	}
+	return c;
+}
+
+/* Count markers in the stream piece buf (len) after the tail t. */
+static long
+count_stream(struct tail *t, char *buf, size_t len)
+{
+	char	join[2 * (MARKER_LEN - 1)];
+	size_t	k = len < MARKER_LEN - 1 ? len : MARKER_LEN - 1, keep;
+	long	c;
+
+	/* a marker across the boundary lies in tail + first 3 bytes */
+	memcpy(join, t->b, t->n);
+	memcpy(join + t->n, buf, k);
+	c = count_in(join, t->n + k) + count_in(buf, len);
+	/* the new tail: the last 3 bytes of tail + buf */
+	if (len >= MARKER_LEN - 1) {
+		memcpy(t->b, buf + len - (MARKER_LEN - 1), MARKER_LEN - 1);
+		t->n = MARKER_LEN - 1;
+	} else {
+		keep = t->n + len > MARKER_LEN - 1 ?
+		    MARKER_LEN - 1 - len : t->n;
+		memmove(t->b, t->b + t->n - keep, keep);
+		memcpy(t->b + keep, buf, len);
+		t->n = keep + len;
+	}
+	return c;
+}
+
+static void
+count_report(int fd, long count, long drops)
+{
+	char	line[64];
+	int	n;
+
+	n = snprintf(line, sizeof line, "%ld %ld\n", count, drops);
+	if (ftruncate(fd, 0) == -1 || pwrite(fd, line, (size_t)n, 0) != n)
+		die("status file");
+}
+
+static int
+count_socket(int udp, struct sockaddr_in *sin)
+{
+	socklen_t	len = sizeof *sin;
+	int		fd, one = 1, big = 64 << 20;
+
+	fd = socket(AF_INET, (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_NONBLOCK |
+	    SOCK_CLOEXEC, 0);
+	if (fd == -1)
+		die("socket");
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (udp) {
+		if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big,
+		    sizeof big) == -1)
+			(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big,
+			    sizeof big);
+		(void)setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
+	}
+	*sin = loopback(0);
+	if (bind(fd, (struct sockaddr *)sin, sizeof *sin) == -1)
+		die("bind");
+	if (!udp && listen(fd, 1024) == -1)
+		die("listen");
+	if (getsockname(fd, (struct sockaddr *)sin, &len) == -1)
+		die("getsockname");
+	return fd;
+}
+
+/* Read every datagram waiting on fd; add markers to *count. */
+static void
+count_dgrams(int fd, long *count, long *drops)
+{
+	static char		 bufs[BATCH][65536];
+	static char		 cbufs[BATCH][CMSG_SPACE(sizeof(uint32_t))];
+	static struct mmsghdr	 m[BATCH];
+	static struct iovec	 iov[BATCH];
+	struct cmsghdr		*cm;
+	int			 i, n;
+
+	for (;;) {
+		for (i = 0; i < BATCH; i++) {
+			iov[i].iov_base = bufs[i];
+			iov[i].iov_len = sizeof bufs[i];
+			memset(&m[i], 0, sizeof m[i]);
+			m[i].msg_hdr.msg_iov = &iov[i];
+			m[i].msg_hdr.msg_iovlen = 1;
+			m[i].msg_hdr.msg_control = cbufs[i];
+			m[i].msg_hdr.msg_controllen = sizeof cbufs[i];
+		}
+		n = recvmmsg(fd, m, BATCH, MSG_DONTWAIT, NULL);
+		if (n <= 0)
+			return;
+		for (i = 0; i < n; i++) {
+			*count += count_in(bufs[i], m[i].msg_len);
+			for (cm = CMSG_FIRSTHDR(&m[i].msg_hdr); cm != NULL;
+			    cm = CMSG_NXTHDR(&m[i].msg_hdr, cm))
+				if (cm->cmsg_level == SOL_SOCKET &&
+				    cm->cmsg_type == SO_RXQ_OVFL) {
+					uint32_t	d;
+
+					memcpy(&d, CMSG_DATA(cm), sizeof d);
+					*drops = (long)d;
+				}
+		}
+	}
+}
+
+static int
+mode_count(int argc, char **argv)
+{
+	static char		 buf[262144];
+	struct sockaddr_in	 sin;
+	struct epoll_event	 ev, evs[256];
+	struct tail		*tails = NULL;
+	size_t			 ntails = 0;
+	long			 maxsec, count = 0, drops = 0, said = -1;
+	double			 next = 0;
+	int			 udp, lfd, sfd, ep, i, n;
+
+	if (argc < 2)
+		return 2;
+	if (strcmp(argv[0], "udp") == 0)
+		udp = 1;
+	else if (strcmp(argv[0], "tcp") == 0)
+		udp = 0;
+	else
+		return 2;
+	maxsec = argc > 2 ? num(argv[2], 1, 86400) : 7200;
+	if ((sfd = open(argv[1], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+	    0644)) == -1)
+		die(argv[1]);
+	count_report(sfd, 0, 0);
+	catch_signals();
+	alarm((unsigned)maxsec);
+	lfd = count_socket(udp, &sin);
+	printf("port %d\n", ntohs(sin.sin_port));
+	fflush(stdout);
+	if ((ep = epoll_create1(EPOLL_CLOEXEC)) == -1)
+		die("epoll_create1");
+	ev.events = EPOLLIN;
+	ev.data.fd = lfd;
+	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+	while (!stop_flag) {
+		n = epoll_wait(ep, evs, 256, 20);
+		if (n == -1 && errno != EINTR)
+			die("epoll_wait");
+		for (i = 0; i < n; i++) {
+			int	fd = evs[i].data.fd, cfd;
+			ssize_t	r;
+
+			if (fd == lfd && udp) {
+				count_dgrams(fd, &count, &drops);
+				continue;
+			}
+			if (fd == lfd) {
+				while ((cfd = accept4(lfd, NULL, NULL,
+				    SOCK_NONBLOCK | SOCK_CLOEXEC)) != -1) {
+					if ((size_t)cfd >= ntails) {
+						size_t	k = (size_t)cfd * 2 + 64;
+
+						tails = realloc(tails,
+						    k * sizeof *tails);
+						if (tails == NULL)
+							die("realloc");
+						ntails = k;
+					}
+					tails[cfd].n = 0;
+					ev.events = EPOLLIN;
+					ev.data.fd = cfd;
+					epoll_ctl(ep, EPOLL_CTL_ADD, cfd, &ev);
+				}
+				continue;
+			}
+			r = recv(fd, buf, sizeof buf, 0);
+			if (r == -1 && errno == EAGAIN)
+				continue;
+			if (r > 0) {
+				count += count_stream(&tails[fd], buf,
+				    (size_t)r);
+				continue;
+			}
+			close(fd);	/* EOF or error: the relay closed it */
+		}
+		if (count != said && now() >= next) {
+			count_report(sfd, count, drops);
+			said = count;
+			next = now() + 0.02;
+		}
+	}
+	count_report(sfd, count, drops);
+	return 0;
+}
+
 /* ---- subreaper ------------------------------------------------------------ */
 
 static int
@@ -1148,8 +1482,12 @@ main(int argc, char **argv)
 		rc = mode_sink(argc - 2, argv + 2);
 	else if (strcmp(argv[1], "reap") == 0)
 		rc = mode_reap(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "udpsend") == 0)
+		rc = mode_udpsend(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "count") == 0)
+		rc = mode_count(argc - 2, argv + 2);
 	if (rc == 2)
-		fprintf(stderr, "usage: tools echo|pingpong|shortconn|rr|idle|frames|blast|sink|reap ...\n"
+		fprintf(stderr, "usage: tools echo|pingpong|shortconn|rr|idle|frames|blast|sink|reap|udpsend|count ...\n"
 		    "(see the comment at the top of contrib/bench/tools.c)\n");
 	return rc;
 }

@@ -514,6 +514,8 @@ udp_batch(struct zp_udp *u)
 			memset(&a, 0, sizeof(a));
 		udp_datagram(u, u->iov[i].iov_base, u->msgs[i].msg_len, &a);
 	}
+	if (u->outs != NULL)
+		udp_outs_flush(u->outs);	/* before bufs are read into */
 	while ((s = TAILQ_FIRST(&u->dirty)) != NULL) {
 		TAILQ_REMOVE(&u->dirty, s, dirty);
 		s->is_dirty = 0;

@@ -6,6 +6,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
+#include <assert.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -49,6 +50,16 @@ struct udp_peer {
 
 TAILQ_HEAD(udp_peer_list, udp_peer);
 
+/* At most this many datagrams go in one sendmmsg (a reader's batch). */
+#define OUT_BATCH	64
+
+/* A datagram taken and not yet sent: udp_outs_flush() sends it. */
+struct out_entry {
+	struct udp_out	*o;
+	const void	*d;
+	size_t		 len;
+};
+
 struct udp_outs {
 	struct zp_ctx		*ctx;
 	struct zp_udp_tally	*t;
@@ -60,9 +71,12 @@ struct udp_outs {
 	struct udp_out		*o[ZP_MAX_UPSTREAMS]; /* from this host */
 	struct zp_iptab		 tab;		/* --source client */
 	struct udp_peer_list	 peers;
+	struct out_entry	 batch[OUT_BATCH]; /* in the order they came */
+	int			 nbatch;
 };
 
 static void	out_flush(struct udp_out *);
+static void	out_queue(struct udp_out *, const void *, size_t);
 
 /* ---- one socket ------------------------------------------------------ */
 
@@ -223,6 +237,42 @@ out_try(struct udp_out *o, const void *d, size_t len)
 	/* Refused twice, or a datagram the path cannot carry (EMSGSIZE). */
 	o->os->t->dropped[ZP_UDP_DROP_UNREACHABLE]++;
 	return 1;
+}
+
+/*
+ * Send n datagrams (iov[i], m[i] its header) in order, as out_try() sends
+ * one: a refusal is an earlier datagram's, so the one it stopped goes
+ * again (twice refused, or one the path cannot carry, it is lost and
+ * counted). What the socket does not take now waits, in order.
+ */
+static void
+out_try_many(struct udp_out *o, struct mmsghdr *m, struct iovec *iov, int n)
+{
+	int	off = 0, r, refused = 0;
+
+	while (off < n) {
+		r = sendmmsg(o->fd, m + off, (unsigned)(n - off), MSG_DONTWAIT);
+		if (r > 0) {
+			for (; r > 0; r--, off++)
+				out_sent(o, iov[off].iov_len);
+			refused = 0;
+			continue;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == ENOBUFS)
+			break;
+		if (out_refusal(errno)) {
+			out_refused(o, errno);
+			if (++refused < 2)
+				continue;
+		}
+		o->os->t->dropped[ZP_UDP_DROP_UNREACHABLE]++;
+		off++;
+		refused = 0;
+	}
+	for (; off < n; off++)
+		out_queue(o, iov[off].iov_base, iov[off].iov_len);
 }
 
 /* Keep a datagram the socket could not take, until it can. */
@@ -404,8 +454,48 @@ udp_outs_send(struct udp_outs *os, const void *d, size_t len,
 		os->t->dropped[ZP_UDP_DROP_NO_STREAM]++;
 		return;
 	}
-	if (evbuffer_get_length(o->pending) > 0 || !out_try(o, d, len))
+	/*
+	 * Behind datagrams that wait, it waits too; a socket with some in
+	 * the batch has none waiting (only a flush makes them wait).
+	 */
+	if (evbuffer_get_length(o->pending) > 0) {
 		out_queue(o, d, len);
+		return;
+	}
+	if (os->nbatch == OUT_BATCH)
+		udp_outs_flush(os);
+	os->batch[os->nbatch].o = o;
+	os->batch[os->nbatch].d = d;
+	os->batch[os->nbatch].len = len;
+	os->nbatch++;
+}
+
+void
+udp_outs_flush(struct udp_outs *os)
+{
+	struct mmsghdr	 m[OUT_BATCH];
+	struct iovec	 iov[OUT_BATCH];
+	struct udp_out	*o;
+	int		 i, j, n;
+
+	/* Socket by socket, each one's datagrams in the order they came. */
+	for (i = 0; i < os->nbatch; i++) {
+		if ((o = os->batch[i].o) == NULL)
+			continue;	/* went with an earlier one's */
+		for (j = i, n = 0; j < os->nbatch; j++) {
+			if (os->batch[j].o != o)
+				continue;
+			iov[n].iov_base = (void *)(uintptr_t)os->batch[j].d;
+			iov[n].iov_len = os->batch[j].len;
+			memset(&m[n], 0, sizeof(m[n]));
+			m[n].msg_hdr.msg_iov = &iov[n];
+			m[n].msg_hdr.msg_iovlen = 1;
+			os->batch[j].o = NULL;
+			n++;
+		}
+		out_try_many(o, m, iov, n);
+	}
+	os->nbatch = 0;
 }
 
 size_t
@@ -471,6 +561,7 @@ udp_outs_free(struct udp_outs *os)
 
 	if (os == NULL)
 		return;
+	assert(os->nbatch == 0);	/* every reader's batch ends flushed */
 	left = os->pending;
 	while (!TAILQ_EMPTY(&os->peers))
 		peer_free(os, TAILQ_FIRST(&os->peers));

@@ -36,10 +36,20 @@ struct udp_outs;
 struct udp_outs *udp_outs_new(struct zp_ctx *, struct zp_udp_tally *t,
 	    long max_peers, void (*resume)(void *), void *arg);
 
-/* Send datagram d (len bytes, 1 or more) from source a; now: its batch's. */
+/*
+ * Send datagram d (len bytes, 1 or more) from source a; now: its batch's.
+ * It goes with the others of the reader's batch, at udp_outs_flush()
+ * (sooner when many wait): d must stay as it is until then.
+ */
 struct timeval;
 void	udp_outs_send(struct udp_outs *, const void *d, size_t len,
 	    const struct zp_addr *a, const struct timeval *now);
+
+/*
+ * The end of a reader's batch: what udp_outs_send() took goes, one
+ * sendmmsg per socket; what a socket does not take is copied to wait.
+ */
+void	udp_outs_flush(struct udp_outs *);
 
 /* Bytes waiting for a socket to take them. */
 size_t	udp_outs_pending(const struct udp_outs *);
