@@ -97,7 +97,7 @@ struct zp_udp {
 	int			 framing;	/* enum zp_framing */
 	size_t			 lf_max;	/* --max-frame under LF */
 	long			 max_sources;	/* every thread's, in all */
-	int64_t			 drops;		/* the kernel's, counted */
+	uint32_t		 drops;		/* the kernel's, counted */
 	size_t			 pending;	/* bytes its sources hold */
 	struct zp_iptab		 tab;		/* the sources with a stream */
 	struct udp_src		*shared;	/* the shared stream, or NULL */
@@ -455,13 +455,19 @@ udp_datagram(struct zp_udp *u, const unsigned char *d, size_t len,
 	}
 }
 
-/* The kernel's drop count, as a datagram carried it or as it is now. */
+/*
+ * The kernel's drop count, as a datagram carried it or as it is now. It
+ * is 32 bits and wraps (70 minutes of a flood of a million a second): the
+ * difference is taken modulo 2^32, signed, because a datagram read late
+ * carries a count older than the one the tick read.
+ */
 static void
-udp_drops(struct zp_udp *u, int64_t now)
+udp_drops(struct zp_udp *u, uint32_t now)
 {
-	if (now > u->drops) {
-		udp_tally(u)->dropped[ZP_UDP_DROP_RCVBUF] +=
-		    (uint64_t)(now - u->drops);
+	int32_t	d = (int32_t)(now - u->drops);
+
+	if (d > 0) {
+		udp_tally(u)->dropped[ZP_UDP_DROP_RCVBUF] += (uint64_t)d;
 		u->drops = now;
 	}
 }
@@ -601,7 +607,7 @@ udp_tick_cb(evutil_socket_t fd, short what, void *arg)
 	int64_t		 d;
 
 	if (u->fd != -1 && (d = zp_udp_drops(u->fd)) >= 0)
-		udp_drops(u, d);
+		udp_drops(u, (uint32_t)d);
 	if (u->outs != NULL)
 		udp_outs_tick(u->outs);
 	zp_clock_now(&now);
@@ -705,6 +711,7 @@ udp_new(struct zp_ctx *ctx, size_t i, long max_sources)
 	struct zp_udp		*u;
 	struct timeval		 tv = { 1, 0 };
 	uint64_t		 seed = 0;
+	int64_t			 d;
 
 	if (cfg->udp_idle < 1.0)
 		tv = zp_seconds_tv(cfg->udp_idle / 2);
@@ -745,9 +752,8 @@ udp_new(struct zp_ctx *ctx, size_t i, long max_sources)
 		return NULL;
 	}
 	u->reading = 1;
-	u->drops = zp_udp_drops(u->fd);
-	if (u->drops < 0)
-		u->drops = 0;
+	d = zp_udp_drops(u->fd);
+	u->drops = d >= 0 ? (uint32_t)d : 0;
 	return u;
 }
 

@@ -45,6 +45,7 @@ struct udp_peer {
 	struct zp_iptab_ent	 ent;		/* first: os->tab's, its address */
 	TAILQ_ENTRY(udp_peer)	 lru;		/* least recent first */
 	struct timeval		 last;
+	int			 nout;		/* o[nout] and on are NULL */
 	struct udp_out		*o[ZP_MAX_UPSTREAMS];
 };
 
@@ -248,13 +249,26 @@ out_try(struct udp_out *o, const void *d, size_t len)
 static void
 out_try_many(struct udp_out *o, struct mmsghdr *m, struct iovec *iov, int n)
 {
-	int	off = 0, r, refused = 0;
+	int	off = 0, r, refused = 0, short_call = 0;
 
 	while (off < n) {
 		r = sendmmsg(o->fd, m + off, (unsigned)(n - off), MSG_DONTWAIT);
+		/*
+		 * A call that sent some and then failed returns what it sent
+		 * and drops the error (Linux since 3.0). EAGAIN, ENOBUFS and
+		 * EMSGSIZE come back on the next call; a refusal does not: it
+		 * was taken from the socket by the send it stopped. So a short
+		 * call whose next one sends, or is refused, lost a refusal. On
+		 * loopback that is every datagram to a closed port: the ICMP
+		 * comes back within the send.
+		 */
+		if (short_call && (r > 0 || out_refusal(errno)))
+			out_refused(o, ECONNREFUSED);
+		short_call = 0;
 		if (r > 0) {
 			for (; r > 0; r--, off++)
 				out_sent(o, iov[off].iov_len);
+			short_call = off < n;
 			refused = 0;
 			continue;
 		}
@@ -324,7 +338,7 @@ peer_free(struct udp_outs *os, struct udp_peer *p)
 
 	zp_iptab_del(&os->tab, &p->ent);
 	TAILQ_REMOVE(&os->peers, p, lru);
-	for (i = 0; i < ZP_MAX_UPSTREAMS; i++)
+	for (i = 0; i < p->nout; i++)
 		out_free(p->o[i]);
 	os->t->sources--;
 	__atomic_sub_fetch(&zp_ctx_root(os->ctx)->udp_sources, 1,
@@ -428,8 +442,11 @@ out_pick(struct udp_outs *os, const struct zp_addr *a,
 			return *slot;
 		if (!out_family_ok(os, idx, from))
 			continue;
-		if ((*slot = out_new(os, idx, from, p != NULL, &err)) != NULL)
+		if ((*slot = out_new(os, idx, from, p != NULL, &err)) != NULL) {
+			if (p != NULL && idx >= p->nout)
+				p->nout = idx + 1;
 			return *slot;
+		}
 		zp_upstream_connect_failed(os->ctx->ups, (size_t)idx);
 		(void)zp_upstream_report(os->ctx->ups, (size_t)idx, 0, err,
 		    now);
@@ -458,12 +475,12 @@ udp_outs_send(struct udp_outs *os, const void *d, size_t len,
 	 * Behind datagrams that wait, it waits too; a socket with some in
 	 * the batch has none waiting (only a flush makes them wait).
 	 */
+	if (os->nbatch == OUT_BATCH)
+		udp_outs_flush(os);	/* first: o may have some waiting now */
 	if (evbuffer_get_length(o->pending) > 0) {
 		out_queue(o, d, len);
 		return;
 	}
-	if (os->nbatch == OUT_BATCH)
-		udp_outs_flush(os);
 	os->batch[os->nbatch].o = o;
 	os->batch[os->nbatch].d = d;
 	os->batch[os->nbatch].len = len;
@@ -541,7 +558,8 @@ udp_outs_tick(struct udp_outs *os)
 		out_tick(os->o[i], &now, ok);
 	for (p = TAILQ_FIRST(&os->peers); p != NULL; p = next) {
 		next = TAILQ_NEXT(p, lru);
-		for (i = 0, held = 0; i < ZP_MAX_UPSTREAMS; i++) {
+		/* only the slots used: a tick visits every device */
+		for (i = 0, held = 0; i < p->nout; i++) {
 			out_tick(p->o[i], &now, ok);
 			held |= p->o[i] != NULL &&
 			    evbuffer_get_length(p->o[i]->pending) > 0;

@@ -29,6 +29,7 @@ NGX_STREAM_MOD=${NGX_STREAM_MOD:-/usr/lib/nginx/modules/ngx_stream_module.so}
 
 SOURCES=8
 MSGS=${ZP_UDPR_MSGS:-400}
+RATE=500	# rounds a second (a datagram from each source); empty: at once
 
 # udp_bound PORT: is a UDP socket bound to PORT?
 udp_bound() {
@@ -79,7 +80,7 @@ settle_total() {
 # send PORT NAME: the sources' messages to PORT.
 send() {
 	timeout -k 5 60 "$ZP_LOGSEND" dgram 127.0.0.1 "$1" --conns "$SOURCES" \
-	    --msgs "$MSGS" --rate 500 --max 300 --from 127.0.0.2 \
+	    --msgs "$MSGS" ${RATE:+--rate "$RATE"} --max 300 --from 127.0.0.2 \
 	    >"$T/$2.send" 2>&1 || fail "$2: the sender failed: $(tail -n 2 "$T/$2.send")"
 }
 
@@ -170,10 +171,19 @@ case_balance() {
 	ok "$what: $v; $na/$nb a upstream, $(split_sources "ra-$mode-$bal" "rb-$mode-$bal") sources split ($nginx)"
 }
 
+# case_unreachable MODE [burst]: paced, or queued while zproxy is stopped
+# (its read batches are then full, half of each for the dead upstream's
+# socket, sent with one sendmmsg: a refusal that stops one within the
+# call must still be counted; 800 datagrams, well within the buffer).
 case_unreachable() {
 	local mode=$1 what="$1: an upstream that does not listen" a dead na
-	local unr total
-	set_mode "$mode"
+	local unr total RATE=$RATE MSGS=$MSGS burst=
+	if [ "${2:-}" = burst ]; then
+		what="$what, a burst of full read batches"
+		RATE= MSGS=100 burst=1
+		mode=$1-burst
+	fi
+	set_mode "$1"
 	receiver "ua-$mode"; a=$RPORT
 	dead=$(free_port) || fail "zp-peer port failed"
 	udp_bound "$dead" && fail "$what: port $dead has a UDP socket"
@@ -181,7 +191,9 @@ case_unreachable() {
 	start_zproxy -v "${MODE_ARGS[@]}" -l "udp@127.0.0.1:@PORT@" \
 	    -u "udp@127.0.0.1:$dead" -u "udp@127.0.0.1:$a" --max-fails 3 \
 	    --fail-timeout 1 --stats "127.0.0.1:$SPORT"
+	[ -z "$burst" ] || kill -STOP "$ZPID"
 	send "$ZPORT" "u-$mode"
+	[ -z "$burst" ] || kill -CONT "$ZPID"
 	total=$((SOURCES * MSGS))
 	# every datagram delivered, or its refusal counted
 	local deadline=$(( $(now_ms) + 20000 ))
@@ -274,6 +286,7 @@ for mode in $MODES; do
 	subcase case_balance "$mode" roundrobin
 	subcase case_balance "$mode" source
 	subcase case_unreachable "$mode"
+	subcase case_unreachable "$mode" burst
 done
 subcase case_reload
 subcase case_refused
