@@ -473,6 +473,16 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 	 * stream as any upstream's do.
 	 */
 	for (i = 0; i < 4; i++) {
+		/*
+		 * A move (or the spool) has the stream and no upstream is
+		 * connected: nothing is pumped but what a retiring upstream
+		 * still sends the client. Its end must not make the closed
+		 * half the client's source (a read of fd -1: the stream
+		 * ended as an upstream error, its store dropped).
+		 */
+		if (p->upstream.fd == -1 && !(d == &p->down &&
+		    pair_from_retiring(p)))
+			break;
 		pair_hold(p);
 		rc = zp_dir_pump(ctx, d, ctx->budget);
 		pair_framing_error(p);

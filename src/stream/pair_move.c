@@ -517,8 +517,12 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 		    "closed", left, lost > 0 && p->up.fr != NULL &&
 		    p->up.fr->rp != NULL && !p->up.done ? ": the replay "
 		    "window goes again to the current one" : "");
+	/*
+	 * In a move (no upstream now) the window went with the move already
+	 * (zp_dir_move took it all): nothing to send again.
+	 */
 	if (lost > 0 && p->up.fr != NULL && p->up.fr->rp != NULL &&
-	    !p->up.done) {
+	    !p->up.done && p->upstream.fd != -1) {
 		p->mv->rewind_due = 1;
 		zp_dframe_seek(p->up.fr, 1);
 	}
@@ -532,6 +536,14 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 	r->fd = -1;
 	p->down.src = &p->upstream;
 	p->down.eof = p->down.drained = 0;
+	/*
+	 * No upstream yet (a move): the client waits for the next one's
+	 * bytes, and what the store still holds goes when it connects;
+	 * its write event, level-triggered, would wake a pump that does
+	 * nothing now (pair_run).
+	 */
+	if (p->upstream.fd == -1)
+		(void)zp_half_want_write(&p->client, 0);
 }
 
 /*

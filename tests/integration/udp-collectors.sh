@@ -20,7 +20,15 @@
 #   d. --spool --send-proxy v2, the only collector down: the streams
 #      spool, and once it listens everything reaches it, each message
 #      once, in order, each file after a v2 header saying DGRAM;
-#   e. --mirror: the mirror gets every message too, once, in order.
+#   e. --mirror: the mirror gets every message too, once, in order;
+#   f. a planned move whose next upstream fails while the old one still
+#      retires: A (zp-peer --hold: it keeps its connection after
+#      zproxy's FIN) is drained with zproxy ctl, and the stream moves to B
+#      at a boundary; B resets it after 3000 bytes and is gone, A takes
+#      nothing new, so the stream waits for an upstream. A closes during
+#      that wait: the stream goes on (no "Bad file descriptor", no other
+#      stream), and once a collector listens on B's port every message
+#      has reached A, B or it, at least once (--replay-window 1M).
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 . "${ZP_TESTLIB%/*}/collectorlib.sh" || exit 1
 
@@ -257,6 +265,59 @@ case_mirror() {
 	ok "$what: the collector and the mirror each got every message once, in order: $(grep '^sent=' "$T/mm-$mode.verify")"
 }
 
+case_retire() {
+	local mode=$1 what="$1: the old upstream closes while the stream waits for one"
+	local pa pb apid bpid spid ctl=$T/ctl-rt-$1.sock deadline fs
+	set_mode "$mode"
+	zp_bg "rta-$mode" "$ZP_PEER" listen --conns 1 --hold -t 0 \
+	    -o "$T/rta-$mode.raw"
+	apid=$BG_PID
+	pa=$(wait_line "$T/rta-$mode.out" '^[0-9]+$' 10 "$apid") ||
+		fail "$what: zp-peer A did not start"
+	zp_bg "rtb-$mode" "$ZP_PEER" listen --conns 1 --reset-after-recv 3000 \
+	    -t 0 -o "$T/rtb-$mode.raw"
+	bpid=$BG_PID
+	pb=$(wait_line "$T/rtb-$mode.out" '^[0-9]+$' 10 "$bpid") ||
+		fail "$what: zp-peer B did not start"
+	start_udp -u "127.0.0.1:$pa" -u "127.0.0.1:$pb" --balance first \
+	    --replay-window 1M --drain-timeout 60 --control "$ctl"
+	RATE=100 dgram "rt-$mode" 1 800 --seed 3 &
+	spid=$!
+	deadline=$(( $(now_ms) + 20000 ))
+	until [ "$(stat -c %s "$T/rta-$mode.raw" 2>/dev/null || echo 0)" -ge 20000 ]; do
+		[ "$(now_ms)" -lt "$deadline" ] || fail "$what: A got too little"
+		sleep 0.05
+	done
+	"$ZPROXY" ctl --control "$ctl" set upstream "127.0.0.1:$pa" state drain \
+	    >"$T/rt-ctl.out" 2>&1 || fail "$what: ctl: $(cat "$T/rt-ctl.out")"
+	wait_grep "$ZLOG" "connection 1 moved: .*reason=drain" 1 20
+	# B resets it and is gone; A takes nothing new: the stream waits
+	wait_grep "$ZLOG" "connection 1 (UDP source .*no upstream takes it" 1 20
+	kill -TERM "$apid"
+	wait "$apid" 2>/dev/null
+	# zproxy saw the old upstream's end: its socket to A is closed
+	deadline=$(( $(now_ms) + 10000 ))
+	while ss -Htnp "dport = :$pa" | grep -q "pid=$ZPID,"; do
+		[ "$(now_ms)" -lt "$deadline" ] ||
+			fail "$what: zproxy still holds its socket to A"
+		sleep 0.05
+	done
+	collect "rtc-$mode" --port "$pb"
+	wait "$spid" || fail "$what: the sender failed"
+	wait_bytes "rtc-$mode" -- 1 20
+	stop_zproxy
+	grep -q "Bad file descriptor\|end=upstream-error" "$ZLOG" &&
+		fail "$what: $(grep -m 1 "Bad file descriptor\|end=upstream-error" "$ZLOG")"
+	grep -q "connection 2" "$ZLOG" &&
+		fail "$what: the source needed a second stream: $(grep -m 1 'connection 2' "$ZLOG")"
+	mapfile -t fs < <(files "rtc-$mode")
+	"$ZP_LOGSEND" verify -v --raw --runs --tail-ok --at-least-once \
+	    --conns 1 --msgs 800 --framing octet "$T/rta-$mode.raw" \
+	    "$T/rtb-$mode.raw" "${fs[@]}" >"$T/rt-$mode.verify" 2>&1 ||
+		fail "$what: $(tail -n 3 "$T/rt-$mode.verify" | tr '\n' ' ')"
+	ok "$what: one stream from A (retiring) through B (reset) to a collector on B's port, every message at least once: $(grep '^sent=' "$T/rt-$mode.verify")"
+}
+
 note "$(collector_versions)"
 for mode in $MODES; do
 	subcase case_rsyslog "$mode"
@@ -264,6 +325,7 @@ for mode in $MODES; do
 	subcase case_replay "$mode"
 	subcase case_spool "$mode"
 	subcase case_mirror "$mode"
+	subcase case_retire "$mode"
 done
 
 zp_done
