@@ -499,6 +499,7 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 	char			 buf[ZP_ADDRSTRLEN];
 	uint64_t		 acked, lost = 0;
 	int			 left = r->dead ? 0 : pair_sock_unacked(r, 0);
+	int			 rewind;
 
 	if (r->fd == -1)
 		return;
@@ -508,21 +509,21 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 		lost = acked >= p->mv->retiring_sent ? 0 : p->mv->retiring_sent - acked;
 	else if (timed_out || r->dead)
 		lost = (uint64_t)left;
+	/*
+	 * In a move (no upstream now) the window went with the move already
+	 * (zp_dir_move took it all): nothing to send again.
+	 */
+	rewind = lost > 0 && p->up.fr != NULL && p->up.fr->rp != NULL &&
+	    !p->up.done && p->upstream.fd != -1;
 	if (timed_out || left > 0 || r->dead)
 		zp_log(ctx->log, ZP_LOG_WARN, "connection %llu: the old "
 		    "upstream %s %s; %d bytes sent to it not acknowledged%s",
 		    (unsigned long long)p->id, zp_addr_str(&p->mv->retiring_addr,
 		    buf, sizeof(buf)), timed_out ? "did not close within "
 		    "--drain-timeout" : r->dead ? strerror(r->err) :
-		    "closed", left, lost > 0 && p->up.fr != NULL &&
-		    p->up.fr->rp != NULL && !p->up.done ? ": the replay "
-		    "window goes again to the current one" : "");
-	/*
-	 * In a move (no upstream now) the window went with the move already
-	 * (zp_dir_move took it all): nothing to send again.
-	 */
-	if (lost > 0 && p->up.fr != NULL && p->up.fr->rp != NULL &&
-	    !p->up.done && p->upstream.fd != -1) {
+		    "closed", left, rewind ? ": the replay window goes again "
+		    "to the current one" : "");
+	if (rewind) {
 		p->mv->rewind_due = 1;
 		zp_dframe_seek(p->up.fr, 1);
 	}
