@@ -42,7 +42,14 @@
 #      zproxy exits 0 once the clients closed, before --drain-timeout;
 #   j. health checks: A stops listening (its streams still served); once
 #      the checks mark it down, its 4 streams move to B (a planned move:
-#      "marked down by the health checks"), exactly once, in order.
+#      "marked down by the health checks"), exactly once, in order;
+#   k. the old upstream of a planned move closes while the stream moves
+#      on: A (--hold: open after zproxy's FIN) is drained with zproxy
+#      ctl, the stream moves to B, B resets it and is gone, and the move
+#      on waits for C, whose connects hang (a blackhole); A closes then.
+#      The stream must not end on that (it read the closed upstream's
+#      descriptor: end=upstream-error, "Bad file descriptor"): it ends
+#      only when the connect to C times out.
 # auto runs on the octet stream (its first byte picks octet). In splice
 # mode lf messages are spliced unread: frames= is then a lower bound.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
@@ -208,6 +215,53 @@ check_error() {
 		fail "$mode: the counters line does not say moves=0 framing-errors=1"
 	ok "$mode: $kind: $sent bytes relayed whole as plain bytes, counted ($(grep -m 1 -o 'framing error at byte [0-9]* ([^)]*)' "$ZLOG"))"
 	stop_zproxy
+}
+
+check_retire_move() {
+	local mode=$1 what="$1: the old upstream closes while the stream moves"
+	local pa papid pb pbpid pc bhpid ctl=$T/ctl-rm-$1.sock line
+	set_mode "$mode"
+	peer_listen "Arm-$mode" --conns 1 --hold -t 0 --recv "$T/Arm-$mode"
+	pa=$PEER_PORT papid=$PEER_PID
+	peer_listen "Brm-$mode" --conns 1 --reset-after-recv 3000 -t 0
+	pb=$PEER_PORT pbpid=$PEER_PID
+	zp_bg "bh-rm-$mode" "$ZP_PEER" blackhole -t 60
+	bhpid=$BG_PID
+	pc=$(wait_line "$T/bh-rm-$mode.out" '^[0-9]+$' 10 "$bhpid") ||
+		fail "$what: blackhole peer: $(cat "$T/bh-rm-$mode.err")"
+	start_zproxy -v "${MODE_ARGS[@]}" --framing lf --balance first \
+	    -u "127.0.0.1:$pa" -u "127.0.0.1:$pb" -u "127.0.0.1:$pc" \
+	    --connect-timeout 4 --drain-timeout 60 --control "$ctl"
+	zp_bg "crm-$mode" timeout -k 5 60 "$ZP_LOGSEND" send 127.0.0.1 \
+	    "$ZPORT" --conns 1 --msgs 4000 --framing lf --min 1 --max 300 \
+	    --rate 200 --timeout 50
+	until [ "$(size "$T/Arm-$mode" 2>/dev/null || echo 0)" -gt 2000 ]; do
+		alive "$ZPID" || fail "$what: zproxy died"
+		sleep 0.05
+	done
+	"$ZPROXY" ctl --control "$ctl" set upstream "127.0.0.1:$pa" state drain \
+	    >"$T/rm-ctl.out" 2>&1 || fail "$what: ctl: $(cat "$T/rm-ctl.out")"
+	wait_line "$ZLOG" "connection 1 moved: .*reason=drain" 20 "$ZPID" \
+	    >/dev/null || fail "$what: no planned move to B"
+	# B resets it and is gone; the move on connects to C, which hangs
+	zp_wait_exit "$pbpid" 20 >/dev/null
+	until ss -Htn state syn-sent "dport = :$pc" | grep -q .; do
+		alive "$ZPID" || fail "$what: zproxy died"
+		grep -q "conn=1 client=" "$ZLOG" &&
+			fail "$what: it ended before its move on: $(grep -m 1 'conn=1 client=' "$ZLOG")"
+		sleep 0.05
+	done
+	kill -TERM "$papid"
+	zp_wait_exit "$papid" 5 >/dev/null
+	line=$(wait_line "$ZLOG" "conn=1 client=" 15 "$ZPID") ||
+		fail "$what: connection 1 did not end"
+	# the connect to C timed out: nothing else may have ended it
+	case $line in
+	*end=upstream-timeout*) ;;
+	*) fail "$what: $line" ;;
+	esac
+	stop_zproxy
+	ok "$what: it waited for C's connect to time out (${line##* end=})"
 }
 
 # One upstream: nowhere to move, the old behaviour.
@@ -427,6 +481,7 @@ moves_mode() {
 	subcase winddown_case "$mode" lf idle
 	subcase winddown_case "$mode" octet drain
 	subcase check_down "$mode" lf
+	subcase check_retire_move "$mode"
 }
 # At most one splice-mode zproxy at a time: each prepares a quarter of
 # the per-user pipe budget (fs.pipe-user-pages-soft) when unprivileged,
