@@ -793,30 +793,16 @@ zp_udp_attach(struct zp_ctx *root, char *err, size_t errlen)
 
 /*
  * The socket closes: what the kernel dropped since the last look is
- * counted, and what is still queued (datagrams came faster than the
- * drain read them, or the streams held too much) is read, counted and
- * said once: a device cannot send it again, and nobody else will see it.
+ * counted. What may still be queued is not read: the socket can live on
+ * in another process (a takeover's, systemd's), whose datagrams they are.
  */
 static void
-udp_unread(struct zp_udp *u)
+udp_last_drops(struct zp_udp *u)
 {
-	uint64_t	left = 0;
-	int64_t		d;
-	int		i, n;
+	int64_t	d;
 
 	if ((d = zp_udp_drops(u->fd)) >= 0)
 		udp_drops(u, (uint32_t)d);
-	for (i = 0; i < ZP_UDP_STOP_ROUNDS; i++) {
-		n = recvmmsg(u->fd, u->msgs, ZP_UDP_BATCH, MSG_DONTWAIT, NULL);
-		if (n <= 0)
-			break;
-		left += (uint64_t)n;
-	}
-	if (left > 0)
-		zp_log(u->ctx->log, ZP_LOG_WARN, "%s: stopped with %s%llu "
-		    "datagrams unread: they came faster than the drain took "
-		    "them", u->label, i == ZP_UDP_STOP_ROUNDS ? "at least " :
-		    "", (unsigned long long)left);
 }
 
 /*
@@ -844,7 +830,7 @@ udp_stop_one(struct zp_udp *u)
 			break;
 	event_del(u->ev);
 	u->reading = 0;
-	udp_unread(u);
+	udp_last_drops(u);
 	close(u->fd);
 	u->fd = -1;
 	for (s = TAILQ_FIRST(&u->srcs); s != NULL; s = next) {
