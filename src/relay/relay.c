@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <event2/event.h>
 
+#include <event2/buffer.h>
 #include "lib/bufcache.h"
 #include "relay/ctx.h"
 #include "core/net.h"
@@ -32,6 +33,62 @@ zp_half_want_read(struct zp_half *h, int on)
 	else
 		event_del(h->rev);
 	h->ron = on;
+	/* What waits in a feed makes no socket readable: wake it. */
+	if (on && h->feed != NULL && h->feed->buf != NULL &&
+	    evbuffer_get_length(h->feed->buf) > 0)
+		event_active(h->rev, EV_READ, 0);
+}
+
+struct zp_feed *
+zp_feed_new(struct evbuffer *buf)
+{
+	struct zp_feed	*f;
+
+	if ((f = calloc(1, sizeof(*f))) == NULL)
+		return NULL;
+	f->buf = buf;
+	f->refs = 2;
+	return f;
+}
+
+void
+zp_feed_unref(struct zp_feed *f)
+{
+	if (f != NULL && --f->refs == 0)
+		free(f);
+}
+
+void
+zp_half_feed_drop(struct zp_half *h)
+{
+	struct zp_feed	*f = h->feed;
+
+	if (f == NULL)
+		return;
+	h->feed = NULL;
+	f->half = NULL;
+	zp_feed_unref(f);
+}
+
+void
+zp_half_feed_detach(struct zp_half *h)
+{
+	struct zp_feed	*f = h->feed;
+
+	if (f == NULL)
+		return;
+	h->feed = NULL;
+	f->half = NULL;
+	if (f->detached != NULL && f->buf != NULL)
+		f->detached(f->arg);
+	zp_feed_unref(f);
+}
+
+void
+zp_feed_kick(struct zp_feed *f)
+{
+	if (f->half != NULL && f->half->ron && f->half->rev != NULL)
+		event_active(f->half->rev, EV_READ, 0);
 }
 
 /* Add or delete the write event only when its state changes. */

@@ -17,6 +17,7 @@
 #include "lib/pipepool.h"
 #include "lib/replay.h"
 
+struct evbuffer;
 struct zp_bufcache;
 struct zp_dir;
 struct zp_ctx;
@@ -169,9 +170,39 @@ zp_dframe_cutting(const struct zp_dframe *fr)
 	return fr->state == ZP_FR_CUTTING || fr->state == ZP_FR_CUT_SEEK;
 }
 
+/*
+ * Bytes a half takes in before its socket's (PROTOTYPE, issue 30): a UDP
+ * source's frames, handed over in memory instead of through the socket
+ * pair. Shared by the producer (which owns buf) and the half; each
+ * detaches (buf or half to NULL) and drops its reference as it goes.
+ */
+struct zp_feed {
+	struct evbuffer	*buf;
+	struct zp_half	*half;
+	int		 refs;
+	void		(*detached)(void *); /* the producer writes what buf
+					   holds to the socket from now on */
+	void		*arg;
+};
+
+struct zp_feed	*zp_feed_new(struct evbuffer *);
+void		 zp_feed_unref(struct zp_feed *);
+/* The producer added bytes: wake the half's read, if it reads. */
+void		 zp_feed_kick(struct zp_feed *);
+/*
+ * The half reads only its socket from now on (the spool's writer reads
+ * it): the producer is told to write what the feed holds there, after
+ * nothing (the socket had nothing yet), so that order holds.
+ */
+struct zp_half;
+void		 zp_half_feed_detach(struct zp_half *);
+/* The half is closing: it lets go of the feed, whose bytes stay. */
+void		 zp_half_feed_drop(struct zp_half *);
+
 /* One socket of a pair, and its two events. */
 struct zp_half {
 	int		 fd;
+	struct zp_feed	*feed;		/* or NULL: the socket only */
 	struct event	*rev;		/* read, EV_PERSIST */
 	struct event	*wev;		/* write, EV_PERSIST; NULL until a write
 					   first falls short (most never do) */
@@ -228,7 +259,9 @@ struct zp_dir {
 	unsigned			 eof:1;	/* src is done */
 	unsigned			 shut:1; /* dst got SHUT_WR */
 	unsigned			 done:1; /* nothing more to do */
-	unsigned			 fellback:1; /* splice refused or no pipe: copy */
+	unsigned			 fellback:1; /* splice refused, no pipe, or
+						    a UDP source's stream (its
+						    bytes are in memory): copy */
 	unsigned			 drained:1; /* src looked empty; a hint */
 	unsigned			 lazy:1; /* copies until bulk, then splices */
 	unsigned			 bulk:1; /* a lazy read showed bulk */

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/buffer.h>
+
 #include "lib/bufcache.h"
 #include "relay/ctx.h"
 #include "relay/mirror.h"
@@ -75,9 +77,15 @@ copy_fill(struct zp_dir *d, size_t max)
 	}
 	if (space > max)
 		space = max;
-	do {
-		n = recv(d->src->fd, d->buf + d->off + d->len, space, 0);
-	} while (n == -1 && errno == EINTR);
+	if (d->src->feed != NULL && d->src->feed->buf != NULL &&
+	    evbuffer_get_length(d->src->feed->buf) > 0)
+		n = evbuffer_remove(d->src->feed->buf,
+		    d->buf + d->off + d->len, space);
+	else
+		do {
+			n = recv(d->src->fd, d->buf + d->off + d->len, space,
+			    0);
+		} while (n == -1 && errno == EINTR);
 	if (n > 0) {
 		/* As read: a move's cut or replay is not the client's. */
 		if (d->mir != NULL)

@@ -281,6 +281,7 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	 * Refused after its header, or its destination: the client learns
 	 * at once, with a reset, as the listener refuses.
 	 */
+	zp_half_feed_drop(&p->client);
 	pair_half_close(&p->client, p->linger_abort || end == ZP_END_DENIED ||
 	    end == ZP_END_SOURCE_LIMIT || end == ZP_END_BAD_DST);
 	pair_half_close(&p->upstream, p->linger_abort);
@@ -787,16 +788,28 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
  */
 int
 zp_pair_start_dgram(struct zp_ctx *ctx, int fd, const struct zp_addr *src,
-    const struct zp_addr *local, int framing, uint64_t *id)
+    const struct zp_addr *local, int framing, uint64_t *id,
+    struct zp_feed *feed)
 {
 	struct zp_pair	*p;
 	size_t		 max = ZP_DGRAM_FRAME_MAX(ZP_DGRAM_MAX);
 
 	if ((p = pair_new(ctx, fd, (const struct sockaddr *)&src->ss,
-	    src->len, 0)) == NULL)
+	    src->len, 0)) == NULL) {
+		zp_feed_unref(feed);
 		return -1;
+	}
 	*id = p->id;
 	p->dgram = 1;
+	/*
+	 * The frames come in memory (the feed), taken by the copy backend:
+	 * such a stream copies both ways, for good (a collector sends next
+	 * to nothing back).
+	 */
+	p->client.feed = feed;
+	feed->half = &p->client;
+	p->up.lazy = p->down.lazy = 0;
+	p->up.fellback = p->down.fellback = 1;
 	p->dst = *local;
 	if (ctx->cfg->max_frame > max)
 		max = ctx->cfg->max_frame;

@@ -100,8 +100,10 @@ int	zp_pair_start(struct zp_ctx *, int fd, const struct sockaddr *,
  * when the pair closed already (fd with it).
  */
 struct zp_addr;
+struct zp_feed;
 int	zp_pair_start_dgram(struct zp_ctx *, int fd, const struct zp_addr *src,
-	    const struct zp_addr *local, int framing, uint64_t *id);
+	    const struct zp_addr *local, int framing, uint64_t *id,
+	    struct zp_feed *feed);
 
 /* End a pair in any state, log it, free everything it owns. */
 void	zp_pair_close(struct zp_pair *, enum zp_end);

@@ -747,7 +747,7 @@ pair_begin(struct zp_pair *p)
 	}
 	p->source_counted = !p->dgram;
 	pair_set_state(p, ZP_PAIR_CONNECTING);
-	if (ctx->pool != NULL && ctx->cfg->splice_min == 0) {
+	if (ctx->pool != NULL && ctx->cfg->splice_min == 0 && !p->dgram) {
 		if (pair_take_pipes(p) == 0) {
 			zp_dir_set_backend(&p->up, &zp_relay_splice);
 			zp_dir_set_backend(&p->down, &zp_relay_splice);

@@ -26,6 +26,7 @@
 #include "relay/ctx.h"
 #include "relay/worker.h"
 #include "stream/pair.h"
+#include "relay/relay.h"
 #include "stream/udp.h"
 #include "stream/udp_out.h"
 
@@ -64,6 +65,7 @@ struct udp_src {
 	struct event		*rev;		/* reads what comes back, EOF */
 	struct event		*wev;		/* pending to write */
 	struct evbuffer		*pending;	/* frames not written yet */
+	struct zp_feed		*feed;		/* pending, as the pair's input */
 	struct timeval		 last;		/* its last datagram */
 	uint64_t		 id;		/* its pair's connection */
 	unsigned		 hashed:1;	/* in the table: takes datagrams */
@@ -152,6 +154,24 @@ src_unhash(struct udp_src *s)
 
 /* ---- a source's stream -------------------------------------------- */
 
+/*
+ * The reader's count of what its sources hold follows every source's
+ * buffer: frames added, taken by the pair (its feed), written to the
+ * socket, moved to another source.
+ */
+static void
+src_pending_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	struct udp_src	*s = arg;
+	struct zp_udp	*u = s->u;
+
+	u->pending += info->n_added;
+	u->pending -= info->n_deleted;
+	if (info->n_deleted > 0)
+		udp_resume(u);
+}
+
 /* Close our end and free s: its pair has ended or will on our FIN. */
 static void
 src_free(struct udp_src *s)
@@ -169,7 +189,12 @@ src_free(struct udp_src *s)
 		event_free(s->wev);
 	if (s->fd != -1)
 		close(s->fd);
+	if (s->feed != NULL) {
+		s->feed->buf = NULL;
+		zp_feed_unref(s->feed);
+	}
 	if (s->pending != NULL) {
+		(void)evbuffer_remove_cb(s->pending, src_pending_cb, s);
 		left = evbuffer_get_length(s->pending);
 		u->pending -= left;
 		evbuffer_free(s->pending);
@@ -213,7 +238,7 @@ src_flush(struct udp_src *s)
 		break;
 	}
 	left = evbuffer_get_length(s->pending);
-	u->pending -= before - left;
+	(void)before;
 	if (err != 0) {
 		zp_log(u->ctx->log, ZP_LOG_WARN, "%s: connection %llu ended "
 		    "with %zu bytes of its source's datagrams unread (%s)",
@@ -245,6 +270,13 @@ src_flush(struct udp_src *s)
 
 static void
 src_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	src_flush(arg);
+}
+
+/* Its pair reads the socket only (it spools): what waits goes there. */
+static void
+src_feed_detached(void *arg)
 {
 	src_flush(arg);
 }
@@ -319,6 +351,8 @@ src_open(struct zp_udp *u, const struct zp_addr *a)
 		return NULL;
 	if ((s = calloc(1, sizeof(*s))) == NULL ||
 	    (s->pending = evbuffer_new()) == NULL ||
+	    (s->feed = zp_feed_new(s->pending)) == NULL ||
+	    evbuffer_add_cb(s->pending, src_pending_cb, s) == NULL ||
 	    (s->rev = event_new(ctx->base, sv[0], EV_READ | EV_PERSIST,
 	    src_read_cb, s)) == NULL ||
 	    (s->wev = event_new(ctx->base, sv[0], EV_WRITE | EV_PERSIST,
@@ -331,6 +365,7 @@ src_open(struct zp_udp *u, const struct zp_addr *a)
 				event_free(s->wev);
 			if (s->pending != NULL)
 				evbuffer_free(s->pending);
+			free(s->feed);
 			free(s);
 		}
 		close(sv[0]);
@@ -339,6 +374,8 @@ src_open(struct zp_udp *u, const struct zp_addr *a)
 	}
 	s->u = u;
 	s->fd = sv[0];
+	s->feed->detached = src_feed_detached;
+	s->feed->arg = s;
 	zp_clock_now(&s->last);
 	TAILQ_INSERT_TAIL(&u->srcs, s, lru);
 	if (a == NULL) {
@@ -356,7 +393,7 @@ src_open(struct zp_udp *u, const struct zp_addr *a)
 	 * ours reads EOF and the source goes, as a refused TCP client does.
 	 */
 	(void)zp_pair_start_dgram(ctx, sv[1], a != NULL ? a : &none, &u->addr,
-	    u->framing, &s->id);
+	    u->framing, &s->id, s->feed);
 	if (zp_log_enabled(ctx->log, ZP_LOG_CONN)) {
 		char	abuf[ZP_ADDRSTRLEN];
 
@@ -440,7 +477,6 @@ udp_datagram(struct zp_udp *u, const unsigned char *d, size_t len,
 	v.iov_len = zp_dgram_frame(d, len, (enum zp_framing)u->framing,
 	    v.iov_base, NULL);
 	(void)evbuffer_commit_space(s->pending, &v, 1);
-	u->pending += v.iov_len;
 	/* One line a datagram: a '\n' in it escaped, or over --max-frame. */
 	if (esc > 0 || (u->framing == ZP_FRAMING_LF && flen > u->lf_max))
 		ctx->stats.framing_errors++;
@@ -525,7 +561,11 @@ udp_batch(struct zp_udp *u)
 	while ((s = TAILQ_FIRST(&u->dirty)) != NULL) {
 		TAILQ_REMOVE(&u->dirty, s, dirty);
 		s->is_dirty = 0;
-		src_flush(s);
+		/* Its pair takes the frames from memory; else, the socket. */
+		if (s->feed != NULL && s->feed->half != NULL && !s->ending)
+			zp_feed_kick(s->feed);
+		else
+			src_flush(s);
 	}
 	u->in_batch = 0;
 	/* A pair that began or ended in the batch may have begun the drain. */
