@@ -567,6 +567,14 @@ dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 		d->bufsize = ctx->cfg->buffer_size;	/* after a move's */
 	}
 	zp_half_want_read(d->src, !d->done && dir_can_fill(d));
+	/*
+	 * The budget stopped it with bytes in the feed: no socket will say
+	 * so, so the pass comes again after the loop's other events.
+	 */
+	if (moved >= budget && d->src->ron && d->src->feed != NULL &&
+	    d->src->feed->buf != NULL &&
+	    evbuffer_get_length(d->src->feed->buf) > 0)
+		event_active(d->src->rev, EV_READ, 0);
 	if (zp_half_want_write(d->dst, !d->done && d->ops->pending(d) > 0) ==
 	    -1) {
 		half_kill(d->dst, errno);

@@ -191,12 +191,16 @@ void		 zp_feed_unref(struct zp_feed *);
 void		 zp_feed_kick(struct zp_feed *);
 /*
  * The half reads only its socket from now on (the spool's writer reads
- * it): the producer is told to write what the feed holds there, after
- * nothing (the socket had nothing yet), so that order holds.
+ * it): the producer is told to write what the feed holds there. The
+ * producer writes to the socket only once the half let go of the feed,
+ * so the socket's bytes always follow what the half took from it.
  */
 struct zp_half;
 void		 zp_half_feed_detach(struct zp_half *);
-/* The half is closing: it lets go of the feed, whose bytes stay. */
+/*
+ * The half lets go of the feed, whose bytes stay with the producer: the
+ * half closes, or the producer is about to write to the socket.
+ */
 void		 zp_half_feed_drop(struct zp_half *);
 
 /* One socket of a pair, and its two events. */

@@ -226,8 +226,16 @@ static void
 src_flush(struct udp_src *s)
 {
 	struct zp_udp	*u = s->u;
-	size_t		 before = evbuffer_get_length(s->pending), left;
+	size_t		 left;
 	int		 n, err = 0;
+
+	/*
+	 * Bytes go into the socket from here on: its pair must read them
+	 * there only, after what it took from the feed and before anything
+	 * newer (the socket's bytes are the feed's oldest).
+	 */
+	if (s->feed != NULL && s->feed->half != NULL)
+		zp_half_feed_drop(s->feed->half);
 
 	while (evbuffer_get_length(s->pending) > 0) {
 		if ((n = evbuffer_write(s->pending, s->fd)) > 0)
@@ -238,7 +246,6 @@ src_flush(struct udp_src *s)
 		break;
 	}
 	left = evbuffer_get_length(s->pending);
-	(void)before;
 	if (err != 0) {
 		zp_log(u->ctx->log, ZP_LOG_WARN, "%s: connection %llu ended "
 		    "with %zu bytes of its source's datagrams unread (%s)",
@@ -319,7 +326,10 @@ src_read_cb(evutil_socket_t fd, short what, void *arg)
 	    NULL && !n->ending) {
 		(void)evbuffer_add_buffer(n->pending, s->pending);
 		src_free(s);
-		src_flush(n);
+		if (n->feed != NULL && n->feed->half != NULL)
+			zp_feed_kick(n->feed);
+		else
+			src_flush(n);
 		return;
 	}
 	event_del(s->rev);

@@ -387,6 +387,58 @@ case_overload() {
 	ok "$what: $dropped of 8000 dropped by the kernel, and exactly those missing: $v"
 }
 
+# A burst of big datagrams from one source, queued while zproxy is
+# stopped: a read callback takes far more than the pair's pump budget a
+# pass, then nothing more comes. Every message must still arrive (the
+# pair takes its frames from memory: no socket wakes it for the rest).
+case_bigburst() {
+	local mode=$1 what="$1: a burst of 12 MB from one source, then quiet"
+	set_mode "$mode"
+	collect "bb-$mode"
+	start_udp -u "127.0.0.1:$COL_PORT" --threads 1 --udp-rcvbuf 32M
+	kill -STOP "$ZPID"
+	RATE=1000000 dgram "bb-$mode" 1 400 --from 127.0.0.2 --min 30000 \
+	    --max 30000
+	kill -CONT "$ZPID"
+	wait_delivered "bb-$mode" "$(sent_bytes "bb-$mode" octet)" 20
+	stop_zproxy
+	mapfile -t fs < <(files "bb-$mode")
+	verify "$what" 1 400 octet "${fs[@]}"
+	ok "$what: every message once, in order: $VERIFIED"
+}
+
+# The drain while the streams hold megabytes for a collector that reads
+# slowly: what a stream holds in memory and what goes through its socket
+# at the end must reach the collector in order, each message once.
+case_drain_held() {
+	local mode=$1 what="$1: the drain with megabytes held for a slow collector"
+	set_mode "$mode"
+	mkdir -p "$T/dh-$mode"
+	zp_bg "dh-$mode.collect" "$ZP_LOGSEND" collect --dir "$T/dh-$mode" \
+	    --read-rate 4M
+	COL_PID=$BG_PID
+	COL_PORT=$(wait_line "$T/dh-$mode.collect.out" '^[0-9]+$' 10 "$COL_PID") ||
+		fail "$what: the collector did not start"
+	start_udp -u "127.0.0.1:$COL_PORT" --threads 1 --udp-rcvbuf 32M \
+	    --drain-timeout 30
+	kill -STOP "$ZPID"
+	RATE=1000000 dgram "dh-$mode" 2 300 --from 127.0.0.2 --min 20000 \
+	    --max 20000
+	kill -CONT "$ZPID"
+	# the streams hold most of it now: stop while they do
+	wait_delivered "dh-$mode" 100000 10
+	kill -TERM "$ZPID"
+	zp_wait_exit "$ZPID" 40 >/dev/null
+	[ $? = 0 ] || fail "$what: zproxy did not exit 0 within 40 s"
+	sanitizer_clean "$ZLOG" || fail "$what: sanitizer report in the zproxy log"
+	ZPID=
+	# the collector reads on what the kernel holds for it
+	wait_delivered "dh-$mode" "$(sent_bytes "dh-$mode" octet)" 30
+	mapfile -t fs < <(files "dh-$mode")
+	verify "$what" 2 300 octet "${fs[@]}"
+	ok "$what: every message once, in order: $VERIFIED"
+}
+
 for mode in $MODES; do
 	subcase case_basic "$mode"
 	subcase case_proxy "$mode" v1
@@ -399,6 +451,8 @@ for mode in $MODES; do
 	subcase case_drain "$mode"
 	subcase case_takeover "$mode"
 	subcase case_overload "$mode"
+	subcase case_bigburst "$mode"
+	subcase case_drain_held "$mode"
 done
 
 zp_done
