@@ -58,8 +58,9 @@ zp_feed_unref(struct zp_feed *f)
 		free(f);
 }
 
-void
-zp_half_feed_drop(struct zp_half *h)
+/* The half lets go of its feed; `tell`: the producer takes over. */
+static void
+half_feed_release(struct zp_half *h, int tell)
 {
 	struct zp_feed	*f = h->feed;
 
@@ -67,21 +68,21 @@ zp_half_feed_drop(struct zp_half *h)
 		return;
 	h->feed = NULL;
 	f->half = NULL;
+	if (tell && f->detached != NULL && f->buf != NULL)
+		f->detached(f->arg);
 	zp_feed_unref(f);
+}
+
+void
+zp_half_feed_drop(struct zp_half *h)
+{
+	half_feed_release(h, 0);
 }
 
 void
 zp_half_feed_detach(struct zp_half *h)
 {
-	struct zp_feed	*f = h->feed;
-
-	if (f == NULL)
-		return;
-	h->feed = NULL;
-	f->half = NULL;
-	if (f->detached != NULL && f->buf != NULL)
-		f->detached(f->arg);
-	zp_feed_unref(f);
+	half_feed_release(h, 1);
 }
 
 void

@@ -28,6 +28,7 @@
 #include "stream/pair.h"
 #include "relay/relay.h"
 #include "stream/udp.h"
+#include "stream/udp_socks.h"
 #include "stream/udp_out.h"
 
 /* Datagrams a recvmmsg call takes, and calls a read event makes. */
@@ -37,18 +38,6 @@
 #define ZP_UDP_BUFSZ		65536
 /* The drain reads what waits, at most this many batches. */
 #define ZP_UDP_STOP_ROUNDS	4096
-
-/* The root's list of UDP sockets, for the readers and the takeover. */
-struct zp_udp_socks {
-	size_t		n;
-	struct {
-		int		fd;
-		int		owned;		/* by its reader: closed there */
-		int		listen;		/* index in cfg->listens */
-		struct zp_addr	addr;
-		char		label[ZP_ADDRSTRLEN + ZP_FDNAME_MAX + 8];
-	}		s[ZP_MAX_LISTEN_SOCKETS];
-};
 
 struct zp_udp;
 
@@ -673,85 +662,6 @@ udp_tick_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- set-up and the end ------------------------------------------- */
 
-int
-zp_udp_add(struct zp_ctx *root, int fd, int listen, const char *label,
-    const struct zp_addr *bound)
-{
-	struct zp_udp_socks	*us;
-
-	if (root->udp_socks == NULL &&
-	    (root->udp_socks = calloc(1, sizeof(*root->udp_socks))) == NULL) {
-		close(fd);
-		return -1;
-	}
-	us = root->udp_socks;
-	if (us->n == ZP_MAX_LISTEN_SOCKETS) {
-		close(fd);
-		return -1;
-	}
-	us->s[us->n].fd = fd;
-	us->s[us->n].listen = listen;
-	us->s[us->n].addr = *bound;
-	snprintf(us->s[us->n].label, sizeof(us->s[us->n].label), "%s", label);
-	us->n++;
-	return 0;
-}
-
-int
-zp_udp_any(const struct zp_ctx *root)
-{
-	return root->udp_socks != NULL && root->udp_socks->n > 0;
-}
-
-size_t
-zp_udp_str(const struct zp_ctx *root, char *buf, size_t len, size_t off)
-{
-	const struct zp_udp_socks	*us = root->udp_socks;
-	char				 abuf[ZP_ADDRSTRLEN];
-	size_t				 i, j, n;
-
-	for (i = 0; us != NULL && i < us->n && off < len; i++) {
-		for (j = 0; j < i && us->s[j].listen != us->s[i].listen; j++)
-			;
-		if (j < i)
-			continue;	/* said with its first socket */
-		for (j = i, n = 0; j < us->n; j++)
-			n += us->s[j].listen == us->s[i].listen;
-		off += (size_t)snprintf(buf + off, len - off, "%sudp@%s (%zu "
-		    "socket%s%s%s)", off > 0 ? ", " : "",
-		    zp_addr_str(&us->s[i].addr, abuf, sizeof(abuf)), n,
-		    n == 1 ? "" : "s", strncmp(us->s[i].label, "systemd", 7) ==
-		    0 ? ", " : "", strncmp(us->s[i].label, "systemd", 7) == 0 ?
-		    us->s[i].label : "");
-	}
-	return off;
-}
-
-int
-zp_udp_listening(const struct zp_ctx *root, int listen)
-{
-	size_t	i;
-
-	for (i = 0; root->udp_socks != NULL && i < root->udp_socks->n; i++)
-		if (root->udp_socks->s[i].listen == listen)
-			return 1;
-	return 0;
-}
-
-size_t
-zp_udp_sockets(const struct zp_ctx *root, int *fds, const char **labels,
-    size_t max)
-{
-	size_t	i;
-
-	for (i = 0; root->udp_socks != NULL && i < root->udp_socks->n &&
-	    i < max; i++) {
-		fds[i] = root->udp_socks->s[i].fd;
-		labels[i] = root->udp_socks->s[i].label;
-	}
-	return i;
-}
-
 /* Socket i of the root's list, read on ctx's thread. */
 static struct zp_udp *
 udp_new(struct zp_ctx *ctx, size_t i, long max_sources)
@@ -928,17 +838,4 @@ zp_udp_free(struct zp_ctx *ctx)
 		free(u);
 	}
 	ctx->udp = NULL;
-}
-
-void
-zp_udp_socks_free(struct zp_ctx *root)
-{
-	size_t	i;
-
-	/* Start-up failed before every reader took its socket. */
-	for (i = 0; root->udp_socks != NULL && i < root->udp_socks->n; i++)
-		if (!root->udp_socks->s[i].owned)
-			close(root->udp_socks->s[i].fd);
-	free(root->udp_socks);
-	root->udp_socks = NULL;
 }
