@@ -228,8 +228,10 @@ case_daemon() {
 	    "${user[@]}" >"$T/daemon.out" \
 	    2>"$T/daemon.err" </dev/null
 	rc=$?
-	pid=$(sed -n 's/.*zproxy\[\([0-9]*\)\]: listening on.*/\1/p' "$T/daemon.log" 2>/dev/null)
 	[ "$rc" = 0 ] || fail "--daemon: exit $rc: $(cat "$T/daemon.err")"
+	# The log thread writes the line; it may land after the parent returned.
+	pid=$(wait_line "$T/daemon.log" 'zproxy\[[0-9]+\]: listening on' 10 |
+	    sed -n 's/.*zproxy\[\([0-9]*\)\]: listening on.*/\1/p')
 	[ -n "$pid" ] && [ -d "/proc/$pid" ] || fail "--daemon: no zproxy runs"
 	listening "$LPORT" || { kill "$pid"; fail "--daemon returned before it listened"; }
 	peer dmn connect 127.0.0.1 "$LPORT" --send "$T/data" --recv "$T/dmn" -t 10 ||
