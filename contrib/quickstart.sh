@@ -86,7 +86,7 @@ missing_packages() {
 	command -v iperf3 >/dev/null 2>&1 || echo iperf3
 	[ ! -x "$zproxy" ] || return 0
 	for pkg in build-essential autoconf automake libtool pkg-config \
-	    libevent-dev libcap-dev libseccomp-dev; do
+	    libevent-dev libcap-dev libseccomp-dev libssl-dev; do
 		have_pkg "$pkg" || echo "$pkg"
 	done
 }

@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "lib/framing.h"
 #include "core/upstream.h"
+#include "tls/tls.h"
 
 #define ZP_MAX_CONNS_LIMIT	10000000L
 /* Scrapers are few; each stats connection is a descriptor the relay lacks. */
@@ -63,6 +64,22 @@ const struct cli_opt cli_opts[] = {
 	    F(udp_max_sources), 1, ZP_MAX_CONNS_LIMIT, NULL, NULL, NULL, 0 },
 	{ "udp-rcvbuf", OPT_UDP_RCVBUF, CLI_SIZE, F(udp_rcvbuf), 1, 0, NULL,
 	    NULL, NULL, 0 },
+	/* TLS: -l tls@ */
+	{ "tls-cert", OPT_TLS_CERT, CLI_STRING, F(tls_cert), 0, 0, "file",
+	    NULL, NULL, 0 },
+	{ "tls-key", OPT_TLS_KEY, CLI_STRING, F(tls_key), 0, 0, "file", NULL,
+	    NULL, 0 },
+	{ "tls-client-ca", OPT_TLS_CLIENT_CA, CLI_STRING, F(tls_client_ca), 0,
+	    0, "file", NULL, NULL, 0 },
+	{ "tls-min-version", OPT_TLS_MIN_VERSION, CLI_WORD,
+	    F(tls_min_version), 0, 0, "1.2 or 1.3", zp_tls_version_parse,
+	    NULL, 0 },
+	{ "tls-ciphers", OPT_TLS_CIPHERS, CLI_STRING, F(tls_ciphers), 0, 0,
+	    "cipher list", NULL, NULL, 0 },
+	{ "tls-ciphersuites", OPT_TLS_CIPHERSUITES, CLI_STRING,
+	    F(tls_ciphersuites), 0, 0, "cipher suites", NULL, NULL, 0 },
+	{ "tls-handshake-timeout", OPT_TLS_HANDSHAKE_TIMEOUT, CLI_SECONDS,
+	    F(tls_handshake_timeout), 0, 0, NULL, NULL, NULL, 0 },
 	{ "max-conns", OPT_MAX_CONNS, CLI_LONG, F(max_conns), 1,
 	    ZP_MAX_CONNS_LIMIT, NULL, NULL, NULL, 0 },
 	{ "threads", OPT_THREADS, CLI_INT, F(threads), 1, ZP_THREADS_MAX,
@@ -194,6 +211,7 @@ static const char usage_text[] =
 "  -l, --listen [ADDR]:PORT   where to accept: :PORT (every address),\n"
 "                             0.0.0.0:PORT, 127.0.0.1:PORT, [::1]:PORT;\n"
 "                             udp@[ADDR]:PORT: syslog datagrams (below);\n"
+"                             tls@[ADDR]:PORT: TLS clients (below);\n"
 "                             systemd: the sockets systemd passed\n"
 "                             ($LISTEN_FDS), systemd:NAME: those named NAME\n"
 "                             (FileDescriptorName=); give it again for more\n"
@@ -302,6 +320,20 @@ static const char usage_text[] =
 "                             new sources share one stream per thread\n"
 "                             (default: half of --max-conns)\n"
 "      --udp-rcvbuf BYTES     each UDP socket's receive buffer (default 8M)\n"
+"\n"
+"TLS (-l tls@[ADDR]:PORT: zproxy ends the clients' TLS, relays the bytes):\n"
+"      --tls-cert FILE        the certificate (PEM), its chain after it\n"
+"      --tls-key FILE         its private key (PEM)\n"
+"      --tls-client-ca FILE   require client certificates signed by these CAs\n"
+"                             (mutual TLS); the subject goes in the log line\n"
+"      --tls-min-version 1.2|1.3\n"
+"                             oldest version accepted (default 1.2)\n"
+"      --tls-ciphers LIST     TLS 1.2 ciphers, OpenSSL's syntax\n"
+"      --tls-ciphersuites LIST\n"
+"                             TLS 1.3 suites, OpenSSL's syntax\n"
+"      --tls-handshake-timeout SEC\n"
+"                             the handshake must end within this long of\n"
+"                             accept, however slowly it trickles (default 10)\n"
 "\n"
 "Who may connect:\n"
 "      --allow CIDR           relay only clients in these networks (repeat it;\n"

@@ -70,6 +70,14 @@ enum {
 	OPT_UDP_IDLE,
 	OPT_UDP_MAX_SOURCES,
 	OPT_UDP_RCVBUF,
+	/* TLS */
+	OPT_TLS_CERT,
+	OPT_TLS_KEY,
+	OPT_TLS_CLIENT_CA,
+	OPT_TLS_MIN_VERSION,
+	OPT_TLS_CIPHERS,
+	OPT_TLS_CIPHERSUITES,
+	OPT_TLS_HANDSHAKE_TIMEOUT,
 	/* restarts */
 	OPT_CONTROL,
 	OPT_TAKEOVER,
@@ -117,7 +125,7 @@ struct cli_opt {
  * entry added or removed without it is a compile error in cli.c, where
  * the table's own size must match this declaration.
  */
-#define CLI_NOPTS	64
+#define CLI_NOPTS	71
 extern const struct cli_opt cli_opts[CLI_NOPTS];
 
 /* Does the option take a value? (CLI_FLAG_WORD's is optional: 0.) */

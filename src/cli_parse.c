@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tls/tls.h"
 #include "cli.h"
 #include "cli_int.h"
 #include "core/config.h"
@@ -470,6 +471,22 @@ check_depends(const struct zp_config *cfg, const char **given, char *err,
 		    given_opt(given, OPT_SPOOL_MAX) ? "spool-max" :
 		    given_opt(given, OPT_SPOOL_SENDERS) ? "spool-senders" :
 		    "spool-sync");
+		return -1;
+	}
+	if (zp_tls_config_check(cfg, err, errlen) == -1)
+		return -1;
+	/* The spool's writer reads the client's socket, not a TLS session. */
+	if (cfg->spool_dir != NULL && zp_config_tls(cfg)) {
+		zp_seterr(err, errlen, "--spool does not take the clients of "
+		    "-l tls@ yet: spool on a plain listener");
+		return -1;
+	}
+	if (!zp_config_tls(cfg) && (given_opt(given, OPT_TLS_MIN_VERSION) ||
+	    given_opt(given, OPT_TLS_HANDSHAKE_TIMEOUT))) {
+		zp_seterr(err, errlen, "--%s applies to -l tls@[ADDR]:PORT, "
+		    "and no listener is one", given_opt(given,
+		    OPT_TLS_MIN_VERSION) ? "tls-min-version" :
+		    "tls-handshake-timeout");
 		return -1;
 	}
 	/* Sent on later to "the upstream": -u original has none to name. */

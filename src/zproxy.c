@@ -12,6 +12,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 
+#include "tls/tls.h"
 #include "lib/acl.h"
 #include "core/config.h"
 #include "ops/control.h"
@@ -194,12 +195,19 @@ run_open(struct zp_ctx *ctx, struct zp_privs *pv, int nthreads,
 		fprintf(stderr, "zproxy: %s\n", err);
 		return ZP_EX_CANTCREAT;
 	}
+	/* Certificates and keys are read now, before --user drops rights. */
+	if (zp_tls_srv_new(cfg, &ctx->tls_srv, err, sizeof(err)) == -1) {
+		fprintf(stderr, "zproxy: %s\n", err);
+		zp_log_close(ctx->log);
+		return ZP_EX_CONFIG;
+	}
 	gettimeofday(&ctx->started, NULL);
 	if ((ctx->ups = zp_upstreams_new(cfg->upstreams, cfg->nupstreams,
 	    (enum zp_balance)cfg->balance, cfg->max_fails, cfg->fail_timeout,
 	    ctx->log)) == NULL ||
 	    (ctx->mirrors = zp_mirrors_new(cfg)) == NULL) {
 		zp_upstreams_free(ctx->ups);
+		zp_tls_srv_free(ctx->tls_srv);
 		zp_log(ctx->log, ZP_LOG_ERROR, "out of memory");
 		zp_log_close(ctx->log);
 		return ZP_EX_OSERR;

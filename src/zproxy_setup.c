@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <event2/event.h>
 
+#include "tls/tls.h"
 #include "lib/acl.h"
 #include "core/config.h"
 #include "ops/control.h"
@@ -397,6 +398,8 @@ zproxy_ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	ctx->ups = NULL;
 	zp_mirrors_free(ctx->mirrors);
 	ctx->mirrors = NULL;
+	zp_tls_srv_free(ctx->tls_srv);
+	ctx->tls_srv = NULL;
 	zp_srctab_free(&ctx->sources);
 	for (i = 0; i < nsigs; i++)
 		if (sigs[i] != NULL)
@@ -594,6 +597,15 @@ listen_inherited(struct zp_ctx *ctx, struct zp_inherit *set,
 		return ZP_EX_CONFIG;
 	}
 	for (j = 0; j < n; j++) {
+		if (spec->tls && zp_udp_is(fds[j])) {
+			zp_log(ctx->log, ZP_LOG_ERROR, "-l tls@%s: descriptor %d "
+			    "is a UDP socket; tls@ takes TCP ones", label,
+			    fds[j]);
+			while (j < n)
+				close(fds[j++]);
+			zp_inherit_close_rest(set);
+			return ZP_EX_CONFIG;
+		}
 		if (spec->udp || (spec->systemd && zp_udp_is(fds[j]))) {
 			if (listen_udp_adopt(ctx, fds[j], idx, label, clamped,
 			    err, sizeof(err)) == 0)
@@ -614,7 +626,7 @@ listen_inherited(struct zp_ctx *ctx, struct zp_inherit *set,
 			zp_inherit_close_rest(set);
 			return ZP_EX_CONFIG;
 		}
-		if ((l = zp_listener_adopt(ctx, fds[j], label, err,
+		if ((l = zp_listener_adopt(ctx, fds[j], label, spec->tls, err,
 		    sizeof(err))) == NULL) {
 			zp_log(ctx->log, ZP_LOG_ERROR, "-l %s: %s", label, err);
 			while (++j < n)

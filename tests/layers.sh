@@ -8,7 +8,7 @@
 # Exit 0 when every include keeps the order, 1 (and each offending
 # include on a line) when one does not, 99 when the tree is not there.
 
-order="lib core ops relay spool stream upstream http"
+order="lib core tls ops relay spool stream upstream http"
 
 top=${srcdir:-.}
 [ -d "$top/src/lib" ] || { echo "layers.sh: $top/src/lib missing" >&2; exit 99; }

@@ -51,6 +51,18 @@ zp_config_init(struct zp_config *cfg)
 	cfg->spool_sync = ZP_DEFAULT_SPOOL_SYNC;
 	cfg->udp_idle = ZP_DEFAULT_UDP_IDLE;
 	cfg->udp_rcvbuf = ZP_DEFAULT_UDP_RCVBUF;
+	cfg->tls_handshake_timeout = ZP_DEFAULT_TLS_HANDSHAKE_TIMEOUT;
+}
+
+int
+zp_config_tls(const struct zp_config *cfg)
+{
+	size_t	i;
+
+	for (i = 0; i < cfg->nlistens; i++)
+		if (cfg->listens[i].tls)
+			return 1;
+	return 0;
 }
 
 int
@@ -110,6 +122,13 @@ zp_config_free(struct zp_config *cfg)
 	cfg->takeover = NULL;
 	free(cfg->config_file);
 	cfg->config_file = NULL;
+	free(cfg->tls_cert);
+	free(cfg->tls_key);
+	free(cfg->tls_client_ca);
+	free(cfg->tls_ciphers);
+	free(cfg->tls_ciphersuites);
+	cfg->tls_cert = cfg->tls_key = cfg->tls_client_ca = NULL;
+	cfg->tls_ciphers = cfg->tls_ciphersuites = NULL;
 	for (i = 0; i < cfg->nitems; i++)
 		free(cfg->items[i].value);
 	free(cfg->items);
@@ -308,7 +327,21 @@ zp_parse_listen_arg(const char *s, struct zp_listen_spec *ls, char *err,
 	char		 q[ZP_ESCLEN];
 	size_t		 i, n;
 
-	/* HAProxy's prefix: "udp@:514", "udp@[::1]:514". */
+	/* HAProxy's prefixes: "tls@:6514", "tls@systemd:NAME". */
+	if (strncmp(s, "tls@", 4) == 0) {
+		if (strncmp(s + 4, "udp@", 4) == 0 ||
+		    strncmp(s + 4, "tls@", 4) == 0) {
+			zp_seterr(err, errlen, "invalid listen address '%s': "
+			    "tls@ is TCP, followed by [ADDR]:PORT or "
+			    "systemd[:NAME]", zp_escape(s, q, sizeof(q)));
+			return -1;
+		}
+		if (zp_parse_listen_arg(s + 4, ls, err, errlen) == -1)
+			return -1;
+		ls->tls = 1;
+		return 0;
+	}
+	/* "udp@:514", "udp@[::1]:514". */
 	if (strncmp(s, "udp@", 4) == 0) {
 		if (zp_parse_listen(s + 4, ls, err, errlen) == -1)
 			return -1;
@@ -341,9 +374,13 @@ zp_parse_listen_arg(const char *s, struct zp_listen_spec *ls, char *err,
 const char *
 zp_listen_spec_str(const struct zp_listen_spec *ls, char *buf, size_t len)
 {
-	const char	*pre = ls->udp ? "udp@" : "";
+	const char	*pre = ls->udp ? "udp@" : ls->tls ? "tls@" : "";
 	char		 a[ZP_ADDRSTRLEN];
 
+	/*
+	 * A passed socket's label is systemd's, which knows no tls@: the
+	 * inherited sockets are matched by it.
+	 */
 	if (ls->systemd)
 		snprintf(buf, len, "systemd%s%s", ls->name[0] ? ":" : "",
 		    ls->name);

@@ -70,6 +70,7 @@ int	zp_addr_set(struct zp_addr *a, const struct sockaddr *sa,
  */
 struct zp_listen_spec {
 	int		udp;	/* "udp@...": datagrams (stream/udp.h) */
+	int		tls;	/* "tls@...": TLS clients (tls/tls.h) */
 	int		any;	/* ":PORT": IPv6 dual-stack, else IPv4 */
 	unsigned short	port;
 	struct zp_addr	addr;	/* valid when !any && !systemd */
@@ -218,7 +219,18 @@ struct zp_config {
 	double			udp_idle;	/* a source's stream closes */
 	long			udp_max_sources; /* 0: from the fd limit */
 	size_t			udp_rcvbuf;	/* each UDP socket's */
+	/* TLS: -l tls@, tls/tls.h. Paths as given. */
+	char			*tls_cert;	/* chain, leaf first (PEM) */
+	char			*tls_key;
+	char			*tls_client_ca;	/* NULL: no client certs */
+	int			tls_min_version; /* enum zp_tls_version */
+	char			*tls_ciphers;	/* TLS 1.2; NULL: OpenSSL's */
+	char			*tls_ciphersuites; /* TLS 1.3; NULL: OpenSSL's */
+	double			tls_handshake_timeout; /* from accept */
 };
+
+/* Is a listener tls@? */
+int	zp_config_tls(const struct zp_config *);
 
 /*
  * May framed streams exist: --framing, or a UDP listener (a datagram is
@@ -250,6 +262,7 @@ int	zp_config_udp_upstreams(const struct zp_config *);
 #define ZP_DEFAULT_STATS_MAX_CONNS 16
 #define ZP_DEFAULT_STATS_TIMEOUT 5.0
 #define ZP_DEFAULT_PROXY_TIMEOUT 3.0
+#define ZP_DEFAULT_TLS_HANDSHAKE_TIMEOUT 10.0
 #define ZP_DEFAULT_REBALANCE_RATE 10	/* HAProxy's timeout client-ish bound */
 #define ZP_MAX_SIZE		(1024UL * 1024 * 1024)
 #define ZP_DEFAULT_SPOOL_MAX	(1024ULL * 1024 * 1024)
@@ -343,7 +356,8 @@ int	zp_parse_listen_arg(const char *, struct zp_listen_spec *, char *,
 
 /*
  * -l as given, for logs and the takeover: "systemd:NAME" or the address,
- * "udp@" before it for UDP.
+ * "udp@" or "tls@" before it (not before systemd[:NAME]: the label of a
+ * passed socket, by which it is matched).
  */
 const char *zp_listen_spec_str(const struct zp_listen_spec *, char *, size_t);
 

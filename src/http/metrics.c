@@ -28,6 +28,7 @@
 #include "spool/spool.h"
 #include "core/upstream.h"
 #include "relay/worker.h"
+#include "tls/tls_io.h"
 
 /* Room for "name:port" of an upstream and a "#NN" for a repeated one. */
 #define ZP_STATS_NAMELEN	320
@@ -414,8 +415,8 @@ render_paths(struct render *r, const struct zp_totals *t)
 	size_t			 nalive = t->pool.alive, nfree = t->pool.pooled;
 
 	family(r, "zproxy_pairs", "gauge",
-	    "Open connections by data path: splice, copy, or mixed (one "
-	    "direction each).");
+	    "Open connections by data path: splice, copy, mixed (one "
+	    "direction each), or tls (a TLS side: copied through OpenSSL).");
 	l.name = "mode";
 	l.value = "splice";
 	sample_u64(r, "zproxy_pairs", &l, 1, m->splice);
@@ -423,6 +424,8 @@ render_paths(struct render *r, const struct zp_totals *t)
 	sample_u64(r, "zproxy_pairs", &l, 1, m->copy);
 	l.value = "mixed";
 	sample_u64(r, "zproxy_pairs", &l, 1, m->mixed);
+	l.value = "tls";
+	sample_u64(r, "zproxy_pairs", &l, 1, m->tls);
 
 	family(r, "zproxy_copy_fallbacks_total", "counter",
 	    "Connections or directions that relay by copying although "
@@ -480,6 +483,29 @@ render_refusals(struct render *r, const struct zp_stats *st)
 	    "Clients refused (end=bad-destination) because -u original would "
 	    "have connected back to zproxy or outside --allow-dst.",
 	    st->bad_destinations);
+}
+
+/*
+ * TLS handshakes, by side (client: of a tls@ listener's clients) and
+ * result: ok, or why it failed.
+ */
+static void
+render_tls(struct render *r, const struct zp_stats *st)
+{
+	struct label	l[2] = { { "side", "client" }, { "result", NULL } };
+	int		res;
+
+	family(r, "zproxy_tls_handshakes_total", "counter",
+	    "TLS handshakes by side (client: with a client of a tls@ "
+	    "listener) and result: ok, or why one failed (timeout, closed, "
+	    "protocol-version, no-certificate, unknown-ca, expired, "
+	    "bad-certificate, name-mismatch, not-tls, peer-rejected: it refused "
+	    "zproxy's certificate, other).");
+	for (res = 0; res < ZP_TLS_RESULTS; res++) {
+		l[1].value = zp_tls_fail_str(res);
+		sample_u64(r, "zproxy_tls_handshakes_total", l, 2,
+		    st->tls_handshakes[ZP_TLS_SIDE_CLIENT][res]);
+	}
 }
 
 /* --framing: moves, framing errors, replayed bytes. */
@@ -690,6 +716,7 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 		render_spool(&r, ctx->spool);
 	render_paths(&r, t);
 	render_refusals(&r, st);
+	render_tls(&r, st);	/* zeros without a tls@ listener */
 	if (zp_config_framed(ctx->cfg))
 		render_framing(&r, st);
 	if (zp_udp_any(ctx))

@@ -439,6 +439,7 @@ log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
 	const char	*q1 = "", *error = "", *q2 = "";
 	const char	*pk = "", *peer = "";
 	const char	*d1 = "", *dst = "";
+	const char	*t1 = "", *tls = "", *c1 = "", *tcl = "", *c2 = "";
 	size_t		 len;
 	int		 saved = errno;
 
@@ -466,11 +467,21 @@ log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
 		d1 = " dst=";
 		dst = r->dst;
 	}
+	if (r->tls != NULL) {
+		t1 = " tls=";
+		tls = r->tls;
+	}
+	if (r->tls_client != NULL) {
+		c1 = " tls_client=\"";
+		tcl = r->tls_client;
+		c2 = "\"";
+	}
 #define NZ(s)	((s) != NULL ? (s) : "-")
 	snprintf(msg, sizeof(msg), "conn=%llu client=%s%s%s upstream=%s%s%s "
-	    "mode=%s up=%llu down=%llu duration=%.3fs end=%s%s%s%s",
+	    "mode=%s%s%s%s%s%s up=%llu down=%llu duration=%.3fs end=%s%s%s%s",
 	    (unsigned long long)r->id, NZ(r->client), pk, peer,
-	    NZ(r->upstream), d1, dst, NZ(r->mode), (unsigned long long)r->up,
+	    NZ(r->upstream), d1, dst, NZ(r->mode), t1, tls, c1, tcl, c2,
+	    (unsigned long long)r->up,
 	    (unsigned long long)r->down, r->duration, NZ(r->end), q1, error,
 	    q2);
 #undef NZ

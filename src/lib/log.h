@@ -100,6 +100,9 @@ struct zp_conn_record {
 	const char	*peer;		/* the balancer that sent a PROXY
 					   header for client, or NULL */
 	const char	*dst;		/* original destination, or NULL */
+	const char	*tls;		/* the client's TLS version, or NULL */
+	const char	*tls_client;	/* its certificate's subject, escaped,
+					   or NULL */
 };
 
 /* Set up a logger writing to fp (stderr) at the given level, as text. */

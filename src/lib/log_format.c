@@ -227,6 +227,10 @@ buf_conn(struct log_buf *b, const struct zp_conn_record *r)
 	if (r->dst != NULL)
 		buf_jstr(b, "dst", r->dst);
 	buf_jstr(b, "mode", r->mode);
+	if (r->tls != NULL)
+		buf_jstr(b, "tls", r->tls);
+	if (r->tls_client != NULL)
+		buf_jstr(b, "tls_client", r->tls_client);
 	buf_printf(b, ",\"up\":%llu,\"down\":%llu",
 	    (unsigned long long)r->up, (unsigned long long)r->down);
 	/* NaN and infinities are not JSON numbers. */

@@ -32,6 +32,7 @@ struct zp_stats_server;
 struct zp_health;
 struct zp_resolver;
 struct zp_sandbox;
+struct zp_tls_srv;
 struct zp_notify;
 struct zp_workers;
 struct zp_spool;
@@ -80,6 +81,11 @@ struct zp_traffic {
 	struct zp_tally	down;
 };
 
+/* zproxy_tls_handshakes_total{side,result}: tls_io.h's results. */
+#define ZP_TLS_SIDE_CLIENT	0
+#define ZP_TLS_SIDE_UPSTREAM	1
+#define ZP_TLS_RESULTS		12
+
 struct zp_stats {
 	uint64_t	conns_total;	/* accepted */
 	uint64_t	conns_open;
@@ -109,6 +115,7 @@ struct zp_stats {
 	uint64_t	stats_timeouts;	/* closed by --stats-timeout */
 	struct zp_mirror_tally mirrors[ZP_MAX_MIRRORS];	/* --mirror */
 	struct zp_udp_tally udp[ZP_MAX_LISTENS];	/* -l udp@ */
+	uint64_t	tls_handshakes[2][ZP_TLS_RESULTS]; /* by side, result */
 };
 
 /* How many open pairs relay in each mode, for the metrics. */
@@ -116,6 +123,7 @@ struct zp_pair_modes {
 	uint64_t	splice;
 	uint64_t	copy;
 	uint64_t	mixed;
+	uint64_t	tls;		/* a TLS half: the TLS backend */
 };
 
 /*
@@ -125,10 +133,14 @@ struct zp_pair_modes {
  * before any thread runs, and nobody changes them after. Each runs on
  * the thread of the context it is given.
  */
+/* How a client is started (zp_pair_start's flags). */
+#define ZP_START_COUNTED	0x1	/* in ctx->load already (handed) */
+#define ZP_START_TLS		0x2	/* from a tls@ listener */
+
 struct zp_ctx_hooks {
 	/* Start a pair for a client handed here (pair.h: zp_pair_start). */
 	int	(*pair_start)(struct zp_ctx *, int fd,
-		    const struct sockaddr *, socklen_t, int counted);
+		    const struct sockaddr *, socklen_t, unsigned flags);
 	/* Upstream idx went down: move or end what it holds here. */
 	int	(*pairs_upstream_down)(struct zp_ctx *, int idx);
 	/*
@@ -228,6 +240,8 @@ struct zp_ctx {
 						   for a byte here; -1 */
 	struct zp_upstreams	*ups;
 	struct zp_mirrors	*mirrors;	/* the root's, shared */
+	struct zp_tls_srv	*tls_srv;	/* tls@: the root's, shared;
+						   NULL: no tls@ listener */
 	struct zp_spool		*spool;		/* --spool: the root's, shared */
 	struct zp_mirror_sets	 mirror_sets;	/* released, finishing */
 	int64_t			 mirror_said[ZP_MAX_MIRRORS]; /* drops: last

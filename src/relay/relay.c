@@ -16,6 +16,20 @@
 #include "relay/ctx.h"
 #include "core/net.h"
 #include "relay/relay.h"
+#include "tls/tls_io.h"
+
+/*
+ * Bytes a half has for its reader that no socket event will announce: a
+ * UDP source's feed, what OpenSSL decrypted or buffered.
+ */
+static int
+half_holds(const struct zp_half *h)
+{
+	if (h->feed != NULL && h->feed->buf != NULL &&
+	    evbuffer_get_length(h->feed->buf) > 0)
+		return 1;
+	return h->tls != NULL && zp_tls_pending(h->tls);
+}
 
 /*
  * Add or delete the read event only when its state changes. A dead half
@@ -33,9 +47,8 @@ zp_half_want_read(struct zp_half *h, int on)
 	else
 		event_del(h->rev);
 	h->ron = on;
-	/* What waits in a feed makes no socket readable: wake it. */
-	if (on && h->feed != NULL && h->feed->buf != NULL &&
-	    evbuffer_get_length(h->feed->buf) > 0)
+	/* What waits in a feed or a TLS session makes no socket readable. */
+	if (on && half_holds(h))
 		event_active(h->rev, EV_READ, 0);
 }
 
@@ -470,14 +483,32 @@ dir_flush_once(struct zp_ctx *ctx, struct zp_dir *d, size_t left, int *rc)
 /*
  * Everything is out: carry the FIN over. When the other way is over too,
  * the pair closes both sockets now and close() sends it, after the queued
- * bytes. Returns ZP_PUMP_DEAD when the shutdown failed.
+ * bytes. A TLS destination gets close_notify before either; when its
+ * socket is full the direction waits for room (d->fin_wait) and is not
+ * done yet. Returns ZP_PUMP_DEAD when the shutdown failed.
  */
 static int
 dir_carry_fin(struct zp_ctx *ctx, struct zp_dir *d)
 {
 	int	rc = 0;
 
-	if (!d->src->wshut) {
+	/*
+	 * TLS: close_notify first, in every case (a close sends the FIN,
+	 * not that); a full socket takes it once writable again.
+	 */
+	if (d->dst->tls != NULL && !d->dst->dead) {
+		if (zp_tls_close_notify(d->dst->tls) == -1) {
+			if (errno == EAGAIN) {
+				d->fin_wait = 1;
+				d->dst->wblocked = 1;
+				return 0;
+			}
+			half_kill(d->dst, errno);
+			rc = ZP_PUMP_DEAD;
+		}
+		d->fin_wait = 0;
+	}
+	if (rc == 0 && !d->src->wshut) {
 		if (shutdown(d->dst->fd, SHUT_WR) == 0)
 			d->dst->fin = 1;
 		else if (errno != ENOTCONN) {
@@ -556,7 +587,7 @@ dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 		if (d->eof && d->ops->pending(d) == 0) {
 			if (d->hold_fin)
 				rc |= ZP_PUMP_SRC_FIN;	/* the pair acts */
-			else
+			else if (!d->fin_wait || !d->dst->wblocked)
 				rc |= dir_carry_fin(ctx, d);
 			break;
 		}
@@ -569,15 +600,14 @@ dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 	}
 	zp_half_want_read(d->src, !d->done && dir_can_fill(d));
 	/*
-	 * The budget stopped it with bytes in the feed: no socket will say
-	 * so, so the pass comes again after the loop's other events.
+	 * The budget stopped it with bytes in the feed or the TLS session:
+	 * no socket will say so, so the pass comes again after the loop's
+	 * other events.
 	 */
-	if (moved >= budget && d->src->ron && d->src->feed != NULL &&
-	    d->src->feed->buf != NULL &&
-	    evbuffer_get_length(d->src->feed->buf) > 0)
+	if (moved >= budget && d->src->ron && half_holds(d->src))
 		event_active(d->src->rev, EV_READ, 0);
-	if (zp_half_want_write(d->dst, !d->done && d->ops->pending(d) > 0) ==
-	    -1) {
+	if (zp_half_want_write(d->dst, !d->done && (d->ops->pending(d) > 0 ||
+	    d->fin_wait)) == -1) {
 		half_kill(d->dst, errno);
 		rc |= ZP_PUMP_DEAD;
 	}

@@ -76,6 +76,8 @@ struct zp_relay_ops {
 
 extern const struct zp_relay_ops zp_relay_splice;
 extern const struct zp_relay_ops zp_relay_copy;
+/* Copy's store; halves with a TLS session (h->tls) go through it. */
+extern const struct zp_relay_ops zp_relay_tls;
 
 /*
  * The one place a direction changes backend: the old store must be empty
@@ -204,9 +206,12 @@ void		 zp_half_feed_detach(struct zp_half *);
 void		 zp_half_feed_drop(struct zp_half *);
 
 /* One socket of a pair, and its two events. */
+struct zp_tls;
 struct zp_half {
 	int		 fd;
 	struct zp_feed	*feed;		/* or NULL: the socket only */
+	struct zp_tls	*tls;		/* or NULL: no TLS on it (the
+					   direction's ops are then tls) */
 	struct event	*rev;		/* read, EV_PERSIST */
 	struct event	*wev;		/* write, EV_PERSIST; NULL until a write
 					   first falls short (most never do) */
@@ -271,6 +276,8 @@ struct zp_dir {
 	unsigned			 bulk:1; /* a lazy read showed bulk */
 	unsigned			 hold_fin:1; /* src's EOF is not carried:
 						    the pair moves (down) */
+	unsigned			 fin_wait:1; /* dst's close_notify waits
+						    for room (TLS) */
 	struct zp_dframe		*fr;	/* NULL: a plain byte relay */
 	struct zp_mirror_set		*mir;	/* --mirror: what src sends
 						   goes there too; NULL */

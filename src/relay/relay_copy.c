@@ -1,6 +1,7 @@
 /*
  * relay_copy.c - recv/send through a per-direction buffer: the mode for
- * wherever splice cannot go, and the honest baseline.
+ * wherever splice cannot go, and the honest baseline; its buffer store
+ * is the TLS backend's too (relay_store.h).
  */
 
 #include <sys/socket.h>
@@ -14,6 +15,7 @@
 #include "relay/ctx.h"
 #include "relay/mirror.h"
 #include "relay/relay.h"
+#include "relay/relay_store.h"
 
 /*
  * After a move, drop what the store holds of the frame whose start went
@@ -44,13 +46,40 @@ copy_cut(struct zp_dir *d)
 	return 0;
 }
 
+/* The plain socket: a UDP source's feed first, then the socket. */
+ssize_t
+zp_half_recv(struct zp_half *h, void *buf, size_t len)
+{
+	ssize_t	n;
+
+	if (h->feed != NULL && h->feed->buf != NULL &&
+	    evbuffer_get_length(h->feed->buf) > 0)
+		return evbuffer_remove(h->feed->buf, buf, len);
+	do {
+		n = recv(h->fd, buf, len, 0);
+	} while (n == -1 && errno == EINTR);
+	return n;
+}
+
+ssize_t
+zp_half_send(struct zp_half *h, const void *buf, size_t len)
+{
+	ssize_t	n;
+
+	do {
+		n = send(h->fd, buf, len, MSG_NOSIGNAL);
+	} while (n == -1 && errno == EINTR);
+	return n;
+}
+
 /*
- * Socket -> buffer. The buffer is allocated on the first read, so an idle
+ * Source -> buffer. The buffer is allocated on the first read, so an idle
  * connection costs no buffer memory. Returns bytes read, 0 on EOF, -1 with
  * errno (EAGAIN with d->full set when the buffer is what stopped it).
  */
-static ssize_t
-copy_fill(struct zp_dir *d, size_t max)
+ssize_t
+zp_store_fill(struct zp_dir *d, size_t max, zp_half_read_fn *rd,
+    int short_empty)
 {
 	size_t	space;
 	ssize_t	n;
@@ -77,15 +106,7 @@ copy_fill(struct zp_dir *d, size_t max)
 	}
 	if (space > max)
 		space = max;
-	if (d->src->feed != NULL && d->src->feed->buf != NULL &&
-	    evbuffer_get_length(d->src->feed->buf) > 0)
-		n = evbuffer_remove(d->src->feed->buf,
-		    d->buf + d->off + d->len, space);
-	else
-		do {
-			n = recv(d->src->fd, d->buf + d->off + d->len, space,
-			    0);
-		} while (n == -1 && errno == EINTR);
+	n = rd(d->src, d->buf + d->off + d->len, space);
 	if (n > 0) {
 		/* As read: a move's cut or replay is not the client's. */
 		if (d->mir != NULL)
@@ -94,7 +115,7 @@ copy_fill(struct zp_dir *d, size_t max)
 		d->len += n;
 		if (d->fr != NULL && zp_dframe_cutting(d->fr) && copy_cut(d) == -1)
 			return -1;
-		if ((size_t)n < space)
+		if ((size_t)n < space && short_empty)
 			d->drained = 1;	/* TCP hands over all it has */
 		else if (d->off == 0 && d->len == d->bufsize)
 			d->full = 1;
@@ -103,18 +124,18 @@ copy_fill(struct zp_dir *d, size_t max)
 	return n;
 }
 
-/* Buffer -> socket. Returns bytes sent or -1 with errno. */
-static ssize_t
-copy_flush(struct zp_dir *d)
+/* Buffer -> destination. Returns bytes sent or -1 with errno. */
+ssize_t
+zp_store_flush(struct zp_dir *d, zp_half_write_fn *wr, size_t atleast)
 {
 	size_t	len = d->len;
 	ssize_t	n;
 
 	if (d->flush_max > 0 && d->flush_max < len)
 		len = d->flush_max;
-	do {
-		n = send(d->dst->fd, d->buf + d->off, len, MSG_NOSIGNAL);
-	} while (n == -1 && errno == EINTR);
+	if (len < atleast)
+		len = atleast < d->len ? atleast : d->len;
+	n = wr(d->dst, d->buf + d->off, len);
 	if (n > 0) {
 		if (d->fr != NULL)
 			zp_dframe_seen(d->fr, d->buf + d->off, (size_t)n);
@@ -126,14 +147,14 @@ copy_flush(struct zp_dir *d)
 	return n;
 }
 
-static size_t
-copy_pending(const struct zp_dir *d)
+size_t
+zp_store_pending(const struct zp_dir *d)
 {
 	return d->len;
 }
 
-static void
-copy_release(struct zp_ctx *ctx, struct zp_dir *d)
+void
+zp_store_release(struct zp_ctx *ctx, struct zp_dir *d)
 {
 	zp_buf_put(d->bufs, d->buf, d->bufsize);
 	d->buf = NULL;
@@ -145,17 +166,29 @@ copy_release(struct zp_ctx *ctx, struct zp_dir *d)
  * not pin 2 x --buffer-size each. The buffer goes back to the context's
  * cache, where the next pass of any pair of this thread takes it.
  */
-static void
-copy_trim(struct zp_dir *d)
+void
+zp_store_trim(struct zp_dir *d)
 {
-	copy_release(NULL, d);
+	zp_store_release(NULL, d);
+}
+
+static ssize_t
+copy_fill(struct zp_dir *d, size_t max)
+{
+	return zp_store_fill(d, max, zp_half_recv, 1);
+}
+
+static ssize_t
+copy_flush(struct zp_dir *d)
+{
+	return zp_store_flush(d, zp_half_send, 0);
 }
 
 const struct zp_relay_ops zp_relay_copy = {
 	.name = "copy",
 	.fill = copy_fill,
 	.flush = copy_flush,
-	.pending = copy_pending,
-	.release = copy_release,
-	.trim = copy_trim,
+	.pending = zp_store_pending,
+	.release = zp_store_release,
+	.trim = zp_store_trim,
 };

@@ -120,7 +120,8 @@ wmsg_start(struct zp_worker *w, struct zp_wmsg *m)
 	if (!w->exiting) {
 		/* Counted in load by the root already. */
 		(void)zp_ctx_hooks(&w->ctx)->pair_start(&w->ctx, m->fd,
-		    (struct sockaddr *)&m->ss, m->len, 1);
+		    (struct sockaddr *)&m->ss, m->len,
+		    (unsigned)m->arg | ZP_START_COUNTED);
 		return;
 	}
 	close(m->fd);
@@ -311,6 +312,7 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	ctx->log = root->log;
 	ctx->ups = root->ups;
 	ctx->mirrors = root->mirrors;
+	ctx->tls_srv = root->tls_srv;
 	ctx->spool = root->spool;
 	TAILQ_INIT(&ctx->mirror_sets);
 	ctx->devnull = root->devnull;

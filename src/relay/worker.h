@@ -81,10 +81,11 @@ struct zp_ctx *zp_ctx_thread(struct zp_ctx *root, int t);
 
 /*
  * Start a pair for an accepted client on the least loaded thread (the
- * root's own pair starts at once). Takes fd in every case.
+ * root's own pair starts at once); flags: ZP_START_TLS (ctx.h) or 0.
+ * Takes fd in every case.
  */
 void	zp_ctx_start_pair(struct zp_ctx *root, int fd,
-	    const struct sockaddr *, socklen_t);
+	    const struct sockaddr *, socklen_t, unsigned flags);
 
 /*
  * One step of --rebalance over every thread (pair.h says how); the main

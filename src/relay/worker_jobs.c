@@ -252,7 +252,7 @@ zp_ctx_drain(struct zp_ctx *root)
 
 void
 zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
-    socklen_t len)
+    socklen_t len, unsigned flags)
 {
 	struct zp_workers	*ws = root->workers;
 	const struct zp_ctx_hooks *hk = zp_ctx_hooks(root);
@@ -262,7 +262,7 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 	int			 i, best = 0;
 
 	if (ws == NULL) {
-		(void)hk->pair_start(root, fd, sa, len, 0);
+		(void)hk->pair_start(root, fd, sa, len, flags);
 		return;
 	}
 	/* The fewest open pairs; ties go to the lowest thread. */
@@ -274,13 +274,14 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 			best = i;
 		}
 	if (best == 0) {
-		(void)hk->pair_start(root, fd, sa, len, 0);
+		(void)hk->pair_start(root, fd, sa, len, flags);
 		return;
 	}
 	w = ws->w[best];
 	memset(&m, 0, sizeof(m));
 	m.fn = wmsg_start;
 	m.fd = fd;
+	m.arg = (long)flags;
 	if (len > sizeof(m.ss))
 		len = sizeof(m.ss);
 	memcpy(&m.ss, sa, len);
@@ -290,7 +291,7 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 		ADD(w->ctx.load, -1);
 		if (errno == ESRCH) {
 			/* Its loop ended just now: the root takes it. */
-			(void)hk->pair_start(root, fd, sa, len, 0);
+			(void)hk->pair_start(root, fd, sa, len, flags);
 			return;
 		}
 		zp_log(root->log, ZP_LOG_WARN, "dropping a client: %s",

@@ -121,6 +121,7 @@ zp_ctx_totals(struct zp_ctx *root, struct zp_totals *t)
 		t->modes.splice += sn.modes.splice;
 		t->modes.copy += sn.modes.copy;
 		t->modes.mixed += sn.modes.mixed;
+		t->modes.tls += sn.modes.tls;
 		t->open[i] = sn.stats.conns_open;
 	}
 }

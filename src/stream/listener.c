@@ -35,6 +35,7 @@ struct zp_listener {
 	unsigned	 on:1;		/* ev is added */
 	unsigned	 full:1;	/* paused at the connection limit */
 	unsigned	 starved:1;	/* paused for descriptors */
+	unsigned	 tls:1;		/* tls@: its clients' TLS ends here */
 	struct timeval	 last_warn;
 };
 
@@ -216,7 +217,7 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 		}
 		if (listener_admit(l, fd, (struct sockaddr *)&ss, len))
 			zp_ctx_start_pair(ctx, fd, (struct sockaddr *)&ss,
-			    len);
+			    len, l->tls ? ZP_START_TLS : 0);
 	}
 }
 
@@ -274,13 +275,14 @@ zp_listener_new(struct zp_ctx *ctx, const struct zp_listen_spec *spec,
 		return NULL;
 	}
 	zp_listen_spec_str(spec, l->label, sizeof(l->label));
+	l->tls = spec->tls != 0;
 	return listener_setup(l, err, errlen);
 }
 
 /* Serve on a listening socket that systemd or another zproxy made. */
 struct zp_listener *
-zp_listener_adopt(struct zp_ctx *ctx, int fd, const char *label, char *err,
-    size_t errlen)
+zp_listener_adopt(struct zp_ctx *ctx, int fd, const char *label, int tls,
+    char *err, size_t errlen)
 {
 	struct zp_listener	*l;
 	int			 on = 0, saved;
@@ -291,6 +293,7 @@ zp_listener_adopt(struct zp_ctx *ctx, int fd, const char *label, char *err,
 		return NULL;
 	}
 	l->fd = fd;
+	l->tls = tls != 0;
 	snprintf(l->label, sizeof(l->label), "%s", label);
 	if (zp_net_adopt(fd, &l->addr, err, errlen) == -1)
 		goto fail;

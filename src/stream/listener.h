@@ -22,12 +22,13 @@ struct zp_listener *zp_listener_new(struct zp_ctx *,
 
 /*
  * Serve on fd, a listening socket systemd or another zproxy made (label:
- * the -l it answers, for messages and the takeover). Checks that it is a
- * listening TCP socket; with --tproxy makes it transparent if it is not.
- * Takes fd, also on failure: NULL with err filled.
+ * the -l it answers, for messages and the takeover; tls: it is tls@).
+ * Checks that it is a listening TCP socket; with --tproxy makes it
+ * transparent if it is not. Takes fd, also on failure: NULL with err
+ * filled.
  */
 struct zp_listener *zp_listener_adopt(struct zp_ctx *, int fd,
-	    const char *label, char *, size_t);
+	    const char *label, int tls, char *, size_t);
 
 /* Put a listener at the end of a list. */
 void	zp_listener_link(struct zp_listener **, struct zp_listener *);

@@ -30,6 +30,7 @@
 #include "core/net.h"
 #include "stream/pair.h"
 #include "stream/pair_int.h"
+#include "tls/tls_io.h"
 #include "spool/spool.h"
 #include "relay/worker.h"
 
@@ -205,6 +206,8 @@ pair_half_close(struct zp_half *h, int abort)
 	static const struct linger	rst = { 1, 0 };
 
 	pair_half_events_free(h);
+	zp_tls_free(h->tls);
+	h->tls = NULL;
 	if (h->fd != -1) {
 		if (abort && !h->dead)
 			(void)setsockopt(h->fd, SOL_SOCKET, SO_LINGER, &rst,
@@ -539,7 +542,8 @@ static const struct {
 	const char	*name;
 	unsigned	 to;
 } pair_moves[] = {
-	[ZP_PAIR_HEADER] =	{ "header", S(CONNECTING) },
+	[ZP_PAIR_HEADER] =	{ "header", S(CONNECTING) | S(HANDSHAKE) },
+	[ZP_PAIR_HANDSHAKE] =	{ "handshake", S(CONNECTING) },
 	[ZP_PAIR_CONNECTING] =	{ "connecting", S(RELAYING) | S(SPOOLING) },
 	[ZP_PAIR_RELAYING] =	{ "relaying", S(MOVING) | S(LINGERING) },
 	[ZP_PAIR_LINGERING] =	{ "lingering", 0 },
@@ -764,12 +768,14 @@ pair_framed(struct zp_pair *p, int framing, size_t max_frame)
 /* Start a pair for an accepted client socket. */
 int
 zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
-    socklen_t salen, int counted)
+    socklen_t salen, unsigned flags)
 {
 	struct zp_pair	*p;
 
-	if ((p = pair_new(ctx, fd, sa, salen, counted)) == NULL)
+	if ((p = pair_new(ctx, fd, sa, salen, flags & ZP_START_COUNTED)) ==
+	    NULL)
 		return -1;
+	p->tls = (flags & ZP_START_TLS) != 0;
 	sock_tune(ctx, fd);
 	if (pair_framed(p, ctx->cfg->framing, ctx->cfg->max_frame) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
@@ -777,7 +783,13 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	}
 	if (ctx->cfg->accept_proxy)
 		return pair_header_start(p) != 0 ? -1 : 0;
-	return pair_begin(p) != 0 ? -1 : 0;
+	return pair_admitted(p) != 0 ? -1 : 0;
+}
+
+int ZP_MAY_FREE
+pair_admitted(struct zp_pair *p)
+{
+	return p->tls ? pair_tls_start(p) : pair_begin(p);
 }
 
 /*

@@ -29,6 +29,7 @@ enum zp_pair_state {
 	ZP_PAIR_MOVING,		/* --framing: connecting to the next upstream */
 	ZP_PAIR_SPOOLING,	/* --spool: no upstream; the client's stream
 				   goes into files */
+	ZP_PAIR_HANDSHAKE,	/* tls@: the client's TLS handshake */
 };
 
 /* How a pair ended, for the log line. */
@@ -55,6 +56,7 @@ enum zp_end {
 	ZP_END_SPOOLED,		/* --spool: the client's stream ended, in files */
 	ZP_END_SPOOL_FAILED,	/* --spool: a file could not be written */
 	ZP_END_SPOOL_FULL,	/* --spool: no upstream, and the spool full */
+	ZP_END_TLS_HANDSHAKE,	/* tls@: the client's handshake failed */
 };
 
 /* Why a framed stream moved to another upstream. */
@@ -79,15 +81,17 @@ struct zp_pair;
 
 /*
  * Start a pair for an accepted, non-blocking client socket: read its
- * PROXY header first under --accept-proxy; then take pipes (or fall back
- * to copy) and begin connecting upstream. Takes ownership of fd in every
+ * PROXY header first under --accept-proxy, then its TLS handshake (flags
+ * ZP_START_TLS: from a tls@ listener); then take pipes (or fall back to
+ * copy) and begin connecting upstream. Takes ownership of fd in every
  * case; returns 0, or -1 when the pair was closed already (or, connected
  * at once, moved on: no caller holds the pair either way). The pair
- * counts in ctx->load until it closes; `counted`: the client counts there
- * already (the root counted it when it handed it to this thread).
+ * counts in ctx->load until it closes; ZP_START_COUNTED: the client
+ * counts there already (the root counted it when it handed it to this
+ * thread).
  */
 int	zp_pair_start(struct zp_ctx *, int fd, const struct sockaddr *,
-	    socklen_t, int counted);
+	    socklen_t, unsigned flags);
 
 /*
  * Start the stream of a UDP source (udp.h): fd is its end of a

@@ -724,7 +724,7 @@ pair_dst(struct zp_pair *p)
  * freed (or moved on, once connected).
  */
 int ZP_MAY_FREE
-pair_begin(struct zp_pair *p)
+pair_take_source(struct zp_pair *p)
 {
 	struct zp_ctx	*ctx = p->ctx;
 	unsigned	 max = ctx->cfg->max_conns_per_source > 0 ?
@@ -736,7 +736,9 @@ pair_begin(struct zp_pair *p)
 	 * UDP source has one stream (two while one ends): the limit is for
 	 * connections, which it makes none of.
 	 */
-	switch (p->dgram ? 0 : zp_srctab_take(&zp_ctx_root(ctx)->sources,
+	if (p->source_counted || p->dgram)
+		return 0;
+	switch (zp_srctab_take(&zp_ctx_root(ctx)->sources,
 	    (struct sockaddr *)&p->client_addr.ss, max)) {
 	case -1:
 		zp_pair_close(p, ZP_END_NOMEM);
@@ -745,9 +747,21 @@ pair_begin(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_SOURCE_LIMIT);
 		return 1;
 	}
-	p->source_counted = !p->dgram;
+	p->source_counted = 1;
+	return 0;
+}
+
+int ZP_MAY_FREE
+pair_begin(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx;
+
+	if (pair_take_source(p) != 0)
+		return 1;
 	pair_set_state(p, ZP_PAIR_CONNECTING);
-	if (ctx->pool != NULL && ctx->cfg->splice_min == 0 && !p->dgram) {
+	/* A UDP source's stream and a TLS client's copy, for good. */
+	if (ctx->pool != NULL && ctx->cfg->splice_min == 0 && !p->dgram &&
+	    !p->tls) {
 		if (pair_take_pipes(p) == 0) {
 			zp_dir_set_backend(&p->up, &zp_relay_splice);
 			zp_dir_set_backend(&p->down, &zp_relay_splice);

@@ -77,7 +77,8 @@ header_done(struct zp_pair *p, const struct zp_proxy_info *info)
 		zp_pair_close(p, ZP_END_DENIED);
 		return 1;
 	}
-	return pair_begin(p);	/* --max-conns-per-source: counted there */
+	/* --max-conns-per-source: counted in pair_begin. */
+	return pair_admitted(p);
 }
 
 /*

@@ -138,6 +138,8 @@ struct zp_pair {
 	unsigned		 dgram:1;	/* a UDP source's (udp.h): its
 						   client is a socketpair, dst
 						   the UDP listener */
+	unsigned		 tls:1;		/* a tls@ listener's: its
+						   handshake, then client.tls */
 	int			 framing;	/* enum zp_framing: its stream's */
 	size_t			 max_frame;	/* ... and its longest message */
 	struct zp_half		 client;
@@ -149,6 +151,8 @@ struct zp_pair {
 	struct pair_proxied	*px;		/* a PROXY header's addresses */
 	struct pair_hdr		*hdr;		/* reading the header */
 	const char		*hdr_why;	/* why it was refused */
+	struct timeval		 tls_deadline;	/* --tls-handshake-timeout */
+	char			 tls_why[128];	/* why its handshake failed */
 	int			 up_idx;	/* upstream in use, or -1 */
 	struct zp_addr		 up_addr;	/* the address connected to */
 	struct zp_connecting	 conn;		/* to the upstream, under way */
@@ -342,6 +346,13 @@ int	pair_connect_upstream(struct zp_pair *) ZP_MAY_FREE;
  */
 int	pair_begin(struct zp_pair *) ZP_MAY_FREE;
 
+/*
+ * Count the client under its source (--max-conns-per-source), once:
+ * pair_begin, or a tls@ client's handshake, which holds a descriptor
+ * too. Returns 1 when the pair was refused (freed).
+ */
+int	pair_take_source(struct zp_pair *) ZP_MAY_FREE;
+
 /* pair_header.c */
 
 /*
@@ -349,6 +360,22 @@ int	pair_begin(struct zp_pair *) ZP_MAY_FREE;
  * --proxy-timeout at most. Returns 1 when the pair was freed.
  */
 int	pair_header_start(struct zp_pair *) ZP_MAY_FREE;
+
+/* pair_tls.c */
+
+/*
+ * tls@: the client's handshake, within --tls-handshake-timeout of
+ * accept; then pair_begin. Returns 1 when the pair was freed (or moved
+ * on).
+ */
+int	pair_tls_start(struct zp_pair *) ZP_MAY_FREE;
+
+/*
+ * The client may go on (accepted, its header read): its handshake
+ * first when it is a tls@ listener's, else pair_begin. Returns 1 when
+ * the pair was freed (or moved on).
+ */
+int	pair_admitted(struct zp_pair *) ZP_MAY_FREE;
 
 /* pair_spool.c */
 

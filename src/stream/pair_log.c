@@ -17,6 +17,7 @@
 #include "relay/ctx.h"
 #include "stream/pair.h"
 #include "stream/pair_int.h"
+#include "tls/tls_io.h"
 
 /* Name of an end reason; these words are what users grep logs for. */
 const char *
@@ -45,6 +46,7 @@ zp_end_str(enum zp_end e)
 	case ZP_END_SPOOLED:		return "spooled";
 	case ZP_END_SPOOL_FAILED:	return "spool-failed";
 	case ZP_END_SPOOL_FULL:		return "spool-full";
+	case ZP_END_TLS_HANDSHAKE:	return "tls-handshake-failed";
 	}
 	return "unknown";
 }
@@ -81,6 +83,9 @@ zp_pair_mode(const struct zp_pair *p)
 {
 	int	s_up = dir_splices(&p->up), s_down = dir_splices(&p->down);
 
+	if (p->tls || p->up.ops == &zp_relay_tls ||
+	    p->down.ops == &zp_relay_tls)
+		return "tls";
 	if (s_up && s_down)
 		return "splice";
 	if (!s_up && !s_down)
@@ -147,6 +152,7 @@ pair_end_level(const struct zp_pair *p, enum zp_end end, int *err,
 		*err = p->upstream.err;
 		break;
 	case ZP_END_BAD_PROXY_HEADER:
+	case ZP_END_TLS_HANDSHAKE:
 		/* Seen by default (a balancer sending none), but limited. */
 		level = ZP_LOG_WARN;
 		*limited = 1;
@@ -171,6 +177,7 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	struct zp_conn_record	 rec;
 	char			 cbuf[ZP_ADDRSTRLEN], pbuf[ZP_ADDRSTRLEN];
 	char			 dbuf[ZP_ADDRSTRLEN], ubuf[300];
+	char			 subj[256], qsubj[ZP_ESCLEN];
 	struct timeval		 now, dt;
 	int			 level, err, limited;
 
@@ -202,6 +209,14 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	rec.error = err != 0 ? strerror(err) : NULL;
 	if (end == ZP_END_BAD_PROXY_HEADER)
 		rec.error = p->hdr_why;
+	if (end == ZP_END_TLS_HANDSHAKE)
+		rec.error = p->tls_why;
+	if (p->client.tls != NULL && p->state != ZP_PAIR_HANDSHAKE) {
+		rec.tls = zp_tls_version(p->client.tls);
+		zp_tls_peer_subject(p->client.tls, subj, sizeof(subj));
+		if (subj[0] != '\0')
+			rec.tls_client = zp_escape(subj, qsubj, sizeof(qsubj));
+	}
 	/*
 	 * A client chooses its destination, and under --source client its
 	 * family: limited, as refusals are.
@@ -255,6 +270,8 @@ zp_pairs_modes(struct zp_ctx *ctx, struct zp_pair_modes *m)
 		mode = zp_pair_mode(p);
 		if (strcmp(mode, "splice") == 0)
 			m->splice++;
+		else if (strcmp(mode, "tls") == 0)
+			m->tls++;
 		else if (strcmp(mode, "copy") == 0)
 			m->copy++;
 		else

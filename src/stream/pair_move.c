@@ -336,9 +336,10 @@ pair_move(struct zp_pair *p, int reason)
 		    (unsigned long long)p->id, strerror(err));
 	/*
 	 * Bytes still on the way to the client go after the move; but not
-	 * after a FIN it was sent already (a wind-down's): that way is over.
+	 * after a FIN it was sent already (a wind-down's), nor after a
+	 * close_notify begun (TLS, waiting for room): that way is over.
 	 */
-	if (!p->client.wshut)
+	if (!p->client.wshut && !p->down.fin_wait)
 		p->down.eof = p->down.done = p->down.shut = p->down.drained =
 		    0;
 	zp_half_want_read(&p->client, 0);

@@ -47,6 +47,15 @@ check_config(const struct zp_config *cfg)
 	for (i = 0; cfg->upstreams[0].udp && i < cfg->nlistens; i++)
 		FUZZ_CHECK(cfg->listens[i].udp || cfg->listens[i].systemd);
 	FUZZ_CHECK(cfg->udp_idle > 0 && cfg->udp_rcvbuf >= 1);
+	/* tls@: TCP, with a certificate and a key; TLS options need one. */
+	for (i = 0; i < cfg->nlistens; i++)
+		FUZZ_CHECK(!cfg->listens[i].tls || (!cfg->listens[i].udp &&
+		    cfg->tls_cert != NULL && cfg->tls_key != NULL));
+	FUZZ_CHECK(zp_config_tls(cfg) || (cfg->tls_cert == NULL &&
+	    cfg->tls_key == NULL && cfg->tls_client_ca == NULL &&
+	    cfg->tls_ciphers == NULL && cfg->tls_ciphersuites == NULL));
+	FUZZ_CHECK(cfg->tls_min_version == 0 || cfg->tls_min_version == 1);
+	FUZZ_CHECK(cfg->tls_handshake_timeout > 0);
 	FUZZ_CHECK(cfg->pipe_size >= 1 && cfg->pipe_size <= ZP_MAX_SIZE);
 	FUZZ_CHECK(cfg->buffer_size >= 1 && cfg->buffer_size <= ZP_MAX_SIZE);
 	FUZZ_CHECK(cfg->splice_min <= ZP_MAX_SIZE);

@@ -110,7 +110,15 @@ case_roundtrip() {
 	EOF
 	cat >"$b" <<-EOF
 	listen 127.0.0.1:7
+	listen tls@127.0.0.1:8
 	upstream original
+	tls-cert $T/c.pem
+	tls-key $T/k.pem
+	tls-client-ca $T/ca.pem
+	tls-min-version 1.3
+	tls-ciphers HIGH
+	tls-ciphersuites TLS_AES_128_GCM_SHA256
+	tls-handshake-timeout 5
 	tproxy
 	allow-dst 10.0.0.0/8
 	syslog

@@ -50,6 +50,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE	/* accept4, SOCK_NONBLOCK */
 #endif
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -75,6 +76,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #define OBUF_SIZE	(256 * 1024)
 #define RBUF_SIZE	(256 * 1024)
@@ -134,6 +139,15 @@ struct opts {
 	long		 max_open;	/* churn: connections open at once */
 	int		 verbose;
 	int		 quiet;
+	/* --tls: each session speaks TLS (connect: client, listen: server) */
+	int		 tls;
+	const char	*tls_cert;	/* ours: the server's, or a client's */
+	const char	*tls_key;
+	const char	*tls_ca;	/* verify the peer against it */
+	const char	*tls_name;	/* connect: the name to verify, SNI */
+	int		 tls_max;	/* highest version offered; 0: any */
+	int		 tls_fail;	/* the TLS must fail: say why, exit 0 */
+	int		 tls_print;	/* print version and peer serial */
 };
 
 /* A splitmix64 byte stream: the same (seed, index) gives the same bytes. */
@@ -167,6 +181,12 @@ struct sess {
 	uint64_t	 recvd;
 	int		 rd_eof;
 
+	/* --tls */
+	SSL		*ssl;
+	int		 hs;		/* handshaking */
+	short		 hs_want;	/* POLLIN or POLLOUT */
+	size_t		 wretry;	/* an SSL_write that must be repeated */
+
 	/* --pingpong */
 	long		 pp_left;	/* messages still to send */
 	size_t		 pp_wait;	/* bytes of the last one not back yet */
@@ -184,6 +204,8 @@ static size_t		 npfd_cap;
 static double		*rtts;		/* --pingpong round trips, seconds */
 static size_t		 nrtt, cap_rtt;
 static char		 rbuf[RBUF_SIZE];
+static SSL_CTX		*tls_ctx;
+static long		 tls_failed;	/* --tls-fail: sessions whose TLS failed */
 static char		 vbuf[RBUF_SIZE];
 
 static void usage(FILE *fp)
@@ -289,6 +311,21 @@ static void usage(FILE *fp)
 "      --expect-close SEC   connect: the connection must be closed by the peer\n"
 "                           (EOF, reset, or refused) within SEC seconds; prints\n"
 "                           \"closed after S.SSSs (how)\"\n"
+"TLS (connect, listen)\n"
+"      --tls                each session speaks TLS: connect as the client,\n"
+"                           listen as the server\n"
+"      --tls-cert FILE      our certificate (PEM, chain after it): listen's,\n"
+"                           or a client certificate\n"
+"      --tls-key FILE       its key\n"
+"      --tls-ca FILE        verify the peer against these CAs (listen: a\n"
+"                           client certificate is required)\n"
+"      --tls-name NAME      connect: the server name to verify and send (SNI)\n"
+"      --tls-max-version V  offer at most 1.0, 1.1, 1.2 or 1.3 (old ones at\n"
+"                           OpenSSL's security level 0)\n"
+"      --tls-fail           the TLS must fail: print \"tls-failed: REASON\"\n"
+"                           and end the session; exit 1 if none failed\n"
+"      --tls-print          print \"tls: VERSION serial=HEX\" (the peer's\n"
+"                           certificate) once a handshake is done\n"
 "  -t, --timeout SEC        fail if not done within SEC seconds (120; 0 = never)\n"
 "                           churn: each connection's own limit (10)\n"
 "  -v, --verbose            one line per session on stderr\n"
@@ -639,6 +676,171 @@ static int run_blackhole(void)
 
 static void sess_refill(struct sess *);
 
+/* ---- --tls ---------------------------------------------------------- */
+
+/* The last TLS error, in OpenSSL's words. */
+static const char *tls_err(void)
+{
+	static char b[256];
+	unsigned long e = ERR_peek_last_error();
+
+	if (e == 0)
+		return errno != 0 ? strerror(errno) : "closed by the peer";
+	ERR_error_string_n(e, b, sizeof(b));
+	return b;
+}
+
+static void sess_finish(struct sess *, const char *, int);
+static void sess_reset(struct sess *, const char *, int);
+static int is_reset(int);
+
+/*
+ * The TLS of a session failed (its handshake, or an alert after it):
+ * with --tls-fail that is what the test wants, said on stdout.
+ */
+static void sess_tls_failed(struct sess *s, const char *what)
+{
+	if (!o.tls_fail)
+		die("conn %ld: TLS %s: %s", s->idx, what, tls_err());
+	printf("tls-failed: %s\n", tls_err());
+	fflush(stdout);
+	ERR_clear_error();
+	tls_failed++;
+	sess_finish(s, "tls-failed", 0);
+}
+
+static int tls_version(const char *v)
+{
+	if (strcmp(v, "1.0") == 0)
+		return TLS1_VERSION;
+	if (strcmp(v, "1.1") == 0)
+		return TLS1_1_VERSION;
+	if (strcmp(v, "1.2") == 0)
+		return TLS1_2_VERSION;
+	if (strcmp(v, "1.3") == 0)
+		return TLS1_3_VERSION;
+	usage_error("--tls-max-version: 1.0, 1.1, 1.2 or 1.3");
+	return 0;
+}
+
+static void tls_setup(void)
+{
+	int server = o.mode == MODE_LISTEN;
+
+	tls_ctx = SSL_CTX_new(server ? TLS_server_method() :
+	    TLS_client_method());
+	if (tls_ctx == NULL)
+		die("TLS: %s", tls_err());
+	if (o.tls_max != 0) {
+		/* Old versions only exist below OpenSSL's default level. */
+		SSL_CTX_set_security_level(tls_ctx, 0);
+		(void)SSL_CTX_set_cipher_list(tls_ctx, "DEFAULT:@SECLEVEL=0");
+		(void)SSL_CTX_set_min_proto_version(tls_ctx, TLS1_VERSION);
+		(void)SSL_CTX_set_max_proto_version(tls_ctx, o.tls_max);
+	}
+	SSL_CTX_set_mode(tls_ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+	    SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_CTX_set_options(tls_ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+	if (o.tls_cert != NULL &&
+	    SSL_CTX_use_certificate_chain_file(tls_ctx, o.tls_cert) != 1)
+		die("--tls-cert %s: %s", o.tls_cert, tls_err());
+	if (o.tls_key != NULL && SSL_CTX_use_PrivateKey_file(tls_ctx,
+	    o.tls_key, SSL_FILETYPE_PEM) != 1)
+		die("--tls-key %s: %s", o.tls_key, tls_err());
+	if (o.tls_ca != NULL) {
+		if (SSL_CTX_load_verify_locations(tls_ctx, o.tls_ca, NULL) != 1)
+			die("--tls-ca %s: %s", o.tls_ca, tls_err());
+		SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_PEER | (server ?
+		    SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
+	}
+}
+
+/* The socket is connected: begin the handshake. */
+static void sess_tls_start(struct sess *s)
+{
+	if ((s->ssl = SSL_new(tls_ctx)) == NULL ||
+	    SSL_set_fd(s->ssl, s->fd) != 1)
+		die("conn %ld: TLS: %s", s->idx, tls_err());
+	if (o.mode == MODE_LISTEN) {
+		SSL_set_accept_state(s->ssl);
+		s->hs_want = POLLIN;
+	} else {
+		SSL_set_connect_state(s->ssl);
+		if (o.tls_name != NULL &&
+		    (SSL_set_tlsext_host_name(s->ssl, o.tls_name) != 1 ||
+		    SSL_set1_host(s->ssl, o.tls_name) != 1))
+			die("conn %ld: TLS: %s", s->idx, tls_err());
+		s->hs_want = POLLOUT;
+	}
+	s->hs = 1;
+}
+
+/* One step of the handshake. */
+static void sess_handshake(struct sess *s)
+{
+	int r, e;
+
+	ERR_clear_error();
+	errno = 0;
+	if ((r = SSL_do_handshake(s->ssl)) == 1) {
+		s->hs = 0;
+		if (o.tls_print) {
+			X509 *c = SSL_get0_peer_certificate(s->ssl);
+			char *hex = NULL;
+			BIGNUM *bn;
+
+			if (c != NULL && (bn = ASN1_INTEGER_to_BN(
+			    X509_get0_serialNumber(c), NULL)) != NULL) {
+				hex = BN_bn2hex(bn);
+				BN_free(bn);
+			}
+			printf("tls: %s serial=%s\n", SSL_get_version(s->ssl),
+			    hex != NULL ? hex : "none");
+			fflush(stdout);
+			OPENSSL_free(hex);
+		}
+		return;
+	}
+	e = SSL_get_error(s->ssl, r);
+	if (e == SSL_ERROR_WANT_READ)
+		s->hs_want = POLLIN;
+	else if (e == SSL_ERROR_WANT_WRITE)
+		s->hs_want = POLLOUT;
+	else
+		sess_tls_failed(s, "handshake");
+}
+
+/*
+ * SSL_read or SSL_write returned r <= 0: 1 to try again later, 0 at
+ * the end of the stream (reads), -1 when the session is over (handled).
+ */
+static int sess_tls_io_error(struct sess *s, int r, const char *what)
+{
+	int saved = errno, e = SSL_get_error(s->ssl, r);
+
+	if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+		return 1;
+	if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL &&
+	    saved == 0 && ERR_peek_last_error() == 0))
+		return 0;
+	if (e == SSL_ERROR_SYSCALL && is_reset(saved)) {
+		/* --tls-fail: the alert before the reset says why. */
+		if (o.tls_fail) {
+			ERR_clear_error();
+			if (SSL_read(s->ssl, vbuf, 1) <= 0 &&
+			    ERR_peek_last_error() != 0) {
+				sess_tls_failed(s, what);
+				return -1;
+			}
+		}
+		sess_reset(s, what, saved);
+		return -1;
+	}
+	errno = saved;
+	sess_tls_failed(s, what);
+	return -1;
+}
+
 static void sess_abort(struct sess *s)
 {
 	struct linger l = { 1, 0 };
@@ -652,13 +854,23 @@ static void sess_abort(struct sess *s)
 static void sess_finish(struct sess *s, const char *end, int abort_it)
 {
 	double t = now();
+	int unread = 0;
 
+	/* What is left unread makes the close a reset: -v says so. */
+	if (o.verbose && s->fd != -1 && !abort_it &&
+	    ioctl(s->fd, FIONREAD, &unread) == 0 && unread > 0)
+		fprintf(stderr, "zp-peer: conn %ld: closing with %d bytes "
+		    "unread\n", s->idx, unread);
 	if (s->fd != -1) {
 		if (abort_it)
 			sess_abort(s);
 		else
 			close(s->fd);
 		s->fd = -1;
+	}
+	if (s->ssl != NULL) {
+		SSL_free(s->ssl);
+		s->ssl = NULL;
 	}
 	if (s->sink_fd != -1) {
 		close(s->sink_fd);
@@ -867,6 +1079,11 @@ static void sess_check_done(struct sess *s)
 	if (!(s->src_done && s->olen == 0))
 		return;
 	if (!s->shut) {
+		/* close_notify first: what says "every byte was sent". */
+		if (!o.no_shut && s->ssl != NULL) {
+			ERR_clear_error();
+			(void)SSL_shutdown(s->ssl);
+		}
 		if (!o.no_shut && shutdown(s->fd, SHUT_WR) == -1) {
 			if (is_reset(errno) || errno == ENOTCONN) {
 				sess_reset(s, "shutdown", errno);
@@ -945,9 +1162,23 @@ static void sess_read(struct sess *s, size_t max)
 {
 	ssize_t r;
 
-	do
-		r = recv(s->fd, rbuf, max, 0);
-	while (r == -1 && errno == EINTR);
+	if (s->ssl != NULL) {
+		ERR_clear_error();
+		errno = 0;
+		r = SSL_read(s->ssl, rbuf, max > INT32_MAX ? INT32_MAX :
+		    (int)max);
+		if (r <= 0) {
+			switch (sess_tls_io_error(s, (int)r, "read")) {
+			case 1:
+			case -1:
+				return;
+			}
+			r = 0;
+		}
+	} else
+		do
+			r = recv(s->fd, rbuf, max, 0);
+		while (r == -1 && errno == EINTR);
 	if (r == -1) {
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return;
@@ -986,9 +1217,25 @@ static void sess_write(struct sess *s)
 		n = s->olen < o.chunk ? s->olen : o.chunk;
 		if (o.have_ras && o.reset_after_send - s->sent < n)
 			n = (size_t)(o.reset_after_send - s->sent);
-		do
-			w = send(s->fd, s->obuf + s->ooff, n, MSG_NOSIGNAL);
-		while (w == -1 && errno == EINTR);
+		if (s->ssl != NULL) {
+			/* A retry offers what the last try did, at least. */
+			if (n < s->wretry)
+				n = s->wretry < s->olen ? s->wretry : s->olen;
+			ERR_clear_error();
+			errno = 0;
+			w = SSL_write(s->ssl, s->obuf + s->ooff, (int)n);
+			if (w <= 0) {
+				if (sess_tls_io_error(s, (int)w, "write") != 1)
+					return;
+				s->wretry = n;
+				break;
+			}
+			s->wretry = 0;
+		} else
+			do
+				w = send(s->fd, s->obuf + s->ooff, n,
+				    MSG_NOSIGNAL);
+			while (w == -1 && errno == EINTR);
 		if (w == -1) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				break;
@@ -1034,6 +1281,8 @@ static void sess_connected(struct sess *s)
 		    o.port, strerror(err));
 	}
 	nconnected++;
+	if (o.tls)
+		sess_tls_start(s);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -1153,10 +1402,18 @@ static int run_sessions(int lfd)
 				if (dl < wake)
 					wake = dl;
 			}
-			if (sess_read_allowance(s, t, &wake) > 0)
-				ev |= POLLIN;
-			if (sess_wants_write(s))
-				ev |= POLLOUT;
+			if (s->hs)
+				ev = s->hs_want;
+			else {
+				if (sess_read_allowance(s, t, &wake) > 0)
+					ev |= POLLIN;
+				if (sess_wants_write(s))
+					ev |= POLLOUT;
+			}
+			/* Decrypted bytes no poll will announce: now. */
+			if (s->ssl != NULL && !s->hs &&
+			    SSL_has_pending(s->ssl) && (ev & POLLIN))
+				wake = t;
 			if (ev == 0)
 				continue;	/* POLLHUP/POLLERR would spin */
 			pfds[np].fd = s->fd;
@@ -1189,7 +1446,10 @@ static int run_sessions(int lfd)
 						continue;
 					die("accept: %s", strerror(errno));
 				}
-				sess_new(fd);
+				if (o.tls)
+					sess_tls_start(sess_new(fd));
+				else
+					sess_new(fd);
 				accepted++;
 				nconnected++;
 				if (o.conns != 0 && accepted == o.conns) {
@@ -1206,6 +1466,10 @@ static int run_sessions(int lfd)
 					sess_connected(s);
 				continue;
 			}
+			if (s->hs) {
+				sess_handshake(s);
+				continue;
+			}
 			if (re & (POLLIN | POLLERR | POLLHUP)) {
 				double w2 = t + 3600;
 				size_t max = sess_read_allowance(s, t, &w2);
@@ -1218,14 +1482,28 @@ static int run_sessions(int lfd)
 				sess_write(s);
 			sess_check_done(s);
 		}
-		for (i = 0; i < nsess; i++)
-			if (!sessions[i].done && !sessions[i].connecting)
-				sess_check_done(&sessions[i]);
+		for (i = 0; i < nsess; i++) {
+			struct sess *s = &sessions[i];
+			double w2 = t + 3600;
+			size_t max;
+
+			if (s->done || s->connecting || s->hs)
+				continue;
+			/* What OpenSSL holds is read without a poll. */
+			if (s->ssl != NULL && SSL_has_pending(s->ssl) &&
+			    (max = sess_read_allowance(s, t, &w2)) > 0)
+				sess_read(s, max);
+			if (!s->done)
+				sess_check_done(s);
+		}
 	}
 	for (i = 0; i < nsess; i++) {
 		tot_sent += sessions[i].sent;
 		tot_recvd += sessions[i].recvd;
 	}
+	if (o.tls_fail && tls_failed == 0)
+		die("--tls-fail: the TLS of %ld session%s did not fail", nsess,
+		    nsess == 1 ? "" : "s");
 	if (nrtt > 0)
 		report_rtts();
 	if (!o.quiet)
@@ -1293,6 +1571,8 @@ static int run_listen(void)
 	if (listen(lfd, 1024) == -1)
 		die("listen: %s", strerror(errno));
 	set_nonblock(lfd);
+	if (o.tls)
+		tls_setup();
 	print_port(bound_port(lfd));
 	return run_sessions(lfd);
 }
@@ -1305,6 +1585,8 @@ static int run_connect(void)
 
 	if (o.bind_addr != NULL)
 		src = resolve(o.bind_addr, "0", 1);
+	if (o.tls)
+		tls_setup();
 
 	for (i = 0; i < n; i++) {
 		struct sess *s;
@@ -1324,9 +1606,11 @@ static int run_connect(void)
 				    strerror(errno));
 		}
 		s = sess_new(fd);
-		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
 			nconnected++;
-		else {
+			if (o.tls)
+				sess_tls_start(s);
+		} else {
 			if (errno == EINPROGRESS) {
 				s->connecting = 1;
 				continue;
@@ -1972,6 +2256,8 @@ enum {
 	OPT_ALLOW_RESET, OPT_ACCEPT_DELAY, OPT_HOLD, OPT_EXPECT_CLOSE,
 	OPT_PINGPONG, OPT_MSG_SIZE, OPT_DURATION, OPT_INTERVAL, OPT_DEADLINE,
 	OPT_GARBAGE_EVERY, OPT_RATE, OPT_MAX_OPEN,
+	OPT_TLS, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_CA, OPT_TLS_NAME,
+	OPT_TLS_MAX_VERSION, OPT_TLS_FAIL, OPT_TLS_PRINT,
 };
 
 static const struct option longopts[] = {
@@ -2005,6 +2291,14 @@ static const struct option longopts[] = {
 	{ "garbage-every",	required_argument, NULL, OPT_GARBAGE_EVERY },
 	{ "rate",		required_argument, NULL, OPT_RATE },
 	{ "max-open",		required_argument, NULL, OPT_MAX_OPEN },
+	{ "tls",		no_argument, NULL, OPT_TLS },
+	{ "tls-cert",		required_argument, NULL, OPT_TLS_CERT },
+	{ "tls-key",		required_argument, NULL, OPT_TLS_KEY },
+	{ "tls-ca",		required_argument, NULL, OPT_TLS_CA },
+	{ "tls-name",		required_argument, NULL, OPT_TLS_NAME },
+	{ "tls-max-version",	required_argument, NULL, OPT_TLS_MAX_VERSION },
+	{ "tls-fail",		no_argument, NULL, OPT_TLS_FAIL },
+	{ "tls-print",		no_argument, NULL, OPT_TLS_PRINT },
 	{ "timeout",		required_argument, NULL, 't' },
 	{ "verbose",		no_argument,	   NULL, 'v' },
 	{ "quiet",		no_argument,	   NULL, 'q' },
@@ -2157,6 +2451,14 @@ static void parse_args(int argc, char **argv)
 			if (o.max_open < 1)
 				usage_error("--max-open must be at least 1");
 			break;
+		case OPT_TLS: o.tls = 1; break;
+		case OPT_TLS_CERT: o.tls_cert = optarg; break;
+		case OPT_TLS_KEY: o.tls_key = optarg; break;
+		case OPT_TLS_CA: o.tls_ca = optarg; break;
+		case OPT_TLS_NAME: o.tls_name = optarg; break;
+		case OPT_TLS_MAX_VERSION: o.tls_max = tls_version(optarg); break;
+		case OPT_TLS_FAIL: o.tls_fail = 1; break;
+		case OPT_TLS_PRINT: o.tls_print = 1; break;
 		case 't': o.timeout = parse_secs("--timeout", optarg); break;
 		case 'v': o.verbose = 1; break;
 		case 'q': o.quiet = 1; break;

@@ -367,7 +367,7 @@ h_client_how(struct harness *h, int handed, int reset)
 	if (reset)
 		reset_close(c);	/* before zproxy looks at it */
 	if (handed)
-		zp_ctx_start_pair(&h->ctx, a, (struct sockaddr *)&sin, len);
+		zp_ctx_start_pair(&h->ctx, a, (struct sockaddr *)&sin, len, 0);
 	else if (reset)
 		return zp_pair_start(&h->ctx, a, (struct sockaddr *)&sin, len,
 		    0);
