@@ -133,6 +133,23 @@ void	zproxy_ctl_remove_later(struct zp_ctx *ctx, int idx);
 /* Remove the upstreams waiting to leave that are empty now. */
 void	zproxy_ctl_tick(struct zp_ctx *ctx);
 
+/* ---- zproxy_tls.c: certificates read again ---------------------------- */
+
+/*
+ * With a tls@ listener: the thread that reads the certificates again,
+ * made before the sandbox. Returns 0, or -1 with err filled.
+ */
+int	zproxy_tls_start(struct zp_ctx *ctx, char *err, size_t errlen);
+
+/*
+ * SIGHUP, zproxy ctl reload: have the certificates read again (the
+ * thread logs how it went). Returns 1 when asked, 0 without tls@.
+ */
+int	zproxy_tls_reload(struct zp_ctx *ctx);
+
+/* Stop the thread (joined). */
+void	zproxy_tls_free(struct zp_ctx *ctx);
+
 /* ---- zproxy_reload.c: zproxy ctl reload ------------------------------ */
 
 /*

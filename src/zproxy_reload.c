@@ -528,10 +528,16 @@ void
 zproxy_reload(struct zp_ctx *root, struct zp_ctl_req *req)
 {
 	struct zproxy_reload	*r = root->reload;
+	int			 tls = zproxy_tls_reload(root);
 
 	if (root->cfg->config_file == NULL || r == NULL) {
-		zp_ctl_done(req, 0, "reload: zproxy runs without -f FILE: "
-		    "nothing to read again");
+		if (tls)
+			zp_ctl_done(req, 1, "reload: the TLS certificates are "
+			    "read again (the log says how it went); no -f "
+			    "FILE to read");
+		else
+			zp_ctl_done(req, 0, "reload: zproxy runs without -f "
+			    "FILE: nothing to read again");
 		return;
 	}
 	pthread_mutex_lock(&r->mu);

@@ -344,6 +344,11 @@ zproxy_confine(struct zp_ctx *ctx, const struct zp_privs *pv, char *privs,
 		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
 		return ZP_EX_CANTCREAT;
 	}
+	/* SIGHUP reads the certificates there, never on a relay thread. */
+	if (zproxy_tls_start(ctx, err, sizeof(err)) == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
+		return ZP_EX_OSERR;
+	}
 	/* zproxy ctl reload reads -f's file there, never on a relay thread. */
 	if (ctx->cfg->config_file != NULL && ctx->cfg->control != NULL &&
 	    zproxy_reload_start(ctx, err, sizeof(err)) == -1) {
@@ -398,6 +403,7 @@ zproxy_ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	ctx->ups = NULL;
 	zp_mirrors_free(ctx->mirrors);
 	ctx->mirrors = NULL;
+	zproxy_tls_free(ctx);
 	zp_tls_srv_free(ctx->tls_srv);
 	ctx->tls_srv = NULL;
 	zp_srctab_free(&ctx->sources);

@@ -242,8 +242,9 @@ const struct zp_control_ops zproxy_control_ops = {
 };
 
 /*
- * SIGHUP: reopen the log file that logrotate moved away. The log thread
- * does it (1) and writes "log reopened" itself, or why not.
+ * SIGHUP: reopen the log file that logrotate moved away (the log thread
+ * does it (1) and writes "log reopened" itself, or why not), and read
+ * the TLS certificates again (their thread says how it went).
  */
 static void
 signal_hup_cb(evutil_socket_t sig, short what, void *arg)
@@ -253,6 +254,7 @@ signal_hup_cb(evutil_socket_t sig, short what, void *arg)
 	if (ctx->log->sink == ZP_LOG_FILE && zp_log_reopen(ctx->log) == 0)
 		zp_log(ctx->log, ZP_LOG_NOTICE, "signal %d: log reopened",
 		    (int)sig);
+	(void)zproxy_tls_reload(ctx);
 }
 
 /* SIGUSR1's line, once the workers published their counters. */

@@ -28,6 +28,7 @@
 #include "spool/spool.h"
 #include "core/upstream.h"
 #include "relay/worker.h"
+#include "tls/tls.h"
 #include "tls/tls_io.h"
 
 /* Room for "name:port" of an upstream and a "#NN" for a repeated one. */
@@ -487,11 +488,16 @@ render_refusals(struct render *r, const struct zp_stats *st)
 
 /*
  * TLS handshakes, by side (client: of a tls@ listener's clients) and
- * result: ok, or why it failed.
+ * result: ok, or why it failed; with a tls@ listener, the seconds left
+ * to each certificate file's earliest notAfter.
  */
 static void
-render_tls(struct render *r, const struct zp_stats *st)
+render_tls(struct render *r, struct zp_ctx *ctx, const struct zp_stats *st)
 {
+	const char	*files[4];
+	int64_t		 secs[4];
+	size_t		 i, n;
+	struct label	 f = { "file", NULL };
 	struct label	l[2] = { { "side", "client" }, { "result", NULL } };
 	int		res;
 
@@ -505,6 +511,18 @@ render_tls(struct render *r, const struct zp_stats *st)
 		l[1].value = zp_tls_fail_str(res);
 		sample_u64(r, "zproxy_tls_handshakes_total", l, 2,
 		    st->tls_handshakes[ZP_TLS_SIDE_CLIENT][res]);
+	}
+	if (ctx->tls_srv == NULL)
+		return;
+	n = zp_tls_srv_expiry(ctx->tls_srv, files, secs, 4);
+	family(r, "zproxy_tls_cert_expiry_seconds", "gauge",
+	    "Seconds until the earliest notAfter of the certificates in each "
+	    "file (--tls-cert, --tls-client-ca) as last loaded; negative once "
+	    "expired. Alert on it before it reaches 0.");
+	for (i = 0; i < n; i++) {
+		f.value = files[i];
+		sample_head(r, "zproxy_tls_cert_expiry_seconds", &f, 1);
+		put(r, " %lld\n", (long long)secs[i]);
 	}
 }
 
@@ -716,7 +734,7 @@ zp_metrics_render(struct zp_ctx *ctx, struct evbuffer *buf)
 		render_spool(&r, ctx->spool);
 	render_paths(&r, t);
 	render_refusals(&r, st);
-	render_tls(&r, st);	/* zeros without a tls@ listener */
+	render_tls(&r, ctx, st);	/* zeros without a tls@ listener */
 	if (zp_config_framed(ctx->cfg))
 		render_framing(&r, st);
 	if (zp_udp_any(ctx))

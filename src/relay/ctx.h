@@ -27,6 +27,7 @@ struct zp_listener;
 struct zp_control;
 struct zproxy_ctl;
 struct zproxy_reload;
+struct zproxy_tls;
 struct zp_pair;
 struct zp_stats_server;
 struct zp_health;
@@ -234,6 +235,8 @@ struct zp_ctx {
 	struct zp_control	*control;	/* --control */
 	struct zproxy_ctl	*ctl;		/* root: zproxy ctl's commands
 						   under way (zproxy_ctl.c) */
+	struct zproxy_tls	*tls_loader;	/* root: reads certificates
+						   again (zproxy_tls.c) */
 	struct zproxy_reload	*reload;	/* root: -f's reader thread
 						   (zproxy_reload.c) */
 	int			 daemon_fd;	/* --daemon: the parent waits

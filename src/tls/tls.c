@@ -6,11 +6,15 @@
  */
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
@@ -18,9 +22,34 @@
 #include "lib/log.h"
 #include "tls/tls.h"
 
+/*
+ * The options a context is made from, the server's own copy: the loader
+ * thread makes it again from them (zp_tls_srv_reload) while the
+ * configuration may be changed by zproxy ctl reload.
+ */
+struct tls_settings {
+	char		*cert;
+	char		*key;
+	char		*client_ca;	/* or NULL */
+	char		*ciphers;	/* or NULL */
+	char		*suites;	/* or NULL */
+	int		 min_version;	/* enum zp_tls_version */
+};
+
+/* A file's certificate, for zproxy_tls_cert_expiry_seconds. */
+struct tls_expiry {
+	const char	*file;		/* the settings' */
+	time_t		 not_after;	/* the earliest in the file; 0: none */
+};
+
+#define TLS_FILES	2		/* --tls-cert, --tls-client-ca */
+
 struct zp_tls_srv {
+	pthread_mutex_t	 mu;		/* ctx and exp[] (reloads) */
 	SSL_CTX		*ctx;
+	struct tls_expiry exp[TLS_FILES];
 	int		 mutual;	/* asks for client certificates */
+	struct tls_settings set;
 };
 
 int
@@ -115,10 +144,10 @@ tls_readable(const char *what, const char *file, char *err, size_t errlen)
  * (syslog shippers do: the bytes before it were whole records).
  */
 static int
-tls_common(SSL_CTX *ctx, const struct zp_config *cfg, char *err,
+tls_common(SSL_CTX *ctx, const struct tls_settings *cfg, char *err,
     size_t errlen)
 {
-	int	min = cfg->tls_min_version == ZP_TLS_V13 ? TLS1_3_VERSION :
+	int	min = cfg->min_version == ZP_TLS_V13 ? TLS1_3_VERSION :
 		    TLS1_2_VERSION;
 
 	if (SSL_CTX_set_min_proto_version(ctx, min) != 1) {
@@ -138,15 +167,14 @@ tls_common(SSL_CTX *ctx, const struct zp_config *cfg, char *err,
 	(void)SSL_CTX_set_num_tickets(ctx, 0);
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
 	    SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
-	if (cfg->tls_ciphers != NULL &&
-	    SSL_CTX_set_cipher_list(ctx, cfg->tls_ciphers) != 1) {
-		tls_fail(err, errlen, "--tls-ciphers", cfg->tls_ciphers);
+	if (cfg->ciphers != NULL &&
+	    SSL_CTX_set_cipher_list(ctx, cfg->ciphers) != 1) {
+		tls_fail(err, errlen, "--tls-ciphers", cfg->ciphers);
 		return -1;
 	}
-	if (cfg->tls_ciphersuites != NULL &&
-	    SSL_CTX_set_ciphersuites(ctx, cfg->tls_ciphersuites) != 1) {
-		tls_fail(err, errlen, "--tls-ciphersuites",
-		    cfg->tls_ciphersuites);
+	if (cfg->suites != NULL &&
+	    SSL_CTX_set_ciphersuites(ctx, cfg->suites) != 1) {
+		tls_fail(err, errlen, "--tls-ciphersuites", cfg->suites);
 		return -1;
 	}
 	return 0;
@@ -189,51 +217,83 @@ tls_client_ca(SSL_CTX *ctx, const char *file, char *err, size_t errlen)
 	return 0;
 }
 
-int
-zp_tls_srv_new(const struct zp_config *cfg, struct zp_tls_srv **out,
-    char *err, size_t errlen)
+/* An ASN1 time as seconds since the epoch; 0 when it cannot be read. */
+static time_t
+tls_time(const ASN1_TIME *a)
+{
+	struct tm	tm;
+
+	memset(&tm, 0, sizeof(tm));
+	if (a == NULL || ASN1_TIME_to_tm(a, &tm) != 1)
+		return 0;
+	return timegm(&tm);
+}
+
+/* The earliest notAfter of the certificates in a PEM file; 0: none. */
+static time_t
+tls_file_expiry(const char *file)
+{
+	FILE	*f;
+	X509	*c;
+	time_t	 t, min = 0;
+
+	if ((f = fopen(file, "r")) == NULL)
+		return 0;
+	while ((c = PEM_read_X509(f, NULL, NULL, NULL)) != NULL) {
+		t = tls_time(X509_get0_notAfter(c));
+		if (t != 0 && (min == 0 || t < min))
+			min = t;
+		X509_free(c);
+	}
+	fclose(f);
+	ERR_clear_error();	/* the end of the file reads as an error */
+	return min;
+}
+
+/*
+ * A server context from the settings: the certificate chain and key
+ * loaded and matched, the client CAs. NULL with err filled. Reads the
+ * files: start-up, or the loader thread.
+ */
+static SSL_CTX *
+srv_ctx_build(const struct tls_settings *cfg, char *err, size_t errlen)
 {
 	/* Resumed sessions are tied to this context's settings. */
 	static const unsigned char sid_ctx[] = "zproxy";
-	struct zp_tls_srv	*s;
 	SSL_CTX			*ctx;
 	unsigned long		 e;
 	int			 mismatch = 0;
 
-	*out = NULL;
-	if (!zp_config_tls(cfg))
-		return 0;
-	if (zp_tls_config_check(cfg, err, errlen) == -1)
-		return -1;
-	if (tls_readable("--tls-cert", cfg->tls_cert, err, errlen) == -1 ||
-	    tls_readable("--tls-key", cfg->tls_key, err, errlen) == -1)
-		return -1;
+	if (tls_readable("--tls-cert", cfg->cert, err, errlen) == -1 ||
+	    tls_readable("--tls-key", cfg->key, err, errlen) == -1)
+		return NULL;
 	ERR_clear_error();
 	if ((ctx = SSL_CTX_new(TLS_server_method())) == NULL) {
 		tls_fail(err, errlen, "TLS", NULL);
-		return -1;
+		return NULL;
 	}
 	if (tls_common(ctx, cfg, err, errlen) == -1)
 		goto fail;
-	if (SSL_CTX_use_certificate_chain_file(ctx, cfg->tls_cert) != 1) {
-		tls_fail(err, errlen, "--tls-cert", cfg->tls_cert);
+	if (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert) != 1) {
+		tls_fail(err, errlen, "--tls-cert", cfg->cert);
 		goto fail;
 	}
 	/* An encrypted key would have OpenSSL prompt on the terminal. */
 	SSL_CTX_set_default_passwd_cb(ctx, tls_no_password);
-	if (SSL_CTX_use_PrivateKey_file(ctx, cfg->tls_key,
-	    SSL_FILETYPE_PEM) != 1) {
+	tls_password_asked = 0;
+	if (SSL_CTX_use_PrivateKey_file(ctx, cfg->key, SSL_FILETYPE_PEM) !=
+	    1) {
 		e = ERR_peek_last_error();
 		if (tls_password_asked) {
 			zp_seterr(err, errlen, "--tls-key %s: the key is "
 			    "encrypted; zproxy takes an unencrypted key (openssl "
-			    "pkey -in KEY -out PLAIN)", cfg->tls_key);
+			    "pkey -in KEY -out PLAIN)", cfg->key);
 			ERR_clear_error();
 			goto fail;
 		}
 		if (ERR_GET_LIB(e) != ERR_LIB_X509 ||
 		    ERR_GET_REASON(e) != X509_R_KEY_VALUES_MISMATCH) {
-			tls_fail(err, errlen, "--tls-key", cfg->tls_key);
+			tls_fail(err, errlen, "--tls-key", cfg->key);
 			goto fail;
 		}
 		mismatch = 1;
@@ -241,27 +301,126 @@ zp_tls_srv_new(const struct zp_config *cfg, struct zp_tls_srv **out,
 	ERR_clear_error();
 	if (mismatch || SSL_CTX_check_private_key(ctx) != 1) {
 		zp_seterr(err, errlen, "--tls-key %s does not match the "
-		    "certificate of --tls-cert %s", cfg->tls_key,
-		    cfg->tls_cert);
+		    "certificate of --tls-cert %s", cfg->key, cfg->cert);
 		ERR_clear_error();
 		goto fail;
 	}
-	if (cfg->tls_client_ca != NULL && tls_client_ca(ctx,
-	    cfg->tls_client_ca, err, errlen) == -1)
+	if (cfg->client_ca != NULL && tls_client_ca(ctx, cfg->client_ca, err,
+	    errlen) == -1)
 		goto fail;
 	(void)SSL_CTX_set_session_id_context(ctx, sid_ctx,
 	    sizeof(sid_ctx) - 1);
-	if ((s = calloc(1, sizeof(*s))) == NULL) {
-		zp_seterr(err, errlen, "TLS: %s", strerror(errno));
-		goto fail;
-	}
-	s->ctx = ctx;
-	s->mutual = cfg->tls_client_ca != NULL;
-	*out = s;
-	return 0;
+	return ctx;
 fail:
 	SSL_CTX_free(ctx);
-	return -1;
+	return NULL;
+}
+
+/* What the context was made from: its certificates' notAfter. */
+static void
+srv_expiry(struct zp_tls_srv *s, SSL_CTX *ctx)
+{
+	s->exp[0].file = s->set.cert;
+	s->exp[0].not_after = tls_time(X509_get0_notAfter(
+	    SSL_CTX_get0_certificate(ctx)));
+	s->exp[1].file = s->set.client_ca;
+	s->exp[1].not_after = s->set.client_ca != NULL ?
+	    tls_file_expiry(s->set.client_ca) : 0;
+}
+
+static void
+settings_free(struct tls_settings *t)
+{
+	free(t->cert);
+	free(t->key);
+	free(t->client_ca);
+	free(t->ciphers);
+	free(t->suites);
+	memset(t, 0, sizeof(*t));
+}
+
+/* A copy of the configuration's TLS options; -1 when out of memory. */
+static int
+settings_copy(struct tls_settings *t, const struct zp_config *cfg)
+{
+	memset(t, 0, sizeof(*t));
+	t->min_version = cfg->tls_min_version;
+	if ((t->cert = strdup(cfg->tls_cert)) == NULL ||
+	    (t->key = strdup(cfg->tls_key)) == NULL ||
+	    (cfg->tls_client_ca != NULL &&
+	    (t->client_ca = strdup(cfg->tls_client_ca)) == NULL) ||
+	    (cfg->tls_ciphers != NULL &&
+	    (t->ciphers = strdup(cfg->tls_ciphers)) == NULL) ||
+	    (cfg->tls_ciphersuites != NULL &&
+	    (t->suites = strdup(cfg->tls_ciphersuites)) == NULL)) {
+		settings_free(t);
+		return -1;
+	}
+	return 0;
+}
+
+int
+zp_tls_srv_new(const struct zp_config *cfg, struct zp_tls_srv **out,
+    char *err, size_t errlen)
+{
+	struct zp_tls_srv	*s;
+
+	*out = NULL;
+	if (!zp_config_tls(cfg))
+		return 0;
+	if (zp_tls_config_check(cfg, err, errlen) == -1)
+		return -1;
+	if ((s = calloc(1, sizeof(*s))) == NULL ||
+	    settings_copy(&s->set, cfg) == -1) {
+		free(s);
+		zp_seterr(err, errlen, "TLS: %s", strerror(ENOMEM));
+		return -1;
+	}
+	if ((s->ctx = srv_ctx_build(&s->set, err, errlen)) == NULL) {
+		settings_free(&s->set);
+		free(s);
+		return -1;
+	}
+	pthread_mutex_init(&s->mu, NULL);
+	s->mutual = s->set.client_ca != NULL;
+	srv_expiry(s, s->ctx);
+	*out = s;
+	return 0;
+}
+
+int
+zp_tls_srv_reload(struct zp_tls_srv *s, char *err, size_t errlen)
+{
+	SSL_CTX	*ctx, *old;
+
+	if ((ctx = srv_ctx_build(&s->set, err, errlen)) == NULL)
+		return -1;
+	pthread_mutex_lock(&s->mu);
+	old = s->ctx;
+	s->ctx = ctx;
+	srv_expiry(s, ctx);
+	pthread_mutex_unlock(&s->mu);
+	/* Its sessions hold references: it goes with the last of them. */
+	SSL_CTX_free(old);
+	return 0;
+}
+
+size_t
+zp_tls_srv_expiry(struct zp_tls_srv *s, const char **files, int64_t *secs,
+    size_t max)
+{
+	time_t	now = time(NULL);
+	size_t	i, n = 0;
+
+	pthread_mutex_lock(&s->mu);
+	for (i = 0; i < TLS_FILES && n < max; i++) {
+		if (s->exp[i].file == NULL || s->exp[i].not_after == 0)
+			continue;
+		files[n] = s->exp[i].file;
+		secs[n++] = (int64_t)s->exp[i].not_after - (int64_t)now;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return n;
 }
 
 SSL *
@@ -269,7 +428,10 @@ zp_tls_srv_session(struct zp_tls_srv *s, int fd)
 {
 	SSL	*ssl;
 
-	if ((ssl = SSL_new(s->ctx)) == NULL)
+	pthread_mutex_lock(&s->mu);
+	ssl = SSL_new(s->ctx);
+	pthread_mutex_unlock(&s->mu);
+	if (ssl == NULL)
 		return NULL;
 	if (SSL_set_fd(ssl, fd) != 1) {
 		SSL_free(ssl);
@@ -291,5 +453,7 @@ zp_tls_srv_free(struct zp_tls_srv *s)
 	if (s == NULL)
 		return;
 	SSL_CTX_free(s->ctx);
+	settings_free(&s->set);
+	pthread_mutex_destroy(&s->mu);
 	free(s);
 }

@@ -11,6 +11,7 @@
 #define ZP_TLS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct zp_config;
 struct ssl_st;
@@ -43,8 +44,26 @@ int	zp_tls_srv_new(const struct zp_config *, struct zp_tls_srv **out,
 	    char *err, size_t errlen);
 
 /*
- * A new server session on accepted socket fd (not started). NULL when
- * out of memory.
+ * Read the files again (SIGHUP, zproxy ctl reload): a new context for
+ * new handshakes, the old one kept by the sessions made from it until
+ * they end. Reads files: call it from a thread that may wait, never a
+ * relay thread's loop. Returns 0, or -1 with err filled and the old
+ * context still in use. Thread-safe.
+ */
+int	zp_tls_srv_reload(struct zp_tls_srv *, char *err, size_t errlen);
+
+/*
+ * zproxy_tls_cert_expiry_seconds: up to max files (--tls-cert, then
+ * --tls-client-ca) and the seconds until the earliest notAfter of the
+ * certificates in each (negative once expired), as last loaded.
+ * Returns how many. Thread-safe.
+ */
+size_t	zp_tls_srv_expiry(struct zp_tls_srv *, const char **files,
+	    int64_t *secs, size_t max);
+
+/*
+ * A new server session on accepted socket fd (not started), from the
+ * context last loaded. NULL when out of memory. Thread-safe.
  */
 struct ssl_st *zp_tls_srv_session(struct zp_tls_srv *, int fd);
 

@@ -12,8 +12,9 @@
 #   b. the option tables of docs/OPTIONS.md are `zproxy --help`: the same
 #      groups in the same order, the same options spelled the same way;
 #   c. the metric table of docs/METRICS.md is a live /metrics scrape
-#      (with --framing, --mirror, --spool and a UDP listener, so that
-#      every family is there): the same names, types and label names.
+#      (with --framing, --mirror, --spool and a UDP listener, then with a
+#      tls@ listener, so that every family is there): the same names,
+#      types and label names.
 # What a block gets instead of what it names:
 #   logs-a.example.net:514, collector.example.net:514  collector A
 #   logs-b.example.net:514                             collector B
@@ -218,6 +219,18 @@ metrics_table() {
 	    --spool "$T/spool" --stats "127.0.0.1:$sp"
 	wait_port "$sp" 10 || fail "--stats does not listen"
 	curl -sS -m 5 -o "$T/metrics" "http://127.0.0.1:$sp/metrics" ||
+		fail "scrape failed"
+	stop_zproxy
+	# The TLS families need a tls@ listener, which --spool refuses.
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+	    -keyout "$T/tls.key" -out "$T/tls.pem" -days 30 -subj /CN=localhost \
+	    2>"$T/openssl.err" || fail "openssl req: $(cat "$T/openssl.err")"
+	sp=$(free_port) || fail "zp-peer port failed"
+	start_zproxy -l "tls@127.0.0.1:@PORT@" -u "127.0.0.1:$up" \
+	    --tls-cert "$T/tls.pem" --tls-key "$T/tls.key" \
+	    --stats "127.0.0.1:$sp"
+	wait_port "$sp" 10 || fail "--stats does not listen"
+	curl -sS -m 5 "http://127.0.0.1:$sp/metrics" >>"$T/metrics" ||
 		fail "scrape failed"
 	awk '
 	/^# TYPE / { type[$3] = $4; if (!($3 in labels)) labels[$3] = ""; next }

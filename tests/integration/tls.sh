@@ -34,6 +34,14 @@
 #      --framing octet -> rsyslog imtcp as the collector: 4 x 500
 #      numbered messages with CRCs fed to the shipper arrive exactly once,
 #      each whole;
+#   h. certificates rotated without a restart: 50 clients stream (4 MiB
+#      each way, read at 1 MB/s) while the certificate and key files are
+#      replaced and zproxy gets SIGHUP; a new client then sees the new
+#      certificate (its serial), every one of the 50 ends whole, and
+#      zproxy_tls_cert_expiry_seconds follows (30 days, then 90); a file
+#      that does not load (a key of another certificate) keeps the old
+#      one in use, said in one line, and SIGHUP serves the next good one;
+#      zproxy ctl reload (no -f) reads them again too;
 #   f. start-up errors: -l tls@ without --tls-cert, a missing certificate
 #      file, a key of another certificate, --tls-cert without a tls@
 #      listener: each one line naming the problem and exit 64 or 78.
@@ -318,6 +326,81 @@ case_rsyslog() {
 	ok "rsyslog (gtls, RFC 5425) -> zproxy tls@ --framing octet -> rsyslog: $VERIFIED"
 }
 
+# ---- h. rotation ----------------------------------------------------------
+
+# serial_of FILE: the certificate's serial, as zp-peer --tls-print says it.
+serial_of() { openssl x509 -in "$1" -noout -serial | sed 's/^serial=//'; }
+
+# expiry_days FILE: zproxy_tls_cert_expiry_seconds{file=FILE} in whole days.
+expiry_days() {
+	stats_scrape
+	val "zproxy_tls_cert_expiry_seconds{file=\"$1\"}" |
+		awk '{ printf "%d\n", $1 / 86400 }'
+}
+
+case_rotate() {
+	local n=$((4 * 1024 * 1024)) pid live=$T/live
+	mkdir -p "$live"
+	cp "$C/srv.pem" "$live/cert.pem"
+	cp "$C/srv.key" "$live/key.pem"
+	# Read again as --user: the files must be that user's to read.
+	zp_user_dir "$live" "$live/cert.pem" "$live/key.pem"
+	cert srv2 ca /CN=localhost 90 "subjectAltName=DNS:localhost,IP:127.0.0.1"
+	peer_listen rot_up --echo -n 0 -t 120
+	TLS_SRV=(--tls-cert "$live/cert.pem" --tls-key "$live/key.pem")
+	zproxy_tls -u "127.0.0.1:$PEER_PORT" --control "$T/rot.ctl"
+	TLS_SRV=(--tls-cert "$C/srv.pem" --tls-key "$C/srv.key")
+	[ "$(expiry_days "$live/cert.pem")" = 29 ] ||
+		fail "expiry before: $(expiry_days "$live/cert.pem") days, want 29"
+	peer rot_old connect 127.0.0.1 "$ZPORT" "${TLS_CLI[@]}" --tls-print \
+	    -g 100 -x 100 || fail "before: $(cat "$T/rot_old.err")"
+	grep -qx "tls: TLSv1.3 serial=$(serial_of "$C/srv.pem")" "$T/rot_old.out" ||
+		fail "before: $(cat "$T/rot_old.out"), want serial $(serial_of "$C/srv.pem")"
+	zp_bg rot_50 "$ZP_PEER" connect 127.0.0.1 "$ZPORT" "${TLS_CLI[@]}" \
+	    -n 50 -g "$n" -x "$n" --read-rate 1M -t 60
+	pid=$BG_PID
+	wait_estab "$ZPORT" 50 10 || fail "50 clients: $(estab "$ZPORT") connected"
+	# A bad pair first: the old one stays, said once.
+	cp "$C/cli.key" "$live/key.pem"
+	kill -HUP "$ZPID"
+	wait_line "$ZLOG" 'TLS: --tls-key .* does not match .*; the certificates in use stay' 10 \
+	    >/dev/null || fail "a bad key: no line: $(tail -n 3 "$ZLOG")"
+	peer rot_mid connect 127.0.0.1 "$ZPORT" "${TLS_CLI[@]}" --tls-print \
+	    -g 100 -x 100 || fail "after a bad reload: $(cat "$T/rot_mid.err")"
+	grep -qx "tls: TLSv1.3 serial=$(serial_of "$C/srv.pem")" "$T/rot_mid.out" ||
+		fail "after a bad reload: $(cat "$T/rot_mid.out")"
+	# The good pair: new handshakes get it.
+	cp "$C/srv2.pem" "$live/cert.pem"
+	cp "$C/srv2.key" "$live/key.pem"
+	kill -HUP "$ZPID"
+	wait_line "$ZLOG" 'TLS: certificates read again; new handshakes use them' 10 \
+	    >/dev/null || fail "a good reload: no line: $(tail -n 3 "$ZLOG")"
+	peer rot_new connect 127.0.0.1 "$ZPORT" "${TLS_CLI[@]}" --tls-print \
+	    -g 100 -x 100 || fail "after the reload: $(cat "$T/rot_new.err")"
+	grep -qx "tls: TLSv1.3 serial=$(serial_of "$C/srv2.pem")" "$T/rot_new.out" ||
+		fail "after the reload: $(cat "$T/rot_new.out"), want serial $(serial_of "$C/srv2.pem")"
+	[ "$(expiry_days "$live/cert.pem")" = 89 ] ||
+		fail "expiry after: $(expiry_days "$live/cert.pem") days, want 89"
+	# zproxy ctl reload does the same (no -f: only the certificates).
+	cp "$C/srv.pem" "$live/cert.pem"
+	cp "$C/srv.key" "$live/key.pem"
+	"$ZPROXY" ctl --control "$T/rot.ctl" reload >"$T/ctl_reload.out" \
+	    2>"$T/ctl_reload.err" || fail "zproxy ctl reload: $(cat "$T/ctl_reload.err" "$T/ctl_reload.out")"
+	grep -q 'TLS certificates are read again' "$T/ctl_reload.out" ||
+		fail "zproxy ctl reload said: $(cat "$T/ctl_reload.out")"
+	wait_line "$ZLOG" 'TLS: certificates read again.*expires in 29 days' 10 \
+	    >/dev/null || fail "zproxy ctl reload: no line: $(tail -n 3 "$ZLOG")"
+	peer rot_back connect 127.0.0.1 "$ZPORT" "${TLS_CLI[@]}" --tls-print \
+	    -g 100 -x 100 || fail "after zproxy ctl reload: $(cat "$T/rot_back.err")"
+	grep -qx "tls: TLSv1.3 serial=$(serial_of "$C/srv.pem")" "$T/rot_back.out" ||
+		fail "after zproxy ctl reload: $(cat "$T/rot_back.out")"
+	alive "$pid" || fail "the 50 ended before the reload was checked"
+	peer_wait "$pid" rot_50 60 || fail "the 50 streams: $(cat "$T/rot_50.err")"
+	stop_zproxy
+	kill "$PEER_PID" 2>/dev/null
+	ok "rotation: SIGHUP with a bad key kept the old certificate (one line), with a good pair served the new one (serial checked), zproxy ctl reload the first again, while 50 streams of 4 MiB each way went on whole; expiry 29 -> 89 days"
+}
+
 # ---- f. start-up errors --------------------------------------------------------
 
 # bad_start WANT_STATUS WANT_TEXT ARGS...
@@ -356,5 +439,6 @@ subcase case_mutual
 subcase case_hostile
 subcase case_s_client
 subcase case_rsyslog
+subcase case_rotate
 subcase case_errors
 zp_done
