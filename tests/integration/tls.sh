@@ -331,6 +331,15 @@ case_rsyslog() {
 # serial_of FILE: the certificate's serial, as zp-peer --tls-print says it.
 serial_of() { openssl x509 -in "$1" -noout -serial | sed 's/^serial=//'; }
 
+# expect_serial NAME FILE WHAT: a new client (zp-peer NAME) is served
+# the certificate of FILE.
+expect_serial() {
+	peer "$1" connect 127.0.0.1 "$ZPORT" "${TLS_CLI[@]}" --tls-print \
+	    -g 100 -x 100 || fail "$3: $(cat "$T/$1.err")"
+	grep -qx "tls: TLSv1.3 serial=$(serial_of "$2")" "$T/$1.out" ||
+		fail "$3: $(cat "$T/$1.out"), want serial $(serial_of "$2")"
+}
+
 # expiry_days FILE: zproxy_tls_cert_expiry_seconds{file=FILE} in whole days.
 expiry_days() {
 	stats_scrape
@@ -352,10 +361,7 @@ case_rotate() {
 	TLS_SRV=(--tls-cert "$C/srv.pem" --tls-key "$C/srv.key")
 	[ "$(expiry_days "$live/cert.pem")" = 29 ] ||
 		fail "expiry before: $(expiry_days "$live/cert.pem") days, want 29"
-	peer rot_old connect 127.0.0.1 "$ZPORT" "${TLS_CLI[@]}" --tls-print \
-	    -g 100 -x 100 || fail "before: $(cat "$T/rot_old.err")"
-	grep -qx "tls: TLSv1.3 serial=$(serial_of "$C/srv.pem")" "$T/rot_old.out" ||
-		fail "before: $(cat "$T/rot_old.out"), want serial $(serial_of "$C/srv.pem")"
+	expect_serial rot_old "$C/srv.pem" "before"
 	zp_bg rot_50 "$ZP_PEER" connect 127.0.0.1 "$ZPORT" "${TLS_CLI[@]}" \
 	    -n 50 -g "$n" -x "$n" --read-rate 1M -t 60
 	pid=$BG_PID
@@ -365,20 +371,14 @@ case_rotate() {
 	kill -HUP "$ZPID"
 	wait_line "$ZLOG" 'TLS: --tls-key .* does not match .*; the certificates in use stay' 10 \
 	    >/dev/null || fail "a bad key: no line: $(tail -n 3 "$ZLOG")"
-	peer rot_mid connect 127.0.0.1 "$ZPORT" "${TLS_CLI[@]}" --tls-print \
-	    -g 100 -x 100 || fail "after a bad reload: $(cat "$T/rot_mid.err")"
-	grep -qx "tls: TLSv1.3 serial=$(serial_of "$C/srv.pem")" "$T/rot_mid.out" ||
-		fail "after a bad reload: $(cat "$T/rot_mid.out")"
+	expect_serial rot_mid "$C/srv.pem" "after a bad reload"
 	# The good pair: new handshakes get it.
 	cp "$C/srv2.pem" "$live/cert.pem"
 	cp "$C/srv2.key" "$live/key.pem"
 	kill -HUP "$ZPID"
 	wait_line "$ZLOG" 'TLS: certificates read again; new handshakes use them' 10 \
 	    >/dev/null || fail "a good reload: no line: $(tail -n 3 "$ZLOG")"
-	peer rot_new connect 127.0.0.1 "$ZPORT" "${TLS_CLI[@]}" --tls-print \
-	    -g 100 -x 100 || fail "after the reload: $(cat "$T/rot_new.err")"
-	grep -qx "tls: TLSv1.3 serial=$(serial_of "$C/srv2.pem")" "$T/rot_new.out" ||
-		fail "after the reload: $(cat "$T/rot_new.out"), want serial $(serial_of "$C/srv2.pem")"
+	expect_serial rot_new "$C/srv2.pem" "after the reload"
 	[ "$(expiry_days "$live/cert.pem")" = 89 ] ||
 		fail "expiry after: $(expiry_days "$live/cert.pem") days, want 89"
 	# zproxy ctl reload does the same (no -f: only the certificates).
@@ -390,10 +390,7 @@ case_rotate() {
 		fail "zproxy ctl reload said: $(cat "$T/ctl_reload.out")"
 	wait_line "$ZLOG" 'TLS: certificates read again.*expires in 29 days' 10 \
 	    >/dev/null || fail "zproxy ctl reload: no line: $(tail -n 3 "$ZLOG")"
-	peer rot_back connect 127.0.0.1 "$ZPORT" "${TLS_CLI[@]}" --tls-print \
-	    -g 100 -x 100 || fail "after zproxy ctl reload: $(cat "$T/rot_back.err")"
-	grep -qx "tls: TLSv1.3 serial=$(serial_of "$C/srv.pem")" "$T/rot_back.out" ||
-		fail "after zproxy ctl reload: $(cat "$T/rot_back.out")"
+	expect_serial rot_back "$C/srv.pem" "after zproxy ctl reload"
 	alive "$pid" || fail "the 50 ended before the reload was checked"
 	peer_wait "$pid" rot_50 60 || fail "the 50 streams: $(cat "$T/rot_50.err")"
 	stop_zproxy
