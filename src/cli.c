@@ -80,6 +80,8 @@ const struct cli_opt cli_opts[] = {
 	    F(tls_ciphersuites), 0, 0, "cipher suites", NULL, NULL, 0 },
 	{ "tls-handshake-timeout", OPT_TLS_HANDSHAKE_TIMEOUT, CLI_SECONDS,
 	    F(tls_handshake_timeout), 0, 0, NULL, NULL, NULL, 0 },
+	{ "tls-max-pending", OPT_TLS_MAX_PENDING, CLI_LONG,
+	    F(tls_max_pending), 1, ZP_MAX_CONNS_LIMIT, NULL, NULL, NULL, 0 },
 	{ "max-conns", OPT_MAX_CONNS, CLI_LONG, F(max_conns), 1,
 	    ZP_MAX_CONNS_LIMIT, NULL, NULL, NULL, 0 },
 	{ "threads", OPT_THREADS, CLI_INT, F(threads), 1, ZP_THREADS_MAX,
@@ -334,6 +336,9 @@ static const char usage_text[] =
 "      --tls-handshake-timeout SEC\n"
 "                             the handshake must end within this long of\n"
 "                             accept, however slowly it trickles (default 10)\n"
+"      --tls-max-pending N    most handshakes under way at once, outside\n"
+"                             --max-conns; beyond it the oldest is closed\n"
+"                             (default from RLIMIT_NOFILE)\n"
 "\n"
 "Who may connect:\n"
 "      --allow CIDR           relay only clients in these networks (repeat it;\n"

@@ -78,6 +78,7 @@ enum {
 	OPT_TLS_CIPHERS,
 	OPT_TLS_CIPHERSUITES,
 	OPT_TLS_HANDSHAKE_TIMEOUT,
+	OPT_TLS_MAX_PENDING,
 	/* restarts */
 	OPT_CONTROL,
 	OPT_TAKEOVER,
@@ -125,7 +126,7 @@ struct cli_opt {
  * entry added or removed without it is a compile error in cli.c, where
  * the table's own size must match this declaration.
  */
-#define CLI_NOPTS	71
+#define CLI_NOPTS	72
 extern const struct cli_opt cli_opts[CLI_NOPTS];
 
 /* Does the option take a value? (CLI_FLAG_WORD's is optional: 0.) */

@@ -482,11 +482,13 @@ check_depends(const struct zp_config *cfg, const char **given, char *err,
 		return -1;
 	}
 	if (!zp_config_tls(cfg) && (given_opt(given, OPT_TLS_MIN_VERSION) ||
-	    given_opt(given, OPT_TLS_HANDSHAKE_TIMEOUT))) {
+	    given_opt(given, OPT_TLS_HANDSHAKE_TIMEOUT) ||
+	    given_opt(given, OPT_TLS_MAX_PENDING))) {
 		zp_seterr(err, errlen, "--%s applies to -l tls@[ADDR]:PORT, "
 		    "and no listener is one", given_opt(given,
-		    OPT_TLS_MIN_VERSION) ? "tls-min-version" :
-		    "tls-handshake-timeout");
+		    OPT_TLS_MIN_VERSION) ? "tls-min-version" : given_opt(given,
+		    OPT_TLS_HANDSHAKE_TIMEOUT) ? "tls-handshake-timeout" :
+		    "tls-max-pending");
 		return -1;
 	}
 	/* Sent on later to "the upstream": -u original has none to name. */

@@ -149,6 +149,7 @@ run_init(struct zp_ctx *ctx, struct zp_log *log, struct zp_offer *offer,
 	if (cfg->daemon && (rc = zproxy_daemonize(&ctx->daemon_fd)) != 0)
 		return rc;
 	TAILQ_INIT(&ctx->pairs);
+	TAILQ_INIT(&ctx->handshakes);
 	TAILQ_INIT(&ctx->mirror_sets);
 	zp_wire(ctx);
 	ctx->cfg = cfg;
@@ -416,6 +417,7 @@ run_ready(struct zp_ctx *ctx, struct zp_offer *offer, long nofile,
 	zproxy_log_access(ctx);
 	zproxy_log_start(ctx, nofile, privs);
 	zproxy_log_original(ctx);
+	zproxy_log_tls(ctx);
 	/* Every listener is up, --stats too: the manager may send clients. */
 	zp_notify_ready(ctx->notify);
 	if (ctx->cfg->takeover != NULL) {

@@ -179,6 +179,7 @@ void	zproxy_log_start(struct zp_ctx *ctx, long nofile, const char *privs);
 void	zproxy_log_access(struct zp_ctx *ctx);
 
 /* -u original: where it may connect (or a warning that it is anywhere). */
+void	zproxy_log_tls(struct zp_ctx *);
 void	zproxy_log_original(struct zp_ctx *ctx);
 
 /* The counters summed over the threads, in one line headed what. */

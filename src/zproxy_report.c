@@ -13,6 +13,7 @@
 #include "lib/acl.h"
 #include "core/config.h"
 #include "relay/ctx.h"
+#include "tls/tls.h"
 #include "lib/framing.h"
 #include "stream/listener.h"
 #include "stream/udp.h"
@@ -273,6 +274,28 @@ zproxy_log_access(struct zp_ctx *ctx)
 		snprintf(buf + off, sizeof(buf) - off,
 		    " --max-conns-per-source %ld", cfg->max_conns_per_source);
 	zp_log(ctx->log, ZP_LOG_NOTICE, "who may connect:%s", buf);
+}
+
+/* tls@: the certificate, its time left, the handshakes' bounds. */
+void
+zproxy_log_tls(struct zp_ctx *ctx)
+{
+	const char	*files[4];
+	int64_t		 secs[4];
+	size_t		 n;
+
+	if (ctx->tls_srv == NULL)
+		return;
+	n = zp_tls_srv_expiry(ctx->tls_srv, files, secs, 4);
+	zp_log(ctx->log, n > 0 && secs[0] < 0 ? ZP_LOG_WARN : ZP_LOG_NOTICE,
+	    "tls@: certificate %s (%s %lld days), TLS %s and up%s; handshakes "
+	    "within %.3gs of accept, at most %ld under way (--tls-max-pending)",
+	    ctx->cfg->tls_cert, n > 0 && secs[0] < 0 ? "expired for" :
+	    "expires in", n > 0 ? (long long)(secs[0] < 0 ? -secs[0] :
+	    secs[0]) / 86400 : 0LL, ctx->cfg->tls_min_version == ZP_TLS_V13 ?
+	    "1.3" : "1.2", ctx->cfg->tls_client_ca != NULL ? ", client "
+	    "certificates required" : "", ctx->cfg->tls_handshake_timeout,
+	    ctx->tls_max_pending);
 }
 
 /*

@@ -142,10 +142,29 @@ zproxy_size_limits(struct zp_ctx *ctx, long nofile)
 			    "and dropped mirror streams", cfg->max_conns, per,
 			    cfg->max_conns * per + reserve, nofile);
 	} else {
-		ctx->max_conns = (nofile - reserve) / per;
+		/*
+		 * tls@: handshakes under way are outside --max-conns, a
+		 * descriptor each; an eighth of the budget is theirs.
+		 */
+		if (zp_config_tls(cfg) && cfg->tls_max_pending == 0)
+			ctx->tls_max_pending = (nofile - reserve) / 8;
+		else
+			ctx->tls_max_pending = cfg->tls_max_pending;
+		ctx->max_conns = (nofile - reserve - ctx->tls_max_pending) /
+		    per;
 		if (ctx->max_conns < 1)
 			ctx->max_conns = 1;
 	}
+	/* ... or what the pairs' budget leaves, 64 at least. */
+	if (zp_config_tls(cfg) && cfg->tls_max_pending > 0)
+		ctx->tls_max_pending = cfg->tls_max_pending;
+	else if (zp_config_tls(cfg) && cfg->max_conns > 0) {
+		ctx->tls_max_pending = nofile - reserve - ctx->max_conns * per;
+		if (ctx->tls_max_pending < 64)
+			ctx->tls_max_pending = 64;
+	}
+	if (ctx->tls_max_pending < 1)
+		ctx->tls_max_pending = 1;
 	ctx->budget = cfg->pipe_size > ZP_BUDGET_MIN ? cfg->pipe_size :
 	    ZP_BUDGET_MIN;
 }

@@ -227,6 +227,8 @@ struct zp_config {
 	char			*tls_ciphers;	/* TLS 1.2; NULL: OpenSSL's */
 	char			*tls_ciphersuites; /* TLS 1.3; NULL: OpenSSL's */
 	double			tls_handshake_timeout; /* from accept */
+	long			tls_max_pending; /* handshakes at once; 0:
+						   from the descriptor limit */
 };
 
 /* Is a listener tls@? */

@@ -506,12 +506,17 @@ render_tls(struct render *r, struct zp_ctx *ctx, const struct zp_stats *st)
 	    "listener) and result: ok, or why one failed (timeout, closed, "
 	    "protocol-version, no-certificate, unknown-ca, expired, "
 	    "bad-certificate, name-mismatch, not-tls, peer-rejected: it refused "
-	    "zproxy's certificate, other).");
+	    "zproxy's certificate, evicted: closed to make room "
+	    "(--tls-max-pending), other).");
 	for (res = 0; res < ZP_TLS_RESULTS; res++) {
 		l[1].value = zp_tls_fail_str(res);
 		sample_u64(r, "zproxy_tls_handshakes_total", l, 2,
 		    st->tls_handshakes[ZP_TLS_SIDE_CLIENT][res]);
 	}
+	single_u64(r, "zproxy_tls_handshakes_pending", "gauge",
+	    "Clients of tls@ listeners in their handshake now: outside "
+	    "--max-conns, at most --tls-max-pending (beyond it the oldest is "
+	    "closed: result=\"evicted\").", st->tls_pending);
 	if (ctx->tls_srv == NULL)
 		return;
 	n = zp_tls_srv_expiry(ctx->tls_srv, files, secs, 4);

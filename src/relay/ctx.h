@@ -85,7 +85,7 @@ struct zp_traffic {
 /* zproxy_tls_handshakes_total{side,result}: tls_io.h's results. */
 #define ZP_TLS_SIDE_CLIENT	0
 #define ZP_TLS_SIDE_UPSTREAM	1
-#define ZP_TLS_RESULTS		12
+#define ZP_TLS_RESULTS		13
 
 struct zp_stats {
 	uint64_t	conns_total;	/* accepted */
@@ -117,6 +117,7 @@ struct zp_stats {
 	struct zp_mirror_tally mirrors[ZP_MAX_MIRRORS];	/* --mirror */
 	struct zp_udp_tally udp[ZP_MAX_LISTENS];	/* -l udp@ */
 	uint64_t	tls_handshakes[2][ZP_TLS_RESULTS]; /* by side, result */
+	uint64_t	tls_pending;	/* gauge: handshakes under way */
 };
 
 /* How many open pairs relay in each mode, for the metrics. */
@@ -259,6 +260,14 @@ struct zp_ctx {
 	struct event		*rebalance_timer;	/* --rebalance */
 	struct zp_loadbal	*loadbal;	/* root: --rebalance load */
 	struct zp_pair_list	 pairs;
+	/*
+	 * tls@ clients in their handshake here, oldest first: not in load
+	 * (--max-conns), at most tls_max_pending over the threads; the
+	 * oldest makes room for a new one (pair_tls.c).
+	 */
+	struct zp_pair_list	 handshakes;
+	long			 nhandshakes;	/* atomic: the root reads it */
+	long			 tls_max_pending; /* root: over every thread */
 	struct zp_srctab	 sources;	/* open pairs per client source */
 	struct zp_stats		 stats;
 	uint64_t		 next_id;

@@ -319,6 +319,7 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	ctx->pipes_roomy = root->pipes_roomy;
 	ctx->daemon_fd = -1;
 	TAILQ_INIT(&ctx->pairs);
+	TAILQ_INIT(&ctx->handshakes);
 	ctx->max_conns = root->max_conns;
 	ctx->pipe_cap = root->pipe_cap;
 	ctx->nofile = root->nofile;

@@ -250,6 +250,13 @@ zp_ctx_drain(struct zp_ctx *root)
 	wmsg_post_all(root, &m);
 }
 
+/* What the next client weighs a thread by: its pairs and handshakes. */
+static long
+ctx_busy(const struct zp_ctx *ctx)
+{
+	return worker_ctx_load(ctx) + LOAD(ctx->nhandshakes);
+}
+
 void
 zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
     socklen_t len, unsigned flags)
@@ -265,11 +272,15 @@ zp_ctx_start_pair(struct zp_ctx *root, int fd, const struct sockaddr *sa,
 		(void)hk->pair_start(root, fd, sa, len, flags);
 		return;
 	}
-	/* The fewest open pairs; ties go to the lowest thread. */
-	least = worker_ctx_load(root);
+	/*
+	 * The fewest open pairs and handshakes (outside the load, but
+	 * each thread holds its share of them); ties go to the lowest
+	 * thread.
+	 */
+	least = ctx_busy(root);
 	for (i = 1; i < ws->n; i++)
 		if (!LOAD(ws->w[i]->died_seen) &&
-		    (l = worker_ctx_load(&ws->w[i]->ctx)) < least) {
+		    (l = ctx_busy(&ws->w[i]->ctx)) < least) {
 			least = l;
 			best = i;
 		}

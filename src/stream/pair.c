@@ -298,7 +298,11 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 	}
 	TAILQ_REMOVE(&ctx->pairs, p, entry);
 	ctx->stats.conns_open--;
-	__atomic_sub_fetch(&ctx->load, 1, __ATOMIC_SEQ_CST);
+	/* A handshake under way is out of the load already. */
+	if (p->hs_listed)
+		pair_tls_unlist(p, 0);
+	else
+		__atomic_sub_fetch(&ctx->load, 1, __ATOMIC_SEQ_CST);
 	if (p->source_counted)
 		zp_srctab_del(&zp_ctx_root(ctx)->sources,
 		    (struct sockaddr *)&p->client_addr.ss);

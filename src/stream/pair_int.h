@@ -140,6 +140,8 @@ struct zp_pair {
 						   the UDP listener */
 	unsigned		 tls:1;		/* a tls@ listener's: its
 						   handshake, then client.tls */
+	unsigned		 hs_listed:1;	/* in ctx->handshakes, and
+						   not in ctx->load */
 	int			 framing;	/* enum zp_framing: its stream's */
 	size_t			 max_frame;	/* ... and its longest message */
 	struct zp_half		 client;
@@ -152,6 +154,8 @@ struct zp_pair {
 	struct pair_hdr		*hdr;		/* reading the header */
 	const char		*hdr_why;	/* why it was refused */
 	struct timeval		 tls_deadline;	/* --tls-handshake-timeout */
+	short			 tls_want;	/* EV_READ or EV_WRITE: what
+						   the handshake waits for */
 	char			 tls_why[128];	/* why its handshake failed */
 	int			 up_idx;	/* upstream in use, or -1 */
 	struct zp_addr		 up_addr;	/* the address connected to */
@@ -187,6 +191,7 @@ struct zp_pair {
 	uint64_t		 spooled;	/* client bytes that went to
 						   the spool (up= counts them) */
 	TAILQ_ENTRY(zp_pair)	 entry;
+	TAILQ_ENTRY(zp_pair)	 hs_entry;	/* ctx->handshakes */
 };
 
 /* pair_connect.c: the connect phase's state, made the first time. */
@@ -369,6 +374,12 @@ int	pair_header_start(struct zp_pair *) ZP_MAY_FREE;
  * on).
  */
 int	pair_tls_start(struct zp_pair *) ZP_MAY_FREE;
+
+/*
+ * A pair leaves the handshakes (done, or closing): back in the load
+ * when it goes on (counted), out of it already when it closes.
+ */
+void	pair_tls_unlist(struct zp_pair *, int counted);
 
 /*
  * The client may go on (accepted, its header read): its handshake

@@ -17,6 +17,7 @@
 #include "lib/clock.h"
 #include "lib/log.h"
 #include "relay/ctx.h"
+#include "relay/worker.h"
 #include "stream/pair.h"
 #include "stream/pair_int.h"
 #include "tls/tls.h"
@@ -32,6 +33,23 @@ tls_events_free(struct zp_pair *p)
 	pair_half_events_free(&p->client);
 }
 
+/* See pair_int.h. */
+void
+pair_tls_unlist(struct zp_pair *p, int counted)
+{
+	struct zp_ctx	*ctx = p->ctx;
+
+	if (!p->hs_listed)
+		return;
+	TAILQ_REMOVE(&ctx->handshakes, p, hs_entry);
+	p->hs_listed = 0;
+	__atomic_sub_fetch(&ctx->nhandshakes, 1, __ATOMIC_RELAXED);
+	ctx->stats.tls_pending--;
+	if (counted)
+		__atomic_add_fetch(&ctx->load, 1, __ATOMIC_RELAXED);
+}
+
+
 /* End a client whose handshake failed, why counted and logged. */
 static void
 tls_refuse(struct zp_pair *p, enum zp_tls_fail why, const char *text)
@@ -41,6 +59,33 @@ tls_refuse(struct zp_pair *p, enum zp_tls_fail why, const char *text)
 	    zp_tls_fail_str(why), text != NULL && text[0] != '\0' ? ": " : "",
 	    text != NULL ? text : "");
 	zp_pair_close(p, ZP_END_TLS_HANDSHAKE);
+}
+
+/*
+ * A handshake takes its place among this thread's: outside the load, so
+ * that --max-conns is the relay's and a flood of half-open handshakes
+ * locks no client out; beyond this thread's share of --tls-max-pending
+ * the oldest makes room (it may have been waiting the longest, and a
+ * real client finishes in a round trip or two).
+ */
+static void
+tls_list(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx, *root = zp_ctx_root(ctx);
+	struct zp_pair	*old;
+	long		 n = zp_ctx_threads(root), max;
+
+	max = (root->tls_max_pending + n - 1) / n;
+	while (ctx->nhandshakes >= max &&
+	    (old = TAILQ_FIRST(&ctx->handshakes)) != NULL)
+		tls_refuse(old, ZP_TLS_EVICTED, "closed to make room for a "
+		    "new one (--tls-max-pending)");
+	TAILQ_INSERT_TAIL(&ctx->handshakes, p, hs_entry);
+	p->hs_listed = 1;
+	__atomic_add_fetch(&ctx->nhandshakes, 1, __ATOMIC_RELAXED);
+	ctx->stats.tls_pending++;
+	__atomic_sub_fetch(&ctx->load, 1, __ATOMIC_SEQ_CST);
+	zp_ctx_closed(ctx);	/* the listener may resume */
 }
 
 /*
@@ -55,6 +100,7 @@ tls_done(struct zp_pair *p)
 	struct zp_ctx	*ctx = p->ctx;
 
 	tls_events_free(p);
+	pair_tls_unlist(p, 1);
 	ctx->stats.tls_handshakes[ZP_TLS_SIDE_CLIENT][ZP_TLS_OK]++;
 	zp_dir_set_backend(&p->up, &zp_relay_tls);
 	zp_dir_set_backend(&p->down, &zp_relay_tls);
@@ -77,6 +123,7 @@ tls_wait(struct zp_pair *p, short want)
 	zp_clock_now(&now);
 	if (!timercmp(&now, &p->tls_deadline, <))
 		return 1;
+	p->tls_want = want;
 	timersub(&p->tls_deadline, &now, &left);
 	/* One at a time: the other may be pending from an earlier step. */
 	event_del(want == EV_WRITE ? p->client.rev : p->client.wev);
@@ -95,7 +142,14 @@ tls_step(struct zp_pair *p, short what)
 	short	want = EV_READ;
 	int	r;
 
-	if (!(what & EV_TIMEOUT)) {
+	/*
+	 * A timer may fire a little early: libevent counts from the time
+	 * its loop woke, the deadline from the monotonic clock now. Then
+	 * the wait goes on for what is left.
+	 */
+	if (what & EV_TIMEOUT)
+		want = p->tls_want;
+	else
 		switch (zp_tls_handshake(p->client.tls, &want)) {
 		case 1:
 			return tls_done(p);
@@ -104,12 +158,11 @@ tls_step(struct zp_pair *p, short what)
 			    zp_tls_failure_text(p->client.tls));
 			return 1;
 		}
-		if ((r = tls_wait(p, want)) == 0)
-			return 0;
-		if (r == -1) {
-			zp_pair_close(p, ZP_END_NOMEM);
-			return 1;
-		}
+	if ((r = tls_wait(p, want)) == 0)
+		return 0;
+	if (r == -1) {
+		zp_pair_close(p, ZP_END_NOMEM);
+		return 1;
 	}
 	tls_refuse(p, ZP_TLS_TIMEOUT, "no handshake within "
 	    "--tls-handshake-timeout");
@@ -138,6 +191,7 @@ pair_tls_start(struct zp_pair *p)
 	if (pair_take_source(p) != 0)
 		return 1;
 	pair_set_state(p, ZP_PAIR_HANDSHAKE);
+	tls_list(p);
 	/* From accept: neither a slow header nor a trickle extends it. */
 	timeradd(&p->started, &tv, &p->tls_deadline);
 	if (ctx->tls_srv != NULL)

@@ -40,6 +40,7 @@ static const char *const fail_names[ZP_TLS_FAIL_MAX] = {
 	[ZP_TLS_NAME_MISMATCH] = "name-mismatch",
 	[ZP_TLS_NOT_TLS] = "not-tls",
 	[ZP_TLS_PEER_REJECTED] = "peer-rejected",
+	[ZP_TLS_EVICTED] = "evicted",
 	[ZP_TLS_OTHER] = "other",
 };
 

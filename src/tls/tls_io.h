@@ -31,6 +31,7 @@ enum zp_tls_fail {
 	ZP_TLS_NOT_TLS,		/* what came was not a TLS handshake */
 	ZP_TLS_PEER_REJECTED,	/* the peer refused our certificate (its
 				   alert: unknown CA, expired, bad) */
+	ZP_TLS_EVICTED,		/* closed to make room: --tls-max-pending */
 	ZP_TLS_OTHER,		/* any other failure */
 	ZP_TLS_FAIL_MAX
 };

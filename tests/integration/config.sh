@@ -119,6 +119,7 @@ case_roundtrip() {
 	tls-ciphers HIGH
 	tls-ciphersuites TLS_AES_128_GCM_SHA256
 	tls-handshake-timeout 5
+	tls-max-pending 100
 	tproxy
 	allow-dst 10.0.0.0/8
 	syslog
