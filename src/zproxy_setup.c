@@ -165,6 +165,12 @@ zproxy_size_limits(struct zp_ctx *ctx, long nofile)
 	}
 	if (ctx->tls_max_pending < 1)
 		ctx->tls_max_pending = 1;
+	if (cfg->tls_max_pending > 0 && cfg->max_conns == 0 &&
+	    ctx->max_conns < 64)
+		zp_log(ctx->log, ZP_LOG_WARN, "--tls-max-pending %ld leaves "
+		    "room for %ld pairs (RLIMIT_NOFILE %ld, %ld descriptors a "
+		    "pair): give --max-conns, or raise ulimit -n",
+		    cfg->tls_max_pending, ctx->max_conns, nofile, per);
 	ctx->budget = cfg->pipe_size > ZP_BUDGET_MIN ? cfg->pipe_size :
 	    ZP_BUDGET_MIN;
 }

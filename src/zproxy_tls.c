@@ -41,9 +41,10 @@ tls_said_loaded(struct zp_ctx *root)
 	text[0] = '\0';
 	for (i = 0; i < n && off < (int)sizeof(text); i++) {
 		k = snprintf(text + off, sizeof(text) - (size_t)off, "%s%s %s "
-		    "in %lld days", i > 0 ? ", " : "", files[i],
-		    secs[i] < 0 ? "expired" : "expires",
-		    (long long)(secs[i] / 86400));
+		    "%lld days%s", i > 0 ? ", " : "", files[i],
+		    secs[i] < 0 ? "expired" : "expires in",
+		    (long long)((secs[i] < 0 ? -secs[i] : secs[i]) / 86400),
+		    secs[i] < 0 ? " ago" : "");
 		if (k < 0)
 			break;
 		off += k;

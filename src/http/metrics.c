@@ -521,9 +521,10 @@ render_tls(struct render *r, struct zp_ctx *ctx, const struct zp_stats *st)
 		return;
 	n = zp_tls_srv_expiry(ctx->tls_srv, files, secs, 4);
 	family(r, "zproxy_tls_cert_expiry_seconds", "gauge",
-	    "Seconds until the earliest notAfter of the certificates in each "
-	    "file (--tls-cert, --tls-client-ca) as last loaded; negative once "
-	    "expired. Alert on it before it reaches 0.");
+	    "Seconds until the certificates of each file (--tls-cert, "
+	    "--tls-client-ca) as last loaded stop being of use: the first "
+	    "notAfter among those not expired yet (all expired: the last, "
+	    "negative). Alert on it before it reaches 0.");
 	for (i = 0; i < n; i++) {
 		f.value = files[i];
 		sample_head(r, "zproxy_tls_cert_expiry_seconds", &f, 1);

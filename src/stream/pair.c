@@ -239,6 +239,9 @@ pair_free_parts(struct zp_pair *p)
 	if (p->timer != NULL)
 		event_free(p->timer);
 	p->timer = NULL;
+	if (p->tls_park != NULL)
+		event_free(p->tls_park);
+	p->tls_park = NULL;
 }
 
 /* End a pair in any state, log it, free everything it owns. */

@@ -156,6 +156,8 @@ struct zp_pair {
 	struct timeval		 tls_deadline;	/* --tls-handshake-timeout */
 	short			 tls_want;	/* EV_READ or EV_WRITE: what
 						   the handshake waits for */
+	struct event		*tls_park;	/* done, waiting for room
+						   under --max-conns */
 	char			 tls_why[128];	/* why its handshake failed */
 	int			 up_idx;	/* upstream in use, or -1 */
 	struct zp_addr		 up_addr;	/* the address connected to */

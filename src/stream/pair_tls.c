@@ -41,12 +41,13 @@ pair_tls_unlist(struct zp_pair *p, int counted)
 
 	if (!p->hs_listed)
 		return;
+	/* Into the load first: the drain never sees neither. */
+	if (counted)
+		__atomic_add_fetch(&ctx->load, 1, __ATOMIC_SEQ_CST);
 	TAILQ_REMOVE(&ctx->handshakes, p, hs_entry);
 	p->hs_listed = 0;
-	__atomic_sub_fetch(&ctx->nhandshakes, 1, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&ctx->nhandshakes, 1, __ATOMIC_SEQ_CST);
 	ctx->stats.tls_pending--;
-	if (counted)
-		__atomic_add_fetch(&ctx->load, 1, __ATOMIC_RELAXED);
 }
 
 
@@ -75,7 +76,11 @@ tls_list(struct zp_pair *p)
 	struct zp_pair	*old;
 	long		 n = zp_ctx_threads(root), max;
 
-	max = (root->tls_max_pending + n - 1) / n;
+	/* N over the threads: N / n each, one more for the first N % n. */
+	max = root->tls_max_pending / n +
+	    (ctx->thread < root->tls_max_pending % n);
+	if (max < 1)
+		max = 1;
 	while (ctx->nhandshakes >= max &&
 	    (old = TAILQ_FIRST(&ctx->handshakes)) != NULL)
 		tls_refuse(old, ZP_TLS_EVICTED, "closed to make room for a "
@@ -86,6 +91,57 @@ tls_list(struct zp_pair *p)
 	ctx->stats.tls_pending++;
 	__atomic_sub_fetch(&ctx->load, 1, __ATOMIC_SEQ_CST);
 	zp_ctx_closed(ctx);	/* the listener may resume */
+}
+
+/* How often a client whose handshake is done looks for room again. */
+#define ZP_TLS_PARK_MS	50
+
+static int	tls_go(struct zp_pair *) ZP_MAY_FREE;
+
+static void
+tls_park_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair	*p = arg;
+
+	(void)fd;
+	(void)what;
+	if (tls_go(p) == 0)
+		pair_check(p);
+}
+
+/*
+ * A client whose handshake is done joins the relay's pairs when
+ * --max-conns has room (the handshakes are outside it, the pairs are
+ * not): until then it waits, its descriptor still one of the
+ * handshakes', looking again every ZP_TLS_PARK_MS, as a client waits in
+ * the listen backlog of a relay at --max-conns. The drain lets it on:
+ * nothing new is accepted then. Returns 1 when the pair was freed (or
+ * moved on).
+ */
+static int ZP_MAY_FREE
+tls_go(struct zp_pair *p)
+{
+	struct zp_ctx	*ctx = p->ctx, *root = zp_ctx_root(ctx);
+	struct timeval	 tv = { 0, ZP_TLS_PARK_MS * 1000 };
+
+	if (zp_ctx_open_all(root) >= root->max_conns && !ctx->stopping) {
+		if (p->tls_park == NULL && (p->tls_park = evtimer_new(ctx->base,
+		    tls_park_cb, p)) == NULL) {
+			zp_pair_close(p, ZP_END_NOMEM);
+			return 1;
+		}
+		if (evtimer_add(p->tls_park, &tv) == -1) {
+			zp_pair_close(p, ZP_END_NOMEM);
+			return 1;
+		}
+		return 0;
+	}
+	if (p->tls_park != NULL) {
+		event_free(p->tls_park);
+		p->tls_park = NULL;
+	}
+	pair_tls_unlist(p, 1);
+	return pair_begin(p);
 }
 
 /*
@@ -100,7 +156,6 @@ tls_done(struct zp_pair *p)
 	struct zp_ctx	*ctx = p->ctx;
 
 	tls_events_free(p);
-	pair_tls_unlist(p, 1);
 	ctx->stats.tls_handshakes[ZP_TLS_SIDE_CLIENT][ZP_TLS_OK]++;
 	zp_dir_set_backend(&p->up, &zp_relay_tls);
 	zp_dir_set_backend(&p->down, &zp_relay_tls);
@@ -110,7 +165,7 @@ tls_done(struct zp_pair *p)
 		zp_log(ctx->log, ZP_LOG_DEBUG, "connection %llu: TLS "
 		    "handshake done (%s)", (unsigned long long)p->id,
 		    zp_tls_version(p->client.tls));
-	return pair_begin(p);
+	return tls_go(p);
 }
 
 /* Wait for what the handshake wants, until the deadline. */

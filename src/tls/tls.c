@@ -180,7 +180,10 @@ tls_common(SSL_CTX *ctx, const struct tls_settings *cfg, char *err,
 	return 0;
 }
 
-/* A key file asked for a password: start-up only, one thread. */
+/*
+ * A key file asked for a password: written by whoever builds a context,
+ * at start-up or on the loader thread, one at a time.
+ */
 static int tls_password_asked;
 
 static int
@@ -229,25 +232,33 @@ tls_time(const ASN1_TIME *a)
 	return timegm(&tm);
 }
 
-/* The earliest notAfter of the certificates in a PEM file; 0: none. */
+/*
+ * When the certificates of a PEM file stop being of use: the earliest
+ * notAfter of those not expired yet (a chain is as good as its first to
+ * expire; a CA bundle may hold roots long expired, which verify
+ * nothing and are no alarm), or, when every one has expired, the
+ * latest. 0: none could be read.
+ */
 static time_t
 tls_file_expiry(const char *file)
 {
 	FILE	*f;
 	X509	*c;
-	time_t	 t, min = 0;
+	time_t	 t, now = time(NULL), live = 0, dead = 0;
 
 	if ((f = fopen(file, "r")) == NULL)
 		return 0;
 	while ((c = PEM_read_X509(f, NULL, NULL, NULL)) != NULL) {
 		t = tls_time(X509_get0_notAfter(c));
-		if (t != 0 && (min == 0 || t < min))
-			min = t;
+		if (t > now && (live == 0 || t < live))
+			live = t;
+		else if (t != 0 && t <= now && t > dead)
+			dead = t;
 		X509_free(c);
 	}
 	fclose(f);
 	ERR_clear_error();	/* the end of the file reads as an error */
-	return min;
+	return live != 0 ? live : dead;
 }
 
 /*
@@ -316,16 +327,21 @@ fail:
 	return NULL;
 }
 
-/* What the context was made from: its certificates' notAfter. */
+/*
+ * The files' notAfter, read outside the lock (files are slow); the
+ * certificate's own leaf when its file cannot be read again.
+ */
 static void
-srv_expiry(struct zp_tls_srv *s, SSL_CTX *ctx)
+srv_expiry(const struct tls_settings *set, SSL_CTX *ctx,
+    struct tls_expiry *exp)
 {
-	s->exp[0].file = s->set.cert;
-	s->exp[0].not_after = tls_time(X509_get0_notAfter(
-	    SSL_CTX_get0_certificate(ctx)));
-	s->exp[1].file = s->set.client_ca;
-	s->exp[1].not_after = s->set.client_ca != NULL ?
-	    tls_file_expiry(s->set.client_ca) : 0;
+	exp[0].file = set->cert;
+	if ((exp[0].not_after = tls_file_expiry(set->cert)) == 0)
+		exp[0].not_after = tls_time(X509_get0_notAfter(
+		    SSL_CTX_get0_certificate(ctx)));
+	exp[1].file = set->client_ca;
+	exp[1].not_after = set->client_ca != NULL ?
+	    tls_file_expiry(set->client_ca) : 0;
 }
 
 static void
@@ -383,7 +399,7 @@ zp_tls_srv_new(const struct zp_config *cfg, struct zp_tls_srv **out,
 	}
 	pthread_mutex_init(&s->mu, NULL);
 	s->mutual = s->set.client_ca != NULL;
-	srv_expiry(s, s->ctx);
+	srv_expiry(&s->set, s->ctx, s->exp);
 	*out = s;
 	return 0;
 }
@@ -391,14 +407,16 @@ zp_tls_srv_new(const struct zp_config *cfg, struct zp_tls_srv **out,
 int
 zp_tls_srv_reload(struct zp_tls_srv *s, char *err, size_t errlen)
 {
-	SSL_CTX	*ctx, *old;
+	struct tls_expiry	 exp[TLS_FILES];
+	SSL_CTX			*ctx, *old;
 
 	if ((ctx = srv_ctx_build(&s->set, err, errlen)) == NULL)
 		return -1;
+	srv_expiry(&s->set, ctx, exp);
 	pthread_mutex_lock(&s->mu);
 	old = s->ctx;
 	s->ctx = ctx;
-	srv_expiry(s, ctx);
+	memcpy(s->exp, exp, sizeof(s->exp));
 	pthread_mutex_unlock(&s->mu);
 	/* Its sessions hold references: it goes with the last of them. */
 	SSL_CTX_free(old);

@@ -50,7 +50,8 @@
 #      though more silent ones are open than --max-conns allows; then
 #      under ulimit -n 1024, 1000 of them against the default: each
 #      bounded (no descriptor shortage, no crash), and a real client
-#      served;
+#      served; 6 clients against --max-conns 2 wait for room once their
+#      handshake is done (2 upstream connections at most), all served;
 #   f. start-up errors: -l tls@ without --tls-cert, a missing certificate
 #      file, a key of another certificate, --tls-cert without a tls@
 #      listener: each one line naming the problem and exit 64 or 78.
@@ -431,7 +432,7 @@ real_client() {
 }
 
 case_pending() {
-	local v max
+	local v max six most up
 
 	peer_listen pd_up --echo -n 0 -t 120
 	zproxy_tls --tls-max-pending 40 --max-conns 20 --threads 2 \
@@ -451,7 +452,9 @@ case_pending() {
 	ZP_WRAP=()
 	flood 1000 pd_flood2
 	real_client "1000 silent, ulimit -n 1024"
-	stats_scrape
+	# (the threads publish their counters every so often)
+	wait_metric zproxy_tls_handshakes_pending '>=' 50 10 \
+	    "1000 silent, ulimit -n 1024: handshakes pending"
 	v=$(val zproxy_tls_handshakes_pending)
 	max=$(sed -n 's/.*at most \([0-9]*\) under way (--tls-max-pending).*/\1/p' "$ZLOG")
 	[ -n "$max" ] && [ "$max" -gt 0 ] && [ "$v" -le "$max" ] ||
@@ -462,8 +465,25 @@ case_pending() {
 	zproxy_alive
 	stop_zproxy
 	peer_wait "$FLOOD_PID" pd_flood2 10
+	# Done handshakes wait for room under --max-conns: 6 clients, 2
+	# pairs at most at any time, every one served whole.
+	zproxy_tls --max-conns 2 --threads 2 -u "127.0.0.1:$PEER_PORT"
+	# (--no-shut: a pair lasts until its client read the echo, 1 s)
+	zp_bg pd_six "$ZP_PEER" connect 127.0.0.1 "$ZPORT" "${TLS_CLI[@]}" \
+	    -n 6 -g 512K -x 512K --read-rate 512K --no-shut -t 60
+	six=$BG_PID
+	most=0
+	while alive "$six"; do
+		up=$(estab "$PEER_PORT")
+		[ "$up" -gt "$most" ] && most=$up
+		sleep 0.05
+	done
+	peer_wait "$six" pd_six 5 || fail "--max-conns 2: $(cat "$T/pd_six.err")"
+	[ "$most" = 2 ] ||
+		fail "--max-conns 2: $most upstream connections at once"
+	stop_zproxy
 	kill "$PEER_PID" 2>/dev/null
-	ok "--tls-max-pending: 200 silent against 40 (and --max-conns 20): the oldest evicted, a real client served at once; 1000 silent under ulimit -n 1024 (at most $max pending by default): $v pending, the rest evicted, no accept pause, a real client served"
+	ok "--tls-max-pending: 200 silent against 40 (and --max-conns 20): the oldest evicted, a real client served at once; 1000 silent under ulimit -n 1024 (at most $max pending by default): $v pending, the rest evicted, no accept pause, a real client served; 6 clients against --max-conns 2: $most upstream connections at most, all served"
 }
 
 # ---- f. start-up errors --------------------------------------------------------

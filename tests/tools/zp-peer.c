@@ -811,6 +811,23 @@ static void sess_handshake(struct sess *s)
 }
 
 /*
+ * --tls-fail, and the connection was reset: the alert that came before
+ * the reset says why the TLS failed. Returns 1 when it did (the session
+ * is over), 0 when there was none.
+ */
+static int sess_tls_alert(struct sess *s, const char *what)
+{
+	if (!o.tls_fail || s->ssl == NULL)
+		return 0;
+	ERR_clear_error();
+	if (SSL_read(s->ssl, vbuf, 1) <= 0 && ERR_peek_last_error() != 0) {
+		sess_tls_failed(s, what);
+		return 1;
+	}
+	return 0;
+}
+
+/*
  * SSL_read or SSL_write returned r <= 0: 1 to try again later, 0 at
  * the end of the stream (reads), -1 when the session is over (handled).
  */
@@ -824,15 +841,8 @@ static int sess_tls_io_error(struct sess *s, int r, const char *what)
 	    saved == 0 && ERR_peek_last_error() == 0))
 		return 0;
 	if (e == SSL_ERROR_SYSCALL && is_reset(saved)) {
-		/* --tls-fail: the alert before the reset says why. */
-		if (o.tls_fail) {
-			ERR_clear_error();
-			if (SSL_read(s->ssl, vbuf, 1) <= 0 &&
-			    ERR_peek_last_error() != 0) {
-				sess_tls_failed(s, what);
-				return -1;
-			}
-		}
+		if (sess_tls_alert(s, what))
+			return -1;
 		sess_reset(s, what, saved);
 		return -1;
 	}
@@ -1085,6 +1095,9 @@ static void sess_check_done(struct sess *s)
 			(void)SSL_shutdown(s->ssl);
 		}
 		if (!o.no_shut && shutdown(s->fd, SHUT_WR) == -1) {
+			if ((is_reset(errno) || errno == ENOTCONN) &&
+			    sess_tls_alert(s, "shutdown"))
+				return;
 			if (is_reset(errno) || errno == ENOTCONN) {
 				sess_reset(s, "shutdown", errno);
 				return;
