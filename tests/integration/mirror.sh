@@ -564,8 +564,12 @@ echo_mirror() {
 	start_stats "${MODE_ARGS[@]}" -v -u "127.0.0.1:$(head -n 1 "$T/prim.out")" \
 	    --mirror "$label"
 	# the client must get its 16M back once: a byte more (the mirror's
-	# echo) or another byte fails it
-	peer talk connect 127.0.0.1 "$ZPORT" -g 16M -x 16M --seed 71 -t 60 ||
+	# echo) or another byte fails it. At 16 MB/s: a mirror that echoes
+	# must keep up with the client as any mirror must (else it is cut,
+	# too slow), and an unpaced burst outran the echoing peer under a
+	# loaded CI's sanitizers.
+	peer talk connect 127.0.0.1 "$ZPORT" -g 16M -x 16M --seed 71 \
+	    --send-rate 16M -t 60 ||
 		fail "$what: the client: $(cat "$T/talk.err")"
 	peer_wait "$ppid" prim 10 || fail "$what: the primary: $(cat "$T/prim.err")"
 	peer_wait "$mpid" emir 30 ||

@@ -121,6 +121,7 @@ struct opts {
 	size_t		 chunk;
 	double		 read_delay;
 	double		 read_rate;	/* bytes per second, 0 = unlimited */
+	double		 send_rate;	/* the same, for sending */
 	double		 accept_delay;
 	double		 expect_close;	/* seconds, 0 = not expected */
 	double		 timeout;	/* seconds, 0 = none */
@@ -295,6 +296,7 @@ static void usage(FILE *fp)
 "      --nodelay            set TCP_NODELAY\n"
 "      --read-delay SEC     do not read during the first SEC seconds\n"
 "      --read-rate BYTES    read at most BYTES per second (K/M/G suffixes)\n"
+"      --send-rate BYTES    send at most BYTES per second (K/M/G suffixes)\n"
 "      --reset-after-recv N abort (SO_LINGER 0 close: RST) once N bytes arrived\n"
 "      --reset-after-send N abort once N bytes were sent\n"
 "      --allow-reset        a reset or EPIPE from the peer ends the session\n"
@@ -1067,6 +1069,29 @@ static size_t sess_read_allowance(const struct sess *s, double t, double *wake)
 	return max;
 }
 
+/*
+ * --send-rate: bytes this session may send now (SIZE_MAX: no limit, 0:
+ * not now; *wake then says when).
+ */
+static size_t sess_send_allowance(const struct sess *s, double t,
+    double *wake)
+{
+	double allowed, step;
+
+	if (o.send_rate <= 0)
+		return SIZE_MAX;
+	allowed = o.send_rate * (t - s->t0) - (double)s->sent;
+	step = o.send_rate / 50 > 1024 ? 1024 : o.send_rate / 50;
+	if (allowed < step) {
+		double w = s->t0 + ((double)s->sent + step) / o.send_rate;
+
+		if (wake != NULL && w < *wake)
+			*wake = w;
+		return 0;
+	}
+	return (size_t)allowed;
+}
+
 static int sess_wants_write(const struct sess *s)
 {
 	if (s->connecting)
@@ -1221,13 +1246,15 @@ static void sess_write(struct sess *s)
 	size_t moved = 0;
 
 	while (!s->done && moved < PER_WAKEUP) {
-		size_t n;
+		size_t n, room = sess_send_allowance(s, now(), NULL);
 		ssize_t w;
 
 		sess_refill(s);
-		if (s->olen == 0)
+		if (s->olen == 0 || room == 0)
 			break;
 		n = s->olen < o.chunk ? s->olen : o.chunk;
+		if (n > room)
+			n = room;
 		if (o.have_ras && o.reset_after_send - s->sent < n)
 			n = (size_t)(o.reset_after_send - s->sent);
 		if (s->ssl != NULL) {
@@ -1420,7 +1447,8 @@ static int run_sessions(int lfd)
 			else {
 				if (sess_read_allowance(s, t, &wake) > 0)
 					ev |= POLLIN;
-				if (sess_wants_write(s))
+				if (sess_wants_write(s) && (s->connecting ||
+				    sess_send_allowance(s, t, &wake) > 0))
 					ev |= POLLOUT;
 			}
 			/* Decrypted bytes no poll will announce: now. */
@@ -2269,6 +2297,7 @@ enum {
 	OPT_ALLOW_RESET, OPT_ACCEPT_DELAY, OPT_HOLD, OPT_EXPECT_CLOSE,
 	OPT_PINGPONG, OPT_MSG_SIZE, OPT_DURATION, OPT_INTERVAL, OPT_DEADLINE,
 	OPT_GARBAGE_EVERY, OPT_RATE, OPT_MAX_OPEN,
+	OPT_SEND_RATE,
 	OPT_TLS, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_CA, OPT_TLS_NAME,
 	OPT_TLS_MAX_VERSION, OPT_TLS_FAIL, OPT_TLS_PRINT,
 };
@@ -2304,6 +2333,7 @@ static const struct option longopts[] = {
 	{ "garbage-every",	required_argument, NULL, OPT_GARBAGE_EVERY },
 	{ "rate",		required_argument, NULL, OPT_RATE },
 	{ "max-open",		required_argument, NULL, OPT_MAX_OPEN },
+	{ "send-rate",		required_argument, NULL, OPT_SEND_RATE },
 	{ "tls",		no_argument, NULL, OPT_TLS },
 	{ "tls-cert",		required_argument, NULL, OPT_TLS_CERT },
 	{ "tls-key",		required_argument, NULL, OPT_TLS_KEY },
@@ -2402,6 +2432,9 @@ static void parse_args(int argc, char **argv)
 		case OPT_NODELAY: o.nodelay = 1; break;
 		case OPT_READ_DELAY:
 			o.read_delay = parse_secs("--read-delay", optarg);
+			break;
+		case OPT_SEND_RATE:
+			o.send_rate = (double)parse_size("--send-rate", optarg);
 			break;
 		case OPT_READ_RATE:
 			o.read_rate = (double)parse_size("--read-rate", optarg);
