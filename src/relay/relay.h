@@ -381,6 +381,12 @@ void	zp_dir_uncount(struct zp_dir *, uint64_t n);
 void	zp_dir_release(struct zp_ctx *, struct zp_dir *);
 
 /*
+ * Bytes a half has for its reader that no socket event will announce: a
+ * UDP source's feed, what OpenSSL decrypted or buffered (relay_half.c).
+ */
+int	zp_half_holds(const struct zp_half *);
+
+/*
  * Add or delete an event only when its state changes. The write event is
  * created the first time it is wanted (with h->wcb, on rev's base and
  * argument): an idle connection holds none. Returns 0, or -1 (ENOMEM)
