@@ -82,6 +82,17 @@ const struct cli_opt cli_opts[] = {
 	    F(tls_handshake_timeout), 0, 0, NULL, NULL, NULL, 0 },
 	{ "tls-max-pending", OPT_TLS_MAX_PENDING, CLI_LONG,
 	    F(tls_max_pending), 1, ZP_MAX_CONNS_LIMIT, NULL, NULL, NULL, 0 },
+	/* TLS: -u tls@ */
+	{ "upstream-ca", OPT_UPSTREAM_CA, CLI_STRING, F(upstream_ca), 0, 0,
+	    "file", NULL, NULL, 0 },
+	{ "upstream-sni", OPT_UPSTREAM_SNI, CLI_STRING, F(upstream_sni), 0, 0,
+	    "name", NULL, NULL, 0 },
+	{ "upstream-cert", OPT_UPSTREAM_CERT, CLI_STRING, F(upstream_cert), 0,
+	    0, "file", NULL, NULL, 0 },
+	{ "upstream-key", OPT_UPSTREAM_KEY, CLI_STRING, F(upstream_key), 0, 0,
+	    "file", NULL, NULL, 0 },
+	{ "upstream-verify", OPT_UPSTREAM_VERIFY, CLI_WORD, F(upstream_verify),
+	    0, 0, "required or none", zp_tls_verify_parse, NULL, 0 },
 	{ "max-conns", OPT_MAX_CONNS, CLI_LONG, F(max_conns), 1,
 	    ZP_MAX_CONNS_LIMIT, NULL, NULL, NULL, 0 },
 	{ "threads", OPT_THREADS, CLI_INT, F(threads), 1, ZP_THREADS_MAX,
@@ -225,7 +236,8 @@ static const char usage_text[] =
 "                             ,weight=N (0-256, default 1) and ,backup\n"
 "                             after it: HOST:PORT,weight=3,backup;\n"
 "                             udp@HOST:PORT: datagrams of -l udp@ relayed\n"
-"                             as datagrams (then every upstream is one)\n"
+"                             as datagrams (then every upstream is one);\n"
+"                             tls@HOST:PORT: over TLS (below)\n"
 "  -m, --mode splice|copy     data path (default splice)\n"
 "      --pipe-size BYTES      size of each splice pipe (default 1M)\n"
 "      --buffer-size BYTES    per-direction buffer in copy mode (default 48K)\n"
@@ -339,6 +351,17 @@ static const char usage_text[] =
 "      --tls-max-pending N    most handshakes under way at once, outside\n"
 "                             --max-conns; beyond it the oldest is closed\n"
 "                             (default from RLIMIT_NOFILE)\n"
+"\n"
+"TLS to upstreams (-u tls@HOST:PORT: zproxy is the collector's TLS client):\n"
+"      --upstream-ca FILE     CAs the upstreams' certificates must come from\n"
+"                             (default: the system's trust store)\n"
+"      --upstream-sni NAME    the name sent as SNI and verified (default:\n"
+"                             each upstream's HOST)\n"
+"      --upstream-cert FILE   a client certificate (PEM) for mutual TLS\n"
+"      --upstream-key FILE    its private key (PEM)\n"
+"      --upstream-verify required|none\n"
+"                             none: take any certificate (warned at start;\n"
+"                             default required)\n"
 "\n"
 "Who may connect:\n"
 "      --allow CIDR           relay only clients in these networks (repeat it;\n"

@@ -79,6 +79,11 @@ enum {
 	OPT_TLS_CIPHERSUITES,
 	OPT_TLS_HANDSHAKE_TIMEOUT,
 	OPT_TLS_MAX_PENDING,
+	OPT_UPSTREAM_CA,
+	OPT_UPSTREAM_SNI,
+	OPT_UPSTREAM_CERT,
+	OPT_UPSTREAM_KEY,
+	OPT_UPSTREAM_VERIFY,
 	/* restarts */
 	OPT_CONTROL,
 	OPT_TAKEOVER,
@@ -126,7 +131,7 @@ struct cli_opt {
  * entry added or removed without it is a compile error in cli.c, where
  * the table's own size must match this declaration.
  */
-#define CLI_NOPTS	72
+#define CLI_NOPTS	77
 extern const struct cli_opt cli_opts[CLI_NOPTS];
 
 /* Does the option take a value? (CLI_FLAG_WORD's is optional: 0.) */

@@ -239,6 +239,44 @@ check_udp_upstreams(const struct zp_config *cfg, const char **given,
 }
 
 /*
+ * -u tls@: the --upstream-* options go with one, a client certificate
+ * with its key. Returns 0, or -1 with err filled.
+ */
+static int
+check_tls_upstreams(const struct zp_config *cfg, const char **given,
+    char *err, size_t errlen)
+{
+	const char	*opt = cfg->upstream_ca != NULL ? "upstream-ca" :
+			    cfg->upstream_sni != NULL ? "upstream-sni" :
+			    cfg->upstream_cert != NULL ? "upstream-cert" :
+			    cfg->upstream_key != NULL ? "upstream-key" :
+			    given_opt(given, OPT_UPSTREAM_VERIFY) ?
+			    "upstream-verify" : NULL;
+
+	if (!zp_config_tls_upstreams(cfg)) {
+		if (opt == NULL)
+			return 0;
+		zp_seterr(err, errlen, "--%s applies to -u tls@HOST:PORT, and "
+		    "no upstream is one", opt);
+		return -1;
+	}
+	if ((cfg->upstream_cert == NULL) != (cfg->upstream_key == NULL)) {
+		zp_seterr(err, errlen, "--%s needs --%s", cfg->upstream_cert !=
+		    NULL ? "upstream-cert" : "upstream-key",
+		    cfg->upstream_cert != NULL ? "upstream-key" :
+		    "upstream-cert");
+		return -1;
+	}
+	/* The spool's sender writes files to the socket (sendfile). */
+	if (cfg->spool_dir != NULL) {
+		zp_seterr(err, errlen, "--spool does not send to -u tls@ "
+		    "upstreams yet: spool with plain upstreams");
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * -l udp@: what a datagram has not (an original destination, a
  * transparent socket's), and the UDP options without one. Returns 0, or
  * -1 with err filled.
@@ -491,6 +529,8 @@ check_depends(const struct zp_config *cfg, const char **given, char *err,
 		    "tls-max-pending");
 		return -1;
 	}
+	if (check_tls_upstreams(cfg, given, err, errlen) == -1)
+		return -1;
 	/* Sent on later to "the upstream": -u original has none to name. */
 	if (cfg->spool_dir != NULL && cfg->original) {
 		zp_seterr(err, errlen, "--spool cannot be used with "

@@ -148,10 +148,16 @@ cli_opt_upstream(struct zp_config *cfg, const struct cli_opt *o, const char *s,
 		cfg->nupstreams++;
 		return 0;
 	}
-	/* HAProxy's prefix: datagrams to it, as datagrams. */
+	/*
+	 * HAProxy's prefixes: datagrams to it, as datagrams; or the stream
+	 * over TLS.
+	 */
 	if (strncmp(addr, "udp@", 4) == 0)
 		up->udp = 1;
-	rc = zp_parse_hostport(addr + (up->udp ? 4 : 0), &up->host, up->port,
+	else if (strncmp(addr, "tls@", 4) == 0)
+		up->tls = 1;
+	rc = zp_parse_hostport(addr + (up->udp || up->tls ? 4 : 0), &up->host,
+	    up->port,
 	    sizeof(up->port), err, errlen);
 	free(addr);
 	if (rc == -1)

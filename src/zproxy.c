@@ -197,18 +197,27 @@ run_open(struct zp_ctx *ctx, struct zp_privs *pv, int nthreads,
 		return ZP_EX_CANTCREAT;
 	}
 	/* Certificates and keys are read now, before --user drops rights. */
-	if (zp_tls_srv_new(cfg, &ctx->tls_srv, err, sizeof(err)) == -1) {
+	if (zp_tls_srv_new(cfg, &ctx->tls_srv, err, sizeof(err)) == -1 ||
+	    zp_tls_cli_new(cfg, &ctx->tls_cli, err, sizeof(err)) == -1) {
 		fprintf(stderr, "zproxy: %s\n", err);
+		zp_tls_srv_free(ctx->tls_srv);
+		ctx->tls_srv = NULL;
+		zp_tls_cli_free(ctx->tls_cli);
+		ctx->tls_cli = NULL;
 		zp_log_close(ctx->log);
 		return ZP_EX_CONFIG;
 	}
 	gettimeofday(&ctx->started, NULL);
-	if ((ctx->ups = zp_upstreams_new(cfg->upstreams, cfg->nupstreams,
+	if ((ctx->tls_cli != NULL &&
+	    (ctx->tls_cache = zp_tls_cache_new()) == NULL) ||
+	    (ctx->ups = zp_upstreams_new(cfg->upstreams, cfg->nupstreams,
 	    (enum zp_balance)cfg->balance, cfg->max_fails, cfg->fail_timeout,
 	    ctx->log)) == NULL ||
 	    (ctx->mirrors = zp_mirrors_new(cfg)) == NULL) {
 		zp_upstreams_free(ctx->ups);
 		zp_tls_srv_free(ctx->tls_srv);
+		zp_tls_cli_free(ctx->tls_cli);
+		zp_tls_cache_free(ctx->tls_cache);
 		zp_log(ctx->log, ZP_LOG_ERROR, "out of memory");
 		zp_log_close(ctx->log);
 		return ZP_EX_OSERR;

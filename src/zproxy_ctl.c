@@ -430,6 +430,7 @@ ctl_add(struct zp_ctx *root, struct zp_ctl_req *req,
 	size_t			 naddrs = 0;
 	int			 idx, fresh = 0;
 	int			 udp = strncmp(cmd->name, "udp@", 4) == 0;
+	int			 tls = strncmp(cmd->name, "tls@", 4) == 0;
 
 	if (zp_upstreams_find(root->ups, cmd->name) != -1) {
 		zp_ctl_done(req, 0, "upstream %s exists (set its weight or "
@@ -442,7 +443,14 @@ ctl_add(struct zp_ctx *root, struct zp_ctl_req *req,
 		    cmd->name, udp ? "TCP (HOST:PORT)" : "UDP (udp@HOST:PORT)");
 		return;
 	}
-	if (zp_parse_hostport(cmd->name + (udp ? 4 : 0), &host, port,
+	/* Pairs chose pipes or TLS at start-up. */
+	if (tls && root->tls_cli == NULL) {
+		zp_ctl_done(req, 0, "add upstream %s: a tls@ upstream cannot "
+		    "be added to a zproxy that started without one (its "
+		    "connections splice)", cmd->name);
+		return;
+	}
+	if (zp_parse_hostport(cmd->name + (udp || tls ? 4 : 0), &host, port,
 	    sizeof(port), err, sizeof(err)) == -1) {
 		zp_ctl_done(req, 0, "%s", err);
 		return;
@@ -471,6 +479,7 @@ ctl_add(struct zp_ctx *root, struct zp_ctl_req *req,
 		memset(spec, 0, sizeof(*spec));
 		spec->host = host;
 		spec->udp = udp;
+		spec->tls = tls;
 		snprintf(spec->port, sizeof(spec->port), "%s", port);
 		fresh = 1;
 	} else {

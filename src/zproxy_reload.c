@@ -147,7 +147,8 @@ static const char *
 spec_name(const struct zp_upstream_spec *s, char *buf, size_t len)
 {
 	snprintf(buf, len, strchr(s->host, ':') != NULL ? "%s[%s]:%s" :
-	    "%s%s:%s", s->udp ? "udp@" : "", s->host, s->port);
+	    "%s%s:%s", s->udp ? "udp@" : s->tls ? "tls@" : "", s->host,
+	    s->port);
 	return buf;
 }
 
@@ -228,6 +229,7 @@ reload_upstream_want(struct zp_ctx *root, const struct zp_upstream_spec *w,
 		}
 		snprintf(spec->port, sizeof(spec->port), "%s", w->port);
 		spec->udp = w->udp;
+		spec->tls = w->tls;
 		cfg->nupstreams++;
 	}
 	spec->weight = weight;
@@ -457,6 +459,14 @@ reload_done_cb(evutil_socket_t fd, short what, void *arg)
 		zp_ctl_done(req, 0, "reload: the upstreams cannot change "
 		    "between TCP and UDP (udp@) in a running zproxy (a "
 		    "takeover can: --takeover); nothing changed");
+		goto out;
+	}
+	/* Pairs chose pipes or TLS at start-up; a new tls@ needs TLS. */
+	if (zp_config_tls_upstreams(n) && root->tls_cli == NULL) {
+		zp_ctl_done(req, 0, "reload: a tls@ upstream cannot be added "
+		    "to a running zproxy that started without one (its "
+		    "connections splice; a takeover can: --takeover); nothing "
+		    "changed");
 		goto out;
 	}
 	if (reload_upstreams_check(root, n, err, sizeof(err)) == -1) {

@@ -277,6 +277,30 @@ zproxy_log_access(struct zp_ctx *ctx)
 }
 
 /* tls@: the certificate, its time left, the handshakes' bounds. */
+/*
+ * -u tls@: what the upstreams' certificates are checked against; without
+ * a check (--upstream-verify none), a warning, once.
+ */
+static void
+zproxy_log_tls_upstreams(struct zp_ctx *ctx)
+{
+	const struct zp_config	*cfg = ctx->cfg;
+
+	if (!zp_tls_cli_verifies(ctx->tls_cli)) {
+		zp_log(ctx->log, ZP_LOG_WARN, "-u tls@: --upstream-verify none: "
+		    "the upstreams' certificates are not checked; whoever is "
+		    "on the path can pose as a collector and read the logs");
+		return;
+	}
+	zp_log(ctx->log, ZP_LOG_NOTICE, "-u tls@: upstream certificates "
+	    "verified against %s%s, names against %s%s%s", cfg->upstream_ca !=
+	    NULL ? cfg->upstream_ca : "the system's trust store",
+	    cfg->upstream_ca != NULL ? " (--upstream-ca)" : "",
+	    cfg->upstream_sni != NULL ? cfg->upstream_sni : "each upstream's "
+	    "host", cfg->upstream_cert != NULL ? "; client certificate " : "",
+	    cfg->upstream_cert != NULL ? cfg->upstream_cert : "");
+}
+
 void
 zproxy_log_tls(struct zp_ctx *ctx)
 {
@@ -284,6 +308,8 @@ zproxy_log_tls(struct zp_ctx *ctx)
 	int64_t		 secs[4];
 	size_t		 n;
 
+	if (ctx->tls_cli != NULL)
+		zproxy_log_tls_upstreams(ctx);
 	if (ctx->tls_srv == NULL)
 		return;
 	n = zp_tls_srv_expiry(ctx->tls_srv, files, secs, 4);

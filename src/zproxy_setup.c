@@ -431,6 +431,10 @@ zproxy_ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 	zproxy_tls_free(ctx);
 	zp_tls_srv_free(ctx->tls_srv);
 	ctx->tls_srv = NULL;
+	zp_tls_cli_free(ctx->tls_cli);
+	ctx->tls_cli = NULL;
+	zp_tls_cache_free(ctx->tls_cache);
+	ctx->tls_cache = NULL;
 	zp_srctab_free(&ctx->sources);
 	for (i = 0; i < nsigs; i++)
 		if (sigs[i] != NULL)

@@ -37,7 +37,11 @@ tls_said_loaded(struct zp_ctx *root)
 	char		 text[600];
 	int		 off = 0, k;
 
-	n = zp_tls_srv_expiry(root->tls_srv, files, secs, 4);
+	n = root->tls_srv != NULL ? zp_tls_srv_expiry(root->tls_srv, files,
+	    secs, 4) : 0;
+	if (root->tls_cli != NULL)
+		n += zp_tls_cli_expiry(root->tls_cli, files + n, secs + n,
+		    4 - n);
 	text[0] = '\0';
 	for (i = 0; i < n && off < (int)sizeof(text); i++) {
 		k = snprintf(text + off, sizeof(text) - (size_t)off, "%s%s %s "
@@ -58,6 +62,7 @@ tls_main(void *arg)
 {
 	struct zproxy_tls	*t = arg;
 	char			 err[ZP_ERRLEN];
+	int			 ok;
 
 	pthread_mutex_lock(&t->mu);
 	for (;;) {
@@ -67,11 +72,22 @@ tls_main(void *arg)
 			break;
 		t->asked = 0;
 		pthread_mutex_unlock(&t->mu);
-		if (zp_tls_srv_reload(t->root->tls_srv, err, sizeof(err)) == 0)
-			tls_said_loaded(t->root);
-		else
+		/* Each side on its own: one's bad file keeps the other's. */
+		ok = 1;
+		if (t->root->tls_srv != NULL && zp_tls_srv_reload(
+		    t->root->tls_srv, err, sizeof(err)) == -1) {
 			zp_log(t->root->log, ZP_LOG_ERROR, "TLS: %s; the "
 			    "certificates in use stay", err);
+			ok = 0;
+		}
+		if (t->root->tls_cli != NULL && zp_tls_cli_reload(
+		    t->root->tls_cli, err, sizeof(err)) == -1) {
+			zp_log(t->root->log, ZP_LOG_ERROR, "TLS: %s; the "
+			    "upstreams' certificates in use stay", err);
+			ok = 0;
+		}
+		if (ok)
+			tls_said_loaded(t->root);
 		pthread_mutex_lock(&t->mu);
 	}
 	pthread_mutex_unlock(&t->mu);
@@ -85,7 +101,7 @@ zproxy_tls_start(struct zp_ctx *root, char *err, size_t errlen)
 	sigset_t		 all, old;
 	int			 e;
 
-	if (root->tls_srv == NULL)
+	if (root->tls_srv == NULL && root->tls_cli == NULL)
 		return 0;
 	if ((t = calloc(1, sizeof(*t))) == NULL) {
 		snprintf(err, errlen, "TLS: out of memory");

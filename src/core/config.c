@@ -66,6 +66,17 @@ zp_config_tls(const struct zp_config *cfg)
 }
 
 int
+zp_config_tls_upstreams(const struct zp_config *cfg)
+{
+	size_t	i;
+
+	for (i = 0; i < cfg->nupstreams; i++)
+		if (cfg->upstreams[i].tls)
+			return 1;
+	return 0;
+}
+
+int
 zp_config_udp_upstreams(const struct zp_config *cfg)
 {
 	return cfg->nupstreams > 0 && cfg->upstreams[0].udp;
@@ -129,6 +140,12 @@ zp_config_free(struct zp_config *cfg)
 	free(cfg->tls_ciphersuites);
 	cfg->tls_cert = cfg->tls_key = cfg->tls_client_ca = NULL;
 	cfg->tls_ciphers = cfg->tls_ciphersuites = NULL;
+	free(cfg->upstream_ca);
+	free(cfg->upstream_sni);
+	free(cfg->upstream_cert);
+	free(cfg->upstream_key);
+	cfg->upstream_ca = cfg->upstream_sni = NULL;
+	cfg->upstream_cert = cfg->upstream_key = NULL;
 	for (i = 0; i < cfg->nitems; i++)
 		free(cfg->items[i].value);
 	free(cfg->items);

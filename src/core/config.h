@@ -99,6 +99,8 @@ struct zp_upstream_spec {
 	int		 backup;	/* ",backup": only while no other is up */
 	int		 udp;		/* "udp@HOST:PORT": datagrams, as
 					   datagrams (stream/udp.h) */
+	int		 tls;		/* "tls@HOST:PORT": over TLS
+					   (tls/tls.h) */
 };
 
 /* -u HOST:PORT,weight=N: its range (0: no new client goes there). */
@@ -229,10 +231,19 @@ struct zp_config {
 	double			tls_handshake_timeout; /* from accept */
 	long			tls_max_pending; /* handshakes at once; 0:
 						   from the descriptor limit */
+	/* TLS to -u tls@ upstreams. Paths as given. */
+	char			*upstream_ca;	/* NULL: the system's store */
+	char			*upstream_sni;	/* NULL: each upstream's host */
+	char			*upstream_cert;	/* NULL: no client certificate */
+	char			*upstream_key;
+	int			upstream_verify; /* enum zp_tls_verify */
 };
 
 /* Is a listener tls@? */
 int	zp_config_tls(const struct zp_config *);
+
+/* Is an upstream tls@ (then no pair splices: tls/tls.h)? */
+int	zp_config_tls_upstreams(const struct zp_config *);
 
 /*
  * May framed streams exist: --framing, or a UDP listener (a datagram is

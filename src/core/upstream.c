@@ -264,7 +264,8 @@ zp_upstreams_balance(const struct zp_upstreams *us)
 const char *
 zp_upstream_name(const struct zp_upstream *u, char *buf, size_t len)
 {
-	const char	*pre = u->spec->udp ? "udp@" : "";
+	const char	*pre = u->spec->udp ? "udp@" : u->spec->tls ? "tls@" :
+			    "";
 
 	if (u->spec->original)
 		snprintf(buf, len, "original");

@@ -487,42 +487,51 @@ render_refusals(struct render *r, const struct zp_stats *st)
 }
 
 /*
- * TLS handshakes, by side (client: of a tls@ listener's clients) and
- * result: ok, or why it failed; with a tls@ listener, the seconds left
- * to each certificate file's earliest notAfter.
+ * TLS handshakes, by side (client: of a tls@ listener's clients;
+ * upstream: zproxy's with tls@ upstreams) and result: ok, or why it
+ * failed; the seconds left to each certificate file's earliest notAfter.
  */
 static void
 render_tls(struct render *r, struct zp_ctx *ctx, const struct zp_stats *st)
 {
-	const char	*files[4];
-	int64_t		 secs[4];
-	size_t		 i, n;
+	static const char *const sides[] = { "client", "upstream" };
+	const char	*files[8];
+	int64_t		 secs[8];
+	size_t		 i, n = 0;
 	struct label	 f = { "file", NULL };
-	struct label	l[2] = { { "side", "client" }, { "result", NULL } };
-	int		res;
+	struct label	l[2] = { { "side", NULL }, { "result", NULL } };
+	int		res, side;
 
 	family(r, "zproxy_tls_handshakes_total", "counter",
 	    "TLS handshakes by side (client: with a client of a tls@ "
-	    "listener) and result: ok, or why one failed (timeout, closed, "
+	    "listener; upstream: with a tls@ upstream) and result: ok, or why "
+	    "one failed (timeout, closed, "
 	    "protocol-version, no-certificate, unknown-ca, expired, "
 	    "bad-certificate, name-mismatch, not-tls, peer-rejected: it refused "
 	    "zproxy's certificate, evicted: closed to make room "
 	    "(--tls-max-pending), other).");
-	for (res = 0; res < ZP_TLS_RESULTS; res++) {
-		l[1].value = zp_tls_fail_str(res);
-		sample_u64(r, "zproxy_tls_handshakes_total", l, 2,
-		    st->tls_handshakes[ZP_TLS_SIDE_CLIENT][res]);
+	for (side = 0; side < 2; side++) {
+		l[0].value = sides[side];
+		for (res = 0; res < ZP_TLS_RESULTS; res++) {
+			l[1].value = zp_tls_fail_str(res);
+			sample_u64(r, "zproxy_tls_handshakes_total", l, 2,
+			    st->tls_handshakes[side][res]);
+		}
 	}
 	single_u64(r, "zproxy_tls_handshakes_pending", "gauge",
 	    "Clients of tls@ listeners in their handshake now: outside "
 	    "--max-conns, at most --tls-max-pending (beyond it the oldest is "
 	    "closed: result=\"evicted\").", st->tls_pending);
-	if (ctx->tls_srv == NULL)
+	if (ctx->tls_srv != NULL)
+		n = zp_tls_srv_expiry(ctx->tls_srv, files, secs, 4);
+	if (ctx->tls_cli != NULL)
+		n += zp_tls_cli_expiry(ctx->tls_cli, files + n, secs + n, 4);
+	if (n == 0)
 		return;
-	n = zp_tls_srv_expiry(ctx->tls_srv, files, secs, 4);
 	family(r, "zproxy_tls_cert_expiry_seconds", "gauge",
 	    "Seconds until the certificates of each file (--tls-cert, "
-	    "--tls-client-ca) as last loaded stop being of use: the first "
+	    "--tls-client-ca, --upstream-cert, --upstream-ca) as last loaded "
+	    "stop being of use: the first "
 	    "notAfter among those not expired yet (all expired: the last, "
 	    "negative). Alert on it before it reaches 0.");
 	for (i = 0; i < n; i++) {

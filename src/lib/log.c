@@ -440,6 +440,7 @@ log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
 	const char	*pk = "", *peer = "";
 	const char	*d1 = "", *dst = "";
 	const char	*t1 = "", *tls = "", *c1 = "", *tcl = "", *c2 = "";
+	const char	*u1 = "", *utls = "";
 	size_t		 len;
 	int		 saved = errno;
 
@@ -476,11 +477,17 @@ log_conn(struct zp_log *lg, int level, const struct zp_conn_record *r,
 		tcl = r->tls_client;
 		c2 = "\"";
 	}
+	if (r->tls_upstream != NULL) {
+		u1 = " tls_upstream=";
+		utls = r->tls_upstream;
+	}
 #define NZ(s)	((s) != NULL ? (s) : "-")
 	snprintf(msg, sizeof(msg), "conn=%llu client=%s%s%s upstream=%s%s%s "
-	    "mode=%s%s%s%s%s%s up=%llu down=%llu duration=%.3fs end=%s%s%s%s",
+	    "mode=%s%s%s%s%s%s%s%s up=%llu down=%llu duration=%.3fs "
+	    "end=%s%s%s%s",
 	    (unsigned long long)r->id, NZ(r->client), pk, peer,
 	    NZ(r->upstream), d1, dst, NZ(r->mode), t1, tls, c1, tcl, c2,
+	    u1, utls,
 	    (unsigned long long)r->up,
 	    (unsigned long long)r->down, r->duration, NZ(r->end), q1, error,
 	    q2);

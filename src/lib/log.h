@@ -103,6 +103,8 @@ struct zp_conn_record {
 	const char	*tls;		/* the client's TLS version, or NULL */
 	const char	*tls_client;	/* its certificate's subject, escaped,
 					   or NULL */
+	const char	*tls_upstream;	/* the upstream's TLS version
+					   ("+resumed"), or NULL */
 };
 
 /* Set up a logger writing to fp (stderr) at the given level, as text. */

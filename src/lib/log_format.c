@@ -231,6 +231,8 @@ buf_conn(struct log_buf *b, const struct zp_conn_record *r)
 		buf_jstr(b, "tls", r->tls);
 	if (r->tls_client != NULL)
 		buf_jstr(b, "tls_client", r->tls_client);
+	if (r->tls_upstream != NULL)
+		buf_jstr(b, "tls_upstream", r->tls_upstream);
 	buf_printf(b, ",\"up\":%llu,\"down\":%llu",
 	    (unsigned long long)r->up, (unsigned long long)r->down);
 	/* NaN and infinities are not JSON numbers. */

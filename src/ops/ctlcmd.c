@@ -21,7 +21,7 @@ const char zp_ctl_usage[] =
     "  set upstream NAME state ready|drain|maint\n"
     "  set upstream NAME weight N\n"
     "  move STREAM-ID [UPSTREAM]\n"
-    "  add upstream [udp@]HOST:PORT [weight N] [backup]\n"
+    "  add upstream [udp@|tls@]HOST:PORT [weight N] [backup]\n"
     "  del upstream NAME\n"
     "  reload\n";
 
@@ -127,8 +127,9 @@ ctl_add_del(char **w, int n, struct zp_ctl_cmd *cmd, char *err,
 		    "added");
 		return -1;
 	}
-	/* udp@HOST:PORT: a UDP upstream, as -u takes it. */
-	if (zp_parse_hostport(w[2] + (strncmp(w[2], "udp@", 4) == 0 ? 4 : 0),
+	/* udp@HOST:PORT, tls@HOST:PORT: as -u takes them. */
+	if (zp_parse_hostport(w[2] + (strncmp(w[2], "udp@", 4) == 0 ||
+	    strncmp(w[2], "tls@", 4) == 0 ? 4 : 0),
 	    &host, port, sizeof(port), err, errlen) == -1)
 		return -1;
 	/* A name or an address: what show's text and JSON carry as is. */

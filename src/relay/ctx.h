@@ -34,6 +34,8 @@ struct zp_health;
 struct zp_resolver;
 struct zp_sandbox;
 struct zp_tls_srv;
+struct zp_tls_cli;
+struct zp_tls_cache;
 struct zp_notify;
 struct zp_workers;
 struct zp_spool;
@@ -246,6 +248,10 @@ struct zp_ctx {
 	struct zp_mirrors	*mirrors;	/* the root's, shared */
 	struct zp_tls_srv	*tls_srv;	/* tls@: the root's, shared;
 						   NULL: no tls@ listener */
+	struct zp_tls_cli	*tls_cli;	/* -u tls@: the root's, shared;
+						   NULL: no tls@ upstream */
+	struct zp_tls_cache	*tls_cache;	/* -u tls@: this thread's
+						   sessions to resume */
 	struct zp_spool		*spool;		/* --spool: the root's, shared */
 	struct zp_mirror_sets	 mirror_sets;	/* released, finishing */
 	int64_t			 mirror_said[ZP_MAX_MIRRORS]; /* drops: last

@@ -29,6 +29,7 @@
 #include "lib/wake.h"
 #include "relay/worker.h"
 #include "relay/worker_int.h"
+#include "tls/tls.h"
 
 /*
  * How often a worker publishes its snapshot unasked: how stale what a
@@ -250,6 +251,7 @@ worker_free(struct zp_worker *w)
 #endif
 	zp_pipepool_free(ctx->pool);
 	zp_bufcache_clear(&ctx->bufs);
+	zp_tls_cache_free(ctx->tls_cache);
 	if (ctx->tee_pipe.rfd != -1) {
 		close(ctx->tee_pipe.rfd);
 		close(ctx->tee_pipe.wfd);
@@ -313,6 +315,7 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	ctx->ups = root->ups;
 	ctx->mirrors = root->mirrors;
 	ctx->tls_srv = root->tls_srv;
+	ctx->tls_cli = root->tls_cli;
 	ctx->spool = root->spool;
 	TAILQ_INIT(&ctx->mirror_sets);
 	ctx->devnull = root->devnull;
@@ -342,6 +345,11 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 		goto fail;
 	}
 #endif
+	if (ctx->tls_cli != NULL &&
+	    (ctx->tls_cache = zp_tls_cache_new()) == NULL) {
+		snprintf(err, errlen, "thread %d: %s", i, strerror(ENOMEM));
+		goto fail;
+	}
 	if (root->pool != NULL &&
 	    (ctx->pool = zp_pipepool_new(cfg->pipe_size, root->pool_cap,
 	    root->pool_prepare, &shortage, err, errlen)) == NULL &&

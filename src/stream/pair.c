@@ -499,7 +499,7 @@ pair_run(struct zp_pair *p, struct zp_dir *d)
 		pair_framing_error(p);
 		if (rc & ZP_PUMP_MOVE)
 			return pair_move(p, ZP_MOVE_FAILED);
-		if ((rc & ZP_PUMP_BOUNDARY) && pair_next_on(p))
+		if ((rc & ZP_PUMP_BOUNDARY) && pair_next_ready(p))
 			return pair_switch(p);
 		if (rc & ZP_PUMP_BOUNDARY) {
 			/* A retiring upstream lost bytes: send them again. */
@@ -791,6 +791,15 @@ zp_pair_start(struct zp_ctx *ctx, int fd, const struct sockaddr *sa,
 	if (ctx->cfg->accept_proxy)
 		return pair_header_start(p) != 0 ? -1 : 0;
 	return pair_admitted(p) != 0 ? -1 : 0;
+}
+
+void
+pair_use_tls(struct zp_pair *p)
+{
+	zp_dir_set_backend(&p->up, &zp_relay_tls);
+	zp_dir_set_backend(&p->down, &zp_relay_tls);
+	p->up.lazy = p->down.lazy = 0;
+	p->up.fellback = p->down.fellback = 1;
 }
 
 int ZP_MAY_FREE

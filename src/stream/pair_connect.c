@@ -40,12 +40,13 @@ static int	pair_no_upstream(struct zp_pair *) ZP_MAY_FREE;
 static void	pair_dial_end(struct zp_pair *);
 
 /*
- * Write the PROXY header before any client byte, and leave it in hdr
- * (ZP_PROXY_MAX), *hlen long, for the mirrors. A fresh socket's send
- * buffer always takes ~100 bytes whole; anything else is a failure.
+ * Write the PROXY header before any client byte (and before a TLS
+ * upstream's ClientHello), and leave it in hdr (ZP_PROXY_MAX), *hlen
+ * long, for the mirrors. A fresh socket's send buffer always takes ~100
+ * bytes whole; anything else is a failure.
  */
 int
-pair_send_proxy(struct zp_pair *p, char *hdr, size_t *hlen)
+pair_send_proxy(struct zp_pair *p, int fd, char *hdr, size_t *hlen)
 {
 	struct sockaddr_storage	 local;
 	socklen_t		 len = sizeof(local);
@@ -72,13 +73,13 @@ pair_send_proxy(struct zp_pair *p, char *hdr, size_t *hlen)
 		return -1;
 	*hlen = (size_t)n;
 	do {
-		w = send(p->upstream.fd, hdr, (size_t)n, MSG_NOSIGNAL);
+		w = send(fd, hdr, (size_t)n, MSG_NOSIGNAL);
 	} while (w == -1 && errno == EINTR);
 	if (w != n) {
-		p->upstream.err = w == -1 ? errno : EAGAIN;
+		if (w != -1)
+			errno = EAGAIN;
 		return -1;
 	}
-	p->up_sent = (uint64_t)n;
 	return 0;
 }
 
@@ -124,6 +125,11 @@ pair_connected(struct zp_pair *p)
 
 	/* As connected: a re-resolution may have changed the list since. */
 	p->up_addr = p->dial->addr;
+	/* A TLS upstream had its header before its ClientHello. */
+	if (p->upstream.tls != NULL && p->dial->hs.hlen > 0) {
+		memcpy(hdr, p->dial->hs.hdr, p->dial->hs.hlen);
+		hlen = p->dial->hs.hlen;
+	}
 	pair_dial_end(p);
 	zp_clock_now(&now);
 	zp_upstream_report(ctx->ups, (size_t)p->up_idx, 1, 0, &now);
@@ -134,10 +140,13 @@ pair_connected(struct zp_pair *p)
 		pair_tally(p, &p->down, p->up_idx);
 	pair_set_state(p, ZP_PAIR_RELAYING);
 	zp_clock_now(&p->up_since);
-	if (ctx->cfg->send_proxy && pair_send_proxy(p, hdr, &hlen) == -1) {
+	if (ctx->cfg->send_proxy && p->upstream.tls == NULL &&
+	    pair_send_proxy(p, p->upstream.fd, hdr, &hlen) == -1) {
+		p->upstream.err = errno;
 		zp_pair_close(p, ZP_END_PROXY_HEADER);
 		return 1;
 	}
+	p->up_sent = hlen;
 	/* A moved stream keeps its mirrors: they follow the client. */
 	if (!moved && p->mir == NULL)
 		p->mir = p->up.mir = zp_mirror_set_new(ctx, p->id,
@@ -220,6 +229,7 @@ pair_dial_end(struct zp_pair *p)
 	if (p->dial == NULL)
 		return;
 	pair_set_waiting(p, 0);
+	pair_uphs_clear(&p->dial->hs);
 	if (p->dial->retry != NULL)
 		event_free(p->dial->retry);
 	if (p->dial->hold != NULL)
@@ -349,6 +359,35 @@ pair_shed_wait(struct zp_pair *p)
 	return 0;
 }
 
+/*
+ * A tls@ upstream's handshake is over: relay, or try the next address
+ * (a failed handshake is a failed connect). Returns 1 when the pair was
+ * freed (or moved on).
+ */
+static int ZP_MAY_FREE
+pair_dial_tls_done(struct zp_pair *p, int ok)
+{
+	if (!ok)
+		return pair_connect_failed(p, EPROTO);
+	p->upstream.fd = zp_connecting_take(&p->conn);
+	p->upstream.tls = pair_uphs_take(&p->dial->hs);
+	return pair_connected(p);
+}
+
+/*
+ * The TCP connect is done: a tls@ upstream's handshake next, else the
+ * relay. Returns 1 when the pair was freed (or moved on).
+ */
+static int ZP_MAY_FREE
+pair_tcp_connected(struct zp_pair *p)
+{
+	if (pair_upstream_tls(p, p->up_idx))
+		return pair_uphs_start(p, &p->dial->hs, p->conn.fd, p->up_idx,
+		    &p->dial->addr, pair_dial_tls_done);
+	p->upstream.fd = zp_connecting_take(&p->conn);
+	return pair_connected(p);
+}
+
 /* The one-shot connect event fired: connected, refused or timed out. */
 static void
 pair_connect_cb(evutil_socket_t fd, short what, void *arg)
@@ -360,10 +399,8 @@ pair_connect_cb(evutil_socket_t fd, short what, void *arg)
 		gone = pair_connect_wait(p, err);
 	else if (err != 0)
 		gone = pair_connect_failed(p, err);
-	else {
-		p->upstream.fd = zp_connecting_take(&p->conn);
-		gone = pair_connected(p);
-	}
+	else
+		gone = pair_tcp_connected(p);
 	if (!gone)
 		pair_check(p);
 }
@@ -457,10 +494,8 @@ pair_connect_next(struct zp_pair *p)
 		}
 		p->dial->addr = *a;
 		pair_sock_tune_upstream(ctx, p->conn.fd);
-		if (rc == 0) {
-			p->upstream.fd = zp_connecting_take(&p->conn);
-			return pair_connected(p);
-		}
+		if (rc == 0)
+			return pair_tcp_connected(p);
 		return 0;
 	}
 	/*
@@ -643,6 +678,10 @@ pair_no_upstream(struct zp_pair *p)
 	case ECONNREFUSED:
 		zp_pair_close(p, ZP_END_REFUSED);
 		break;
+	case EPROTO:
+		/* A tls@ upstream's handshake failed (p->tls_why says). */
+		zp_pair_close(p, ZP_END_TLS_HANDSHAKE);
+		break;
 	case ETIMEDOUT:
 		zp_pair_close(p, ZP_END_TIMEOUT);
 		break;
@@ -759,9 +798,15 @@ pair_begin(struct zp_pair *p)
 	if (pair_take_source(p) != 0)
 		return 1;
 	pair_set_state(p, ZP_PAIR_CONNECTING);
+	/*
+	 * With a tls@ upstream to go to (now, or after a move), TLS one way
+	 * at least: no pipes, ever.
+	 */
+	if (zp_config_tls_upstreams(ctx->cfg) && !p->tls)
+		pair_use_tls(p);
 	/* A UDP source's stream and a TLS client's copy, for good. */
 	if (ctx->pool != NULL && ctx->cfg->splice_min == 0 && !p->dgram &&
-	    !p->tls) {
+	    !p->tls && !zp_config_tls_upstreams(ctx->cfg)) {
 		if (pair_take_pipes(p) == 0) {
 			zp_dir_set_backend(&p->up, &zp_relay_splice);
 			zp_dir_set_backend(&p->down, &zp_relay_splice);

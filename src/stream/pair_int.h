@@ -36,6 +36,26 @@ enum zp_fin {
 };
 
 /*
+ * A tls@ upstream's handshake after its TCP connect (pair_uptls.c): of
+ * a pair's connect (pair_dial) or of a planned move's next upstream
+ * (pair_mv). The socket is its connect's meanwhile.
+ */
+struct pair_uphs {
+	struct zp_pair		*p;
+	struct zp_tls		*tls;		/* NULL: none under way */
+	struct event		*ev;		/* what the handshake waits for */
+	struct timeval		 deadline;	/* --connect-timeout from the
+						   connect */
+	short			 want;		/* EV_READ or EV_WRITE */
+	int			 idx;		/* the upstream */
+	struct zp_addr		 addr;		/* ... and its address */
+	char			 hdr[ZP_PROXY_MAX]; /* --send-proxy's, sent */
+	size_t			 hlen;
+	/* The handshake is over (ok: done): returns 1 when p was freed. */
+	int			(*done)(struct zp_pair *, int ok);
+};
+
+/*
  * What only a stream that moves needs (the last move's account, a planned
  * move's next upstream, the upstream it left): made by the first move,
  * planned or not (pair_mv()), and freed with the pair. An idle or plain
@@ -56,6 +76,10 @@ struct pair_mv {
 	uint64_t		 retiring_sent;	/* bytes sent to it */
 	/* A planned move: the next upstream, connecting or connected. */
 	struct zp_connecting	 next;		/* fd -1: none; ev: connecting */
+	struct pair_uphs	 next_hs;	/* ... its TLS handshake */
+	int			 next_ready;	/* ... connected (and its
+						   handshake done): the move
+						   waits for a boundary */
 	int			 next_idx;
 	struct zp_addr		 next_addr;
 	/* The upstream a planned move left, read until it closes. */
@@ -86,6 +110,7 @@ struct pair_proxied {
  * by pair_dial(), freed once connected or with the pair.
  */
 struct pair_dial {
+	struct pair_uphs	 hs;		/* a tls@ upstream's handshake */
 	uint64_t		 tried;		/* bit i: upstream i was tried */
 	int			 attempts;	/* upstreams tried */
 	int			 addr_tried;	/* one was (not skipped by --source) */
@@ -216,6 +241,13 @@ pair_next_on(const struct zp_pair *p)
 	return p->mv != NULL && p->mv->next.fd != -1;
 }
 
+/* ... and ready to take the stream at the next boundary. */
+static inline int
+pair_next_ready(const struct zp_pair *p)
+{
+	return pair_next_on(p) && p->mv->next_ready;
+}
+
 /* The down direction reads the retiring upstream, not the current one. */
 static inline int
 pair_from_retiring(const struct zp_pair *p)
@@ -325,10 +357,10 @@ int	pair_half_events(struct zp_pair *, struct zp_half *);
 /* pair_connect.c */
 
 /*
- * Write the --send-proxy header to the upstream and leave it in hdr
- * (ZP_PROXY_MAX bytes), *hlen long. Returns 0 or -1.
+ * Write the --send-proxy header to the upstream's socket fd and leave it
+ * in hdr (ZP_PROXY_MAX bytes), *hlen long. Returns 0, or -1 with errno.
  */
-int	pair_send_proxy(struct zp_pair *, char *hdr, size_t *hlen);
+int	pair_send_proxy(struct zp_pair *, int fd, char *hdr, size_t *hlen);
 
 /* Free what the connect phase holds (zp_pair_close). */
 void	pair_connect_release(struct zp_pair *);
@@ -389,6 +421,34 @@ void	pair_tls_unlist(struct zp_pair *, int counted);
  * the pair was freed (or moved on).
  */
 int	pair_admitted(struct zp_pair *) ZP_MAY_FREE;
+
+/* pair_uptls.c */
+
+/* Is upstream idx a tls@ one? */
+int	pair_upstream_tls(const struct zp_pair *, int idx);
+
+/*
+ * Begin the TLS handshake with upstream idx, connected on fd (still its
+ * connect's) at address a: the --send-proxy header first, then the
+ * ClientHello. done(p, ok) is called once it is over, unless the pair
+ * clears it first; a failure is counted and said. Returns what done
+ * returned, or 0 while the handshake goes on.
+ */
+int	pair_uphs_start(struct zp_pair *, struct pair_uphs *, int fd, int idx,
+	    const struct zp_addr *a, int (*done)(struct zp_pair *, int))
+	    ZP_MAY_FREE;
+
+/* Give it up: its session and event freed (not its socket). */
+void	pair_uphs_clear(struct pair_uphs *);
+
+/* The session of a handshake that is done, for the upstream's half. */
+struct zp_tls *pair_uphs_take(struct pair_uphs *);
+
+/*
+ * TLS on either side: both directions go through the TLS backend (a
+ * record cannot be spliced), for good. Before anything was read.
+ */
+void	pair_use_tls(struct zp_pair *);
 
 /* pair_spool.c */
 

@@ -177,7 +177,7 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	struct zp_conn_record	 rec;
 	char			 cbuf[ZP_ADDRSTRLEN], pbuf[ZP_ADDRSTRLEN];
 	char			 dbuf[ZP_ADDRSTRLEN], ubuf[300];
-	char			 subj[256], qsubj[ZP_ESCLEN];
+	char			 subj[256], qsubj[ZP_ESCLEN], utls[32];
 	struct timeval		 now, dt;
 	int			 level, err, limited;
 
@@ -216,6 +216,12 @@ pair_log(struct zp_pair *p, enum zp_end end)
 		zp_tls_peer_subject(p->client.tls, subj, sizeof(subj));
 		if (subj[0] != '\0')
 			rec.tls_client = zp_escape(subj, qsubj, sizeof(qsubj));
+	}
+	if (p->upstream.tls != NULL) {
+		snprintf(utls, sizeof(utls), "%s%s",
+		    zp_tls_version(p->upstream.tls),
+		    zp_tls_resumed(p->upstream.tls) ? "+resumed" : "");
+		rec.tls_upstream = utls;
 	}
 	/*
 	 * A client chooses its destination, and under --source client its

@@ -21,6 +21,7 @@
 #include "stream/pair.h"
 #include "stream/pair_int.h"
 #include "lib/proxyproto.h"
+#include "tls/tls_io.h"
 
 /*
  * Of what was written to the upstream, how much its kernel did not
@@ -34,7 +35,8 @@ upstream_unacked(const struct zp_pair *p)
 	uint64_t	sent = p->up_sent + (p->up.bytes - p->up_base);
 	uint64_t	acked;
 
-	if (p->upstream.fd == -1 ||
+	/* TLS: the kernel counts records, not the bytes counted here. */
+	if (p->upstream.fd == -1 || p->upstream.tls != NULL ||
 	    zp_sock_acked(p->upstream.fd, &acked) == -1)
 		return (uint64_t)pair_sock_unacked(&p->upstream, 0);
 	return acked >= sent ? 0 : sent - acked;
@@ -367,8 +369,11 @@ pair_move(struct zp_pair *p, int reason)
 void
 pair_next_drop(struct zp_pair *p)
 {
-	if (p->mv != NULL)
+	if (p->mv != NULL) {
+		pair_uphs_clear(&p->mv->next_hs);
 		zp_connecting_cancel(&p->mv->next);
+		p->mv->next_ready = 0;
+	}
 	if (p->up.fr != NULL)
 		zp_dframe_seek(p->up.fr, 0);
 }
@@ -381,15 +386,17 @@ zp_pair_can_move(const struct zp_pair *p)
 	    !p->ctx->stopping;
 }
 
-/* The next upstream answered, or not: seek a boundary, or give up. */
-static void
-pair_next_cb(evutil_socket_t fd, short what, void *arg)
+/*
+ * The next upstream is ready (connected, its TLS handshake done): seek
+ * a boundary; or it is not (err), or the stream may no longer move:
+ * give up on it. Returns 1 when the pair was freed.
+ */
+static int ZP_MAY_FREE
+pair_next_answered(struct zp_pair *p, int err)
 {
-	struct zp_pair	*p = arg;
 	struct zp_ctx	*ctx = p->ctx;
 	struct timeval	 now;
 	char		 buf[ZP_ADDRSTRLEN];
-	int		 err = zp_connecting_result(&p->mv->next, what);
 
 	if (err != 0 || !pair_movable(p)) {
 		if (err != 0) {
@@ -403,14 +410,39 @@ pair_next_cb(evutil_socket_t fd, short what, void *arg)
 			    (unsigned long long)p->id,
 			    zp_move_reason_str(p->mv->move_reason),
 			    zp_addr_str(&p->mv->next_addr, buf, sizeof(buf)),
-			    strerror(err));
+			    err == EPROTO ? p->tls_why : strerror(err));
 		}
 		pair_next_drop(p);
-		return;
+		return 0;
 	}
 	/* Until the boundary, the current upstream gets the frame in hand. */
+	p->mv->next_ready = 1;
 	zp_dframe_seek(p->up.fr, 1);
-	if (pair_run(p, &p->up) == 0)
+	return pair_run(p, &p->up);
+}
+
+/* A tls@ next upstream's handshake is over. */
+static int ZP_MAY_FREE
+pair_next_tls_done(struct zp_pair *p, int ok)
+{
+	return pair_next_answered(p, ok ? 0 : EPROTO);
+}
+
+/* The next upstream answered, or not: its handshake, a boundary, or none. */
+static void
+pair_next_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct zp_pair	*p = arg;
+	int		 err = zp_connecting_result(&p->mv->next, what), gone;
+
+	(void)fd;
+	if (err == 0 && pair_movable(p) && pair_upstream_tls(p,
+	    p->mv->next_idx))
+		gone = pair_uphs_start(p, &p->mv->next_hs, p->mv->next.fd,
+		    p->mv->next_idx, &p->mv->next_addr, pair_next_tls_done);
+	else
+		gone = pair_next_answered(p, err);
+	if (!gone)
 		pair_check(p);
 }
 
@@ -506,7 +538,15 @@ pair_retire_done(struct zp_pair *p, int timed_out)
 		return;
 	/* What the client gets from now on is the current upstream's. */
 	pair_tally(p, &p->down, p->up_idx);
-	if ((timed_out || r->dead) && zp_sock_acked(r->fd, &acked) == 0)
+	/*
+	 * TLS: the kernel's counts are of records, not of the stream's
+	 * bytes; what its queue held is all there is to go by, and after
+	 * a reset nothing: then assume a loss (a replay sends twice,
+	 * never loses).
+	 */
+	if ((timed_out || r->dead) && r->tls != NULL)
+		lost = r->dead ? 1 : (uint64_t)left;
+	else if ((timed_out || r->dead) && zp_sock_acked(r->fd, &acked) == 0)
 		lost = acked >= p->mv->retiring_sent ? 0 : p->mv->retiring_sent - acked;
 	else if (timed_out || r->dead)
 		lost = (uint64_t)left;
@@ -630,7 +670,12 @@ pair_switch(struct zp_pair *p)
 	p->mv->retiring_sent = p->up_sent + (p->up.bytes - p->up_base);
 	p->up_base = p->up.bytes;
 	p->frames_base = fr->frames;
-	/* A FIN after its last whole frame; it stays open until it closes. */
+	/*
+	 * A FIN after its last whole frame (after close_notify, on TLS: best
+	 * effort, the socket may be full); it stays open until it closes.
+	 */
+	if (h->tls != NULL && !h->wshut)
+		(void)zp_tls_close_notify(h->tls);
 	if (!h->wshut && shutdown(h->fd, SHUT_WR) == 0)
 		h->fin = 1;
 	h->wshut = 1;
@@ -645,6 +690,8 @@ pair_switch(struct zp_pair *p)
 	/* The next one is the upstream's, and only its. */
 	memset(h, 0, sizeof(*h));
 	h->fd = zp_connecting_take(&p->mv->next);
+	h->tls = pair_uphs_take(&p->mv->next_hs);
+	p->mv->next_ready = 0;
 	p->up_idx = p->mv->next_idx;
 	p->up_addr = p->mv->next_addr;
 	p->up_sent = 0;
@@ -658,10 +705,16 @@ pair_switch(struct zp_pair *p)
 	/* A held FIN waits for the next one (and for the retiring one). */
 	pair_fin_set(p, ZP_FIN_OPEN);
 	timerclear(&p->stall_since);
-	if (ctx->cfg->send_proxy && pair_send_proxy(p, hdr, &hlen) == -1) {
-		zp_pair_close(p, ZP_END_PROXY_HEADER);
-		return 1;
-	}
+	/* A TLS one had it before its ClientHello. */
+	if (ctx->cfg->send_proxy && h->tls == NULL) {
+		if (pair_send_proxy(p, h->fd, hdr, &hlen) == -1) {
+			h->err = errno;
+			zp_pair_close(p, ZP_END_PROXY_HEADER);
+			return 1;
+		}
+		p->up_sent = hlen;
+	} else if (h->tls != NULL)
+		p->up_sent = p->mv->next_hs.hlen;
 	if (pair_half_events(p, h) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);
 		return 1;

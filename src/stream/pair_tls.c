@@ -157,10 +157,7 @@ tls_done(struct zp_pair *p)
 
 	tls_events_free(p);
 	ctx->stats.tls_handshakes[ZP_TLS_SIDE_CLIENT][ZP_TLS_OK]++;
-	zp_dir_set_backend(&p->up, &zp_relay_tls);
-	zp_dir_set_backend(&p->down, &zp_relay_tls);
-	p->up.lazy = p->down.lazy = 0;
-	p->up.fellback = p->down.fellback = 1;
+	pair_use_tls(p);
 	if (zp_log_enabled(ctx->log, ZP_LOG_DEBUG))
 		zp_log(ctx->log, ZP_LOG_DEBUG, "connection %llu: TLS "
 		    "handshake done (%s)", (unsigned long long)p->id,

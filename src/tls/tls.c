@@ -21,6 +21,7 @@
 #include "core/config.h"
 #include "lib/log.h"
 #include "tls/tls.h"
+#include "tls/tls_int.h"
 
 /*
  * The options a context is made from, the server's own copy: the loader
@@ -63,6 +64,16 @@ zp_tls_version_parse(const char *s)
 }
 
 int
+zp_tls_verify_parse(const char *s)
+{
+	if (strcmp(s, "required") == 0)
+		return ZP_TLS_VERIFY_REQUIRED;
+	if (strcmp(s, "none") == 0)
+		return ZP_TLS_VERIFY_NONE;
+	return -1;
+}
+
+int
 zp_tls_config_check(const struct zp_config *cfg, char *err, size_t errlen)
 {
 	if (zp_config_tls(cfg)) {
@@ -88,8 +99,8 @@ zp_tls_config_check(const struct zp_config *cfg, char *err, size_t errlen)
  * "what FILE: reason": OpenSSL's last error (its queue is emptied), or
  * errno's when OpenSSL has none (a file that cannot be opened).
  */
-static void
-tls_fail(char *err, size_t errlen, const char *what, const char *file)
+void
+zp_tls_fail(char *err, size_t errlen, const char *what, const char *file)
 {
 	unsigned long	e = ERR_peek_last_error();
 	char		why[256];
@@ -120,8 +131,8 @@ tls_fail(char *err, size_t errlen, const char *what, const char *file)
  * A file the process must read: said plainly when it cannot (OpenSSL's
  * "system lib" would hide that it is missing or unreadable).
  */
-static int
-tls_readable(const char *what, const char *file, char *err, size_t errlen)
+int
+zp_tls_readable(const char *what, const char *file, char *err, size_t errlen)
 {
 	FILE	*f;
 
@@ -143,38 +154,27 @@ tls_readable(const char *what, const char *file, char *err, size_t errlen)
  * the TCP connection without close_notify read as an end, not an error
  * (syslog shippers do: the bytes before it were whole records).
  */
-static int
-tls_common(SSL_CTX *ctx, const struct tls_settings *cfg, char *err,
-    size_t errlen)
+int
+zp_tls_common(SSL_CTX *ctx, int min_version, const char *ciphers,
+    const char *suites, char *err, size_t errlen)
 {
-	int	min = cfg->min_version == ZP_TLS_V13 ? TLS1_3_VERSION :
+	int	min = min_version == ZP_TLS_V13 ? TLS1_3_VERSION :
 		    TLS1_2_VERSION;
 
 	if (SSL_CTX_set_min_proto_version(ctx, min) != 1) {
-		tls_fail(err, errlen, "--tls-min-version", NULL);
+		zp_tls_fail(err, errlen, "--tls-min-version", NULL);
 		return -1;
 	}
 	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION |
 	    SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_COMPRESSION);
-	/*
-	 * No TLS 1.3 session tickets: they are sent after the handshake,
-	 * and a shipper that only writes never reads them; when it closes
-	 * with them unread, its kernel answers with a reset and drops what
-	 * it had not sent yet (openssl#7948; syslog-ng turned them off for
-	 * the same reason). TLS 1.2 clients still resume (session ids,
-	 * tickets inside the handshake).
-	 */
-	(void)SSL_CTX_set_num_tickets(ctx, 0);
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
 	    SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
-	if (cfg->ciphers != NULL &&
-	    SSL_CTX_set_cipher_list(ctx, cfg->ciphers) != 1) {
-		tls_fail(err, errlen, "--tls-ciphers", cfg->ciphers);
+	if (ciphers != NULL && SSL_CTX_set_cipher_list(ctx, ciphers) != 1) {
+		zp_tls_fail(err, errlen, "--tls-ciphers", ciphers);
 		return -1;
 	}
-	if (cfg->suites != NULL &&
-	    SSL_CTX_set_ciphersuites(ctx, cfg->suites) != 1) {
-		tls_fail(err, errlen, "--tls-ciphersuites", cfg->suites);
+	if (suites != NULL && SSL_CTX_set_ciphersuites(ctx, suites) != 1) {
+		zp_tls_fail(err, errlen, "--tls-ciphersuites", suites);
 		return -1;
 	}
 	return 0;
@@ -203,15 +203,15 @@ tls_client_ca(SSL_CTX *ctx, const char *file, char *err, size_t errlen)
 {
 	STACK_OF(X509_NAME)	*names;
 
-	if (tls_readable("--tls-client-ca", file, err, errlen) == -1)
+	if (zp_tls_readable("--tls-client-ca", file, err, errlen) == -1)
 		return -1;
 	if (SSL_CTX_load_verify_locations(ctx, file, NULL) != 1) {
-		tls_fail(err, errlen, "--tls-client-ca", file);
+		zp_tls_fail(err, errlen, "--tls-client-ca", file);
 		return -1;
 	}
 	/* The names sent in the CertificateRequest: which CAs we take. */
 	if ((names = SSL_load_client_CA_file(file)) == NULL) {
-		tls_fail(err, errlen, "--tls-client-ca", file);
+		zp_tls_fail(err, errlen, "--tls-client-ca", file);
 		return -1;
 	}
 	SSL_CTX_set_client_CA_list(ctx, names);
@@ -220,9 +220,54 @@ tls_client_ca(SSL_CTX *ctx, const char *file, char *err, size_t errlen)
 	return 0;
 }
 
+/* See tls_int.h. */
+int
+zp_tls_use_cert_key(SSL_CTX *ctx, const char *cert, const char *key,
+    const char *cert_opt, const char *key_opt, char *err, size_t errlen)
+{
+	unsigned long	e;
+	int		mismatch = 0;
+
+	if (zp_tls_readable(cert_opt, cert, err, errlen) == -1 ||
+	    zp_tls_readable(key_opt, key, err, errlen) == -1)
+		return -1;
+	ERR_clear_error();
+	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+		zp_tls_fail(err, errlen, cert_opt, cert);
+		return -1;
+	}
+	/* An encrypted key would have OpenSSL prompt on the terminal. */
+	SSL_CTX_set_default_passwd_cb(ctx, tls_no_password);
+	tls_password_asked = 0;
+	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+		e = ERR_peek_last_error();
+		if (tls_password_asked) {
+			zp_seterr(err, errlen, "%s %s: the key is encrypted; "
+			    "zproxy takes an unencrypted key (openssl pkey -in "
+			    "KEY -out PLAIN)", key_opt, key);
+			ERR_clear_error();
+			return -1;
+		}
+		if (ERR_GET_LIB(e) != ERR_LIB_X509 ||
+		    ERR_GET_REASON(e) != X509_R_KEY_VALUES_MISMATCH) {
+			zp_tls_fail(err, errlen, key_opt, key);
+			return -1;
+		}
+		mismatch = 1;
+	}
+	ERR_clear_error();
+	if (mismatch || SSL_CTX_check_private_key(ctx) != 1) {
+		zp_seterr(err, errlen, "%s %s does not match the certificate of "
+		    "%s %s", key_opt, key, cert_opt, cert);
+		ERR_clear_error();
+		return -1;
+	}
+	return 0;
+}
+
 /* An ASN1 time as seconds since the epoch; 0 when it cannot be read. */
-static time_t
-tls_time(const ASN1_TIME *a)
+time_t
+zp_tls_time(const ASN1_TIME *a)
 {
 	struct tm	tm;
 
@@ -239,8 +284,8 @@ tls_time(const ASN1_TIME *a)
  * nothing and are no alarm), or, when every one has expired, the
  * latest. 0: none could be read.
  */
-static time_t
-tls_file_expiry(const char *file)
+time_t
+zp_tls_file_expiry(const char *file)
 {
 	FILE	*f;
 	X509	*c;
@@ -249,7 +294,7 @@ tls_file_expiry(const char *file)
 	if ((f = fopen(file, "r")) == NULL)
 		return 0;
 	while ((c = PEM_read_X509(f, NULL, NULL, NULL)) != NULL) {
-		t = tls_time(X509_get0_notAfter(c));
+		t = zp_tls_time(X509_get0_notAfter(c));
 		if (t > now && (live == 0 || t < live))
 			live = t;
 		else if (t != 0 && t <= now && t > dead)
@@ -272,50 +317,27 @@ srv_ctx_build(const struct tls_settings *cfg, char *err, size_t errlen)
 	/* Resumed sessions are tied to this context's settings. */
 	static const unsigned char sid_ctx[] = "zproxy";
 	SSL_CTX			*ctx;
-	unsigned long		 e;
-	int			 mismatch = 0;
 
-	if (tls_readable("--tls-cert", cfg->cert, err, errlen) == -1 ||
-	    tls_readable("--tls-key", cfg->key, err, errlen) == -1)
-		return NULL;
 	ERR_clear_error();
 	if ((ctx = SSL_CTX_new(TLS_server_method())) == NULL) {
-		tls_fail(err, errlen, "TLS", NULL);
+		zp_tls_fail(err, errlen, "TLS", NULL);
 		return NULL;
 	}
-	if (tls_common(ctx, cfg, err, errlen) == -1)
+	if (zp_tls_common(ctx, cfg->min_version, cfg->ciphers, cfg->suites,
+	    err, errlen) == -1)
 		goto fail;
-	if (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert) != 1) {
-		tls_fail(err, errlen, "--tls-cert", cfg->cert);
+	/*
+	 * No TLS 1.3 session tickets: they are sent after the handshake,
+	 * and a shipper that only writes never reads them; when it closes
+	 * with them unread, its kernel answers with a reset and drops what
+	 * it had not sent yet (openssl#7948; syslog-ng turned them off for
+	 * the same reason). TLS 1.2 clients still resume (session ids,
+	 * tickets inside the handshake).
+	 */
+	(void)SSL_CTX_set_num_tickets(ctx, 0);
+	if (zp_tls_use_cert_key(ctx, cfg->cert, cfg->key, "--tls-cert",
+	    "--tls-key", err, errlen) == -1)
 		goto fail;
-	}
-	/* An encrypted key would have OpenSSL prompt on the terminal. */
-	SSL_CTX_set_default_passwd_cb(ctx, tls_no_password);
-	tls_password_asked = 0;
-	if (SSL_CTX_use_PrivateKey_file(ctx, cfg->key, SSL_FILETYPE_PEM) !=
-	    1) {
-		e = ERR_peek_last_error();
-		if (tls_password_asked) {
-			zp_seterr(err, errlen, "--tls-key %s: the key is "
-			    "encrypted; zproxy takes an unencrypted key (openssl "
-			    "pkey -in KEY -out PLAIN)", cfg->key);
-			ERR_clear_error();
-			goto fail;
-		}
-		if (ERR_GET_LIB(e) != ERR_LIB_X509 ||
-		    ERR_GET_REASON(e) != X509_R_KEY_VALUES_MISMATCH) {
-			tls_fail(err, errlen, "--tls-key", cfg->key);
-			goto fail;
-		}
-		mismatch = 1;
-	}
-	ERR_clear_error();
-	if (mismatch || SSL_CTX_check_private_key(ctx) != 1) {
-		zp_seterr(err, errlen, "--tls-key %s does not match the "
-		    "certificate of --tls-cert %s", cfg->key, cfg->cert);
-		ERR_clear_error();
-		goto fail;
-	}
 	if (cfg->client_ca != NULL && tls_client_ca(ctx, cfg->client_ca, err,
 	    errlen) == -1)
 		goto fail;
@@ -336,12 +358,12 @@ srv_expiry(const struct tls_settings *set, SSL_CTX *ctx,
     struct tls_expiry *exp)
 {
 	exp[0].file = set->cert;
-	if ((exp[0].not_after = tls_file_expiry(set->cert)) == 0)
-		exp[0].not_after = tls_time(X509_get0_notAfter(
+	if ((exp[0].not_after = zp_tls_file_expiry(set->cert)) == 0)
+		exp[0].not_after = zp_tls_time(X509_get0_notAfter(
 		    SSL_CTX_get0_certificate(ctx)));
 	exp[1].file = set->client_ca;
 	exp[1].not_after = set->client_ca != NULL ?
-	    tls_file_expiry(set->client_ca) : 0;
+	    zp_tls_file_expiry(set->client_ca) : 0;
 }
 
 static void

@@ -26,6 +26,15 @@ enum zp_tls_version {
 /* "1.2" or "1.3" (cli's word parser): the enum, or -1. */
 int	zp_tls_version_parse(const char *);
 
+/* --upstream-verify: an upstream's certificate is checked, or not. */
+enum zp_tls_verify {
+	ZP_TLS_VERIFY_REQUIRED = 0,	/* default */
+	ZP_TLS_VERIFY_NONE,
+};
+
+/* "required" or "none" (cli's word parser): the enum, or -1. */
+int	zp_tls_verify_parse(const char *);
+
 /*
  * Is the configuration's TLS whole: a tls@ listener has a certificate
  * and a key; the TLS options without one say so? Returns 0, or -1 with
@@ -71,5 +80,48 @@ struct ssl_st *zp_tls_srv_session(struct zp_tls_srv *, int fd);
 int	zp_tls_srv_mutual(const struct zp_tls_srv *);
 
 void	zp_tls_srv_free(struct zp_tls_srv *);
+
+/*
+ * The client side, for -u tls@ upstreams: a context made from
+ * --upstream-ca (else the system's trust store), --upstream-cert and
+ * --upstream-key, --upstream-verify; *out is NULL when no upstream is
+ * tls@. Returns 0, or -1 with err filled. Start-up.
+ */
+struct zp_tls_cli;
+struct zp_tls_cache;
+
+int	zp_tls_cli_new(const struct zp_config *, struct zp_tls_cli **out,
+	    char *err, size_t errlen);
+
+/* Read the files again, as zp_tls_srv_reload. Thread-safe. */
+int	zp_tls_cli_reload(struct zp_tls_cli *, char *err, size_t errlen);
+
+/* zproxy_tls_cert_expiry_seconds: --upstream-cert, --upstream-ca. */
+size_t	zp_tls_cli_expiry(struct zp_tls_cli *, const char **files,
+	    int64_t *secs, size_t max);
+
+/* Are upstream certificates verified (not --upstream-verify none)? */
+int	zp_tls_cli_verifies(const struct zp_tls_cli *);
+
+/*
+ * A thread's sessions to resume, one per upstream: made and freed by
+ * the thread, used by it alone. NULL when out of memory.
+ */
+struct zp_tls_cache *zp_tls_cache_new(void);
+void	zp_tls_cache_free(struct zp_tls_cache *);
+
+/*
+ * A new client session on connected socket fd (not started) to the
+ * upstream host:port: SNI and the certificate's name are host's (or
+ * --upstream-sni's; an address literal is checked against the
+ * certificate's addresses and sends no SNI); the session cache's last
+ * session for it offered for resumption, and the new one kept there
+ * (cache NULL: neither). NULL when out of memory. Thread-safe.
+ */
+struct ssl_st *zp_tls_cli_session(struct zp_tls_cli *,
+	    struct zp_tls_cache *, int fd, const char *host,
+	    const char *port);
+
+void	zp_tls_cli_free(struct zp_tls_cli *);
 
 #endif

@@ -315,6 +315,12 @@ zp_tls_version(const struct zp_tls *t)
 	return SSL_get_version(t->ssl);
 }
 
+int
+zp_tls_resumed(const struct zp_tls *t)
+{
+	return SSL_session_reused(t->ssl) == 1;
+}
+
 void
 zp_tls_peer_subject(const struct zp_tls *t, char *buf, size_t len)
 {

@@ -94,6 +94,8 @@ int	zp_tls_pending(const struct zp_tls *);
  * certificate's subject ("" without one) in RFC 2253 form, escaped.
  */
 const char *zp_tls_version(const struct zp_tls *);
+/* Was the session resumed (no full handshake)? */
+int	zp_tls_resumed(const struct zp_tls *);
 void	zp_tls_peer_subject(const struct zp_tls *, char *, size_t);
 
 #endif

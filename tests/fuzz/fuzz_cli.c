@@ -56,6 +56,14 @@ check_config(const struct zp_config *cfg)
 	    cfg->tls_ciphers == NULL && cfg->tls_ciphersuites == NULL));
 	FUZZ_CHECK(cfg->tls_min_version == 0 || cfg->tls_min_version == 1);
 	FUZZ_CHECK(cfg->tls_handshake_timeout > 0);
+	/* -u tls@: never udp@ too; its options only with one. */
+	for (i = 0; i < cfg->nupstreams; i++)
+		FUZZ_CHECK(!cfg->upstreams[i].tls || !cfg->upstreams[i].udp);
+	FUZZ_CHECK(zp_config_tls_upstreams(cfg) || (cfg->upstream_ca == NULL &&
+	    cfg->upstream_sni == NULL && cfg->upstream_cert == NULL &&
+	    cfg->upstream_key == NULL && cfg->upstream_verify == 0));
+	FUZZ_CHECK((cfg->upstream_cert == NULL) == (cfg->upstream_key == NULL));
+	FUZZ_CHECK(!zp_config_tls_upstreams(cfg) || cfg->spool_dir == NULL);
 	FUZZ_CHECK(cfg->pipe_size >= 1 && cfg->pipe_size <= ZP_MAX_SIZE);
 	FUZZ_CHECK(cfg->buffer_size >= 1 && cfg->buffer_size <= ZP_MAX_SIZE);
 	FUZZ_CHECK(cfg->splice_min <= ZP_MAX_SIZE);

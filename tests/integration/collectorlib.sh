@@ -52,7 +52,7 @@ collector_versions() {
 # socket. Sets C_PID, C_PORT, C_LOG.
 start_collector() {
 	local kind=$1 name=$2 want=${3:-} framing=${4:-lf} port d conf
-	local deadline src
+	local deadline src tls
 	d=$T/$name.d
 	mkdir -p "$d"
 	C_LOG=$T/$name.log
@@ -86,13 +86,20 @@ start_collector() {
 			else
 				src=network
 			fi
+			# C_TLS_CERT, C_TLS_KEY: a TLS collector (RFC 5425)
+			if [ -n "${C_TLS_CERT:-}" ]; then
+				tls="transport(\"tls\") tls(cert-file(\"$C_TLS_CERT\")
+				    key-file(\"$C_TLS_KEY\") peer-verify(optional-untrusted))"
+			else
+				tls='transport("tcp")'
+			fi
 			cat >"$conf" <<-EOF
 			@version: 3.38
 			options { use_dns(no); use_fqdn(no); dns_cache(no);
 			          stats_freq(0); flush_lines(1); keep_hostname(yes);
 			          log_msg_size(65536); };
 			source s_net { $src(ip("127.0.0.1") port($port)
-			    transport("tcp") max_connections(1000) log_iw_size(100000)); };
+			    $tls max_connections(1000) log_iw_size(100000)); };
 			destination d_file { file("$C_LOG" template("\${MSG}\n")
 			    flush_lines(1) fsync(no)); };
 			log { source(s_net); destination(d_file); flags(flow-control); };

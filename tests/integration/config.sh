@@ -42,9 +42,10 @@ check() {
 }
 
 case_roundtrip() {
-	local what="every option round-trips" a b
+	local what="every option round-trips" a b c
 	a=$T/all-a.conf
 	b=$T/all-b.conf
+	c=$T/all-c.conf
 	cat >"$a" <<-EOF
 	# every option but those of file b, none at its default
 	listen 127.0.0.1:1
@@ -125,7 +126,16 @@ case_roundtrip() {
 	syslog
 	quiet
 	EOF
-	for f in "$a" "$b"; do
+	cat >"$c" <<-EOF
+	listen 127.0.0.1:9
+	upstream tls@127.0.0.1:6514
+	upstream-ca $T/ca.pem
+	upstream-sni logs.example
+	upstream-cert $T/c.pem
+	upstream-key $T/k.pem
+	upstream-verify none
+	EOF
+	for f in "$a" "$b" "$c"; do
 		check "$f" || fail "$what: $f: status $?: $(cat "$T/check.err")"
 		grep -v '^#' "$f" | diff -u - "$T/check.out" >"$T/check.diff" ||
 			fail "$what: --check printed something else than ${f##*/}: $(grep '^[-+][^-+]' "$T/check.diff" | head -n 4 | tr '\n' ' ')"
@@ -135,7 +145,7 @@ case_roundtrip() {
 	done
 	# Every option of the table, but -f, --check, -h, -V, is in a or b.
 	"$ZPROXY" --help | grep -o -- '--[a-z-]*' | sort -u >"$T/help.opts"
-	cat "$a" "$b" | awk '!/^#/ { print "--" $1 }' | sort -u >"$T/file.opts"
+	cat "$a" "$b" "$c" | awk '!/^#/ { print "--" $1 }' | sort -u >"$T/file.opts"
 	comm -23 "$T/help.opts" "$T/file.opts" | grep -v -x -e --config -e --check -e --help -e --version -e --json >"$T/missing.opts"
 	[ ! -s "$T/missing.opts" ] ||
 		fail "$what: options in --help that no file gives: $(tr '\n' ' ' <"$T/missing.opts")"
