@@ -207,6 +207,15 @@ run_open(struct zp_ctx *ctx, struct zp_privs *pv, int nthreads,
 		zp_log_close(ctx->log);
 		return ZP_EX_CONFIG;
 	}
+	/*
+	 * A TLS record cannot be spliced: with a tls@ upstream every pair
+	 * copies (pair_use_tls), and no pipe is made for none to use.
+	 */
+	if (ctx->tls_cli != NULL && cfg->mode == ZP_MODE_SPLICE) {
+		cfg->mode = ZP_MODE_COPY;
+		zp_log(ctx->log, ZP_LOG_NOTICE, "mode copy: a tls@ upstream's "
+		    "TLS records cannot be spliced");
+	}
 	gettimeofday(&ctx->started, NULL);
 	if ((ctx->tls_cli != NULL &&
 	    (ctx->tls_cache = zp_tls_cache_new()) == NULL) ||

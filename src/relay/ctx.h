@@ -252,6 +252,8 @@ struct zp_ctx {
 						   NULL: no tls@ upstream */
 	struct zp_tls_cache	*tls_cache;	/* -u tls@: this thread's
 						   sessions to resume */
+	struct timeval		 tls_warned;	/* an upstream's handshake
+						   failure said at warn level */
 	struct zp_spool		*spool;		/* --spool: the root's, shared */
 	struct zp_mirror_sets	 mirror_sets;	/* released, finishing */
 	int64_t			 mirror_said[ZP_MAX_MIRRORS]; /* drops: last

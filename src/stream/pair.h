@@ -57,6 +57,8 @@ enum zp_end {
 	ZP_END_SPOOL_FAILED,	/* --spool: a file could not be written */
 	ZP_END_SPOOL_FULL,	/* --spool: no upstream, and the spool full */
 	ZP_END_TLS_HANDSHAKE,	/* tls@: the client's handshake failed */
+	ZP_END_UPSTREAM_TLS,	/* -u tls@: no upstream's handshake ended well
+				   (the last one's reason: tls_why) */
 };
 
 /* Why a framed stream moved to another upstream. */

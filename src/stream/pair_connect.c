@@ -177,14 +177,15 @@ pair_connected(struct zp_pair *p)
 }
 
 /*
- * Give up on the current upstream address and try the next one. Returns
- * 1 when the pair was freed.
+ * Give up on the current upstream address and try the next one (tls:
+ * its handshake failed, err EPROTO). Returns 1 when the pair was freed.
  */
 static int ZP_MAY_FREE
-pair_connect_failed(struct zp_pair *p, int err)
+pair_connect_failed(struct zp_pair *p, int err, int tls)
 {
 	zp_connecting_cancel(&p->conn);
 	p->connect_err = err;
+	p->dial->tls_failed = tls;
 	p->dial->addr_idx++;
 	return pair_connect_next(p);
 }
@@ -365,10 +366,21 @@ pair_shed_wait(struct zp_pair *p)
  * freed (or moved on).
  */
 static int ZP_MAY_FREE
-pair_dial_tls_done(struct zp_pair *p, int ok)
+pair_dial_tls_done(struct zp_pair *p, enum pair_uphs_end how)
 {
-	if (!ok)
-		return pair_connect_failed(p, EPROTO);
+	switch (how) {
+	case PAIR_UPHS_FAILED:
+		return pair_connect_failed(p, EPROTO, 1);
+	case PAIR_UPHS_LOCAL:
+		/* Not the upstream's fault: the same address again. */
+		return pair_connect_wait(p, ENOMEM);
+	case PAIR_UPHS_HEADER:
+		p->upstream.err = p->dial->hs.err;
+		zp_pair_close(p, ZP_END_PROXY_HEADER);
+		return 1;
+	case PAIR_UPHS_DONE:
+		break;
+	}
 	p->upstream.fd = zp_connecting_take(&p->conn);
 	p->upstream.tls = pair_uphs_take(&p->dial->hs);
 	return pair_connected(p);
@@ -398,7 +410,7 @@ pair_connect_cb(evutil_socket_t fd, short what, void *arg)
 	if (zp_connect_local_error(err))
 		gone = pair_connect_wait(p, err);
 	else if (err != 0)
-		gone = pair_connect_failed(p, err);
+		gone = pair_connect_failed(p, err, 0);
 	else
 		gone = pair_tcp_connected(p);
 	if (!gone)
@@ -490,6 +502,7 @@ pair_connect_next(struct zp_pair *p)
 		pair_set_waiting(p, 0);
 		if (rc == -1) {
 			p->connect_err = errno;
+			p->dial->tls_failed = 0;
 			continue;
 		}
 		p->dial->addr = *a;
@@ -680,7 +693,8 @@ pair_no_upstream(struct zp_pair *p)
 		break;
 	case EPROTO:
 		/* A tls@ upstream's handshake failed (p->tls_why says). */
-		zp_pair_close(p, ZP_END_TLS_HANDSHAKE);
+		zp_pair_close(p, p->dial->tls_failed ? ZP_END_UPSTREAM_TLS :
+		    ZP_END_UNREACHABLE);
 		break;
 	case ETIMEDOUT:
 		zp_pair_close(p, ZP_END_TIMEOUT);

@@ -35,6 +35,16 @@ enum zp_fin {
 	ZP_FIN_WATCHED,
 };
 
+/* How a tls@ upstream's handshake ended: pair_uphs's done(). */
+enum pair_uphs_end {
+	PAIR_UPHS_DONE = 0,	/* the session is ready */
+	PAIR_UPHS_FAILED,	/* the upstream's doing (its certificate, no
+				   TLS, the timeout): a failed connect */
+	PAIR_UPHS_LOCAL,	/* out of memory here: not the upstream's */
+	PAIR_UPHS_HEADER,	/* --send-proxy's header could not be sent
+				   (errno in err) */
+};
+
 /*
  * A tls@ upstream's handshake after its TCP connect (pair_uptls.c): of
  * a pair's connect (pair_dial) or of a planned move's next upstream
@@ -51,8 +61,9 @@ struct pair_uphs {
 	struct zp_addr		 addr;		/* ... and its address */
 	char			 hdr[ZP_PROXY_MAX]; /* --send-proxy's, sent */
 	size_t			 hlen;
-	/* The handshake is over (ok: done): returns 1 when p was freed. */
-	int			(*done)(struct zp_pair *, int ok);
+	int			 err;		/* PAIR_UPHS_HEADER's errno */
+	/* The handshake is over: returns 1 when p was freed. */
+	int			(*done)(struct zp_pair *, enum pair_uphs_end);
 };
 
 /*
@@ -111,6 +122,8 @@ struct pair_proxied {
  */
 struct pair_dial {
 	struct pair_uphs	 hs;		/* a tls@ upstream's handshake */
+	int			 tls_failed;	/* the last try's handshake
+						   failed (connect_err EPROTO) */
 	uint64_t		 tried;		/* bit i: upstream i was tried */
 	int			 attempts;	/* upstreams tried */
 	int			 addr_tried;	/* one was (not skipped by --source) */
@@ -430,13 +443,13 @@ int	pair_upstream_tls(const struct zp_pair *, int idx);
 /*
  * Begin the TLS handshake with upstream idx, connected on fd (still its
  * connect's) at address a: the --send-proxy header first, then the
- * ClientHello. done(p, ok) is called once it is over, unless the pair
- * clears it first; a failure is counted and said. Returns what done
- * returned, or 0 while the handshake goes on.
+ * ClientHello. done(p, how) is called once it is over, unless the pair
+ * clears it first; the upstream's failure is counted and said. Returns
+ * what done returned, or 0 while the handshake goes on.
  */
 int	pair_uphs_start(struct zp_pair *, struct pair_uphs *, int fd, int idx,
-	    const struct zp_addr *a, int (*done)(struct zp_pair *, int))
-	    ZP_MAY_FREE;
+	    const struct zp_addr *a,
+	    int (*done)(struct zp_pair *, enum pair_uphs_end)) ZP_MAY_FREE;
 
 /* Give it up: its session and event freed (not its socket). */
 void	pair_uphs_clear(struct pair_uphs *);

@@ -47,6 +47,7 @@ zp_end_str(enum zp_end e)
 	case ZP_END_SPOOL_FAILED:	return "spool-failed";
 	case ZP_END_SPOOL_FULL:		return "spool-full";
 	case ZP_END_TLS_HANDSHAKE:	return "tls-handshake-failed";
+	case ZP_END_UPSTREAM_TLS:	return "upstream-tls-failed";
 	}
 	return "unknown";
 }
@@ -131,6 +132,9 @@ pair_end_level(const struct zp_pair *p, enum zp_end end, int *err,
 		level = ZP_LOG_WARN;
 		*err = p->connect_err;
 		break;
+	case ZP_END_UPSTREAM_TLS:
+		level = ZP_LOG_WARN;	/* its error= is tls_why */
+		break;
 	case ZP_END_CLIENT_RESET:
 	case ZP_END_CLIENT_ERROR:
 		level = ZP_LOG_CONN;
@@ -209,7 +213,7 @@ pair_log(struct zp_pair *p, enum zp_end end)
 	rec.error = err != 0 ? strerror(err) : NULL;
 	if (end == ZP_END_BAD_PROXY_HEADER)
 		rec.error = p->hdr_why;
-	if (end == ZP_END_TLS_HANDSHAKE)
+	if (end == ZP_END_TLS_HANDSHAKE || end == ZP_END_UPSTREAM_TLS)
 		rec.error = p->tls_why;
 	if (p->client.tls != NULL && p->state != ZP_PAIR_HANDSHAKE) {
 		rec.tls = zp_tls_version(p->client.tls);
@@ -256,6 +260,7 @@ pair_end_count(struct zp_stats *st, enum zp_end end)
 	case ZP_END_REFUSED:
 	case ZP_END_TIMEOUT:
 	case ZP_END_UNREACHABLE:
+	case ZP_END_UPSTREAM_TLS:
 	case ZP_END_SPOOL_FULL:
 		st->conns_failed++;
 		break;

@@ -365,6 +365,23 @@ pair_move(struct zp_pair *p, int reason)
 
 /* ---- planned moves: --max-lifetime, --rebalance ---------------------- */
 
+/*
+ * Has the socket room to take a small write whole, now: its queue under
+ * a quarter of its buffer (SO_SNDBUF, which the kernel doubled for its
+ * own overhead)?
+ */
+static int
+pair_sock_roomy(int fd)
+{
+	int		sndbuf = 0, outq;
+	socklen_t	len = sizeof(sndbuf);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) == -1 ||
+	    (outq = zp_sock_outq(fd)) < 0)
+		return 0;
+	return outq < sndbuf / 4;
+}
+
 /* Forget a planned move's next upstream (not connected to yet, or idle). */
 void
 pair_next_drop(struct zp_pair *p)
@@ -388,11 +405,12 @@ zp_pair_can_move(const struct zp_pair *p)
 
 /*
  * The next upstream is ready (connected, its TLS handshake done): seek
- * a boundary; or it is not (err), or the stream may no longer move:
- * give up on it. Returns 1 when the pair was freed.
+ * a boundary; or it is not (err; why: its words, NULL for strerror's),
+ * or the stream may no longer move: give up on it. Returns 1 when the
+ * pair was freed.
  */
 static int ZP_MAY_FREE
-pair_next_answered(struct zp_pair *p, int err)
+pair_next_answered(struct zp_pair *p, int err, const char *why)
 {
 	struct zp_ctx	*ctx = p->ctx;
 	struct timeval	 now;
@@ -410,7 +428,7 @@ pair_next_answered(struct zp_pair *p, int err)
 			    (unsigned long long)p->id,
 			    zp_move_reason_str(p->mv->move_reason),
 			    zp_addr_str(&p->mv->next_addr, buf, sizeof(buf)),
-			    err == EPROTO ? p->tls_why : strerror(err));
+			    why != NULL ? why : strerror(err));
 		}
 		pair_next_drop(p);
 		return 0;
@@ -423,9 +441,20 @@ pair_next_answered(struct zp_pair *p, int err)
 
 /* A tls@ next upstream's handshake is over. */
 static int ZP_MAY_FREE
-pair_next_tls_done(struct zp_pair *p, int ok)
+pair_next_tls_done(struct zp_pair *p, enum pair_uphs_end how)
 {
-	return pair_next_answered(p, ok ? 0 : EPROTO);
+	switch (how) {
+	case PAIR_UPHS_DONE:
+		return pair_next_answered(p, 0, NULL);
+	case PAIR_UPHS_FAILED:
+		return pair_next_answered(p, EPROTO, p->tls_why);
+	case PAIR_UPHS_LOCAL:
+		return pair_next_answered(p, ENOMEM, NULL);
+	case PAIR_UPHS_HEADER:
+		break;
+	}
+	return pair_next_answered(p, p->mv->next_hs.err, "the PROXY header "
+	    "could not be sent");
 }
 
 /* The next upstream answered, or not: its handshake, a boundary, or none. */
@@ -441,7 +470,7 @@ pair_next_cb(evutil_socket_t fd, short what, void *arg)
 		gone = pair_uphs_start(p, &p->mv->next_hs, p->mv->next.fd,
 		    p->mv->next_idx, &p->mv->next_addr, pair_next_tls_done);
 	else
-		gone = pair_next_answered(p, err);
+		gone = pair_next_answered(p, err, NULL);
 	if (!gone)
 		pair_check(p);
 }
@@ -671,10 +700,12 @@ pair_switch(struct zp_pair *p)
 	p->up_base = p->up.bytes;
 	p->frames_base = fr->frames;
 	/*
-	 * A FIN after its last whole frame (after close_notify, on TLS: best
-	 * effort, the socket may be full); it stays open until it closes.
+	 * A FIN after its last whole frame; it stays open until it closes.
+	 * On TLS, close_notify before it when the socket has room for the
+	 * whole alert, else the FIN alone: a record cut short by the FIN
+	 * would read as an error where a bare FIN reads as an end.
 	 */
-	if (h->tls != NULL && !h->wshut)
+	if (h->tls != NULL && !h->wshut && pair_sock_roomy(h->fd))
 		(void)zp_tls_close_notify(h->tls);
 	if (!h->wshut && shutdown(h->fd, SHUT_WR) == 0)
 		h->fin = 1;

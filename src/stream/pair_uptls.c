@@ -22,19 +22,35 @@
 #include "core/net.h"
 #include "lib/log.h"
 #include "lib/proxyproto.h"
+#include "core/upstream.h"
 #include "relay/ctx.h"
 #include "stream/pair.h"
 #include "stream/pair_int.h"
 #include "tls/tls.h"
 #include "tls/tls_io.h"
 
+/*
+ * Upstream idx's spec, from the shared table: a thread's copy of the
+ * options may not have an upstream that zproxy ctl or a reload added
+ * yet, and that one must never be sent the stream in the clear.
+ */
+static const struct zp_upstream_spec *
+uphs_spec(const struct zp_pair *p, int idx)
+{
+	struct zp_upstream	u;
+
+	if (idx < 0 || (size_t)idx >= zp_upstreams_count(p->ctx->ups))
+		return NULL;
+	zp_upstream_get(p->ctx->ups, (size_t)idx, &u);
+	return u.spec;
+}
+
 int
 pair_upstream_tls(const struct zp_pair *p, int idx)
 {
-	const struct zp_config	*cfg = p->ctx->cfg;
+	const struct zp_upstream_spec	*up = uphs_spec(p, idx);
 
-	return idx >= 0 && (size_t)idx < cfg->nupstreams &&
-	    cfg->upstreams[idx].tls;
+	return up != NULL && up->tls;
 }
 
 void
@@ -57,16 +73,28 @@ pair_uphs_take(struct pair_uphs *hs)
 	return t;
 }
 
+/* The handshake is over without a session: how, to the caller. */
+static int ZP_MAY_FREE
+uphs_end(struct pair_uphs *hs, enum pair_uphs_end how)
+{
+	pair_uphs_clear(hs);
+	return hs->done(hs->p, how);
+}
+
 /*
- * The handshake failed (why, OpenSSL's words in text): counted, said,
- * and handed to the caller, whose connect failed.
+ * The upstream failed the handshake (why, OpenSSL's words in text):
+ * counted, said (at warning level once a second at most: a collector
+ * with an expired certificate fails every client's try), and handed to
+ * the caller, whose connect failed.
  */
 static int ZP_MAY_FREE
 uphs_fail(struct pair_uphs *hs, enum zp_tls_fail why, const char *text)
 {
 	struct zp_pair	*p = hs->p;
 	struct zp_ctx	*ctx = p->ctx;
+	struct timeval	 now, dt;
 	char		 abuf[ZP_ADDRSTRLEN];
+	int		 level = ZP_LOG_CONN;
 
 	ctx->stats.tls_handshakes[ZP_TLS_SIDE_UPSTREAM][why]++;
 	/* The pair's end says it when no other upstream takes it. */
@@ -74,11 +102,17 @@ uphs_fail(struct pair_uphs *hs, enum zp_tls_fail why, const char *text)
 	    zp_addr_str(&hs->addr, abuf, sizeof(abuf)), zp_tls_fail_str(why),
 	    text != NULL && text[0] != '\0' ? ": " : "",
 	    text != NULL ? text : "");
-	zp_log(ctx->log, ZP_LOG_WARN, "connection %llu: TLS handshake failed "
-	    "(%s): a failed connect of that upstream",
-	    (unsigned long long)p->id, p->tls_why);
-	pair_uphs_clear(hs);
-	return hs->done(p, 0);
+	zp_clock_now(&now);
+	timersub(&now, &ctx->tls_warned, &dt);
+	if (dt.tv_sec >= 1 || dt.tv_sec < 0) {
+		level = ZP_LOG_WARN;
+		ctx->tls_warned = now;
+	}
+	if (zp_log_enabled(ctx->log, level))
+		zp_log(ctx->log, level, "connection %llu: TLS handshake failed "
+		    "(%s): a failed connect of that upstream",
+		    (unsigned long long)p->id, p->tls_why);
+	return uphs_end(hs, PAIR_UPHS_FAILED);
 }
 
 static int	uphs_step(struct pair_uphs *, short) ZP_MAY_FREE;
@@ -119,7 +153,7 @@ uphs_step(struct pair_uphs *hs, short what)
 				    zp_tls_version(hs->tls),
 				    zp_tls_resumed(hs->tls) ? ", resumed" :
 				    "");
-			return hs->done(p, 1);
+			return hs->done(p, PAIR_UPHS_DONE);
 		case -1:
 			return uphs_fail(hs, zp_tls_failure(hs->tls),
 			    zp_tls_failure_text(hs->tls));
@@ -133,16 +167,17 @@ uphs_step(struct pair_uphs *hs, short what)
 	event_del(hs->ev);
 	if (event_assign(hs->ev, ctx->base, event_get_fd(hs->ev), want,
 	    uphs_cb, hs) == -1 || event_add(hs->ev, &left) == -1)
-		return uphs_fail(hs, ZP_TLS_OTHER, strerror(ENOMEM));
+		return uphs_end(hs, PAIR_UPHS_LOCAL);
 	return 0;
 }
 
 int ZP_MAY_FREE
 pair_uphs_start(struct zp_pair *p, struct pair_uphs *hs, int fd, int idx,
-    const struct zp_addr *a, int (*done)(struct zp_pair *, int))
+    const struct zp_addr *a,
+    int (*done)(struct zp_pair *, enum pair_uphs_end))
 {
 	struct zp_ctx			*ctx = p->ctx;
-	const struct zp_upstream_spec	*up = &ctx->cfg->upstreams[idx];
+	const struct zp_upstream_spec	*up = uphs_spec(p, idx);
 	struct timeval			 now, tv = zp_seconds_tv(
 					     ctx->cfg->connect_timeout);
 	struct ssl_st			*ssl = NULL;
@@ -157,16 +192,17 @@ pair_uphs_start(struct zp_pair *p, struct pair_uphs *hs, int fd, int idx,
 	timeradd(&now, &tv, &hs->deadline);
 	/* The header goes before the ClientHello, in the clear. */
 	if (ctx->cfg->send_proxy && pair_send_proxy(p, fd, hs->hdr,
-	    &hs->hlen) == -1)
-		return uphs_fail(hs, ZP_TLS_CLOSED, "the PROXY header could "
-		    "not be sent");
-	if (ctx->tls_cli != NULL)
+	    &hs->hlen) == -1) {
+		hs->err = errno;
+		return uphs_end(hs, PAIR_UPHS_HEADER);
+	}
+	if (ctx->tls_cli != NULL && up != NULL)
 		ssl = zp_tls_cli_session(ctx->tls_cli, ctx->tls_cache, fd,
 		    up->host, up->port);
 	if (ssl == NULL || (hs->tls = zp_tls_wrap(ssl)) == NULL ||
 	    (hs->ev = event_new(ctx->base, fd, EV_READ, uphs_cb, hs)) ==
 	    NULL)
-		return uphs_fail(hs, ZP_TLS_OTHER, strerror(ENOMEM));
+		return uphs_end(hs, PAIR_UPHS_LOCAL);
 	/* The ClientHello goes now: a fresh socket has room for it. */
 	return uphs_step(hs, EV_WRITE);
 }

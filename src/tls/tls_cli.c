@@ -37,8 +37,11 @@ struct cli_settings {
 #define CLI_FILES	2	/* --upstream-cert, --upstream-ca */
 
 struct zp_tls_cli {
-	pthread_mutex_t	 mu;	/* ctx and expiry (reloads) */
+	pthread_mutex_t	 mu;	/* ctx, gen and expiry (reloads) */
 	SSL_CTX		*ctx;
+	unsigned	 gen;	/* reloads so far: a session of an older
+				   one is not offered (its trust may be
+				   gone) */
 	const char	*file[CLI_FILES];
 	time_t		 not_after[CLI_FILES];
 	struct cli_settings set;
@@ -48,6 +51,7 @@ struct zp_tls_cli {
 struct cache_slot {
 	char		 key[300];	/* "host port name" ("": free) */
 	SSL_SESSION	*sess;
+	unsigned	 gen;		/* the context's when it was made */
 };
 
 #define CACHE_SLOTS	(ZP_MAX_UPSTREAMS + ZP_MAX_MIRRORS)
@@ -215,6 +219,7 @@ zp_tls_cli_reload(struct zp_tls_cli *c, char *err, size_t errlen)
 	pthread_mutex_lock(&c->mu);
 	old = c->ctx;
 	c->ctx = ctx;
+	c->gen++;
 	memcpy(c->file, file, sizeof(c->file));
 	memcpy(c->not_after, not_after, sizeof(c->not_after));
 	pthread_mutex_unlock(&c->mu);
@@ -294,10 +299,12 @@ zp_tls_cli_session(struct zp_tls_cli *c, struct zp_tls_cache *cache, int fd,
 	unsigned char		 ip[16];
 	char			 key[sizeof(slot->key)];
 	int			 literal;
+	unsigned		 gen;
 	SSL			*ssl;
 
 	pthread_mutex_lock(&c->mu);
 	ssl = SSL_new(c->ctx);
+	gen = c->gen;
 	pthread_mutex_unlock(&c->mu);
 	if (ssl == NULL)
 		return NULL;
@@ -315,16 +322,29 @@ zp_tls_cli_session(struct zp_tls_cli *c, struct zp_tls_cache *cache, int fd,
 			goto fail;
 	}
 	/*
-	 * The session kept for this upstream and name, if any; a session
-	 * is resumed only with the host it was made with.
+	 * The session kept for this upstream and name, if any: resumed only
+	 * with the host it was made with, and under the certificates loaded
+	 * when it was (a CA taken out by a reload must not live on in
+	 * resumed sessions). A TLS 1.3 ticket is offered once (RFC 8446,
+	 * C.4: the connection brings new ones); a TLS 1.2 session as often
+	 * as the upstream takes it.
 	 */
 	if (cache != NULL) {
 		snprintf(key, sizeof(key), "%s %s %s", host, port, name);
 		slot = cache_slot(cache, key);
-		if (slot->sess != NULL &&
-		    SSL_SESSION_is_resumable(slot->sess) &&
-		    SSL_set_session(ssl, slot->sess) != 1)
+		if (slot->sess != NULL && (slot->gen != gen ||
+		    !SSL_SESSION_is_resumable(slot->sess))) {
+			SSL_SESSION_free(slot->sess);
+			slot->sess = NULL;
+		}
+		slot->gen = gen;
+		if (slot->sess != NULL && SSL_set_session(ssl, slot->sess) != 1)
 			ERR_clear_error();
+		if (slot->sess != NULL && SSL_SESSION_get_protocol_version(
+		    slot->sess) == TLS1_3_VERSION) {
+			SSL_SESSION_free(slot->sess);
+			slot->sess = NULL;
+		}
 		if (SSL_set_ex_data(ssl, cache_index, slot) != 1)
 			goto fail;
 	}

@@ -18,7 +18,10 @@
 #      refused and counted as a failed connect of its own, the client's
 #      bytes reach the good one only (verified), zproxy_tls_handshakes_total
 #      {side="upstream",result} counts each; with the bad ones only, the
-#      client's line says end=tls-handshake-failed and why;
+#      client's line says end=upstream-tls-failed and why;
+#   c2. zproxy ctl add upstream tls@ with --threads 2: both threads speak
+#      TLS to it (their copies of the options predate it); refused by a
+#      zproxy that started without a tls@ upstream;
 #   d. mutual TLS to the upstream: a collector that requires a client
 #      certificate refuses zproxy without --upstream-cert (TLS 1.3: after
 #      the handshake, an upstream error for the connection) and takes it
@@ -163,7 +166,7 @@ case_verify() {
 	# Bad ones only: the client's line says why.
 	zproxy_up -u "tls@127.0.0.1:$p1"
 	peer vb connect 127.0.0.1 "$ZPORT" -g 100 -t 10 --allow-reset >/dev/null 2>&1
-	expect_conn_log "upstream=tls@127.0.0.1:$p1 mode=tls up=0 down=0 .*end=tls-handshake-failed error=\"upstream 127.0.0.1:$p1: unknown-ca: " \
+	expect_conn_log "upstream=tls@127.0.0.1:$p1 mode=tls up=0 down=0 .*end=upstream-tls-failed error=\"upstream 127.0.0.1:$p1: unknown-ca: " \
 	    "a client with no upstream that verifies"
 	stop_zproxy
 	# --upstream-verify none takes any certificate, and says so once.
@@ -173,7 +176,41 @@ case_verify() {
 	peer vn connect 127.0.0.1 "$ZPORT" -g "$n" -x "$n" --seed 6 -t 30 ||
 		fail "--upstream-verify none: $(cat "$T/vn.err")"
 	stop_zproxy
-	ok "verification: another CA, another name, no TLS: each refused, counted (unknown-ca, name-mismatch, not-tls) as one failed connect of its own; the client (1 MiB each way, verified) served by the good one; alone, end=tls-handshake-failed with the reason; --upstream-verify none warned and took the other CA"
+	ok "verification: another CA, another name, no TLS: each refused, counted (unknown-ca, name-mismatch, not-tls) as one failed connect of its own; the client (1 MiB each way, verified) served by the good one; alone, end=upstream-tls-failed with the reason; --upstream-verify none warned and took the other CA"
+}
+
+# case_ctl: zproxy ctl add upstream tls@ on a zproxy with --threads 2
+# (every thread must speak TLS to it, though its copy of the options
+# predates it), and refused on one that started with no tls@ upstream.
+case_ctl() {
+	local n=$((256 * 1024)) ctl=$T/ctl.sock pa pb i
+
+	# shellcheck disable=SC2046
+	peer_listen c_a --echo -n 0 -t 60 $(tls_srv srv)
+	pa=$PEER_PORT
+	# shellcheck disable=SC2046
+	peer_listen c_b --echo -n 0 -t 60 $(tls_srv srv)
+	pb=$PEER_PORT
+	zproxy_up --threads 2 --control "$ctl" -u "tls@127.0.0.1:$pa"
+	"$ZPROXY" ctl --control "$ctl" add upstream "tls@127.0.0.1:$pb" \
+	    >"$T/ctl.out" 2>&1 || fail "ctl add tls@: $(cat "$T/ctl.out")"
+	"$ZPROXY" ctl --control "$ctl" set upstream "tls@127.0.0.1:$pa" \
+	    state maint >"$T/ctl.out" 2>&1 || fail "ctl set maint: $(cat "$T/ctl.out")"
+	for i in 1 2 3 4; do
+		peer "cb$i" connect 127.0.0.1 "$ZPORT" -g "$n" -x "$n" \
+		    --seed "$i" -t 30 || fail "client $i to the added upstream: $(cat "$T/cb$i.err")"
+	done
+	[ "$(grep -c "upstream=127.0.0.1:$pb mode=tls tls_upstream=TLSv1.3.* up=$n down=$n .*end=closed" "$ZLOG")" = 4 ] ||
+		fail "the 4 clients did not all go over TLS to the added upstream: $(grep ' conn=' "$ZLOG" | tail -n 4)"
+	stop_zproxy
+	# Started without a tls@ upstream: its pairs may splice.
+	start_zproxy -v --control "$ctl" -u "127.0.0.1:$pa"
+	! "$ZPROXY" ctl --control "$ctl" add upstream "tls@127.0.0.1:$pb" \
+	    >"$T/ctl.out" 2>&1 || fail "ctl add tls@ was taken by a zproxy without one"
+	grep -q 'cannot be added to a zproxy that started without one' "$T/ctl.out" ||
+		fail "ctl add tls@ refused, but said: $(cat "$T/ctl.out")"
+	stop_zproxy
+	ok "zproxy ctl add upstream tls@ with --threads 2: 4 clients (256 KiB each way, verified) over TLS to it from both threads; refused by a zproxy started without a tls@ upstream"
 }
 
 # ---- d. mutual TLS to the upstream ---------------------------------------------
@@ -347,6 +384,7 @@ for m in $MODES; do
 done
 subcase case_halfclose
 subcase case_verify
+subcase case_ctl
 subcase case_mutual
 subcase case_proxy v1
 subcase case_proxy v2
