@@ -813,14 +813,15 @@ pair_begin(struct zp_pair *p)
 		return 1;
 	pair_set_state(p, ZP_PAIR_CONNECTING);
 	/*
-	 * With a tls@ upstream to go to (now, or after a move), TLS one way
-	 * at least: no pipes, ever.
+	 * A zproxy that started with a tls@ upstream may send any stream to
+	 * one (now, after a move, after a reload): TLS one way at least, no
+	 * pipes, ever (it has none: mode copy).
 	 */
-	if (zp_config_tls_upstreams(ctx->cfg) && !p->tls)
+	if (ctx->tls_cli != NULL && !p->tls)
 		pair_use_tls(p);
 	/* A UDP source's stream and a TLS client's copy, for good. */
 	if (ctx->pool != NULL && ctx->cfg->splice_min == 0 && !p->dgram &&
-	    !p->tls && !zp_config_tls_upstreams(ctx->cfg)) {
+	    !p->tls && ctx->tls_cli == NULL) {
 		if (pair_take_pipes(p) == 0) {
 			zp_dir_set_backend(&p->up, &zp_relay_splice);
 			zp_dir_set_backend(&p->down, &zp_relay_splice);
