@@ -67,17 +67,30 @@ ours_marked() {
 	local e p
 	for e in /proc/[0-9]*/environ; do
 		p=${e#/proc/}; p=${p%/environ}
-		tr '\0' '\n' <"$e" 2>/dev/null | grep -qx "$MARK" && echo "$p"
+		{ tr '\0' '\n' <"$e"; } 2>/dev/null | grep -qx "$MARK" && echo "$p"
 	done
 }
 
 # stop_marked WHAT: SIGTERM every process a block started; each must be
-# gone within 10 s.
+# gone within 10 s of its SIGTERM. A process the first look missed (its
+# environ unreadable for a moment, or a daemon's child forked since) is
+# sent its own when it shows, and said: a process signalled that stays
+# is a failure.
 stop_marked() {
-	local p deadline
-	for p in $(ours_marked); do kill -TERM "$p" 2>/dev/null; done
+	local p deadline sent=" "
+	for p in $(ours_marked); do
+		kill -TERM "$p" 2>/dev/null
+		sent+="$p "
+	done
 	deadline=$(( $(now_ms) + 10000 ))
 	while [ -n "$(ours_marked)" ]; do
+		for p in $(ours_marked); do
+			[[ $sent == *" $p "* ]] && continue
+			note "$1: $p was not seen at the first look: SIGTERM now"
+			kill -TERM "$p" 2>/dev/null
+			sent+="$p "
+			deadline=$(( $(now_ms) + 10000 ))
+		done
 		[ "$(now_ms)" -lt "$deadline" ] ||
 			fail "$1: still running 10s after SIGTERM: $(ours_marked | tr '\n' ' ')"
 		sleep 0.05
