@@ -47,11 +47,19 @@ struct zp_tls_cli {
 	struct cli_settings set;
 };
 
-/* A session to resume: the last one an upstream gave this thread. */
+/*
+ * Sessions to resume with one upstream, the last ones it gave this
+ * thread, newest last. A TLS 1.3 ticket is used once (RFC 8446, C.4)
+ * and each connection brings new ones (OpenSSL's servers send two), so
+ * a few kept let connections that overlap resume too.
+ */
+#define SLOT_SESSIONS	4
+
 struct cache_slot {
 	char		 key[300];	/* "host port name" ("": free) */
-	SSL_SESSION	*sess;
-	unsigned	 gen;		/* the context's when it was made */
+	SSL_SESSION	*sess[SLOT_SESSIONS];
+	int		 n;
+	unsigned	 gen;		/* the context's when they were made */
 };
 
 #define CACHE_SLOTS	(ZP_MAX_UPSTREAMS + ZP_MAX_MIRRORS)
@@ -75,6 +83,13 @@ cache_index_new(void)
  * A session came (after the handshake in TLS 1.2, with a ticket after
  * it in 1.3): it replaces the slot's. Returns 1: the reference is ours.
  */
+static void
+slot_clear(struct cache_slot *s)
+{
+	while (s->n > 0)
+		SSL_SESSION_free(s->sess[--s->n]);
+}
+
 static int
 cache_new_session(SSL *ssl, SSL_SESSION *sess)
 {
@@ -82,8 +97,14 @@ cache_new_session(SSL *ssl, SSL_SESSION *sess)
 
 	if (s == NULL || s->key[0] == '\0')
 		return 0;
-	SSL_SESSION_free(s->sess);
-	s->sess = sess;
+	/* Full: the oldest goes. */
+	if (s->n == SLOT_SESSIONS) {
+		SSL_SESSION_free(s->sess[0]);
+		memmove(&s->sess[0], &s->sess[1], (SLOT_SESSIONS - 1) *
+		    sizeof(s->sess[0]));
+		s->n--;
+	}
+	s->sess[s->n++] = sess;
 	return 1;
 }
 
@@ -265,7 +286,7 @@ zp_tls_cache_free(struct zp_tls_cache *cache)
 	if (cache == NULL)
 		return;
 	for (i = 0; i < CACHE_SLOTS; i++)
-		SSL_SESSION_free(cache->slot[i].sess);
+		slot_clear(&cache->slot[i]);
 	free(cache);
 }
 
@@ -284,8 +305,7 @@ cache_slot(struct zp_tls_cache *cache, const char *key)
 			return &cache->slot[i];
 	s = &cache->slot[cache->next];
 	cache->next = (cache->next + 1) % CACHE_SLOTS;
-	SSL_SESSION_free(s->sess);
-	s->sess = NULL;
+	slot_clear(s);
 	snprintf(s->key, sizeof(s->key), "%s", key);
 	return s;
 }
@@ -301,6 +321,7 @@ zp_tls_cli_session(struct zp_tls_cli *c, struct zp_tls_cache *cache, int fd,
 	int			 literal;
 	unsigned		 gen;
 	SSL			*ssl;
+	SSL_SESSION		*sess;
 
 	pthread_mutex_lock(&c->mu);
 	ssl = SSL_new(c->ctx);
@@ -332,18 +353,22 @@ zp_tls_cli_session(struct zp_tls_cli *c, struct zp_tls_cache *cache, int fd,
 	if (cache != NULL) {
 		snprintf(key, sizeof(key), "%s %s %s", host, port, name);
 		slot = cache_slot(cache, key);
-		if (slot->sess != NULL && (slot->gen != gen ||
-		    !SSL_SESSION_is_resumable(slot->sess))) {
-			SSL_SESSION_free(slot->sess);
-			slot->sess = NULL;
-		}
+		if (slot->gen != gen)
+			slot_clear(slot);
 		slot->gen = gen;
-		if (slot->sess != NULL && SSL_set_session(ssl, slot->sess) != 1)
-			ERR_clear_error();
-		if (slot->sess != NULL && SSL_SESSION_get_protocol_version(
-		    slot->sess) == TLS1_3_VERSION) {
-			SSL_SESSION_free(slot->sess);
-			slot->sess = NULL;
+		/* The newest that can still be resumed. */
+		while (slot->n > 0 &&
+		    !SSL_SESSION_is_resumable(slot->sess[slot->n - 1]))
+			SSL_SESSION_free(slot->sess[--slot->n]);
+		if (slot->n > 0) {
+			sess = slot->sess[slot->n - 1];
+			if (SSL_set_session(ssl, sess) != 1)
+				ERR_clear_error();
+			if (SSL_SESSION_get_protocol_version(sess) ==
+			    TLS1_3_VERSION) {
+				SSL_SESSION_free(sess);
+				slot->n--;
+			}
 		}
 		if (SSL_set_ex_data(ssl, cache_index, slot) != 1)
 			goto fail;
