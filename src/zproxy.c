@@ -198,7 +198,8 @@ run_open(struct zp_ctx *ctx, struct zp_privs *pv, int nthreads,
 	}
 	/* Certificates and keys are read now, before --user drops rights. */
 	if (zp_tls_srv_new(cfg, &ctx->tls_srv, err, sizeof(err)) == -1 ||
-	    zp_tls_cli_new(cfg, &ctx->tls_cli, err, sizeof(err)) == -1) {
+	    zp_tls_cli_new(cfg, nthreads, &ctx->tls_cli, err,
+	    sizeof(err)) == -1) {
 		fprintf(stderr, "zproxy: %s\n", err);
 		zp_tls_srv_free(ctx->tls_srv);
 		ctx->tls_srv = NULL;

@@ -197,8 +197,8 @@ pair_uphs_start(struct zp_pair *p, struct pair_uphs *hs, int fd, int idx,
 		return uphs_end(hs, PAIR_UPHS_HEADER);
 	}
 	if (ctx->tls_cli != NULL && up != NULL)
-		ssl = zp_tls_cli_session(ctx->tls_cli, ctx->tls_cache, fd,
-		    up->host, up->port);
+		ssl = zp_tls_cli_session(ctx->tls_cli, ctx->thread,
+		    ctx->tls_cache, fd, up->host, up->port);
 	if (ssl == NULL || (hs->tls = zp_tls_wrap(ssl)) == NULL ||
 	    (hs->ev = event_new(ctx->base, fd, EV_READ, uphs_cb, hs)) ==
 	    NULL)

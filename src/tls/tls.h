@@ -82,7 +82,8 @@ int	zp_tls_srv_mutual(const struct zp_tls_srv *);
 void	zp_tls_srv_free(struct zp_tls_srv *);
 
 /*
- * The client side, for -u tls@ upstreams: a context made from
+ * The client side, for -u tls@ upstreams: a context for each of
+ * nthreads relay threads (none shares its certificate store), made from
  * --upstream-ca (else the system's trust store), --upstream-cert and
  * --upstream-key, --upstream-verify; *out is NULL when no upstream is
  * tls@. Returns 0, or -1 with err filled. Start-up.
@@ -90,8 +91,8 @@ void	zp_tls_srv_free(struct zp_tls_srv *);
 struct zp_tls_cli;
 struct zp_tls_cache;
 
-int	zp_tls_cli_new(const struct zp_config *, struct zp_tls_cli **out,
-	    char *err, size_t errlen);
+int	zp_tls_cli_new(const struct zp_config *, int nthreads,
+	    struct zp_tls_cli **out, char *err, size_t errlen);
 
 /* Read the files again, as zp_tls_srv_reload. Thread-safe. */
 int	zp_tls_cli_reload(struct zp_tls_cli *, char *err, size_t errlen);
@@ -111,14 +112,14 @@ struct zp_tls_cache *zp_tls_cache_new(void);
 void	zp_tls_cache_free(struct zp_tls_cache *);
 
 /*
- * A new client session on connected socket fd (not started) to the
- * upstream host:port: SNI and the certificate's name are host's (or
+ * A new client session, of relay thread `thread`'s context, on connected
+ * socket fd (not started) to the upstream host:port: SNI and the certificate's name are host's (or
  * --upstream-sni's; an address literal is checked against the
  * certificate's addresses and sends no SNI); the session cache's last
  * session for it offered for resumption, and the new one kept there
  * (cache NULL: neither). NULL when out of memory. Thread-safe.
  */
-struct ssl_st *zp_tls_cli_session(struct zp_tls_cli *,
+struct ssl_st *zp_tls_cli_session(struct zp_tls_cli *, int thread,
 	    struct zp_tls_cache *, int fd, const char *host,
 	    const char *port);
 

@@ -36,9 +36,17 @@ struct cli_settings {
 
 #define CLI_FILES	2	/* --upstream-cert, --upstream-ca */
 
+/*
+ * One context per relay thread: the contexts' certificate stores are
+ * never shared, so that one thread's verification never reads what
+ * another's writes (OpenSSL 3.0's store caches what a lookup finds,
+ * under a lock its readers do not all take: ThreadSanitizer saw one
+ * thread's handshake read a serial number another's had just written).
+ */
 struct zp_tls_cli {
-	pthread_mutex_t	 mu;	/* ctx, gen and expiry (reloads) */
-	SSL_CTX		*ctx;
+	pthread_mutex_t	 mu;	/* ctx[], gen and expiry (reloads) */
+	SSL_CTX		**ctx;	/* [nctx]: thread i's is ctx[i] */
+	int		 nctx;
 	unsigned	 gen;	/* reloads so far: a session of an older
 				   one is not offered (its trust may be
 				   gone) */
@@ -197,9 +205,43 @@ cli_expiry(const struct cli_settings *set, SSL_CTX *ctx, const char **file,
 	not_after[1] = set->ca != NULL ? zp_tls_file_expiry(set->ca) : 0;
 }
 
+/* n contexts from the settings, or NULL with err filled (none kept). */
+static SSL_CTX **
+cli_ctxs_build(const struct cli_settings *set, int n, char *err,
+    size_t errlen)
+{
+	SSL_CTX	**v;
+	int	  i;
+
+	if ((v = calloc((size_t)n, sizeof(*v))) == NULL) {
+		zp_seterr(err, errlen, "TLS: %s", strerror(ENOMEM));
+		return NULL;
+	}
+	for (i = 0; i < n; i++)
+		if ((v[i] = cli_ctx_build(set, err, errlen)) == NULL) {
+			while (i-- > 0)
+				SSL_CTX_free(v[i]);
+			free(v);
+			return NULL;
+		}
+	return v;
+}
+
+static void
+cli_ctxs_free(SSL_CTX **v, int n)
+{
+	int	i;
+
+	if (v == NULL)
+		return;
+	for (i = 0; i < n; i++)
+		SSL_CTX_free(v[i]);
+	free(v);
+}
+
 int
-zp_tls_cli_new(const struct zp_config *cfg, struct zp_tls_cli **out,
-    char *err, size_t errlen)
+zp_tls_cli_new(const struct zp_config *cfg, int nthreads,
+    struct zp_tls_cli **out, char *err, size_t errlen)
 {
 	struct zp_tls_cli	*c;
 
@@ -216,13 +258,14 @@ zp_tls_cli_new(const struct zp_config *cfg, struct zp_tls_cli **out,
 		zp_seterr(err, errlen, "TLS: %s", strerror(ENOMEM));
 		return -1;
 	}
-	if ((c->ctx = cli_ctx_build(&c->set, err, errlen)) == NULL) {
+	c->nctx = nthreads > 0 ? nthreads : 1;
+	if ((c->ctx = cli_ctxs_build(&c->set, c->nctx, err, errlen)) == NULL) {
 		settings_free(&c->set);
 		free(c);
 		return -1;
 	}
 	pthread_mutex_init(&c->mu, NULL);
-	cli_expiry(&c->set, c->ctx, c->file, c->not_after);
+	cli_expiry(&c->set, c->ctx[0], c->file, c->not_after);
 	*out = c;
 	return 0;
 }
@@ -232,19 +275,20 @@ zp_tls_cli_reload(struct zp_tls_cli *c, char *err, size_t errlen)
 {
 	const char	*file[CLI_FILES];
 	time_t		 not_after[CLI_FILES];
-	SSL_CTX		*ctx, *old;
+	SSL_CTX		**v, **old;
 
-	if ((ctx = cli_ctx_build(&c->set, err, errlen)) == NULL)
+	if ((v = cli_ctxs_build(&c->set, c->nctx, err, errlen)) == NULL)
 		return -1;
-	cli_expiry(&c->set, ctx, file, not_after);
+	cli_expiry(&c->set, v[0], file, not_after);
 	pthread_mutex_lock(&c->mu);
 	old = c->ctx;
-	c->ctx = ctx;
+	c->ctx = v;
 	c->gen++;
 	memcpy(c->file, file, sizeof(c->file));
 	memcpy(c->not_after, not_after, sizeof(c->not_after));
 	pthread_mutex_unlock(&c->mu);
-	SSL_CTX_free(old);
+	/* Their sessions hold references: each goes with its last one. */
+	cli_ctxs_free(old, c->nctx);
 	return 0;
 }
 
@@ -311,8 +355,8 @@ cache_slot(struct zp_tls_cache *cache, const char *key)
 }
 
 SSL *
-zp_tls_cli_session(struct zp_tls_cli *c, struct zp_tls_cache *cache, int fd,
-    const char *host, const char *port)
+zp_tls_cli_session(struct zp_tls_cli *c, int thread,
+    struct zp_tls_cache *cache, int fd, const char *host, const char *port)
 {
 	const char		*name = c->set.sni != NULL ? c->set.sni : host;
 	struct cache_slot	*slot = NULL;
@@ -324,7 +368,7 @@ zp_tls_cli_session(struct zp_tls_cli *c, struct zp_tls_cache *cache, int fd,
 	SSL_SESSION		*sess;
 
 	pthread_mutex_lock(&c->mu);
-	ssl = SSL_new(c->ctx);
+	ssl = SSL_new(c->ctx[thread >= 0 && thread < c->nctx ? thread : 0]);
 	gen = c->gen;
 	pthread_mutex_unlock(&c->mu);
 	if (ssl == NULL)
@@ -385,7 +429,7 @@ zp_tls_cli_free(struct zp_tls_cli *c)
 {
 	if (c == NULL)
 		return;
-	SSL_CTX_free(c->ctx);
+	cli_ctxs_free(c->ctx, c->nctx);
 	settings_free(&c->set);
 	pthread_mutex_destroy(&c->mu);
 	free(c);

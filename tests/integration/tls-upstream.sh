@@ -34,6 +34,9 @@
 #      --replay-window 1M; one collector is killed (SIGKILL) mid-run: the
 #      streams on it move to the other, and every message is in one file
 #      or both, each whole;
+#   f2. syslog over UDP in, TLS out: 5 devices' datagrams (zp-logsend
+#      dgram) through -l udp@ to a syslog-ng TLS collector, one TLS
+#      stream per device, every message exactly once;
 #   g. planned moves between two syslog-ng TLS collectors (zproxy ctl
 #      drains one mid-stream): the next one's handshake before the
 #      switch, the old one's close_notify and FIN at a message boundary:
@@ -378,6 +381,31 @@ case_drain() {
 	ok "$mode: zproxy ctl drained a TLS collector mid-stream: its 2 streams moved to the other (a new handshake each, close_notify to the old one), every message exactly once ($VERIFIED)"
 }
 
+# case_udp: syslog over UDP in, TLS out: 5 devices (127.0.0.2-6, zp-logsend
+# dgram) -> zproxy -l udp@ -> a syslog-ng TLS collector; each device's
+# stream its own TLS connection, every message exactly once.
+case_udp() {
+	local name=udp-tls cpid clog n
+
+	C_TLS_CERT=$C/srv.pem C_TLS_KEY=$C/srv.key
+	start_collector syslog-ng "$name-c" "" octet
+	cpid=$C_PID clog=$C_LOG
+	unset C_TLS_CERT C_TLS_KEY
+	zproxy_up -l "udp@127.0.0.1:@PORT@" -u "tls@127.0.0.1:$C_PORT"
+	timeout -k 5 120 "$ZP_LOGSEND" dgram 127.0.0.1 "$ZPORT" --conns 5 \
+	    --msgs 200 --rate 1000 --max 1000 --from 127.0.0.2 \
+	    >"$T/$name.out" 2>"$T/$name.err" ||
+		fail "the sender failed: $(tail -n 2 "$T/$name.err")"
+	wait_lines "$clog" 1000 30 ||
+		fail "the collector wrote $(lines "$clog") of 1000 messages"
+	logsend_verify "UDP to TLS" "$name" 5 200 --exactly-once "$clog"
+	stop_zproxy
+	n=$(grep -c ' conn=.* mode=tls tls_upstream=TLSv1.3.* end=' "$ZLOG")
+	[ "$n" = 5 ] || fail "$n TLS streams logged, want one per device (5)"
+	kill "$cpid" 2>/dev/null
+	ok "UDP in, TLS out: 5 devices x 200 datagrams -> a syslog-ng TLS collector, one TLS stream per device, every message exactly once ($VERIFIED)"
+}
+
 head -c 3000000 /dev/urandom >"$T/data"
 for m in $MODES; do
 	subcase case_bytes "$m"
@@ -388,6 +416,7 @@ subcase case_ctl
 subcase case_mutual
 subcase case_proxy v1
 subcase case_proxy v2
+subcase case_udp
 for m in $MODES; do
 	subcase case_collectors "$m"
 	subcase case_drain "$m"
