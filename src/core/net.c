@@ -524,6 +524,18 @@ zp_sock_outq(int fd)
 	return ioctl(fd, SIOCOUTQ, &n) == -1 ? -1 : n;
 }
 
+int
+zp_sock_roomy(int fd)
+{
+	int		sndbuf = 0, outq;
+	socklen_t	len = sizeof(sndbuf);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) == -1 ||
+	    (outq = zp_sock_outq(fd)) < 0)
+		return 0;
+	return outq < sndbuf / 4;
+}
+
 /*
  * fd's TCP_INFO into ti, of which the kernel must fill need bytes at
  * least (an older one fills less, and says how much: EOPNOTSUPP).

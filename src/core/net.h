@@ -150,6 +150,13 @@ int	zp_sock_drain(int fd, int passes, uint64_t *dropped);
 int	zp_sock_outq(int fd);
 
 /*
+ * Has socket fd room to take a small write whole, now: its queue under
+ * a quarter of its buffer (SO_SNDBUF, which the kernel doubled for its
+ * own overhead)? 0 when it cannot be told.
+ */
+int	zp_sock_roomy(int fd);
+
+/*
  * What the kernel says of a TCP socket's sending (TCP_INFO, 4.10 and
  * later): the time its peer's receive window held data back, and the
  * bytes queued not sent yet.

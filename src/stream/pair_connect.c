@@ -256,16 +256,9 @@ static void
 pair_wait_log(struct zp_pair *p, int err)
 {
 	struct zp_ctx	*ctx = p->ctx;
-	struct timeval	 now, dt;
 	char		 cbuf[ZP_ADDRSTRLEN], ubuf[300];
-	int		 level = ZP_LOG_CONN;
+	int		 level = pair_warn_level(&ctx->local_warned);
 
-	zp_clock_now(&now);
-	timersub(&now, &ctx->local_warned, &dt);
-	if (dt.tv_sec >= 1 || dt.tv_sec < 0) {
-		level = ZP_LOG_WARN;
-		ctx->local_warned = now;
-	}
 	if (!zp_log_enabled(ctx->log, level))
 		return;
 	zp_log(ctx->log, level, "connect for client %s (conn %llu) to %s: "
@@ -552,7 +545,7 @@ static int ZP_MAY_FREE
 pair_dgram_wait(struct zp_pair *p)
 {
 	struct zp_ctx	*ctx = p->ctx;
-	struct timeval	 tv, now, dt;
+	struct timeval	 tv;
 	char		 cbuf[ZP_ADDRSTRLEN];
 	int		 level = ZP_LOG_CONN;
 
@@ -563,12 +556,7 @@ pair_dgram_wait(struct zp_pair *p)
 	}
 	/* Said once a stream, at warning level at most once a second. */
 	if (!p->dial->held) {
-		zp_clock_now(&now);
-		timersub(&now, &ctx->local_warned, &dt);
-		if (dt.tv_sec >= 1 || dt.tv_sec < 0) {
-			level = ZP_LOG_WARN;
-			ctx->local_warned = now;
-		}
+		level = pair_warn_level(&ctx->local_warned);
 		zp_log(ctx->log, level, "connection %llu (UDP source %s): no "
 		    "upstream takes it (%s); its datagrams wait, and it tries "
 		    "again, every %d ms at first, then less often", (unsigned

@@ -435,6 +435,14 @@ void	pair_tls_unlist(struct zp_pair *, int counted);
  */
 int	pair_admitted(struct zp_pair *) ZP_MAY_FREE;
 
+/*
+ * The level of a line that a storm of pairs may each say (a local
+ * fault, an upstream's failed handshake): warning at most once a second
+ * (*last: when it last was; the caller's, per kind), else the
+ * connection level. pair_log.c.
+ */
+int	pair_warn_level(struct timeval *last);
+
 /* pair_uptls.c */
 
 /* Is upstream idx a tls@ one? */

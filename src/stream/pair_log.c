@@ -237,6 +237,21 @@ pair_log(struct zp_pair *p, enum zp_end end)
 		zp_log_conn(ctx->log, level, &rec);
 }
 
+/* See pair_int.h. */
+int
+pair_warn_level(struct timeval *last)
+{
+	struct timeval	now, dt;
+
+	zp_clock_now(&now);
+	timersub(&now, last, &dt);
+	if (dt.tv_sec >= 1 || dt.tv_sec < 0) {
+		*last = now;
+		return ZP_LOG_WARN;
+	}
+	return ZP_LOG_CONN;
+}
+
 /* Count a connection's end in the statistics it has a counter in. */
 void
 pair_end_count(struct zp_stats *st, enum zp_end end)

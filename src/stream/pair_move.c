@@ -365,23 +365,6 @@ pair_move(struct zp_pair *p, int reason)
 
 /* ---- planned moves: --max-lifetime, --rebalance ---------------------- */
 
-/*
- * Has the socket room to take a small write whole, now: its queue under
- * a quarter of its buffer (SO_SNDBUF, which the kernel doubled for its
- * own overhead)?
- */
-static int
-pair_sock_roomy(int fd)
-{
-	int		sndbuf = 0, outq;
-	socklen_t	len = sizeof(sndbuf);
-
-	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) == -1 ||
-	    (outq = zp_sock_outq(fd)) < 0)
-		return 0;
-	return outq < sndbuf / 4;
-}
-
 /* Forget a planned move's next upstream (not connected to yet, or idle). */
 void
 pair_next_drop(struct zp_pair *p)
@@ -705,7 +688,7 @@ pair_switch(struct zp_pair *p)
 	 * whole alert, else the FIN alone: a record cut short by the FIN
 	 * would read as an error where a bare FIN reads as an end.
 	 */
-	if (h->tls != NULL && !h->wshut && pair_sock_roomy(h->fd))
+	if (h->tls != NULL && !h->wshut && zp_sock_roomy(h->fd))
 		(void)zp_tls_close_notify(h->tls);
 	if (!h->wshut && shutdown(h->fd, SHUT_WR) == 0)
 		h->fin = 1;
@@ -808,45 +791,6 @@ zp_pairs_move_one(struct zp_ctx *ctx, int hi, int lo, int why)
 			    pair_load_may_move(p, pass == 0)) &&
 			    zp_pair_plan_move(p, lo, why) == 0)
 				return 1;
-	return 0;
-}
-
-/*
- * zproxy ctl move: stream id, if it is here, to upstream to (-1: the
- * balancer's choice); see pair.h.
- */
-int
-zp_pairs_move_id(struct zp_ctx *ctx, uint64_t id, int to, char *why,
-    size_t len)
-{
-	struct zp_pair	*p;
-
-	TAILQ_FOREACH(p, &ctx->pairs, entry) {
-		if (p->id != id)
-			continue;
-		if (to >= 0 && to == p->up_idx) {
-			snprintf(why, len, "stream %llu is on that upstream "
-			    "already", (unsigned long long)id);
-			return -1;
-		}
-		if (ctx->stopping || !zp_pair_can_move(p)) {
-			snprintf(why, len, "stream %llu cannot move now (%s%s)",
-			    (unsigned long long)id, p->framing ==
-			    ZP_FRAMING_NONE ? "no --framing" :
-			    pair_state_str(p->state), pair_next_on(p) ||
-			    (p->mv != NULL && p->mv->retiring.fd != -1) ?
-			    ", a move under way" : "");
-			return -1;
-		}
-		if (zp_pair_plan_move(p, to, ZP_MOVE_CTL) == -1) {
-			snprintf(why, len, "stream %llu: no other upstream to "
-			    "move to", (unsigned long long)id);
-			return -1;
-		}
-		snprintf(why, len, "stream %llu is moving", (unsigned long
-		    long)id);
-		return 1;
-	}
 	return 0;
 }
 

@@ -1,7 +1,7 @@
 /*
  * pair_show.c - what zproxy ctl asks of the pairs of one thread: a line
- * a stream (show streams), and maint's close of the unframed streams of
- * an upstream. See pair.h. Runs on the pairs' own thread.
+ * a stream (show streams), maint's close of the unframed streams of an
+ * upstream, and one stream's move (move STREAM-ID). See pair.h. Runs on the pairs' own thread.
  */
 
 #include <sys/time.h>
@@ -94,4 +94,43 @@ zp_pairs_close_on(struct zp_ctx *ctx, int idx)
 		}
 	}
 	return n;
+}
+
+/*
+ * zproxy ctl move: stream id, if it is here, to upstream to (-1: the
+ * balancer's choice); see pair.h.
+ */
+int
+zp_pairs_move_id(struct zp_ctx *ctx, uint64_t id, int to, char *why,
+    size_t len)
+{
+	struct zp_pair	*p;
+
+	TAILQ_FOREACH(p, &ctx->pairs, entry) {
+		if (p->id != id)
+			continue;
+		if (to >= 0 && to == p->up_idx) {
+			snprintf(why, len, "stream %llu is on that upstream "
+			    "already", (unsigned long long)id);
+			return -1;
+		}
+		if (ctx->stopping || !zp_pair_can_move(p)) {
+			snprintf(why, len, "stream %llu cannot move now (%s%s)",
+			    (unsigned long long)id, p->framing ==
+			    ZP_FRAMING_NONE ? "no --framing" :
+			    pair_state_str(p->state), pair_next_on(p) ||
+			    (p->mv != NULL && p->mv->retiring.fd != -1) ?
+			    ", a move under way" : "");
+			return -1;
+		}
+		if (zp_pair_plan_move(p, to, ZP_MOVE_CTL) == -1) {
+			snprintf(why, len, "stream %llu: no other upstream to "
+			    "move to", (unsigned long long)id);
+			return -1;
+		}
+		snprintf(why, len, "stream %llu is moving", (unsigned long
+		    long)id);
+		return 1;
+	}
+	return 0;
 }

@@ -92,9 +92,8 @@ uphs_fail(struct pair_uphs *hs, enum zp_tls_fail why, const char *text)
 {
 	struct zp_pair	*p = hs->p;
 	struct zp_ctx	*ctx = p->ctx;
-	struct timeval	 now, dt;
 	char		 abuf[ZP_ADDRSTRLEN];
-	int		 level = ZP_LOG_CONN;
+	int		 level;
 
 	ctx->stats.tls_handshakes[ZP_TLS_SIDE_UPSTREAM][why]++;
 	/* The pair's end says it when no other upstream takes it. */
@@ -102,12 +101,7 @@ uphs_fail(struct pair_uphs *hs, enum zp_tls_fail why, const char *text)
 	    zp_addr_str(&hs->addr, abuf, sizeof(abuf)), zp_tls_fail_str(why),
 	    text != NULL && text[0] != '\0' ? ": " : "",
 	    text != NULL ? text : "");
-	zp_clock_now(&now);
-	timersub(&now, &ctx->tls_warned, &dt);
-	if (dt.tv_sec >= 1 || dt.tv_sec < 0) {
-		level = ZP_LOG_WARN;
-		ctx->tls_warned = now;
-	}
+	level = pair_warn_level(&ctx->tls_warned);
 	if (zp_log_enabled(ctx->log, level))
 		zp_log(ctx->log, level, "connection %llu: TLS handshake failed "
 		    "(%s): a failed connect of that upstream",
