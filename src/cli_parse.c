@@ -239,8 +239,8 @@ check_udp_upstreams(const struct zp_config *cfg, const char **given,
 }
 
 /*
- * -u tls@: the --upstream-* options go with one, a client certificate
- * with its key. Returns 0, or -1 with err filled.
+ * -u tls@, --mirror tls@: the --upstream-* options go with one, a
+ * client certificate with its key. Returns 0, or -1 with err filled.
  */
 static int
 check_tls_upstreams(const struct zp_config *cfg, const char **given,
@@ -253,11 +253,11 @@ check_tls_upstreams(const struct zp_config *cfg, const char **given,
 			    given_opt(given, OPT_UPSTREAM_VERIFY) ?
 			    "upstream-verify" : NULL;
 
-	if (!zp_config_tls_upstreams(cfg)) {
+	if (!zp_config_tls_upstreams(cfg) && !zp_config_tls_mirrors(cfg)) {
 		if (opt == NULL)
 			return 0;
-		zp_seterr(err, errlen, "--%s applies to -u tls@HOST:PORT, and "
-		    "no upstream is one", opt);
+		zp_seterr(err, errlen, "--%s applies to -u tls@HOST:PORT or "
+		    "--mirror tls@HOST:PORT, and none is one", opt);
 		return -1;
 	}
 	if ((cfg->upstream_cert == NULL) != (cfg->upstream_key == NULL)) {
@@ -265,12 +265,6 @@ check_tls_upstreams(const struct zp_config *cfg, const char **given,
 		    NULL ? "upstream-cert" : "upstream-key",
 		    cfg->upstream_cert != NULL ? "upstream-key" :
 		    "upstream-cert");
-		return -1;
-	}
-	/* The spool's sender writes files to the socket (sendfile). */
-	if (cfg->spool_dir != NULL) {
-		zp_seterr(err, errlen, "--spool does not send to -u tls@ "
-		    "upstreams yet: spool with plain upstreams");
 		return -1;
 	}
 	return 0;
@@ -513,12 +507,6 @@ check_depends(const struct zp_config *cfg, const char **given, char *err,
 	}
 	if (zp_tls_config_check(cfg, err, errlen) == -1)
 		return -1;
-	/* The spool's writer reads the client's socket, not a TLS session. */
-	if (cfg->spool_dir != NULL && zp_config_tls(cfg)) {
-		zp_seterr(err, errlen, "--spool does not take the clients of "
-		    "-l tls@ yet: spool on a plain listener");
-		return -1;
-	}
 	if (!zp_config_tls(cfg) && (given_opt(given, OPT_TLS_MIN_VERSION) ||
 	    given_opt(given, OPT_TLS_HANDSHAKE_TIMEOUT) ||
 	    given_opt(given, OPT_TLS_MAX_PENDING))) {

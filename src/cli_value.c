@@ -180,7 +180,10 @@ cli_opt_spool_max(struct zp_config *cfg, const struct cli_opt *o, const char *s,
 	return -1;
 }
 
-/* --mirror HOST:PORT: one more collector that gets a copy. */
+/*
+ * --mirror [tls@]HOST:PORT: one more collector that gets a copy; tls@,
+ * as -u takes it: over TLS, checked as tls@ upstreams are.
+ */
 int
 cli_opt_mirror(struct zp_config *cfg, const struct cli_opt *o, const char *s,
     char *err, size_t errlen)
@@ -195,8 +198,10 @@ cli_opt_mirror(struct zp_config *cfg, const struct cli_opt *o, const char *s,
 		return -1;
 	}
 	m = &cfg->mirrors[cfg->nmirrors];
-	if (zp_parse_hostport(s, &m->to.host, m->to.port, sizeof(m->to.port),
-	    e, sizeof(e)) == -1) {
+	m->to.tls = strncmp(s, "tls@", 4) == 0;
+	if (zp_parse_hostport(s + (m->to.tls ? 4 : 0), &m->to.host, m->to.port,
+	    sizeof(m->to.port), e, sizeof(e)) == -1) {
+		m->to.tls = 0;
 		zp_seterr(err, errlen, "--mirror: %s", e);
 		return -1;
 	}

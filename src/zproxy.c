@@ -210,9 +210,11 @@ run_open(struct zp_ctx *ctx, struct zp_privs *pv, int nthreads,
 	}
 	/*
 	 * A TLS record cannot be spliced: with a tls@ upstream every pair
-	 * copies (pair_use_tls), and no pipe is made for none to use.
+	 * copies (pair_use_tls), and no pipe is made for none to use. A
+	 * tls@ mirror does not: its stream reads its pipe and encrypts.
 	 */
-	if (ctx->tls_cli != NULL && cfg->mode == ZP_MODE_SPLICE) {
+	ctx->tls_upstreams = zp_config_tls_upstreams(cfg);
+	if (ctx->tls_upstreams && cfg->mode == ZP_MODE_SPLICE) {
 		cfg->mode = ZP_MODE_COPY;
 		zp_log(ctx->log, ZP_LOG_NOTICE, "mode copy: a tls@ upstream's "
 		    "TLS records cannot be spliced");

@@ -444,7 +444,7 @@ ctl_add(struct zp_ctx *root, struct zp_ctl_req *req,
 		return;
 	}
 	/* Pairs chose pipes or TLS at start-up. */
-	if (tls && root->tls_cli == NULL) {
+	if (tls && !root->tls_upstreams) {
 		zp_ctl_done(req, 0, "add upstream %s: a tls@ upstream cannot "
 		    "be added to a zproxy that started without one (its "
 		    "connections splice)", cmd->name);

@@ -462,7 +462,7 @@ reload_done_cb(evutil_socket_t fd, short what, void *arg)
 		goto out;
 	}
 	/* Pairs chose pipes or TLS at start-up; a new tls@ needs TLS. */
-	if (zp_config_tls_upstreams(n) && root->tls_cli == NULL) {
+	if (zp_config_tls_upstreams(n) && !root->tls_upstreams) {
 		zp_ctl_done(req, 0, "reload: a tls@ upstream cannot be added "
 		    "to a running zproxy that started without one (its "
 		    "connections splice; a takeover can: --takeover); nothing "

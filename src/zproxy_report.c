@@ -278,23 +278,29 @@ zproxy_log_access(struct zp_ctx *ctx)
 
 /* tls@: the certificate, its time left, the handshakes' bounds. */
 /*
- * -u tls@: what the upstreams' certificates are checked against; without
- * a check (--upstream-verify none), a warning, once.
+ * -u tls@, --mirror tls@: what the upstreams' (and mirrors')
+ * certificates are checked against; without a check (--upstream-verify
+ * none), a warning, once.
  */
 static void
 zproxy_log_tls_upstreams(struct zp_ctx *ctx)
 {
 	const struct zp_config	*cfg = ctx->cfg;
+	const char		*who = !ctx->tls_upstreams ? "--mirror tls@" :
+				    zp_config_tls_mirrors(cfg) ?
+				    "-u tls@, --mirror tls@" : "-u tls@";
 
 	if (!zp_tls_cli_verifies(ctx->tls_cli)) {
-		zp_log(ctx->log, ZP_LOG_WARN, "-u tls@: --upstream-verify none: "
+		zp_log(ctx->log, ZP_LOG_WARN, "%s: --upstream-verify none: "
 		    "the upstreams' certificates are not checked; whoever is "
-		    "on the path can pose as a collector and read the logs");
+		    "on the path can pose as a collector and read the logs",
+		    who);
 		return;
 	}
-	zp_log(ctx->log, ZP_LOG_NOTICE, "-u tls@: upstream certificates "
-	    "verified against %s%s, names against %s%s%s", cfg->upstream_ca !=
-	    NULL ? cfg->upstream_ca : "the system's trust store",
+	zp_log(ctx->log, ZP_LOG_NOTICE, "%s: upstream certificates "
+	    "verified against %s%s, names against %s%s%s", who,
+	    cfg->upstream_ca != NULL ? cfg->upstream_ca :
+	    "the system's trust store",
 	    cfg->upstream_ca != NULL ? " (--upstream-ca)" : "",
 	    cfg->upstream_sni != NULL ? cfg->upstream_sni : "each upstream's "
 	    "host", cfg->upstream_cert != NULL ? "; client certificate " : "",

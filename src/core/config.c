@@ -77,6 +77,17 @@ zp_config_tls_upstreams(const struct zp_config *cfg)
 }
 
 int
+zp_config_tls_mirrors(const struct zp_config *cfg)
+{
+	size_t	i;
+
+	for (i = 0; i < cfg->nmirrors; i++)
+		if (cfg->mirrors[i].to.tls)
+			return 1;
+	return 0;
+}
+
+int
 zp_config_udp_upstreams(const struct zp_config *cfg)
 {
 	return cfg->nupstreams > 0 && cfg->upstreams[0].udp;

@@ -108,7 +108,11 @@ struct zp_upstream_spec {
 
 #define ZP_MAX_UPSTREAMS	64
 
-/* --mirror: as given (its metrics' label), and where it resolved. */
+/*
+ * --mirror: as given (its metrics' label), and where it resolved; to.tls
+ * for "tls@HOST:PORT" (to.host is the name its certificate is checked
+ * against, unless --upstream-sni).
+ */
 #define ZP_MAX_MIRRORS		4
 struct zp_mirror_spec {
 	char			*arg;
@@ -244,6 +248,9 @@ int	zp_config_tls(const struct zp_config *);
 
 /* Is an upstream tls@ (then no pair splices: tls/tls.h)? */
 int	zp_config_tls_upstreams(const struct zp_config *);
+
+/* Is a --mirror tls@ (its stream alone is TLS: pairs may splice)? */
+int	zp_config_tls_mirrors(const struct zp_config *);
 
 /*
  * May framed streams exist: --framing, or a UDP listener (a datagram is

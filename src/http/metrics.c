@@ -488,34 +488,44 @@ render_refusals(struct render *r, const struct zp_stats *st)
 
 /*
  * TLS handshakes, by side (client: of a tls@ listener's clients;
- * upstream: zproxy's with tls@ upstreams) and result: ok, or why it
+ * upstream: zproxy's with tls@ upstreams; mirror: with tls@ mirrors) and
+ * result: ok, or why it
  * failed; the seconds left to each certificate file's earliest notAfter.
  */
 static void
 render_tls(struct render *r, struct zp_ctx *ctx, const struct zp_stats *st)
 {
-	static const char *const sides[] = { "client", "upstream" };
+	static const char *const sides[ZP_TLS_SIDES] = { "client",
+	    "upstream", "mirror" };
 	const char	*files[8];
 	int64_t		 secs[8];
 	size_t		 i, n = 0;
 	struct label	 f = { "file", NULL };
 	struct label	l[2] = { { "side", NULL }, { "result", NULL } };
+	struct zp_spool_tally sp;
+	uint64_t	 v;
 	int		res, side;
+
+	/* The spool's sender's handshakes are the upstream side's too. */
+	zp_spool_tally(ctx->spool, &sp);
 
 	family(r, "zproxy_tls_handshakes_total", "counter",
 	    "TLS handshakes by side (client: with a client of a tls@ "
-	    "listener; upstream: with a tls@ upstream) and result: ok, or why "
+	    "listener; upstream: with a tls@ upstream; mirror: with a tls@ "
+	    "mirror) and result: ok, or why "
 	    "one failed (timeout, closed, "
 	    "protocol-version, no-certificate, unknown-ca, expired, "
 	    "bad-certificate, name-mismatch, not-tls, peer-rejected: it refused "
 	    "zproxy's certificate, evicted: closed to make room "
 	    "(--tls-max-pending), other).");
-	for (side = 0; side < 2; side++) {
+	for (side = 0; side < ZP_TLS_SIDES; side++) {
 		l[0].value = sides[side];
 		for (res = 0; res < ZP_TLS_RESULTS; res++) {
 			l[1].value = zp_tls_fail_str(res);
-			sample_u64(r, "zproxy_tls_handshakes_total", l, 2,
-			    st->tls_handshakes[side][res]);
+			v = st->tls_handshakes[side][res];
+			if (side == ZP_TLS_SIDE_UPSTREAM)
+				v += sp.tls_hs[res];
+			sample_u64(r, "zproxy_tls_handshakes_total", l, 2, v);
 		}
 	}
 	single_u64(r, "zproxy_tls_handshakes_pending", "gauge",

@@ -87,6 +87,8 @@ struct zp_traffic {
 /* zproxy_tls_handshakes_total{side,result}: tls_io.h's results. */
 #define ZP_TLS_SIDE_CLIENT	0
 #define ZP_TLS_SIDE_UPSTREAM	1
+#define ZP_TLS_SIDE_MIRROR	2
+#define ZP_TLS_SIDES		3
 #define ZP_TLS_RESULTS		13
 
 struct zp_stats {
@@ -118,7 +120,8 @@ struct zp_stats {
 	uint64_t	stats_timeouts;	/* closed by --stats-timeout */
 	struct zp_mirror_tally mirrors[ZP_MAX_MIRRORS];	/* --mirror */
 	struct zp_udp_tally udp[ZP_MAX_LISTENS];	/* -l udp@ */
-	uint64_t	tls_handshakes[2][ZP_TLS_RESULTS]; /* by side, result */
+	uint64_t	tls_handshakes[ZP_TLS_SIDES][ZP_TLS_RESULTS]; /* by
+					   side, result */
 	uint64_t	tls_pending;	/* gauge: handshakes under way */
 };
 
@@ -248,10 +251,14 @@ struct zp_ctx {
 	struct zp_mirrors	*mirrors;	/* the root's, shared */
 	struct zp_tls_srv	*tls_srv;	/* tls@: the root's, shared;
 						   NULL: no tls@ listener */
-	struct zp_tls_cli	*tls_cli;	/* -u tls@: the root's, shared;
-						   NULL: no tls@ upstream */
-	struct zp_tls_cache	*tls_cache;	/* -u tls@: this thread's
-						   sessions to resume */
+	struct zp_tls_cli	*tls_cli;	/* -u or --mirror tls@: the
+						   root's, shared; NULL: none
+						   is tls@ */
+	struct zp_tls_cache	*tls_cache;	/* ... this thread's sessions
+						   to resume */
+	int			 tls_upstreams;	/* a tls@ upstream at start-up:
+						   every pair copies, and may
+						   be TLS (pair_use_tls) */
 	struct timeval		 tls_warned;	/* an upstream's handshake
 						   failure said at warn level */
 	struct zp_spool		*spool;		/* --spool: the root's, shared */

@@ -11,7 +11,8 @@
  * once and counted. Too slow (its pipe full), it is counted as dropped
  * and takes no more: closed at once, or, framed or still connecting,
  * "cutting": sent what it holds up to a message boundary (cut_at), then
- * a FIN.
+ * a FIN. A tls@ mirror's stream is the same with TLS between its
+ * connect and its bytes (mirror_tls.c).
  */
 
 #include <sys/socket.h>
@@ -28,74 +29,12 @@
 #include "core/connect.h"
 #include "relay/ctx.h"
 #include "relay/mirror.h"
+#include "relay/mirror_int.h"
 #include "relay/worker.h"
 #include "core/net.h"
 
 /* Never SPLICE_F_MORE: a tail held back is a tail late. */
 #define ZP_MIRROR_SPLICE	(SPLICE_F_MOVE | SPLICE_F_NONBLOCK)
-
-struct zp_mirror_target {
-	const char	*label;		/* --mirror as given */
-	const struct zp_addr *addrs;	/* the configuration's */
-	size_t		 naddrs;
-	unsigned	 cursor;	/* atomic: the address to try next */
-	unsigned	 fails;		/* atomic: connects failed in a row */
-	int64_t		 down_until;	/* atomic: monotonic us; 0: up */
-};
-
-struct zp_mirrors {
-	size_t			 n;
-	double			 fail_timeout;
-	struct zp_mirror_target	 t[ZP_MAX_MIRRORS];
-};
-
-/* One mirror stream of a pair. */
-struct zp_mstream {
-	struct zp_mirror_set	*set;
-	size_t			 idx;		/* which --mirror */
-	struct zp_connecting	 conn;		/* fd -1: connected or closed */
-	int			 fd;		/* -1: connecting or closed */
-	struct zp_pipe		 pipe;		/* .data: bytes not sent yet */
-	struct event		*rev;		/* what it sends: discarded */
-	struct event		*wev;		/* room to send */
-	struct event		*timer;		/* the end */
-	size_t			 teed;		/* of the head of the pair's pipe */
-	/* Stream offsets, the PROXY header's bytes included. */
-	uint64_t		 base;		/* the header's length */
-	uint64_t		 in;		/* handed to the stream */
-	uint64_t		 out;		/* delivered to the socket */
-	uint64_t		 cut_at;	/* cutting: where it ends */
-	char			*held;		/* cutting: its pipe, read out */
-	size_t			 held_len;
-	unsigned		 cutting:1;	/* dropped: takes no more, ends at
-						   cut_at, a message boundary */
-	unsigned		 won:1;		/* wev is added */
-	unsigned		 wshut:1;	/* FIN sent */
-	unsigned		 rdeof:1;	/* the mirror's FIN came */
-};
-
-struct zp_mirror_set {
-	struct zp_ctx		*ctx;
-	uint64_t		 id;		/* the pair's conn= */
-	size_t			 n;
-	size_t			 open;		/* streams not closed */
-	/*
-	 * --framing: the client's stream offset of the next byte handed to
-	 * the streams (copy: read; splice: the head of the pair's pipe),
-	 * the last two message boundaries known before it, and the framer
-	 * that finds them in copy mode.
-	 */
-	uint64_t		 off;
-	uint64_t		 bound[2];	/* [0] the last, [1] the one before */
-	int			 framed;
-	struct zp_framer	 f;
-	unsigned		 ended:1;	/* the client's stream is over */
-	unsigned		 released:1;	/* the pair is gone: on the list */
-	unsigned		 counted:1;	/* ... in ctx->load while it
-						   finishes (set_maybe_free) */
-	TAILQ_ENTRY(zp_mirror_set) entry;
-	struct zp_mstream	 s[ZP_MAX_MIRRORS];
-};
 
 static void	mstream_drain(struct zp_mstream *);
 
@@ -120,6 +59,9 @@ zp_mirrors_new(const struct zp_config *cfg)
 	ms->fail_timeout = cfg->fail_timeout;
 	for (i = 0; i < ms->n; i++) {
 		ms->t[i].label = cfg->mirrors[i].arg;
+		ms->t[i].host = cfg->mirrors[i].to.host;
+		ms->t[i].port = cfg->mirrors[i].to.port;
+		ms->t[i].tls = cfg->mirrors[i].to.tls;
 		ms->t[i].addrs = cfg->mirrors[i].to.addrs;
 		ms->t[i].naddrs = cfg->mirrors[i].to.naddrs;
 	}
@@ -206,6 +148,20 @@ mstream_open(const struct zp_mstream *m)
 	return m->fd != -1 || mstream_connecting(m);
 }
 
+/* Not sending yet: connecting, or (tls@) before its handshake's end. */
+static int
+mstream_unready(const struct zp_mstream *m)
+{
+	return mstream_connecting(m) || (m->tls != NULL && !mtls_ready(m));
+}
+
+/* Where its pipe starts: after what went, and a tls@ stream's staged. */
+static uint64_t
+mstream_pipe_start(const struct zp_mstream *m)
+{
+	return m->out + (m->tls != NULL ? mtls_staged(m) : 0);
+}
+
 /* A stream that takes the client's bytes (none after its FIN). */
 static int
 mstream_live(const struct zp_mstream *m)
@@ -224,7 +180,7 @@ set_bound(struct zp_mirror_set *set, uint64_t off)
 }
 
 /* Close a stream: everything it holds. */
-static void
+void
 mstream_close(struct zp_mstream *m)
 {
 	if (!mstream_open(m))
@@ -238,6 +194,8 @@ mstream_close(struct zp_mstream *m)
 		event_free(m->timer);
 	m->rev = m->wev = m->timer = NULL;
 	m->won = 0;
+	if (m->tls != NULL)
+		mtls_free(m);
 	if (m->fd != -1)
 		close(m->fd);
 	m->fd = -1;
@@ -253,7 +211,7 @@ mstream_close(struct zp_mstream *m)
  * set: the event callbacks and the release look at it last. One that was
  * cut was counted then.
  */
-static void
+void
 mstream_drop(struct zp_mstream *m, const char *why)
 {
 	if (!mstream_open(m))
@@ -263,7 +221,6 @@ mstream_drop(struct zp_mstream *m, const char *why)
 		mirror_drop_log(m->set->ctx, m->idx, m->set->id, why);
 }
 
-static void	mstream_end_timer(struct zp_mstream *);
 static void	mstream_cut(struct zp_mstream *, const char *);
 
 /*
@@ -271,8 +228,9 @@ static void	mstream_cut(struct zp_mstream *, const char *);
  * Its pipe is read out (tee'd pages fill a pipe beyond its size: it may
  * hold megabytes), what comes up to the last delimiter in it is kept in
  * m->held to be sent from there, the rest dropped. Returns the stream
- * offset after that delimiter, or 0 when there is none (or the kind is
- * not known yet, octet, or memory is short).
+ * offset after that delimiter (the pipe started at mstream_pipe_start),
+ * or 0 when there is none (or the kind is not known yet, octet, or
+ * memory is short).
  */
 static uint64_t
 mstream_last_delim(struct zp_mstream *m)
@@ -297,7 +255,7 @@ mstream_last_delim(struct zp_mstream *m)
 	}
 	m->held = buf;
 	m->held_len = (size_t)(p - buf) + 1;
-	return m->out + m->held_len;
+	return mstream_pipe_start(m) + m->held_len;
 }
 
 /*
@@ -330,35 +288,39 @@ mstream_cut(struct zp_mstream *m, const char *why)
 
 	if (!mstream_open(m) || m->cutting)
 		return;
+	/* Not within bytes a tls@ session took, or holds committed. */
 	if (set->framed) {
 		for (i = 0; i < 2 && !whole; i++) {
 			b = m->base + set->bound[i];
-			whole = b >= m->out && b <= m->in;
+			whole = b >= mstream_pipe_start(m) && b <= m->in;
 		}
 		if (!whole && (b = mstream_last_delim(m)) != 0)
 			whole = 1;
 		if (!whole)
 			b = m->in;
 	}
-	if (!mstream_connecting(m) && !whole) {
+	if (!mstream_unready(m) && !whole) {
 		(void)snprintf(buf, sizeof(buf), "%s%s", why, set->framed ?
 		    ", inside a message" : "");
 		mstream_drop(m, buf);
 		return;
 	}
-	(void)snprintf(buf, sizeof(buf), "%s%s", why, mstream_connecting(m) ?
+	(void)snprintf(buf, sizeof(buf), "%s%s", why, mstream_unready(m) ?
 	    " while it connects" : "; ends at a message boundary");
 	mirror_drop_log(set->ctx, m->idx, set->id, buf);
 	m->cutting = 1;
 	m->cut_at = b;
 	m->teed = 0;
-	/* Connecting, the connect's timeout bounds it; connected, the end. */
-	if (!mstream_connecting(m))
+	/*
+	 * Connecting (tls@: or in its handshake), the connect's timeout
+	 * bounds it; connected, the end.
+	 */
+	if (!mstream_unready(m))
 		mstream_end_timer(m);
 	mstream_drain(m);
 }
 
-static void
+void
 mstream_want_write(struct zp_mstream *m, int on)
 {
 	if (on && !m->won && event_add(m->wev, NULL) == 0)
@@ -369,26 +331,34 @@ mstream_want_write(struct zp_mstream *m, int on)
 	}
 }
 
-/* Wait for the end (the mirror's FIN) at most --linger-timeout. */
-static void
+/*
+ * Wait for the end (the mirror's FIN) at most --linger-timeout; not
+ * before a tls@ stream's handshake is done (its timer is that deadline
+ * until then).
+ */
+void
 mstream_end_timer(struct zp_mstream *m)
 {
 	struct timeval	tv = zp_seconds_tv(m->set->ctx->cfg->linger_timeout);
 
-	if (m->timer != NULL)
+	if (m->timer != NULL && !mstream_unready(m))
 		event_add(m->timer, &tv);
 }
 
 /* Everything is out: carry the client's FIN, or close when both are. */
-static void
+void
 mstream_finish(struct zp_mstream *m)
 {
 	struct zp_mirror_set	*set = m->set;
 
 	if ((!set->ended && !m->cutting) || m->pipe.data > 0 ||
-	    m->held != NULL || mstream_connecting(m))
+	    m->held != NULL || mstream_unready(m) ||
+	    (m->tls != NULL && mtls_staged(m) > 0))
 		return;
 	if (!m->wshut) {
+		/* tls@: close_notify goes first, or the FIN is a truncation. */
+		if (m->tls != NULL && mtls_notify(m) != 1)
+			return;
 		m->wshut = 1;
 		if (shutdown(m->fd, SHUT_WR) == -1 && errno != ENOTCONN) {
 			mstream_drop(m, strerror(errno));
@@ -406,25 +376,19 @@ mstream_finish(struct zp_mstream *m)
 		mstream_close(m);
 }
 
-/*
- * The pipe to the socket, as far as the socket takes it; a stream cut
- * at a boundary only up to cut_at, from what it held in memory if its
- * pipe was read out.
- */
-static void
-mstream_drain(struct zp_mstream *m)
+int
+mstream_send_raw(struct zp_mstream *m, uint64_t until)
 {
 	struct zp_ctx	*ctx = m->set->ctx;
 	size_t		 len;
 	ssize_t		 n;
 
-	if (m->fd == -1)
-		return;		/* closed, or its bytes wait for the connect */
-	for (;;) {
+	while (m->out < until) {
 		if (m->held != NULL) {
 			len = (size_t)(m->cut_at - m->out);
-			n = send(m->fd, m->held + m->held_len - len, len,
-			    MSG_DONTWAIT | MSG_NOSIGNAL);
+			n = send(m->fd, m->held + m->held_len - len,
+			    until - m->out < len ? (size_t)(until - m->out) :
+			    len, MSG_DONTWAIT | MSG_NOSIGNAL);
 		} else if (m->pipe.data > 0) {
 			len = m->pipe.data;
 			if (m->cutting && m->cut_at - m->out < len)
@@ -434,6 +398,8 @@ mstream_drain(struct zp_mstream *m)
 				zp_pipe_close(&m->pipe);
 				continue;
 			}
+			if (until - m->out < len)
+				len = (size_t)(until - m->out);
 			n = splice(m->pipe.rfd, NULL, m->fd, NULL, len,
 			    ZP_MIRROR_SPLICE);
 		} else
@@ -451,26 +417,58 @@ mstream_drain(struct zp_mstream *m)
 			continue;
 		else if (n == -1 && errno == EAGAIN) {
 			mstream_want_write(m, 1);
-			return;
+			return 0;
 		} else {
 			mstream_drop(m, n == 0 ? "its pipe lost bytes" :
 			    strerror(errno));
-			return;
+			return -1;
 		}
 	}
+	return 1;
+}
+
+/*
+ * The pipe to the socket, as far as the socket takes it; a stream cut
+ * at a boundary only up to cut_at, from what it held in memory if its
+ * pipe was read out. A tls@ stream's through its session.
+ */
+static void
+mstream_drain(struct zp_mstream *m)
+{
+	if (m->fd == -1)
+		return;		/* closed, or its bytes wait for the connect */
+	if (m->tls != NULL) {
+		mtls_drain(m);
+		return;
+	}
+	if (mstream_send_raw(m, UINT64_MAX) != 1)
+		return;
 	mstream_want_write(m, 0);
 	mstream_finish(m);
+}
+
+/*
+ * New bytes in its pipe (tee'd, or a tls@ stream's written): out now, as
+ * far as the socket takes them; a tls@ stream's wait for its handshake,
+ * as a connecting one's for its connect.
+ */
+static void
+mstream_push(struct zp_mstream *m)
+{
+	if (m->tls == NULL || mtls_ready(m))
+		mstream_drain(m);
 }
 
 /* Bytes into a stream's pipe (copy mode, a move); short: too slow. */
 static void
 mstream_write(struct zp_mstream *m, const char *buf, size_t n)
 {
+	size_t	had;
 	ssize_t	w;
 
 	while (n > 0 && mstream_live(m)) {
-		/* An empty pipe of an open stream: straight to the socket. */
-		if (m->pipe.data == 0 && m->fd != -1) {
+		/* An empty pipe of an open plain stream: straight out. */
+		if (m->pipe.data == 0 && m->fd != -1 && m->tls == NULL) {
 			w = send(m->fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 			if (w > 0) {
 				m->set->ctx->stats.mirrors[m->idx].bytes +=
@@ -499,8 +497,17 @@ mstream_write(struct zp_mstream *m, const char *buf, size_t n)
 		m->in += (uint64_t)w;
 		buf += w;
 		n -= (size_t)w;
-		/* While connecting, the pipe waits for the connect. */
-		if (m->fd != -1)
+		/*
+		 * While connecting, the pipe waits for the connect. A tls@
+		 * stream's is encrypted now: what the session takes makes
+		 * room for the rest.
+		 */
+		if (m->fd != -1 && m->tls != NULL) {
+			had = m->pipe.data;
+			mstream_push(m);
+			if (n > 0 && m->pipe.data < had)
+				continue;
+		} else if (m->fd != -1)
 			mstream_want_write(m, 1);
 		if (n > 0) {
 			mstream_slow(m);
@@ -509,9 +516,12 @@ mstream_write(struct zp_mstream *m, const char *buf, size_t n)
 	}
 }
 
-/* A connect failed: the address after it next time; down after all. */
-static void
-mirror_failed(struct zp_ctx *ctx, size_t i, int err)
+/*
+ * A connect failed (why: "connect: ...", or for tls@ "TLS handshake
+ * failed: ..."): the address after it next time; down after all.
+ */
+void
+mirror_failed(struct zp_ctx *ctx, size_t i, const char *why)
 {
 	struct zp_mirror_target	*t = &ctx->mirrors->t[i];
 	int64_t			 now = mono_us(), was;
@@ -524,9 +534,15 @@ mirror_failed(struct zp_ctx *ctx, size_t i, int err)
 	was = __atomic_exchange_n(&t->down_until, now +
 	    (int64_t)tv.tv_sec * 1000000 + tv.tv_usec, __ATOMIC_RELAXED);
 	if (was <= now)
-		zp_log(ctx->log, ZP_LOG_WARN, "mirror %s down for %gs: "
-		    "connect: %s", t->label, ctx->mirrors->fail_timeout,
-		    strerror(err));
+		zp_log(ctx->log, ZP_LOG_WARN, "mirror %s down for %gs: %s",
+		    t->label, ctx->mirrors->fail_timeout, why);
+}
+
+/* A connect (tls@: its handshake) succeeded: no failure in a row. */
+void
+mirror_answered(struct zp_ctx *ctx, size_t i)
+{
+	__atomic_store_n(&ctx->mirrors->t[i].fails, 0, __ATOMIC_RELAXED);
 }
 
 static void
@@ -535,6 +551,11 @@ mstream_read_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_mstream	*m = arg;
 	struct zp_mirror_set	*set = m->set;
 
+	if (m->tls != NULL) {
+		mtls_read(m);
+		set_maybe_free(set);
+		return;
+	}
 	/* A bounded pass: a mirror that talks fast must not hold the loop. */
 	switch (zp_sock_drain(m->fd, ZP_DRAIN_PASSES, NULL)) {
 	case 1:
@@ -570,7 +591,9 @@ mstream_timer_cb(evutil_socket_t fd, short what, void *arg)
 	struct zp_mstream	*m = arg;
 	struct zp_mirror_set	*set = m->set;
 
-	if (m->pipe.data > 0 || m->held != NULL || !m->wshut)
+	if (m->tls != NULL && mtls_timeout(m))
+		;	/* its handshake's deadline: failed, dropped */
+	else if (m->pipe.data > 0 || m->held != NULL || !m->wshut)
 		mstream_drop(m, "too slow");	/* said already if cutting */
 	else
 		mstream_close(m);	/* all delivered; its FIN never came */
@@ -596,9 +619,12 @@ mstream_connected(struct zp_mstream *m)
 	struct zp_ctx	*ctx = m->set->ctx;
 	short		 rflags = EV_READ | EV_PERSIST;
 
-	__atomic_store_n(&ctx->mirrors->t[m->idx].fails, 0, __ATOMIC_RELAXED);
+	/* tls@: answered once its handshake is done; read from then. */
+	if (m->tls == NULL)
+		mirror_answered(ctx, m->idx);
 	m->rev = event_new(ctx->base, m->fd, rflags, mstream_read_cb, m);
-	if (m->rev == NULL || event_add(m->rev, NULL) == -1) {
+	if (m->rev == NULL || (m->tls == NULL ? event_add(m->rev, NULL) ==
+	    -1 : mtls_start(m) == -1)) {
 		mstream_drop(m, "out of memory");
 		return;
 	}
@@ -616,7 +642,8 @@ mstream_connect_cb(evutil_socket_t fd, short what, void *arg)
 	char			 why[128];
 
 	if (err != 0) {
-		mirror_failed(set->ctx, m->idx, err);
+		snprintf(why, sizeof(why), "connect: %s", strerror(err));
+		mirror_failed(set->ctx, m->idx, why);
 		snprintf(why, sizeof(why), "connect: %s", what & EV_TIMEOUT ?
 		    "timed out" : strerror(err));
 		mstream_drop(m, why);
@@ -689,9 +716,9 @@ mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
 	    0, &tv, mstream_connect_cb, m)) == -1) {
 		err = errno;
 		zp_pipe_close(&m->pipe);
-		if (!zp_connect_local_error(err))
-			mirror_failed(ctx, i, err);
 		snprintf(why, sizeof(why), "connect: %s", strerror(err));
+		if (!zp_connect_local_error(err))
+			mirror_failed(ctx, i, why);
 		mirror_drop_log(ctx, i, set->id, why);
 		return -1;
 	}
@@ -700,7 +727,8 @@ mstream_start(struct zp_mirror_set *set, size_t i, const void *hdr,
 	if (rc == 0)
 		m->fd = zp_connecting_take(&m->conn);
 	m->timer = event_new(ctx->base, -1, 0, mstream_timer_cb, m);
-	if (m->timer == NULL || (rc == 0 && mstream_writer(m) == -1)) {
+	if (m->timer == NULL || (t->tls && mtls_new(m) == -1) ||
+	    (rc == 0 && mstream_writer(m) == -1)) {
 		mstream_drop(m, "out of memory");
 		return -1;
 	}
@@ -788,7 +816,7 @@ zp_mirror_tee(struct zp_mirror_set *set, int rfd, size_t len)
 			m->teed = (size_t)n;
 			m->pipe.data += (size_t)n;
 			m->in += (uint64_t)n;
-			mstream_drain(m);
+			mstream_push(m);
 			if (!mstream_live(m))
 				continue;
 		}

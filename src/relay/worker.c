@@ -316,6 +316,7 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 	ctx->mirrors = root->mirrors;
 	ctx->tls_srv = root->tls_srv;
 	ctx->tls_cli = root->tls_cli;
+	ctx->tls_upstreams = root->tls_upstreams;
 	ctx->spool = root->spool;
 	TAILQ_INIT(&ctx->mirror_sets);
 	ctx->devnull = root->devnull;

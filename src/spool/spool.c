@@ -30,6 +30,7 @@
 #include "spool/spool.h"
 #include "spool/spool_int.h"
 #include "lib/wake.h"
+#include "tls/tls.h"
 
 /*
  * The parts (spool_int.h): the codec of a file's header and names
@@ -42,6 +43,8 @@
 void
 zp_spool_tally(const struct zp_spool *sp, struct zp_spool_tally *t)
 {
+	int	i;
+
 	memset(t, 0, sizeof(*t));
 	if (sp == NULL)
 		return;
@@ -52,6 +55,8 @@ zp_spool_tally(const struct zp_spool *sp, struct zp_spool_tally *t)
 	t->replayed = spool_ld(&sp->replayed);
 	t->refused = spool_ld(&sp->refused);
 	t->delivered = spool_ld(&sp->delivered);
+	for (i = 0; i < ZP_TLS_FAIL_MAX; i++)
+		t->tls_hs[i] = spool_ld(&sp->tls_hs[i]);
 }
 
 
@@ -135,7 +140,8 @@ zp_spool_start(struct zp_spool *sp, char *err, size_t errlen)
 	close(fd);
 	unlinkat(sp->dirfd, probe, 0);
 	spool_free_look(sp);
-	if (spool_senders_new(sp) == -1)
+	if (spool_senders_new(sp) == -1 || (ctx->tls_cli != NULL &&
+	    (sp->tls_cache = zp_tls_cache_new()) == NULL))
 		goto nomem;
 	/* A persistent timer made active by hand loses its period. */
 	if ((sp->base = event_base_new()) == NULL ||
@@ -165,6 +171,7 @@ zp_spool_free(struct zp_spool *sp)
 		return;
 	spool_io_stop(sp);
 	spool_senders_free(sp);
+	zp_tls_cache_free(sp->tls_cache);
 	if (sp->tick != NULL)
 		event_free(sp->tick);
 	if (sp->kick != NULL)

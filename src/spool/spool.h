@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "core/config.h"
+#include "tls/tls_io.h"
 
 struct zp_ctx;
 
@@ -118,6 +119,8 @@ struct zp_spool_tally {
 	uint64_t	replayed;	/* client bytes delivered from files */
 	uint64_t	refused;	/* clients refused: the spool was full */
 	uint64_t	delivered;	/* files delivered */
+	uint64_t	tls_hs[ZP_TLS_FAIL_MAX]; /* handshakes with tls@
+					   upstreams, by result */
 };
 
 /*
@@ -171,7 +174,9 @@ typedef void	(*zp_spool_done_fn)(void *arg, enum zp_spool_end, int err);
  * Spool client socket fd of connection conn (ctx: the pair's thread):
  * its bytes go into files, spliced through a pipe of ctx's pool (lf and
  * nul framing; octet, auto's first byte, a cut and a pool out of pipes:
- * read and written), cut at the boundaries of its framing (enum
+ * read and written; tls, the pair's TLS session on fd, or NULL: read
+ * through it, the writer's own while it runs, the pair's again after),
+ * cut at the boundaries of its framing (enum
  * zp_framing, messages up to max_frame; dgram: a UDP source's, which
  * its files say); nothing is sent back. The writer owns a read event on fd, not fd. Its first file is
  * made by the I/O thread: reading begins once it is open, and a file
@@ -179,8 +184,9 @@ typedef void	(*zp_spool_done_fn)(void *arg, enum zp_spool_end, int err);
  * never from within this call. Returns NULL with errno: ENOSPC when the
  * spool is full (counted as refused), or another error.
  */
+struct zp_tls;
 struct zp_spool_writer *zp_spool_writer_new(struct zp_ctx *, int fd,
-	    uint64_t conn, const struct zp_addr *client,
+	    struct zp_tls *tls, uint64_t conn, const struct zp_addr *client,
 	    const struct zp_addr *dst, int framing, size_t max_frame, int dgram,
 	    zp_spool_done_fn done, void *arg);
 

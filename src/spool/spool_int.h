@@ -97,6 +97,7 @@ struct zp_spool {
 	/* Shared by every thread's writers: atomics. */
 	uint64_t		 bytes, files, streams, spooled, replayed;
 	uint64_t		 refused, delivered;
+	uint64_t		 tls_hs[ZP_TLS_FAIL_MAX]; /* the sender's */
 	uint64_t		 free_bytes;	/* for us on DIR's file system */
 	uint64_t		 free_base;	/* bytes (above) then */
 	/*
@@ -115,6 +116,7 @@ struct zp_spool {
 	/* The I/O thread's. */
 	struct event		*tick;		/* every second */
 	struct event		*kick;		/* now: a file went */
+	struct zp_tls_cache	*tls_cache;	/* -u tls@: sessions to resume */
 	struct zp_sender	*senders;
 	int			 nsenders;
 	unsigned		 attempt;	/* rotates upstream addresses */
@@ -131,6 +133,8 @@ struct zp_spool_writer {
 	struct zp_ctx		*ctx;
 	struct zp_spool		*sp;
 	int			 sock;
+	struct zp_tls		*tls;		/* the pair's, read through; or
+						   NULL: sock's bytes as they are */
 	struct event		*rev;
 	struct event		*timer;
 	int			 ron;

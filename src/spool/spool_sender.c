@@ -2,7 +2,8 @@
  * spool_sender.c - the spool's senders, in the I/O thread's loop: every
  * second (and as soon as a file went) DIR is scanned, and each stream's
  * first file goes to the balancer's choice, over a connection of its
- * own, with sendfile(2); checkpoints (sent=) in its header as the
+ * own, with sendfile(2) (to a tls@ upstream: read and written through
+ * its TLS session); checkpoints (sent=) in its header as the
  * upstream acknowledges it; unlinked once the upstream closed having
  * acknowledged every byte. With nothing to send and every upstream
  * down, a probe now and then, so that the writers may go live again.
@@ -31,13 +32,18 @@
 #include "spool/spool.h"
 #include "spool/spool_int.h"
 #include "core/upstream.h"
+#include "tls/tls.h"
+#include "tls/tls_io.h"
+
+/* The most plaintext one TLS record carries (RFC 8446 5.1). */
+#define SENDER_TLS_RECORD	16384
 
 /* How often a closing upstream is looked at. */
 #define SENDER_POLL_MS		20
 
 enum sender_phase {
 	SENDER_IDLE = 0,
-	SENDER_CONNECTING,
+	SENDER_CONNECTING,	/* a tls@ upstream's handshake too */
 	SENDER_SENDING,
 	SENDER_CLOSING,		/* FIN sent: wait for the ack and theirs */
 };
@@ -50,6 +56,10 @@ struct zp_sender {
 	int			 file;
 	struct zp_connecting	 conn;		/* while SENDER_CONNECTING */
 	int			 sock;
+	struct zp_tls		*tls;		/* a tls@ upstream's session */
+	struct timeval		 hs_deadline;	/* its handshake's, from the
+						   connect's start */
+	int			 notified;	/* its close_notify went */
 	struct event		*ev;
 	struct event		*timer;
 	off_t			 off;
@@ -97,6 +107,9 @@ sender_reset(struct zp_sender *s)
 	if (s->timer != NULL)
 		event_free(s->timer);
 	s->ev = s->timer = NULL;
+	zp_tls_free(s->tls);
+	s->tls = NULL;
+	s->notified = 0;
 	if (s->sock != -1)
 		close(s->sock);
 	if (s->file != -1)
@@ -136,7 +149,7 @@ sender_write_sent(struct zp_sender *s, off_t off)
  * dies, leaving its upstream to read what it has.)
  */
 static void
-sender_fail(struct zp_sender *s, int err, const char *what)
+sender_fail_why(struct zp_sender *s, int err, const char *why)
 {
 	struct zp_spool	*sp = s->sp;
 	char		 to[ZP_ADDRSTRLEN];
@@ -148,9 +161,43 @@ sender_fail(struct zp_sender *s, int err, const char *what)
 		zp_upstream_report(sp->ctx->ups, (size_t)s->up_idx, 0, err,
 		    &sp->failed_at);
 	zp_log(sp->ctx->log, ZP_LOG_WARN, "spool: %s not delivered to %s "
-	    "(%s: %s); kept for the next try", s->name,
-	    sender_to(s, to, sizeof(to)), what, strerror(err));
+	    "(%s); kept for the next try", s->name,
+	    sender_to(s, to, sizeof(to)), why);
 	sender_reset(s);
+}
+
+/* what: the step that failed ("connect", "sendfile", ...). */
+static void
+sender_fail(struct zp_sender *s, int err, const char *what)
+{
+	char	why[128];
+
+	(void)snprintf(why, sizeof(why), "%s: %s", what, strerror(err));
+	sender_fail_why(s, err, why);
+}
+
+/*
+ * What the upstream says is dropped; 1 once it closed, 0 when nothing
+ * more is there now, -1 with errno. A TLS session's is read through it:
+ * a TLS 1.3 session's tickets come this way.
+ */
+static int
+sender_drain(struct zp_sender *s)
+{
+	char	buf[4096];
+	ssize_t	n;
+	int	i;
+
+	if (s->tls == NULL)
+		return zp_sock_drain(s->sock, ZP_DRAIN_PASSES, NULL);
+	/* Bounded: an upstream that talks on must not hold the loop. */
+	for (i = 0; i < ZP_DRAIN_PASSES; i++) {
+		if ((n = zp_tls_read(s->tls, buf, sizeof(buf))) == 0)
+			return 1;
+		if (n == -1)
+			return errno == EAGAIN ? 0 : -1;
+	}
+	return 0;
 }
 
 static void
@@ -190,8 +237,7 @@ sender_closing_cb(evutil_socket_t fd, short what, void *arg)
 	int			 outq, rc = 0;
 
 	/* Bounded: an upstream that talks on must not hold the loop. */
-	if (!s->eof && (rc = zp_sock_drain(s->sock, ZP_DRAIN_PASSES,
-	    NULL)) == -1) {
+	if (!s->eof && (rc = sender_drain(s)) == -1) {
 		sender_fail(s, errno, "closing");
 		return;
 	}
@@ -213,6 +259,32 @@ sender_closing_cb(evutil_socket_t fd, short what, void *arg)
 		    "acknowledgement");
 }
 
+/*
+ * To a tls@ upstream: the file's next bytes (at most max, at least what
+ * a short write left committed: the file holds the same bytes there)
+ * through its session. Returns the bytes taken, -1 with errno.
+ */
+static ssize_t
+sender_tls_send(struct zp_sender *s, size_t max)
+{
+	char	buf[SENDER_TLS_RECORD];
+	size_t	len = sizeof(buf), c = zp_tls_write_committed(s->tls);
+	ssize_t	n;
+
+	if (len > max)
+		len = max < c ? c : max;
+	if ((off_t)len > s->size - s->off)
+		len = (size_t)(s->size - s->off);
+	if ((n = pread(s->file, buf, len, s->off)) <= 0) {
+		if (n == 0)
+			errno = EIO;
+		return -1;
+	}
+	if ((n = zp_tls_write(s->tls, buf, (size_t)n)) > 0)
+		s->off += n;
+	return n;
+}
+
 static void
 sender_send_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -224,15 +296,19 @@ sender_send_cb(evutil_socket_t fd, short what, void *arg)
 
 	/* One budget a wake-up: live pairs come between. */
 	while (s->off < s->size && left > 0) {
-		n = sendfile(s->sock, s->file, &s->off,
-		    (size_t)(s->size - s->off) < left ?
-		    (size_t)(s->size - s->off) : left);
+		if (s->tls != NULL)
+			n = sender_tls_send(s, left);
+		else
+			n = sendfile(s->sock, s->file, &s->off,
+			    (size_t)(s->size - s->off) < left ?
+			    (size_t)(s->size - s->off) : left);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n == -1 && errno == EAGAIN)
 			return;
 		if (n <= 0) {
-			sender_fail(s, n == 0 ? EIO : errno, "sendfile");
+			sender_fail(s, n == 0 ? EIO : errno, s->tls != NULL ?
+			    "TLS write" : "sendfile");
 			return;
 		}
 		left -= (size_t)n;
@@ -240,6 +316,15 @@ sender_send_cb(evutil_socket_t fd, short what, void *arg)
 	sender_checkpoint(s);
 	if (s->off < s->size)
 		return;
+	/* close_notify before the FIN: the end of the file, not a cut. */
+	if (s->tls != NULL && !s->notified) {
+		if (zp_tls_close_notify(s->tls) == -1) {
+			if (errno != EAGAIN)
+				sender_fail(s, errno, "close_notify");
+			return;
+		}
+		s->notified = 1;
+	}
 	if (shutdown(s->sock, SHUT_WR) == -1) {
 		sender_fail(s, errno, "shutdown");
 		return;
@@ -365,6 +450,13 @@ sender_checkpoint(struct zp_sender *s)
 	if (timercmp(&dt, &every, <) || (outq = zp_sock_outq(s->sock)) < 0)
 		return;
 	s->ck_at = now;
+	/*
+	 * Over TLS the queue counts records: what of the file's bytes the
+	 * upstream has is at least what went, less as many as the queue
+	 * holds and one record more (one acknowledged in part is unread).
+	 */
+	if (s->tls != NULL && outq > 0)
+		outq += SENDER_TLS_RECORD;
 	acked = s->off - outq;
 	if (acked <= s->ck || (b = sender_boundary(s, acked)) <= s->ck ||
 	    sender_write_sent(s, b) == -1)
@@ -372,7 +464,99 @@ sender_checkpoint(struct zp_sender *s)
 	s->ck = b;
 }
 
-/* Connected: the PROXY header, then the file. */
+/* The upstream took us (a tls@ one: its handshake ended well). */
+static void
+sender_sending(struct zp_sender *s)
+{
+	struct zp_ctx	*ctx = s->sp->ctx;
+	struct timeval	 now, every;
+
+	zp_clock_now(&now);
+	zp_upstream_report(ctx->ups, (size_t)s->up_idx, 1, 0, &now);
+	s->phase = SENDER_SENDING;
+	/* A checkpoint also while the upstream reads too slowly to wake us. */
+	every = zp_seconds_tv(ctx->cfg->spool_sync);
+	if (s->ev != NULL)
+		event_free(s->ev);
+	if ((s->ev = event_new(s->sp->base, s->sock, EV_WRITE | EV_PERSIST,
+	    sender_send_cb, s)) == NULL || event_add(s->ev, NULL) == -1 ||
+	    (s->timer = event_new(s->sp->base, -1, EV_PERSIST, sender_ck_cb,
+	    s)) == NULL || event_add(s->timer, &every) == -1)
+		sender_fail(s, ENOMEM, "events");
+}
+
+static void	sender_hs_cb(evutil_socket_t, short, void *);
+
+/* A step of a tls@ upstream's handshake, within --connect-timeout. */
+static void
+sender_hs_step(struct zp_sender *s)
+{
+	struct timeval	now, left;
+	short		want = EV_READ;
+	char		why[192];
+
+	switch (zp_tls_handshake(s->tls, &want)) {
+	case 1:
+		spool_add(&s->sp->tls_hs[ZP_TLS_OK], 1);
+		sender_sending(s);
+		return;
+	case -1:
+		spool_add(&s->sp->tls_hs[zp_tls_failure(s->tls)], 1);
+		(void)snprintf(why, sizeof(why), "TLS handshake failed: %s%s%s",
+		    zp_tls_fail_str(zp_tls_failure(s->tls)),
+		    *zp_tls_failure_text(s->tls) != '\0' ? ": " : "",
+		    zp_tls_failure_text(s->tls));
+		sender_fail_why(s, EPROTO, why);
+		return;
+	}
+	zp_clock_now(&now);
+	if (!timercmp(&now, &s->hs_deadline, <)) {
+		spool_add(&s->sp->tls_hs[ZP_TLS_TIMEOUT], 1);
+		sender_fail_why(s, ETIMEDOUT, "TLS handshake failed: timeout: "
+		    "none within --connect-timeout");
+		return;
+	}
+	timersub(&s->hs_deadline, &now, &left);
+	if (s->ev != NULL)
+		event_free(s->ev);
+	if ((s->ev = event_new(s->sp->base, s->sock, want, sender_hs_cb,
+	    s)) == NULL || event_add(s->ev, &left) == -1)
+		sender_fail(s, ENOMEM, "events");
+}
+
+static void
+sender_hs_cb(evutil_socket_t fd, short what, void *arg)
+{
+	sender_hs_step(arg);
+}
+
+/*
+ * Is upstream idx a tls@ one? Then a session on s->sock for it (its
+ * names as a pair's would have), made; -1 when that failed.
+ */
+static int
+sender_tls(struct zp_sender *s, int *tls)
+{
+	struct zp_ctx		*ctx = s->sp->ctx;
+	struct zp_upstream	 u;
+	struct ssl_st		*ssl;
+
+	*tls = 0;
+	if (ctx->tls_cli == NULL || s->up_idx < 0 ||
+	    (size_t)s->up_idx >= zp_upstreams_count(ctx->ups))
+		return 0;
+	zp_upstream_get(ctx->ups, (size_t)s->up_idx, &u);
+	if (u.spec == NULL || !u.spec->tls)
+		return 0;
+	*tls = 1;
+	if ((ssl = zp_tls_cli_session(ctx->tls_cli, ZP_TLS_CLI_SPOOL,
+	    s->sp->tls_cache, s->sock, u.spec->host, u.spec->port)) == NULL ||
+	    (s->tls = zp_tls_wrap(ssl)) == NULL)
+		return -1;
+	return 0;
+}
+
+/* Connected: the PROXY header, then (tls@) the handshake, then the file. */
 static void
 sender_connected(struct zp_sender *s)
 {
@@ -381,11 +565,8 @@ sender_connected(struct zp_sender *s)
 	struct zp_spool_hdr	 h;
 	char			 b[ZP_SPOOL_HDR_MAX], ph[ZP_PROXY_MAX];
 	ssize_t			 n, w;
-	struct timeval		 now, every;
+	int			 tls;
 
-	zp_clock_now(&now);
-	zp_upstream_report(ctx->ups, (size_t)s->up_idx, 1, 0, &now);
-	s->phase = SENDER_SENDING;
 	if (ctx->cfg->send_proxy) {
 		n = pread(s->file, b, sizeof(b), 0);
 		if (n <= 0 || zp_spool_hdr_parse(b, (size_t)n, &h) <= 0 ||
@@ -402,13 +583,16 @@ sender_connected(struct zp_sender *s)
 			return;
 		}
 	}
-	/* A checkpoint also while the upstream reads too slowly to wake us. */
-	every = zp_seconds_tv(ctx->cfg->spool_sync);
-	if ((s->ev = event_new(s->sp->base, s->sock, EV_WRITE | EV_PERSIST,
-	    sender_send_cb, s)) == NULL || event_add(s->ev, NULL) == -1 ||
-	    (s->timer = event_new(s->sp->base, -1, EV_PERSIST, sender_ck_cb,
-	    s)) == NULL || event_add(s->timer, &every) == -1)
-		sender_fail(s, ENOMEM, "events");
+	if (sender_tls(s, &tls) == -1) {
+		sender_fail(s, ENOMEM, "TLS");
+		return;
+	}
+	if (!tls) {
+		sender_sending(s);
+		return;
+	}
+	/* The ClientHello goes now: a fresh socket has room for it. */
+	sender_hs_step(s);
 }
 
 static void
@@ -553,6 +737,7 @@ sender_start(struct zp_sender *s, const char *name)
 	    sp->attempt++ % na, &s->to);
 	s->phase = SENDER_CONNECTING;
 	tv = zp_seconds_tv(ctx->cfg->connect_timeout);
+	timeradd(&now, &tv, &s->hs_deadline);
 	if ((rc = zp_connecting_start(&s->conn, sp->base, &s->to, NULL, 0,
 	    &tv, sender_connect_cb, s)) == -1) {
 		sender_fail(s, errno, "connect");

@@ -34,6 +34,7 @@
 #include "relay/ctx.h"
 #include "spool/spool.h"
 #include "spool/spool_int.h"
+#include "tls/tls_io.h"
 
 /*
  * Ask for the stream's next file (only when the spool has room, unless
@@ -385,7 +386,8 @@ writer_timer_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 struct zp_spool_writer *
-zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
+zp_spool_writer_new(struct zp_ctx *ctx, int fd, struct zp_tls *tls,
+    uint64_t conn,
     const struct zp_addr *client, const struct zp_addr *dst, int framing,
     size_t max_frame, int dgram, zp_spool_done_fn done, void *arg)
 {
@@ -400,6 +402,7 @@ zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
 	w->ctx = ctx;
 	w->sp = sp;
 	w->sock = fd;
+	w->tls = tls;
 	w->fd = -1;
 	w->pipe.rfd = w->pipe.wfd = -1;
 	w->conn = conn;
@@ -429,8 +432,12 @@ zp_spool_writer_new(struct zp_ctx *ctx, int fd, uint64_t conn,
 			spool_add(&sp->refused, 1);
 		goto fail;
 	}
-	/* No pipe to be had: read and write, as copy mode does. */
-	if (ctx->pool != NULL && zp_pipepool_get(ctx->pool, &w->pipe) == -1)
+	/*
+	 * No pipe to be had: read and write, as copy mode does; so too the
+	 * bytes of a TLS session, which only OpenSSL can read.
+	 */
+	if (tls == NULL && ctx->pool != NULL &&
+	    zp_pipepool_get(ctx->pool, &w->pipe) == -1)
 		w->pipe.rfd = w->pipe.wfd = -1;
 	if ((w->rev = event_new(ctx->base, fd, EV_READ | EV_PERSIST,
 	    spool_writer_read_cb, w)) == NULL ||
@@ -735,6 +742,24 @@ writer_splice(struct zp_spool_writer *w, size_t max)
 	return n;
 }
 
+/*
+ * The client's bytes: recv(2)'s contract (flags 0 or MSG_PEEK), through
+ * its TLS session if it has one.
+ */
+static ssize_t
+writer_recv(struct zp_spool_writer *w, char *buf, size_t len, int flags)
+{
+	ssize_t	n;
+
+	if (w->tls != NULL)
+		return flags & MSG_PEEK ? zp_tls_peek(w->tls, buf, len) :
+		    zp_tls_read(w->tls, buf, len);
+	do {
+		n = recv(w->sock, buf, len, flags);
+	} while (n == -1 && errno == EINTR);
+	return n;
+}
+
 static int
 writer_buf(struct zp_spool_writer *w)
 {
@@ -759,10 +784,7 @@ writer_copy(struct zp_spool_writer *w, int due)
 	size_t	cut = 0, drop = 0, len;
 	char	*b;
 
-	do {
-		n = recv(w->sock, w->buf, w->bufsize, 0);
-	} while (n == -1 && errno == EINTR);
-	if (n <= 0)
+	if ((n = writer_recv(w, w->buf, w->bufsize, 0)) <= 0)
 		return n;
 	if (w->skip) {
 		/* The rest of a frame whose start went to an upstream. */
@@ -789,6 +811,17 @@ writer_copy(struct zp_spool_writer *w, int due)
 	return n;
 }
 
+/*
+ * What OpenSSL decrypted already no socket event announces: a reading
+ * writer that leaves some is woken for it.
+ */
+static void
+writer_tls_pending(struct zp_spool_writer *w)
+{
+	if (w->tls != NULL && w->ron && zp_tls_pending(w->tls) > 0)
+		event_active(w->rev, EV_READ, 0);
+}
+
 static void
 spool_writer_want_read(struct zp_spool_writer *w, int on)
 {
@@ -797,6 +830,7 @@ spool_writer_want_read(struct zp_spool_writer *w, int on)
 	if (on ? event_add(w->rev, NULL) : event_del(w->rev))
 		return;
 	w->ron = on;
+	writer_tls_pending(w);
 }
 
 /*
@@ -810,16 +844,10 @@ writer_seek(struct zp_spool_writer *w)
 	ssize_t	n;
 	size_t	cut;
 
-	do {
-		n = recv(w->sock, w->buf, w->bufsize, MSG_PEEK);
-	} while (n == -1 && errno == EINTR);
-	if (n <= 0)
+	if ((n = writer_recv(w, w->buf, w->bufsize, MSG_PEEK)) <= 0)
 		return n;
 	cut = zp_framer_next(&w->f, w->buf, (size_t)n);
-	do {
-		n = recv(w->sock, w->buf, cut > 0 ? cut : (size_t)n, 0);
-	} while (n == -1 && errno == EINTR);
-	if (n <= 0)
+	if ((n = writer_recv(w, w->buf, cut > 0 ? cut : (size_t)n, 0)) <= 0)
 		return n;
 	(void)zp_framer_feed(&w->f, w->buf, (size_t)n);
 	if (spool_writer_give(w, w->buf, (size_t)n) == -1)
@@ -888,6 +916,8 @@ spool_writer_pump(struct zp_spool_writer *w)
 			(void)spool_writer_finish(w, errno);
 		return;
 	}
+	/* The budget's end: live pairs come between, then the rest. */
+	writer_tls_pending(w);
 }
 
 static void

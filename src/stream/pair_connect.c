@@ -805,11 +805,11 @@ pair_begin(struct zp_pair *p)
 	 * one (now, after a move, after a reload): TLS one way at least, no
 	 * pipes, ever (it has none: mode copy).
 	 */
-	if (ctx->tls_cli != NULL && !p->tls)
+	if (ctx->tls_upstreams && !p->tls)
 		pair_use_tls(p);
 	/* A UDP source's stream and a TLS client's copy, for good. */
 	if (ctx->pool != NULL && ctx->cfg->splice_min == 0 && !p->dgram &&
-	    !p->tls && ctx->tls_cli == NULL) {
+	    !p->tls && !ctx->tls_upstreams) {
 		if (pair_take_pipes(p) == 0) {
 			zp_dir_set_backend(&p->up, &zp_relay_splice);
 			zp_dir_set_backend(&p->down, &zp_relay_splice);

@@ -115,7 +115,8 @@ pair_spool(struct zp_pair *p)
 	zp_addr_unmap(&dst);
 	/* The writer reads the socket: the frames in memory go there. */
 	zp_half_feed_detach(&p->client);
-	if ((p->spool = zp_spool_writer_new(ctx, p->client.fd, p->id,
+	if ((p->spool = zp_spool_writer_new(ctx, p->client.fd,
+	    p->client.tls, p->id,
 	    &p->client_addr, &dst, p->framing, p->max_frame, p->dgram,
 	    pair_spool_done, p)) == NULL) {
 		/* Full: the connection's line says so (end=spool-full). */

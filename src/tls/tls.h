@@ -82,11 +82,12 @@ int	zp_tls_srv_mutual(const struct zp_tls_srv *);
 void	zp_tls_srv_free(struct zp_tls_srv *);
 
 /*
- * The client side, for -u tls@ upstreams: a context for each of
+ * The client side, for -u tls@ upstreams and --mirror tls@ mirrors
+ * (their certificates are checked alike): a context for each of
  * nthreads relay threads (none shares its certificate store), made from
  * --upstream-ca (else the system's trust store), --upstream-cert and
- * --upstream-key, --upstream-verify; *out is NULL when no upstream is
- * tls@. Returns 0, or -1 with err filled. Start-up.
+ * --upstream-key, --upstream-verify; *out is NULL when no upstream nor
+ * mirror is tls@. Returns 0, or -1 with err filled. Start-up.
  */
 struct zp_tls_cli;
 struct zp_tls_cache;
@@ -112,13 +113,15 @@ struct zp_tls_cache *zp_tls_cache_new(void);
 void	zp_tls_cache_free(struct zp_tls_cache *);
 
 /*
- * A new client session, of relay thread `thread`'s context, on connected
+ * A new client session, of relay thread `thread`'s context (or the
+ * spool's I/O thread's: ZP_TLS_CLI_SPOOL), on connected
  * socket fd (not started) to the upstream host:port: SNI and the certificate's name are host's (or
  * --upstream-sni's; an address literal is checked against the
  * certificate's addresses and sends no SNI); the session cache's last
  * session for it offered for resumption, and the new one kept there
  * (cache NULL: neither). NULL when out of memory. Thread-safe.
  */
+#define ZP_TLS_CLI_SPOOL	(-1)
 struct ssl_st *zp_tls_cli_session(struct zp_tls_cli *, int thread,
 	    struct zp_tls_cache *, int fd, const char *host,
 	    const char *port);

@@ -45,7 +45,8 @@ struct cli_settings {
  */
 struct zp_tls_cli {
 	pthread_mutex_t	 mu;	/* ctx[], gen and expiry (reloads) */
-	SSL_CTX		**ctx;	/* [nctx]: thread i's is ctx[i] */
+	SSL_CTX		**ctx;	/* [nctx]: thread i's is ctx[i], the
+				   spool's the last */
 	int		 nctx;
 	unsigned	 gen;	/* reloads so far: a session of an older
 				   one is not offered (its trust may be
@@ -246,7 +247,7 @@ zp_tls_cli_new(const struct zp_config *cfg, int nthreads,
 	struct zp_tls_cli	*c;
 
 	*out = NULL;
-	if (!zp_config_tls_upstreams(cfg))
+	if (!zp_config_tls_upstreams(cfg) && !zp_config_tls_mirrors(cfg))
 		return 0;
 	(void)pthread_once(&cache_once, cache_index_new);
 	if (cache_index < 0 || (c = calloc(1, sizeof(*c))) == NULL) {
@@ -258,7 +259,8 @@ zp_tls_cli_new(const struct zp_config *cfg, int nthreads,
 		zp_seterr(err, errlen, "TLS: %s", strerror(ENOMEM));
 		return -1;
 	}
-	c->nctx = nthreads > 0 ? nthreads : 1;
+	/* The last one is the spool's I/O thread's (ZP_TLS_CLI_SPOOL). */
+	c->nctx = (nthreads > 0 ? nthreads : 1) + 1;
 	if ((c->ctx = cli_ctxs_build(&c->set, c->nctx, err, errlen)) == NULL) {
 		settings_free(&c->set);
 		free(c);
@@ -368,7 +370,8 @@ zp_tls_cli_session(struct zp_tls_cli *c, int thread,
 	SSL_SESSION		*sess;
 
 	pthread_mutex_lock(&c->mu);
-	ssl = SSL_new(c->ctx[thread >= 0 && thread < c->nctx ? thread : 0]);
+	ssl = SSL_new(c->ctx[thread == ZP_TLS_CLI_SPOOL ? c->nctx - 1 :
+	    thread >= 0 && thread < c->nctx - 1 ? thread : 0]);
 	gen = c->gen;
 	pthread_mutex_unlock(&c->mu);
 	if (ssl == NULL)

@@ -241,6 +241,20 @@ zp_tls_read(struct zp_tls *t, void *buf, size_t len)
 	return io_error(t, r);
 }
 
+ssize_t
+zp_tls_peek(struct zp_tls *t, void *buf, size_t len)
+{
+	int	r;
+
+	if (len > INT32_MAX)
+		len = INT32_MAX;
+	ERR_clear_error();
+	errno = 0;
+	if ((r = SSL_peek(t->ssl, buf, (int)len)) > 0)
+		return r;
+	return io_error(t, r);
+}
+
 /*
  * One record at a time (SSL_MODE_ENABLE_PARTIAL_WRITE), as many as the
  * socket takes: a write that stopped at one record would look short to

@@ -65,6 +65,9 @@ const char *zp_tls_failure_text(const struct zp_tls *);
  */
 ssize_t	zp_tls_read(struct zp_tls *, void *, size_t);
 
+/* As zp_tls_read, but the bytes stay to be read (recv's MSG_PEEK). */
+ssize_t	zp_tls_peek(struct zp_tls *, void *, size_t);
+
 /*
  * Write: bytes taken (> 0, maybe fewer than len), -1 with errno (EAGAIN:
  * the socket is full; EPIPE, ECONNRESET, EPROTO). After a write that

@@ -56,14 +56,22 @@ check_config(const struct zp_config *cfg)
 	    cfg->tls_ciphers == NULL && cfg->tls_ciphersuites == NULL));
 	FUZZ_CHECK(cfg->tls_min_version == 0 || cfg->tls_min_version == 1);
 	FUZZ_CHECK(cfg->tls_handshake_timeout > 0);
-	/* -u tls@: never udp@ too; its options only with one. */
+	/*
+	 * -u tls@: never udp@ too; the --upstream-* options only with one,
+	 * or with a --mirror tls@.
+	 */
 	for (i = 0; i < cfg->nupstreams; i++)
 		FUZZ_CHECK(!cfg->upstreams[i].tls || !cfg->upstreams[i].udp);
-	FUZZ_CHECK(zp_config_tls_upstreams(cfg) || (cfg->upstream_ca == NULL &&
+	for (i = 0; i < cfg->nmirrors; i++)
+		FUZZ_CHECK(cfg->mirrors[i].to.host != NULL &&
+		    cfg->mirrors[i].to.host[0] != '\0' &&
+		    (!cfg->mirrors[i].to.tls ||
+		    strncmp(cfg->mirrors[i].arg, "tls@", 4) == 0));
+	FUZZ_CHECK(zp_config_tls_upstreams(cfg) || zp_config_tls_mirrors(cfg) ||
+	    (cfg->upstream_ca == NULL &&
 	    cfg->upstream_sni == NULL && cfg->upstream_cert == NULL &&
 	    cfg->upstream_key == NULL && cfg->upstream_verify == 0));
 	FUZZ_CHECK((cfg->upstream_cert == NULL) == (cfg->upstream_key == NULL));
-	FUZZ_CHECK(!zp_config_tls_upstreams(cfg) || cfg->spool_dir == NULL);
 	FUZZ_CHECK(cfg->pipe_size >= 1 && cfg->pipe_size <= ZP_MAX_SIZE);
 	FUZZ_CHECK(cfg->buffer_size >= 1 && cfg->buffer_size <= ZP_MAX_SIZE);
 	FUZZ_CHECK(cfg->splice_min <= ZP_MAX_SIZE);
