@@ -75,16 +75,35 @@
  *       exactly once and no newline. Prints "sent=N seconds=S rate=R" (R:
  *       the rate it kept; below RATE when this sender could go no faster).
  *
+ *   tools fansend PORT CONNS RATE SECONDS SIZE
+ *       The shippers of a fan-in: CONNS connections to 127.0.0.1:PORT
+ *       (opened first, at most 256 being set up at once), each sending
+ *       RATE messages a second for SECONDS, paced every millisecond and
+ *       spread over the second (connection i starts i/CONNS of a
+ *       message period late); one send(2) per message, as a shipper
+ *       writes a line. Each message is an RFC 3164 line of SIZE bytes,
+ *       newline included: "<13>... zpb: zpbm SEQUENCE TIME xxxx...\n",
+ *       TIME the CLOCK_MONOTONIC microseconds when it was sent (the sink
+ *       takes its latency from it). What a full socket does not take
+ *       waits, in order, and counts as late. Then shutdown(SHUT_WR) on
+ *       each, and up to 30 s for the relay's EOF. Prints "sent=N conns=C
+ *       seconds=S rate=R late=L errors=E" (L: messages that went out
+ *       more than 100 ms after they were due: the sender, or the relay's
+ *       backpressure, could not keep the pace).
+ *
  *   tools count tcp|udp FILE [MAXSEC]
  *       Listens (tcp) or binds (udp, SO_RCVBUFFORCE 64 MiB) on 127.0.0.1,
  *       port chosen by the kernel; prints "port N", then counts the
  *       markers of udpsend in everything it receives, however it is
  *       framed (octet counting, lines, a datagram each, rewritten
  *       headers: a relay may reformat a message but keeps its text).
- *       Every 20 ms in which the count changed it writes "COUNT DROPS" to
- *       FILE (DROPS: what the kernel dropped on its own UDP socket, from
- *       SO_RXQ_OVFL; 0 for tcp). Exits after MAXSEC seconds (default
- *       7200) or on SIGTERM/SIGINT.
+ *       Every 20 ms in which the count changed it writes "COUNT DROPS
+ *       P50 P99 MAX SAMPLES" to FILE (DROPS: what the kernel dropped on
+ *       its own UDP socket, from SO_RXQ_OVFL; 0 for tcp; P50, P99, MAX:
+ *       microseconds from a fansend message's TIME to its arrival, over
+ *       the SAMPLES messages whose marker and time came in one read; 0
+ *       without any). Exits after MAXSEC seconds (default 7200) or on
+ *       SIGTERM/SIGINT; SIGUSR2 starts the latencies afresh.
  *
  *   tools reap COMMAND [ARGS...]
  *       Runs COMMAND as a child subreaper (PR_SET_CHILD_SUBREAPER) in a
@@ -144,6 +163,15 @@ now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static long
+now_us(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static void
@@ -1188,6 +1216,177 @@ mode_udpsend(int argc, char **argv)
 	return stop_flag && sent < total ? 1 : 0;
 }
 
+/* ---- fan-in: many paced shippers ------------------------------------------ */
+
+struct shipper {
+	int	fd;
+	long	sent;		/* messages begun */
+	char	buf[4096];	/* the message going out */
+	size_t	len, off;	/* len 0: none */
+	int	closed;		/* EOF read after our FIN */
+};
+
+static int
+mode_fansend(int argc, char **argv)
+{
+	struct sockaddr_in	 dst;
+	struct shipper		*sh;
+	struct epoll_event	 ev, evs[256];
+	long			 conns, rate, secs, size, total, sent = 0;
+	long			 late = 0, errors = 0, i, up = 0, open = 0;
+	double			 t0, t, tend, due;
+	char			 junk[4096];
+	int			 ep, n, k;
+
+	if (argc < 5)
+		return 2;
+	dst = loopback((int)num(argv[0], 1, 65535));
+	conns = num(argv[1], 1, 100000);
+	rate = num(argv[2], 1, 100000);
+	secs = num(argv[3], 1, 3600);
+	size = num(argv[4], 60, 4096);
+	total = conns * rate * secs;
+	catch_signals();
+	raise_nofile();
+	alarm((unsigned)(secs * 2 + 120));
+	if ((sh = calloc((size_t)conns, sizeof *sh)) == NULL)
+		die("calloc");
+	if ((ep = epoll_create1(EPOLL_CLOEXEC)) == -1)
+		die("epoll_create1");
+	/* Connect them all first: the relay's accepts are not measured. */
+	for (i = 0; i < conns; i++) {
+		sh[i].fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (sh[i].fd == -1)
+			die("socket");
+		if (connect(sh[i].fd, (struct sockaddr *)&dst, sizeof dst) ==
+		    -1)
+			die("connect");
+		(void)fcntl(sh[i].fd, F_SETFL, O_NONBLOCK);
+		nodelay(sh[i].fd);
+		ev.events = EPOLLIN | EPOLLRDHUP;
+		ev.data.u64 = (uint64_t)i;
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, sh[i].fd, &ev) == -1)
+			die("epoll_ctl");
+		up++;
+	}
+	t0 = now();
+	tend = t0 + (double)secs;
+	while (sent < total && !stop_flag) {
+		t = now();
+		for (i = 0; i < conns; i++) {
+			struct shipper	*c = &sh[i];
+			long		 want;
+
+			if (c->fd == -1)
+				continue;
+			/* Connection i's k-th message is due at t0 + (k + i/conns) / rate. */
+			due = (t - t0) * (double)rate - (double)i / (double)conns;
+			want = (long)due + 1;
+			if (want > rate * secs)
+				want = rate * secs;
+			while (c->sent < want || c->len > 0) {
+				ssize_t	w;
+
+				if (c->len == 0) {
+					int	m;
+
+					m = snprintf(c->buf, sizeof c->buf,
+					    "<13>Dec  7 12:00:00 bench zpb: "
+					    MARKER " %010ld %016ld ", c->sent,
+					    now_us());
+					memset(c->buf + m, 'x', (size_t)(size -
+					    m - 1));
+					c->buf[size - 1] = '\n';
+					c->len = (size_t)size;
+					c->off = 0;
+					if ((double)c->sent + 1.0 <
+					    due - 0.1 * (double)rate)
+						late++;
+					c->sent++;
+					sent++;
+				}
+				w = send(c->fd, c->buf + c->off, c->len - c->off,
+				    MSG_NOSIGNAL);
+				if (w > 0) {
+					c->off += (size_t)w;
+					if (c->off == c->len)
+						c->len = 0;
+					continue;
+				}
+				if (w == -1 && errno == EAGAIN)
+					break;
+				errors++;
+				close(c->fd);
+				c->fd = -1;
+				up--;
+				break;
+			}
+		}
+		if (up == 0)
+			break;
+		/* Wake each millisecond; drop what the relay says meanwhile. */
+		n = epoll_wait(ep, evs, 256, 1);
+		for (k = 0; k < n; k++) {
+			struct shipper	*c = &sh[evs[k].data.u64];
+
+			if (c->fd != -1)
+				while (recv(c->fd, junk, sizeof junk, 0) > 0)
+					;
+		}
+		if (now() > tend + 60.0)
+			break;
+	}
+	t = now();
+	/* Every byte out, then our FIN; the relay's EOF says it is through. */
+	for (i = 0; i < conns; i++)
+		if (sh[i].fd != -1) {
+			int	fl = fcntl(sh[i].fd, F_GETFL);
+
+			(void)fcntl(sh[i].fd, F_SETFL, fl & ~O_NONBLOCK);
+			while (sh[i].len > 0) {
+				ssize_t	w = send(sh[i].fd, sh[i].buf +
+				    sh[i].off, sh[i].len - sh[i].off,
+				    MSG_NOSIGNAL);
+
+				if (w <= 0) {
+					errors++;
+					break;
+				}
+				sh[i].off += (size_t)w;
+				if (sh[i].off == sh[i].len)
+					sh[i].len = 0;
+			}
+			(void)fcntl(sh[i].fd, F_SETFL, fl);
+			shutdown(sh[i].fd, SHUT_WR);
+			open++;
+		}
+	tend = now() + 30.0;
+	while (open > 0 && now() < tend && !stop_flag) {
+		n = epoll_wait(ep, evs, 256, 100);
+		for (k = 0; k < n; k++) {
+			struct shipper	*c = &sh[evs[k].data.u64];
+			ssize_t		 r;
+
+			if (c->fd == -1 || c->closed)
+				continue;
+			while ((r = recv(c->fd, junk, sizeof junk, 0)) > 0)
+				;
+			if (r == 0 || (r == -1 && errno != EAGAIN)) {
+				c->closed = 1;
+				epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+				open--;
+			}
+		}
+	}
+	for (i = 0; i < conns; i++)
+		if (sh[i].fd != -1)
+			close(sh[i].fd);
+	printf("sent=%ld conns=%ld seconds=%.3f rate=%.0f late=%ld "
+	    "errors=%ld\n", sent, conns, t - t0, (double)sent / (t - t0),
+	    late, errors + (open > 0 ? open : 0));
+	return errors > 0 || open > 0 ? 1 : 0;
+}
+
 /* ---- counting sink --------------------------------------------------------------- */
 
 /* Per TCP connection: the last bytes of what came, for a split marker. */
@@ -1196,15 +1395,67 @@ struct tail {
 	size_t	n;
 };
 
+/*
+ * Latencies of fansend's messages, in 10 us buckets up to 1 s; the
+ * last bucket holds everything above.
+ */
+#define LAT_BUCKETS	100001
+static uint32_t			 lat[LAT_BUCKETS];
+static long			 lat_n;
+static long			 lat_max;
+static volatile sig_atomic_t	 lat_reset;
+
+/* After a marker at q (end: the read's end): " SEQ TIME" of fansend. */
+static void
+lat_sample(const char *q, const char *end, long t)
+{
+	const char	*p = q + MARKER_LEN + 1 + 10 + 1;
+	long		 sent = 0, d;
+	int		 i;
+
+	if (end - p < 17 || p[-1] != ' ' || p[16] != ' ')
+		return;
+	for (i = 0; i < 16; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return;
+		sent = sent * 10 + (p[i] - '0');
+	}
+	d = t - sent;
+	if (d < 0)
+		d = 0;
+	lat[d / 10 < LAT_BUCKETS - 1 ? d / 10 : LAT_BUCKETS - 1]++;
+	lat_n++;
+	if (d > lat_max)
+		lat_max = d;
+}
+
+/* The q-quantile (0..1) in microseconds: its bucket's upper end. */
+static long
+lat_quantile(double q)
+{
+	long	want = (long)(q * (double)lat_n), seen = 0;
+	long	i;
+
+	if (lat_n == 0)
+		return 0;
+	for (i = 0; i < LAT_BUCKETS; i++)
+		if ((seen += lat[i]) > want)
+			return (i + 1) * 10;
+	return lat_max;
+}
+
 static long
 count_in(const char *p, size_t len)
 {
 	const char	*end = p + len, *q;
-	long		 c = 0;
+	long		 c = 0, t = -1;
 
 	while ((q = memmem(p, (size_t)(end - p), MARKER, MARKER_LEN)) !=
 	    NULL) {
 		c++;
+		if (t == -1)
+			t = now_us();
+		lat_sample(q, end, t);
 		p = q + MARKER_LEN;
 	}
 	return c;
@@ -1239,10 +1490,16 @@ count_stream(struct tail *t, char *buf, size_t len)
 static void
 count_report(int fd, long count, long drops)
 {
-	char	line[64];
+	char	line[160];
 	int	n;
 
-	n = snprintf(line, sizeof line, "%ld %ld\n", count, drops);
+	if (lat_reset) {
+		lat_reset = 0;
+		memset(lat, 0, sizeof lat);
+		lat_n = lat_max = 0;
+	}
+	n = snprintf(line, sizeof line, "%ld %ld %ld %ld %ld %ld\n", count,
+	    drops, lat_quantile(0.5), lat_quantile(0.99), lat_max, lat_n);
 	if (ftruncate(fd, 0) == -1 || pwrite(fd, line, (size_t)n, 0) != n)
 		die("status file");
 }
@@ -1314,6 +1571,13 @@ count_dgrams(int fd, long *count, long *drops)
 	}
 }
 
+static void
+on_usr2(int sig)
+{
+	(void)sig;
+	lat_reset = 1;
+}
+
 static int
 mode_count(int argc, char **argv)
 {
@@ -1340,6 +1604,14 @@ mode_count(int argc, char **argv)
 		die(argv[1]);
 	count_report(sfd, 0, 0);
 	catch_signals();
+	{
+		struct sigaction	sa;
+
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_usr2;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGUSR2, &sa, NULL);
+	}
 	alarm((unsigned)maxsec);
 	lfd = count_socket(udp, &sin);
 	printf("port %d\n", ntohs(sin.sin_port));
@@ -1486,8 +1758,10 @@ main(int argc, char **argv)
 		rc = mode_udpsend(argc - 2, argv + 2);
 	else if (strcmp(argv[1], "count") == 0)
 		rc = mode_count(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "fansend") == 0)
+		rc = mode_fansend(argc - 2, argv + 2);
 	if (rc == 2)
-		fprintf(stderr, "usage: tools echo|pingpong|shortconn|rr|idle|frames|blast|sink|reap|udpsend|count ...\n"
+		fprintf(stderr, "usage: tools echo|pingpong|shortconn|rr|idle|frames|blast|sink|reap|udpsend|fansend|count ...\n"
 		    "(see the comment at the top of contrib/bench/tools.c)\n");
 	return rc;
 }
