@@ -15,6 +15,7 @@ enum {
 	OPT_PIPE_SIZE = 256,
 	OPT_BUFFER_SIZE,
 	OPT_SPLICE_MIN,
+	OPT_COALESCE,
 	OPT_MAX_CONNS,
 	OPT_THREADS,
 	OPT_CONNECT_TIMEOUT,
@@ -131,7 +132,7 @@ struct cli_opt {
  * entry added or removed without it is a compile error in cli.c, where
  * the table's own size must match this declaration.
  */
-#define CLI_NOPTS	77
+#define CLI_NOPTS	78
 extern const struct cli_opt cli_opts[CLI_NOPTS];
 
 /* Does the option take a value? (CLI_FLAG_WORD's is optional: 0.) */

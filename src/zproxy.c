@@ -462,7 +462,7 @@ run_loop(struct zp_ctx *ctx)
 {
 	int	rc = 0;
 
-	if (event_base_dispatch(ctx->base) == -1) {
+	if (zp_ctx_loop(ctx, 0) == -1) {
 		zp_log(ctx->log, ZP_LOG_ERROR, "event loop failed");
 		rc = ZP_EX_OSERR;
 	}

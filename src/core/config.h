@@ -200,6 +200,9 @@ struct zp_config {
 	size_t			max_frame;	/* 0: the framing's default */
 	double			max_lifetime;	/* 0: streams stay */
 	double			stall_timeout;	/* 0: an upstream may stall */
+	double			coalesce;	/* a relay thread's pause after
+						   a pass with no backlog; 0:
+						   none */
 	int			rebalance;	/* enum zp_rebalance */
 	int			rebalance_rate;	/* moves a second */
 	size_t			replay_window;	/* 0: no replay */

@@ -1,11 +1,17 @@
 /*
  * ctx.c - what every module asks of its context, whichever thread's it
- * is (ctx.h): the root, the hooks it was wired with, the next id.
+ * is (ctx.h): the root, the hooks it was wired with, the next id; and
+ * its loop.
  */
 
 #include <assert.h>
+#include <errno.h>
 #include <stdint.h>
+#include <time.h>
 
+#include <event2/event.h>
+
+#include "core/config.h"
 #include "relay/ctx.h"
 
 struct zp_ctx *
@@ -28,4 +34,28 @@ zp_ctx_next_id(struct zp_ctx *ctx)
 {
 	return __atomic_add_fetch(&zp_ctx_root(ctx)->next_id, 1,
 	    __ATOMIC_SEQ_CST);
+}
+
+int
+zp_ctx_loop(struct zp_ctx *ctx, int flags)
+{
+	struct timespec	pause;
+	int		rc;
+
+	if (!(ctx->cfg->coalesce > 0))
+		return event_base_loop(ctx->base, flags);
+	for (;;) {
+		ctx->pass_busy = 0;
+		rc = event_base_loop(ctx->base, flags | EVLOOP_ONCE);
+		if (rc != 0 || event_base_got_break(ctx->base) ||
+		    event_base_got_exit(ctx->base))
+			return rc;
+		if (ctx->pass_busy)
+			continue;	/* more is waiting: no pause */
+		pause.tv_sec = (time_t)ctx->cfg->coalesce;
+		pause.tv_nsec = (long)((ctx->cfg->coalesce -
+		    (double)pause.tv_sec) * 1e9);
+		/* A signal cuts it short: its event runs in the next pass. */
+		(void)nanosleep(&pause, NULL);
+	}
 }

@@ -293,6 +293,8 @@ struct zp_ctx {
 	long			 nofile;	/* RLIMIT_NOFILE; 0: unknown */
 	long			 fd_reserve;	/* kept free of stats' use */
 	size_t			 budget;	/* bytes per direction per callback */
+	int			 pass_busy;	/* --coalesce: this pass of the
+						   loop left bytes waiting */
 	struct timeval		 started;
 	struct timeval		 local_warned;	/* last local-fault warning */
 	int			 stopping;
@@ -309,5 +311,17 @@ const struct zp_ctx_hooks *zp_ctx_hooks(struct zp_ctx *);
 
 /* The next connection id, unique over the threads. */
 uint64_t zp_ctx_next_id(struct zp_ctx *);
+
+/*
+ * Run ctx's loop (event_base_loop's flags and result). With --coalesce,
+ * one pass at a time, and after a pass that left nothing waiting (no
+ * direction stopped by its budget: ctx->pass_busy) a pause of that long
+ * before the next: what the sockets gather meanwhile is read in one
+ * pass, many small messages a read. The loop's timers and wake-ups are
+ * late by the pause at most. A break (event_base_loopbreak) must come
+ * from within the loop, as every one of zproxy's does: a pass clears
+ * one made between passes.
+ */
+int	zp_ctx_loop(struct zp_ctx *, int flags);
 
 #endif

@@ -490,6 +490,9 @@ dir_pump(struct zp_ctx *ctx, struct zp_dir *d, size_t budget)
 		d->bufsize = ctx->cfg->buffer_size;	/* after a move's */
 	}
 	zp_half_want_read(d->src, !d->done && dir_can_fill(d));
+	/* The budget stopped it: the loop does not pause (--coalesce). */
+	if (moved >= budget)
+		ctx->pass_busy = 1;
 	/*
 	 * The budget stopped it with bytes in the feed or the TLS session:
 	 * no socket will say so, so the pass comes again after the loop's

@@ -176,7 +176,7 @@ worker_main(void *arg)
 {
 	struct zp_worker	*w = arg;
 
-	(void)event_base_loop(w->ctx.base, EVLOOP_NO_EXIT_ON_EMPTY);
+	(void)zp_ctx_loop(&w->ctx, EVLOOP_NO_EXIT_ON_EMPTY);
 	if (!w->exiting)
 		worker_died(w);
 	return NULL;

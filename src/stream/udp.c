@@ -630,6 +630,9 @@ udp_read_cb(evutil_socket_t fd, short what, void *arg)
 			break;
 		udp_pause(u);
 	}
+	/* More may wait in the socket: the loop does not pause (--coalesce). */
+	if (i == ZP_UDP_ROUNDS)
+		u->ctx->pass_busy = 1;
 	udp_pause(u);
 }
 
