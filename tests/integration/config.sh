@@ -57,6 +57,7 @@ case_roundtrip() {
 	pipe-size 256K
 	buffer-size 64K
 	splice-min 8K
+	coalesce 0.02
 	framing octet
 	max-frame 1M
 	max-lifetime 3600
