@@ -473,6 +473,12 @@ check_depends(const struct zp_config *cfg, const char **given, char *err,
 	}
 	if (check_udp(cfg, given, err, errlen) == -1)
 		return -1;
+	/* A pause that long holds the thread's timers and control too. */
+	if (cfg->coalesce > ZP_COALESCE_MAX) {
+		zp_seterr(err, errlen, "--coalesce %g: at most %g second, or "
+		    "off", cfg->coalesce, ZP_COALESCE_MAX);
+		return -1;
+	}
 	/*
 	 * Only a framed stream has boundaries to move at (a UDP source's
 	 * is always framed).

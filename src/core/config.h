@@ -293,6 +293,8 @@ int	zp_config_udp_upstreams(const struct zp_config *);
 #define ZP_DEFAULT_SPOOL_SENDERS 4
 #define ZP_DEFAULT_SPOOL_SYNC	1.0
 #define ZP_DEFAULT_UDP_IDLE	60.0
+/* --coalesce: the longest pause (it delays a thread's timers too). */
+#define ZP_COALESCE_MAX		1.0
 #define ZP_DEFAULT_UDP_RCVBUF	(8UL * 1024 * 1024)
 
 /*

@@ -45,10 +45,19 @@ zp_ctx_loop(struct zp_ctx *ctx, int flags)
 	if (!(ctx->cfg->coalesce > 0))
 		return event_base_loop(ctx->base, flags);
 	for (;;) {
+		/*
+		 * A stop from another thread between passes: its break was
+		 * cleared, or will be by the next pass; the flag stays. (A
+		 * stop just after this look is seen after the next pass: a
+		 * worker's publish timer makes one at least every period.)
+		 */
+		if (__atomic_load_n(&ctx->loop_stop, __ATOMIC_SEQ_CST))
+			return 0;
 		ctx->pass_busy = 0;
 		rc = event_base_loop(ctx->base, flags | EVLOOP_ONCE);
 		if (rc != 0 || event_base_got_break(ctx->base) ||
-		    event_base_got_exit(ctx->base))
+		    event_base_got_exit(ctx->base) ||
+		    __atomic_load_n(&ctx->loop_stop, __ATOMIC_SEQ_CST))
 			return rc;
 		if (ctx->pass_busy)
 			continue;	/* more is waiting: no pause */
@@ -58,4 +67,12 @@ zp_ctx_loop(struct zp_ctx *ctx, int flags)
 		/* A signal cuts it short: its event runs in the next pass. */
 		(void)nanosleep(&pause, NULL);
 	}
+}
+
+void
+zp_ctx_loop_stop(struct zp_ctx *ctx)
+{
+	__atomic_store_n(&ctx->loop_stop, 1, __ATOMIC_SEQ_CST);
+	/* Wakes a loop waiting for events; one paused sees the flag next. */
+	event_base_loopbreak(ctx->base);
 }

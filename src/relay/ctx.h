@@ -295,6 +295,8 @@ struct zp_ctx {
 	size_t			 budget;	/* bytes per direction per callback */
 	int			 pass_busy;	/* --coalesce: this pass of the
 						   loop left bytes waiting */
+	int			 loop_stop;	/* atomic: zp_ctx_loop returns
+						   (a stop from another thread) */
 	struct timeval		 started;
 	struct timeval		 local_warned;	/* last local-fault warning */
 	int			 stopping;
@@ -319,9 +321,12 @@ uint64_t zp_ctx_next_id(struct zp_ctx *);
  * before the next: what the sockets gather meanwhile is read in one
  * pass, many small messages a read. The loop's timers and wake-ups are
  * late by the pause at most. A break (event_base_loopbreak) must come
- * from within the loop, as every one of zproxy's does: a pass clears
- * one made between passes.
+ * from within the loop (a pass clears one made between passes); another
+ * thread stops it with zp_ctx_loop_stop().
  */
 int	zp_ctx_loop(struct zp_ctx *, int flags);
+
+/* From any thread: ctx's loop returns (its base is broken too). */
+void	zp_ctx_loop_stop(struct zp_ctx *);
 
 #endif

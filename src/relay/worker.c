@@ -449,7 +449,7 @@ zp_workers_stop(struct zp_ctx *root)
 		if (!ws->w[i]->started)
 			continue;
 		if (wmsg_post(ws->w[i], &m) == -1)
-			event_base_loopbreak(ws->w[i]->ctx.base);
+			zp_ctx_loop_stop(&ws->w[i]->ctx);
 		pthread_join(ws->w[i]->tid, NULL);
 		ws->w[i]->started = 0;
 		pthread_mutex_lock(&ws->w[i]->mu);

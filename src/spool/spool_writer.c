@@ -917,6 +917,8 @@ spool_writer_pump(struct zp_spool_writer *w)
 		return;
 	}
 	/* The budget's end: live pairs come between, then the rest. */
+	if (moved >= budget)
+		w->ctx->pass_busy = 1;	/* no pause (--coalesce) */
 	writer_tls_pending(w);
 }
 

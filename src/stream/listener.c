@@ -219,6 +219,8 @@ listener_accept_cb(evutil_socket_t lfd, short what, void *arg)
 			zp_ctx_start_pair(ctx, fd, (struct sockaddr *)&ss,
 			    len, l->tls ? ZP_START_TLS : 0);
 	}
+	/* The batch ran out, not the backlog: no pause (--coalesce). */
+	ctx->pass_busy = 1;
 }
 
 /* The part of making and taking over that is the same: events. */

@@ -9,13 +9,13 @@
 #   b. the pause is there and bounded: 200 ping-pongs of 100 bytes to a
 #      TCP_NODELAY echo with --coalesce 0.01: each round trip waits for
 #      the pauses, one a way (p50 >= 5 ms; about 20 ms here, where it is
-#      well under 1 ms without --coalesce), and none much longer (p99 <
-#      100 ms);
+#      well under 1 ms without --coalesce), and they do not stack up
+#      (p50 < 60 ms, p99 < 500 ms: the suite's load adds its own);
 #   c. fan-in: 50 shippers x 400 lf messages (zp-logsend) through
 #      --framing lf --coalesce 0.02, 1 and 2 threads, to rsyslog: every
 #      message exactly once, each connection's in order;
-#   d. start-up: --coalesce 0.0001 (below a millisecond) and --coalesce
-#      x are refused with one line and exit 64.
+#   d. start-up: --coalesce 0.0001 (below a millisecond), 2 (above a
+#      second) and x are refused with one line and exit 64.
 # In splice and copy modes.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 . "${ZP_TESTLIB%/*}/collectorlib.sh" || exit 1
@@ -54,8 +54,11 @@ case_pingpong() {
 	p99=$(echo "$rtt" | sed 's/.*p99=\([0-9.]*\)ms.*/\1/')
 	awk -v a="$p50" 'BEGIN { exit !(a >= 5) }' ||
 		fail "$what: round trips do not wait for the pause (p50 must be >= 5 ms): $rtt"
-	awk -v b="$p99" 'BEGIN { exit !(b < 100) }' ||
-		fail "$what: round trips held too long (p99 must be < 100 ms): $rtt"
+	# Two pauses a round trip; a loaded machine (the suite runs -j4
+	# under ASan) adds its own: bounds that only a pause that does not
+	# end, or that stacks up, would pass.
+	awk -v a="$p50" -v b="$p99" 'BEGIN { exit !(a < 60 && b < 500) }' ||
+		fail "$what: round trips held too long (p50 must be < 60 ms, p99 < 500 ms): $rtt"
 	expect_conn_log 'up=20000 down=20000 .*end=closed' "$what"
 	stop_zproxy
 	ok "$what: $rtt"
@@ -84,16 +87,17 @@ case_fanin() {
 
 case_startup() {
 	local v rc
-	for v in 0.0001 x; do
+	for v in 0.0001 x 2; do
 		"$ZPROXY" -l 127.0.0.1:1 -u 127.0.0.1:2 --coalesce "$v" --check \
 		    >"$T/co.out" 2>"$T/co.err"
 		rc=$?
 		[ "$rc" = 64 ] || fail "--coalesce $v: exit $rc, want 64"
 		[ "$(wc -l <"$T/co.err")" = 1 ] &&
-		    grep -q "invalid coalesce '$v'" "$T/co.err" ||
+		    grep -Eq "invalid coalesce '$v'|--coalesce $v: at most 1 second" \
+		    "$T/co.err" ||
 			fail "--coalesce $v: said '$(cat "$T/co.err")'"
 	done
-	ok "--coalesce 0.0001 and x refused, one line each, exit 64"
+	ok "--coalesce 0.0001, x and 2 (above 1 s) refused, one line each, exit 64"
 }
 
 subcase case_startup
