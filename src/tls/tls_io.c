@@ -227,8 +227,10 @@ io_error(struct zp_tls *t, int r)
 	}
 }
 
-ssize_t
-zp_tls_read(struct zp_tls *t, void *buf, size_t len)
+/* SSL_read or SSL_peek, with recv's contract (zp_tls_read). */
+static ssize_t
+tls_take(struct zp_tls *t, void *buf, size_t len,
+    int (*take)(SSL *, void *, int))
 {
 	int	r;
 
@@ -236,23 +238,21 @@ zp_tls_read(struct zp_tls *t, void *buf, size_t len)
 		len = INT32_MAX;
 	ERR_clear_error();
 	errno = 0;
-	if ((r = SSL_read(t->ssl, buf, (int)len)) > 0)
+	if ((r = take(t->ssl, buf, (int)len)) > 0)
 		return r;
 	return io_error(t, r);
 }
 
 ssize_t
+zp_tls_read(struct zp_tls *t, void *buf, size_t len)
+{
+	return tls_take(t, buf, len, SSL_read);
+}
+
+ssize_t
 zp_tls_peek(struct zp_tls *t, void *buf, size_t len)
 {
-	int	r;
-
-	if (len > INT32_MAX)
-		len = INT32_MAX;
-	ERR_clear_error();
-	errno = 0;
-	if ((r = SSL_peek(t->ssl, buf, (int)len)) > 0)
-		return r;
-	return io_error(t, r);
+	return tls_take(t, buf, len, SSL_peek);
 }
 
 /*
