@@ -75,7 +75,7 @@
  *       exactly once and no newline. Prints "sent=N seconds=S rate=R" (R:
  *       the rate it kept; below RATE when this sender could go no faster).
  *
- *   tools fansend PORT CONNS RATE SECONDS SIZE
+ *   tools fansend PORT CONNS RATE SECONDS SIZE [lf|octet]
  *       The shippers of a fan-in: CONNS connections to 127.0.0.1:PORT
  *       (opened first, at most 256 being set up at once), each sending
  *       RATE messages a second for SECONDS, paced every millisecond and
@@ -84,7 +84,9 @@
  *       writes a line. Each message is an RFC 3164 line of SIZE bytes,
  *       newline included: "<13>... zpb: zpbm SEQUENCE TIME xxxx...\n",
  *       TIME the CLOCK_MONOTONIC microseconds when it was sent (the sink
- *       takes its latency from it). What a full socket does not take
+ *       takes its latency from it). With octet, each message is framed
+ *       as RFC 6587 octet counting instead, "LEN SP" and the line without
+ *       its newline, SIZE bytes in all. What a full socket does not take
  *       waits, in order, and counts as late. Then shutdown(SHUT_WR) on
  *       each, and up to 30 s for the relay's EOF. Prints "sent=N conns=C
  *       seconds=S rate=R late=L errors=E" (L: messages that went out
@@ -1235,17 +1237,29 @@ mode_fansend(int argc, char **argv)
 	long			 conns, rate, secs, size, total, sent = 0;
 	long			 late = 0, errors = 0, i, up = 0, open = 0;
 	double			 t0, t, tend, due;
-	char			 junk[4096];
-	int			 ep, n, k;
+	char			 junk[4096], pfx[16];
+	int			 ep, n, k, octet = 0, plen = 0;
 
 	if (argc < 5)
 		return 2;
+	if (argc > 5) {
+		if (strcmp(argv[5], "octet") == 0)
+			octet = 1;
+		else if (strcmp(argv[5], "lf") != 0)
+			return 2;
+	}
 	dst = loopback((int)num(argv[0], 1, 65535));
 	conns = num(argv[1], 1, 100000);
 	rate = num(argv[2], 1, 100000);
 	secs = num(argv[3], 1, 3600);
 	size = num(argv[4], 60, 4096);
 	total = conns * rate * secs;
+	/* Octet counting: "LEN " then LEN bytes, SIZE in all. */
+	if (octet)
+		for (k = 1; k < 5 && plen == 0; k++)
+			if (snprintf(pfx, sizeof pfx, "%ld ", size - k - 1) ==
+			    k + 1)
+				plen = k + 1;
 	catch_signals();
 	raise_nofile();
 	alarm((unsigned)(secs * 2 + 120));
@@ -1291,12 +1305,12 @@ mode_fansend(int argc, char **argv)
 					int	m;
 
 					m = snprintf(c->buf, sizeof c->buf,
-					    "<13>Dec  7 12:00:00 bench zpb: "
-					    MARKER " %010ld %016ld ", c->sent,
-					    now_us());
+					    "%s<13>Dec  7 12:00:00 bench zpb: "
+					    MARKER " %010ld %016ld ",
+					    octet ? pfx : "", c->sent, now_us());
 					memset(c->buf + m, 'x', (size_t)(size -
 					    m - 1));
-					c->buf[size - 1] = '\n';
+					c->buf[size - 1] = octet ? 'x' : '\n';
 					c->len = (size_t)size;
 					c->off = 0;
 					if ((double)c->sent + 1.0 <
