@@ -231,9 +231,9 @@ rdir_recv_done(struct zp_ring_op *op, int res)
 		d->eof = 1;
 	else if (res != -EAGAIN && res != -EINTR) {
 		/*
-		 * The epoll path reads a reset source on until it is empty;
-		 * the ring takes the reset as its end (what the kernel still
-		 * held for it is not delivered).
+		 * A recv hands over what the kernel holds before it reports
+		 * the reset: nothing is left to read after the error (the
+		 * epoll path reads on until EAGAIN).
 		 */
 		if (!d->src->dead)
 			rc |= ZP_PUMP_DEAD;
@@ -371,6 +371,17 @@ zp_rpair_release(struct zp_rpair *rp)
 			ring_release(NULL, rp->dir[i].d);
 		rp->dir[i].d = NULL;
 	}
+	/*
+	 * Now, not at the end of the pass: a queued request names its
+	 * socket by number, and the kernel looks the number up only when
+	 * the request is submitted. The pair closes its sockets next; a
+	 * client accepted later in this pass would get the same numbers,
+	 * and a recv or send of ours queued before the close would go to
+	 * that client's socket (seen: bytes of one pair in another's
+	 * stream). Submitted here, every request of ours holds its own
+	 * socket, whatever becomes of the number.
+	 */
+	zp_ring_submit(rp->ring);
 	rpair_maybe_free(rp);
 }
 

@@ -59,7 +59,10 @@ int		 zp_ring_start(struct zp_ring *);
  */
 struct io_uring_sqe *zp_ring_sqe(struct zp_ring *, struct zp_ring_op *);
 
-/* Hand what was queued to the kernel (the end of a loop pass). */
+/*
+ * Hand what was queued to the kernel: at the end of a loop pass, and
+ * before a descriptor named by a queued request is closed.
+ */
 void		 zp_ring_submit(struct zp_ring *);
 
 /* Requests queued or in flight. */
