@@ -2,20 +2,28 @@
  * ring.c - a relay context's io_uring and its eventfd in the loop
  * (PROTOTYPE, issue 30); see ring.h.
  *
- * Set-up flags: SINGLE_ISSUER | DEFER_TASKRUN | R_DISABLED, and a CQ of
- * ZP_RING_CQ entries. DEFER_TASKRUN runs the kernel's completion work
- * only when this thread asks (io_uring_get_events, in the eventfd's
- * callback), not by interrupting whatever the thread is doing; measured
- * here (kernel 6.18): the eventfd is still signalled when the first
- * deferred completion is queued, so epoll_wait wakes for it, and unlike
- * plain or COOP_TASKRUN set-ups the wait is not cut short with EINTR by
- * the task work. DEFER_TASKRUN needs SINGLE_ISSUER, whose one submitter
- * is the thread that made the ring, unless it is made disabled: then it
- * is the thread that enables it. Contexts are made on the main thread
- * (before the privileges drop and the seccomp filter) and run on their
- * own, so the ring is made disabled and each loop enables its own
- * (zp_ring_start). Without R_DISABLED a worker's first submit fails
- * with EEXIST.
+ * Set-up flags: SINGLE_ISSUER | COOP_TASKRUN | R_DISABLED, and a CQ of
+ * ZP_RING_CQ entries.
+ *
+ * Not DEFER_TASKRUN, although it is what the experiment
+ * (contrib/bench/uring-relay.c) ran with: there the thread waits in
+ * io_uring_enter, here it waits in libevent's epoll_wait and learns of
+ * completions from the eventfd. With DEFER_TASKRUN the eventfd is
+ * signalled when the first deferred completion is queued, and on this
+ * kernel (6.18) that signal came 16 to 32 ms late: a 100-byte ping-pong
+ * through one pair took 32 ms a round trip (p50) instead of 0.07 ms
+ * with COOP_TASKRUN, measured with the same build. COOP_TASKRUN posts
+ * completions as task work run when the thread next enters or leaves
+ * the kernel, without an IPI; it cuts an epoll_wait short (EINTR,
+ * which libevent retries), and the eventfd is signalled as the CQE is
+ * posted.
+ *
+ * SINGLE_ISSUER's one submitter is the thread that made the ring,
+ * unless it was made disabled: then it is the thread that enables it.
+ * Contexts are made on the main thread (before the privileges drop and
+ * the seccomp filter) and run on their own, so the ring is made
+ * disabled and each loop enables its own (zp_ring_start); without
+ * R_DISABLED a worker's first submit fails with EEXIST.
  */
 
 #ifdef ZP_HAVE_IO_URING
@@ -71,7 +79,11 @@ ring_reap(struct zp_ring *r)
 	}
 }
 
-/* The eventfd says completions wait: run the deferred work, reap. */
+/*
+ * The eventfd says completions wait: reap them. (No io_uring_get_events:
+ * the completions' task work has run by the time read(2) returns, and
+ * liburing flushes an overflowed CQ itself when it sees the flag.)
+ */
 static void
 ring_event_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -81,7 +93,6 @@ ring_event_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	/* Read first: what completes after it signals again. */
 	(void)read(fd, &n, sizeof(n));
-	(void)io_uring_get_events(&r->ring);
 	ring_reap(r);
 }
 
@@ -99,7 +110,7 @@ zp_ring_new(struct event_base *base, unsigned entries, char *err,
 	}
 	r->efd = -1;
 	memset(&par, 0, sizeof(par));
-	par.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+	par.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN |
 	    IORING_SETUP_R_DISABLED | IORING_SETUP_CQSIZE;
 	par.cq_entries = ZP_RING_CQ;
 	if ((rc = io_uring_queue_init_params(entries, &r->ring, &par)) < 0) {
