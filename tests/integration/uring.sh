@@ -15,7 +15,12 @@
 #      short or corrupt, the log's up= add up to what the clients sent;
 #   e. half-close each way: client SHUT_WR, the upstream answers after
 #      EOF; upstream SHUT_WR, the client answers after EOF; SHA-256;
-#   f. --threads 2: the same bulk through a worker's ring.
+#   f. --threads 2: the same bulk through a worker's ring;
+#   g. the pair's timer: an idle pair ends with end=idle-timeout
+#      (--idle-timeout 1) while its recvs are in flight;
+#   h. stop with 8 idle pairs open (recvs in flight on both sides of
+#      each, across 2 threads): their requests are cancelled, every
+#      completion reaped before the rings go, no leak (LeakSanitizer).
 # Every case stops zproxy cleanly (stop_zproxy: exit 0, "stopping:", no
 # sanitizer report, no sandbox refusal: the sandbox is on).
 # With a zproxy built without it: --io-uring is refused with one line
@@ -159,6 +164,41 @@ case_halfclose() {
 	ok "$what: both ways verified (SHA-256), end=closed"
 }
 
+case_idle() {
+	local what="an idle pair, --idle-timeout 1" upid
+	peer_listen idle-up -n 1 -t 30
+	upid=$PEER_PID
+	start_zproxy -v "${URING[@]}" --idle-timeout 1 \
+	    -u "127.0.0.1:$PEER_PORT"
+	exec 7<>"/dev/tcp/127.0.0.1/$ZPORT" || fail "$what: cannot connect"
+	expect_conn_log 'up=0 down=0 .*end=idle-timeout' "$what" 5
+	exec 7>&-
+	peer_wait "$upid" idle-up 10 >/dev/null
+	stop_zproxy
+	ok "$what: end=idle-timeout"
+}
+
+case_stop_open() {
+	local what="stop with 8 idle pairs open, --threads 2" fd upid
+	peer_listen open-up -n 8 --hold -t 30
+	upid=$PEER_PID
+	start_zproxy -v "${URING[@]}" --threads 2 -u "127.0.0.1:$PEER_PORT"
+	for fd in 20 21 22 23 24 25 26 27; do
+		eval "exec $fd<>/dev/tcp/127.0.0.1/$ZPORT" ||
+			fail "$what: cannot connect"
+	done
+	wait_estab "$PEER_PORT" 8 10 || fail "$what: $(estab "$PEER_PORT") of 8 upstream connections"
+	stop_zproxy
+	for fd in 20 21 22 23 24 25 26 27; do
+		eval "exec $fd>&-"
+	done
+	zp_stop "$upid"
+	peer_wait "$upid" open-up 5 >/dev/null
+	grep -c ' end=shutdown' "$ZLOG" | grep -qx 8 ||
+		fail "$what: $(grep -c ' end=shutdown' "$ZLOG") of 8 lines say end=shutdown"
+	ok "$what: exit 0, 8 x end=shutdown, no sanitizer report"
+}
+
 if ! built; then
 	subcase case_refused
 	zp_done
@@ -176,6 +216,8 @@ subcase case_bulk 2
 subcase case_pingpong
 subcase case_upstream_refused
 subcase case_client_reset
+subcase case_idle
+subcase case_stop_open
 subcase case_halfclose hc-client "client SHUT_WR first, upstream answers after EOF" \
     --after-eof ""
 subcase case_halfclose hc-upstream "upstream SHUT_WR first, client answers after EOF" \
