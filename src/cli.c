@@ -32,6 +32,8 @@ const struct cli_opt cli_opts[] = {
 	/* 0 is a size here: "splice from the first byte". */
 	{ "splice-min", OPT_SPLICE_MIN, CLI_SIZE, F(splice_min), 0, 0, NULL,
 	    NULL, NULL, 0 },
+	{ "io-uring", OPT_IO_URING, CLI_FLAG, F(io_uring), 0, 0, NULL, NULL,
+	    NULL, 0 },
 	{ "coalesce", OPT_COALESCE, CLI_SECONDS_OFF, F(coalesce), 0, 0, NULL,
 	    NULL, NULL, 0 },
 	{ "framing", OPT_FRAMING, CLI_WORD, F(framing), 0, 0,
@@ -246,6 +248,9 @@ static const char usage_text[] =
 "      --splice-min BYTES     a direction copies until one read brings this\n"
 "                             much, then takes a pipe (default 4K; 0: take\n"
 "                             both pipes when a connection starts)\n"
+"      --io-uring             relay plain copy-mode pairs through io_uring\n"
+"                             (experimental; needs a build configured\n"
+"                             for it, and -m copy)\n"
 "      --coalesce SEC|off     after a pass of its loop that left nothing\n"
 "                             waiting, a relay thread pauses this long, so\n"
 "                             that the next pass reads many small messages\n"

@@ -52,6 +52,7 @@ enum {
 	OPT_USER,
 	OPT_GROUP,
 	OPT_NO_SANDBOX,
+	OPT_IO_URING,
 	/* transparent modes */
 	OPT_TPROXY,
 	OPT_ALLOW_DST,
@@ -132,7 +133,7 @@ struct cli_opt {
  * entry added or removed without it is a compile error in cli.c, where
  * the table's own size must match this declaration.
  */
-#define CLI_NOPTS	78
+#define CLI_NOPTS	79
 extern const struct cli_opt cli_opts[CLI_NOPTS];
 
 /* Does the option take a value? (CLI_FLAG_WORD's is optional: 0.) */

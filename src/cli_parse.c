@@ -473,6 +473,24 @@ check_depends(const struct zp_config *cfg, const char **given, char *err,
 	}
 	if (check_udp(cfg, given, err, errlen) == -1)
 		return -1;
+	/*
+	 * --io-uring is a build option's: a build without it refuses it,
+	 * rather than relay in a way the operator did not ask for. Only
+	 * copy-mode pairs are eligible (relay_ring.h): with splice it
+	 * would do nothing.
+	 */
+#ifndef ZP_HAVE_IO_URING
+	if (cfg->io_uring) {
+		zp_seterr(err, errlen, "--io-uring: this zproxy was built "
+		    "without io_uring (configure --enable-io-uring)");
+		return -1;
+	}
+#endif
+	if (cfg->io_uring && cfg->mode != ZP_MODE_COPY) {
+		zp_seterr(err, errlen, "--io-uring needs -m copy (spliced "
+		    "pairs keep the epoll path)");
+		return -1;
+	}
 	/* A pause that long holds the thread's timers and control too. */
 	if (cfg->coalesce > ZP_COALESCE_MAX) {
 		zp_seterr(err, errlen, "--coalesce %g: at most %g second, or "

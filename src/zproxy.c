@@ -17,6 +17,7 @@
 #include "core/config.h"
 #include "ops/control.h"
 #include "relay/ctx.h"
+#include "relay/ring.h"
 #include "upstream/health.h"
 #include "ops/inherit.h"
 #include "stream/listener.h"
@@ -261,6 +262,15 @@ run_open(struct zp_ctx *ctx, struct zp_privs *pv, int nthreads,
 	if ((ctx->base = event_base_new()) == NULL ||
 	    (ctx->wake = zp_wake_new(ctx->base)) == NULL) {
 		zp_log(ctx->log, ZP_LOG_ERROR, "cannot create the event loop");
+		return ZP_EX_OSERR;
+	}
+	/*
+	 * --io-uring: made here, as root and before the sandbox; enabled
+	 * by the loop's thread (zp_ctx_loop).
+	 */
+	if (cfg->io_uring && (ctx->ring = zp_ring_new(ctx->base,
+	    ZP_RING_ENTRIES, err, sizeof(err))) == NULL) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
 		return ZP_EX_OSERR;
 	}
 	return 0;

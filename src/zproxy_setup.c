@@ -26,6 +26,7 @@
 #include "core/config.h"
 #include "ops/control.h"
 #include "relay/ctx.h"
+#include "relay/ring.h"
 #include "ops/inherit.h"
 #include "stream/listener.h"
 #include "lib/log.h"
@@ -394,7 +395,8 @@ zproxy_confine(struct zp_ctx *ctx, const struct zp_privs *pv, char *privs,
 		snprintf(privs + off, len - off, ", sandbox unavailable");
 		return 0;
 	}
-	if ((ctx->sandbox = zp_sandbox_install(ctx->base, ctx->log, err,
+	if ((ctx->sandbox = zp_sandbox_install(ctx->base, ctx->log,
+	    ctx->ring != NULL ? ZP_SANDBOX_RING : 0, err,
 	    sizeof(err))) == NULL) {
 		zp_log(ctx->log, ZP_LOG_ERROR, "%s", err);
 		return ZP_EX_OSERR;
@@ -411,6 +413,9 @@ zproxy_ctx_free(struct zp_ctx *ctx, struct event **sigs, int nsigs)
 
 	zp_workers_free(ctx);
 	zp_pairs_close(ctx, ZP_END_SHUTDOWN);
+	/* Every pair is closed: wait for the last of their completions. */
+	zp_ring_free(ctx->ring);
+	ctx->ring = NULL;
 	zp_udp_free(ctx);
 	zp_udp_socks_free(ctx);
 	/* Its I/O thread reads the upstreams: it ends before they go. */

@@ -21,11 +21,14 @@ int	zp_sandbox_available(void);
 /*
  * Install the filter for this process, for good, and watch for refused
  * calls from base (logged to lg; base may be NULL, then only
- * zp_sandbox_report() logs them). Returns the sandbox, or NULL with err
+ * zp_sandbox_report() logs them); flags: ZP_SANDBOX_*. Returns the sandbox, or NULL with err
  * filled (and nothing installed).
  */
+/* flags: the rings' calls are allowed too (--io-uring). */
+#define ZP_SANDBOX_RING	0x1
+
 struct zp_sandbox *zp_sandbox_install(struct event_base *, struct zp_log *,
-	    char *err, size_t errlen);
+	    unsigned flags, char *err, size_t errlen);
 
 /* Log each call refused since the last report, once per call. */
 void	zp_sandbox_report(struct zp_sandbox *);

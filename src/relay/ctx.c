@@ -7,12 +7,14 @@
 #include <assert.h>
 #include <errno.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include <event2/event.h>
 
 #include "core/config.h"
 #include "relay/ctx.h"
+#include "relay/ring.h"
 
 struct zp_ctx *
 zp_ctx_root(struct zp_ctx *ctx)
@@ -42,7 +44,16 @@ zp_ctx_loop(struct zp_ctx *ctx, int flags)
 	struct timespec	pause;
 	int		rc;
 
-	if (!(ctx->cfg->coalesce > 0))
+	/*
+	 * The ring's one submitter is the thread that enables it: this
+	 * one, which runs the loop (ring.c).
+	 */
+	if (ctx->ring != NULL && zp_ring_start(ctx->ring) == -1) {
+		zp_log(ctx->log, ZP_LOG_ERROR, "thread %d: cannot enable its "
+		    "io_uring: %s", ctx->thread, strerror(errno));
+		return -1;
+	}
+	if (!(ctx->cfg->coalesce > 0) && ctx->ring == NULL)
 		return event_base_loop(ctx->base, flags);
 	for (;;) {
 		/*
@@ -54,13 +65,19 @@ zp_ctx_loop(struct zp_ctx *ctx, int flags)
 		if (__atomic_load_n(&ctx->loop_stop, __ATOMIC_SEQ_CST))
 			return 0;
 		ctx->pass_busy = 0;
+		/*
+		 * What the last pass queued goes to the kernel before the
+		 * loop waits again: one io_uring_enter for all of it.
+		 */
+		if (ctx->ring != NULL)
+			zp_ring_submit(ctx->ring);
 		rc = event_base_loop(ctx->base, flags | EVLOOP_ONCE);
 		if (rc != 0 || event_base_got_break(ctx->base) ||
 		    event_base_got_exit(ctx->base) ||
 		    __atomic_load_n(&ctx->loop_stop, __ATOMIC_SEQ_CST))
 			return rc;
-		if (ctx->pass_busy)
-			continue;	/* more is waiting: no pause */
+		if (ctx->pass_busy || !(ctx->cfg->coalesce > 0))
+			continue;	/* more is waiting, or no pause asked */
 		pause.tv_sec = (time_t)ctx->cfg->coalesce;
 		pause.tv_nsec = (long)((ctx->cfg->coalesce -
 		    (double)pause.tv_sec) * 1e9);

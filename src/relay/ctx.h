@@ -42,6 +42,7 @@ struct zp_spool;
 struct zp_upstreams;
 struct zp_udp;
 struct zp_udp_socks;
+struct zp_ring;
 
 /* Why a pair relays in copy mode although splice was asked for. */
 enum zp_fallback {
@@ -224,6 +225,8 @@ struct zp_ctx {
 						   --max-conns, or draining) */
 	struct zp_pipepool	*pool;		/* NULL: no splicing (copy mode) */
 	struct zp_bufcache	 bufs;		/* copy-mode buffers to reuse */
+	struct zp_ring		*ring;		/* --io-uring (PROTOTYPE): this
+						   thread's; NULL: none */
 	struct zp_pipe		 tee_pipe;	/* --framing lf/nul: a pipe's
 						   last byte is looked at here */
 	int			 devnull;	/* --replay-window drops here */
@@ -323,6 +326,9 @@ uint64_t zp_ctx_next_id(struct zp_ctx *);
  * late by the pause at most. A break (event_base_loopbreak) must come
  * from within the loop (a pass clears one made between passes); another
  * thread stops it with zp_ctx_loop_stop().
+ * With a ring (--io-uring) it goes one pass at a time too, and what the
+ * pass queued on the ring is submitted after it, in one system call
+ * (and the ring is enabled on this thread first: -1 when it cannot be).
  */
 int	zp_ctx_loop(struct zp_ctx *, int flags);
 

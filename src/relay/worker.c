@@ -22,6 +22,7 @@
 #include <event2/event.h>
 
 #include "relay/ctx.h"
+#include "relay/ring.h"
 #include "lib/log.h"
 #include "core/net.h"
 #include "lib/pipepool.h"
@@ -249,6 +250,9 @@ worker_free(struct zp_worker *w)
 	if (w->hold != NULL)
 		event_free(w->hold);
 #endif
+	/* Every pair is closed: wait for the last of their completions. */
+	zp_ring_free(ctx->ring);
+	ctx->ring = NULL;
 	zp_pipepool_free(ctx->pool);
 	zp_bufcache_clear(&ctx->bufs);
 	zp_tls_cache_free(ctx->tls_cache);
@@ -340,6 +344,10 @@ worker_new(struct zp_ctx *root, int i, char *err, size_t errlen)
 		    "loop", i);
 		goto fail;
 	}
+	/* --io-uring: its own ring, enabled by its own thread's loop. */
+	if (cfg->io_uring && (ctx->ring = zp_ring_new(ctx->base,
+	    ZP_RING_ENTRIES, err, errlen)) == NULL)
+		goto fail;
 #ifdef ZP_DEBUG
 	if (worker_hold_new(w) == -1) {
 		snprintf(err, errlen, "thread %d: cannot create its events", i);

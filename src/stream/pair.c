@@ -253,6 +253,12 @@ zp_pair_close(struct zp_pair *p, enum zp_end end)
 			    p->state == ZP_PAIR_LINGERING;
 
 	/*
+	 * First: the kernel may hold its buffers; from here on the ring
+	 * touches neither its directions nor its halves.
+	 */
+	pair_ring_release(p);
+
+	/*
 	 * After a one-sided failure or a timeout, keep the survivor's queue
 	 * from an RST; a clean close saw EOF on both, nothing is left to read.
 	 */
@@ -424,7 +430,7 @@ pair_framing_error(struct zp_pair *p)
  * stream, and start the timers a half-close or a stall asks for; or end
  * the pair when both directions are done. Returns 1 when it was freed.
  */
-static int ZP_MAY_FREE
+int ZP_MAY_FREE
 pair_settle(struct zp_pair *p)
 {
 	struct zp_ctx	*ctx = p->ctx;

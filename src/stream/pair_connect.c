@@ -158,6 +158,12 @@ pair_connected(struct zp_pair *p)
 		zp_pair_close(p, ZP_END_NOMEM);
 		return 1;
 	}
+	/*
+	 * --io-uring: a plain pair relays through the ring, its events
+	 * never made; out of memory, it goes on as any other.
+	 */
+	if (!moved && pair_ring_eligible(p) && pair_ring_start(p) == 0)
+		return 0;
 	if ((!moved && pair_half_events(p, &p->client) == -1) ||
 	    pair_half_events(p, &p->upstream) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);

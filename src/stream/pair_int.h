@@ -20,6 +20,7 @@
 struct zp_ctx;
 struct event;
 struct zp_spool_writer;
+struct zp_rpair;
 
 /*
  * The client's FIN on a framed stream that may move (pair_hold): OPEN
@@ -186,6 +187,9 @@ struct zp_pair {
 	struct zp_half		 upstream;
 	struct zp_dir		 up;		/* client -> upstream */
 	struct zp_dir		 down;		/* upstream -> client */
+	struct zp_rpair		*ring;		/* --io-uring: its directions go
+						   through the ring (pair_ring.c);
+						   NULL: the pump's events */
 	struct zp_mirror_set	*mir;		/* --mirror; up.mir too */
 	struct zp_addr		 client_addr;	/* the PROXY header's, if any */
 	struct pair_proxied	*px;		/* a PROXY header's addresses */
@@ -329,6 +333,23 @@ void	pair_half_close(struct zp_half *, int abort);
  * pair was freed.
  */
 int	pair_finish(struct zp_pair *) ZP_MAY_FREE;
+
+/*
+ * After its directions moved: the timers a half-close asks for, or the
+ * end when both are done (pair.c). Returns 1 when the pair was freed.
+ */
+int	pair_settle(struct zp_pair *) ZP_MAY_FREE;
+
+/*
+ * pair_ring.c (--io-uring, PROTOTYPE): may this newly connected pair
+ * relay through the context's ring? Then start it there: 0, or -1 when
+ * it could not (out of memory: it goes on with the pump's events).
+ */
+int	pair_ring_eligible(const struct zp_pair *);
+int	pair_ring_start(struct zp_pair *);
+
+/* The pair closes: its ring requests are cancelled (zp_pair_close). */
+void	pair_ring_release(struct zp_pair *);
 
 /*
  * Pump direction d and whatever its failures wake; close the pair or

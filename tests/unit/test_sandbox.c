@@ -92,7 +92,7 @@ child_refused(struct zp_log *lg)
 	char			 err[256];
 	int			 i, fds[2];
 
-	if ((sb = zp_sandbox_install(NULL, lg, err, sizeof(err))) == NULL) {
+	if ((sb = zp_sandbox_install(NULL, lg, 0, err, sizeof(err))) == NULL) {
 		zp_log(lg, ZP_LOG_ERROR, "install: %s", err);
 		return CHILD_INSTALL;
 	}
@@ -144,7 +144,7 @@ child_loop(struct zp_log *lg)
 
 	if ((base = event_base_new()) == NULL)
 		return CHILD_LOOP;
-	if ((sb = zp_sandbox_install(base, lg, err, sizeof(err))) == NULL)
+	if ((sb = zp_sandbox_install(base, lg, 0, err, sizeof(err))) == NULL)
 		return CHILD_INSTALL;
 	if (chdir("/") != -1 || errno != EPERM)
 		return CHILD_NOT_EPERM;
@@ -175,7 +175,7 @@ test_unavailable(void **state)
 {
 	char	err[256] = "";
 
-	assert_null(zp_sandbox_install(NULL, NULL, err, sizeof(err)));
+	assert_null(zp_sandbox_install(NULL, NULL, 0, err, sizeof(err)));
 	assert_non_null(strstr(err, "libseccomp"));
 }
 
