@@ -191,7 +191,7 @@ struct zp_config {
 	char			*user;		/* --user, or NULL: stay */
 	char			*group;		/* --group; NULL: user's primary */
 	int			no_sandbox;	/* --no-sandbox */
-	int			io_uring;	/* --io-uring (PROTOTYPE): eligible
+	int			io_uring;	/* --io-uring (experimental): eligible
 						   pairs relay through a ring */
 	/* Transparent modes: --tproxy, -u original, --allow-dst. */
 	int			tproxy;		/* IP_TRANSPARENT listener */

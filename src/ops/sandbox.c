@@ -107,7 +107,7 @@ static volatile sig_atomic_t	sb_wakefd = -1;
 
 /* Allowed with any arguments, in every build. */
 /*
- * ZP_SANDBOX_RING (--io-uring, PROTOTYPE): the ring's own calls. What a
+ * ZP_SANDBOX_RING (--io-uring, experimental): the ring's own calls. What a
  * ring does is not seccomp's to see: its recv and send (and any other
  * opcode a bug or an exploit queued) run in the kernel without passing
  * the filter. The relay queues recv, send and cancel only; an allow-list

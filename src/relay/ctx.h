@@ -225,7 +225,7 @@ struct zp_ctx {
 						   --max-conns, or draining) */
 	struct zp_pipepool	*pool;		/* NULL: no splicing (copy mode) */
 	struct zp_bufcache	 bufs;		/* copy-mode buffers to reuse */
-	struct zp_ring		*ring;		/* --io-uring (PROTOTYPE): this
+	struct zp_ring		*ring;		/* --io-uring (experimental): this
 						   thread's; NULL: none */
 	struct zp_pipe		 tee_pipe;	/* --framing lf/nul: a pipe's
 						   last byte is looked at here */

@@ -173,7 +173,7 @@ zp_dframe_cutting(const struct zp_dframe *fr)
 }
 
 /*
- * Bytes a half takes in before its socket's (PROTOTYPE, issue 30): a UDP
+ * Bytes a half takes in before its socket's: a UDP
  * source's frames, handed over in memory instead of through the socket
  * pair. Shared by the producer (which owns buf) and the half; each
  * detaches (buf or half to NULL) and drops its reference as it goes.

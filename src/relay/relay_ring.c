@@ -1,6 +1,6 @@
 /*
  * relay_ring.c - a pair's directions through the context's io_uring
- * (PROTOTYPE, issue 30); see relay_ring.h.
+ * (experimental, issue 30); see relay_ring.h.
  *
  * Each direction has at most one recv and one send in flight: the recv
  * fills the buffer's tail, the send drains its head, and the two never

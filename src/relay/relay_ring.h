@@ -1,6 +1,6 @@
 /*
  * relay_ring.h - a pair's two directions relayed through the context's
- * io_uring (PROTOTYPE, issue 30): the completion-driven counterpart of
+ * io_uring (experimental, issue 30): the completion-driven counterpart of
  * zp_dir_pump() for plain copy-mode pairs.
  *
  * Which pairs: plain TCP on both sides in copy mode, and nothing that

@@ -1,6 +1,6 @@
 /*
  * ring.c - a relay context's io_uring and its eventfd in the loop
- * (PROTOTYPE, issue 30); see ring.h.
+ * (experimental, issue 30); see ring.h.
  *
  * Set-up flags: SINGLE_ISSUER | COOP_TASKRUN | R_DISABLED, and a CQ of
  * ZP_RING_CQ entries.

@@ -1,5 +1,5 @@
 /*
- * ring.h - a relay context's io_uring (PROTOTYPE, issue 30; built with
+ * ring.h - a relay context's io_uring (experimental, issue 30; built with
  * --enable-io-uring, used with --io-uring): one ring per context, its
  * completions announced to the context's libevent loop by an eventfd.
  *

@@ -341,7 +341,7 @@ int	pair_finish(struct zp_pair *) ZP_MAY_FREE;
 int	pair_settle(struct zp_pair *) ZP_MAY_FREE;
 
 /*
- * pair_ring.c (--io-uring, PROTOTYPE): may this newly connected pair
+ * pair_ring.c (--io-uring, experimental): may this newly connected pair
  * relay through the context's ring? Then start it there: 0, or -1 when
  * it could not (out of memory: it goes on with the pump's events).
  */

@@ -1,6 +1,6 @@
 /*
  * pair_ring.c - a pair relayed through its context's io_uring
- * (--io-uring; PROTOTYPE, issue 30): which pairs may, and the glue
+ * (--io-uring; experimental, issue 30): which pairs may, and the glue
  * between the ring's completions and the pair's life (timers, the end).
  * The bytes are moved by relay/relay_ring.c.
  */

@@ -1,5 +1,5 @@
 #!/bin/bash
-# uring.sh - --io-uring (PROTOTYPE, issue 30): plain copy-mode pairs
+# uring.sh - --io-uring (experimental, issue 30): plain copy-mode pairs
 # relayed through the thread's io_uring carry every byte, every FIN and
 # every reset as the epoll path does. With a zproxy built with
 # --enable-io-uring, -m copy --io-uring:
@@ -24,7 +24,7 @@
 # Every case stops zproxy cleanly (stop_zproxy: exit 0, "stopping:", no
 # sanitizer report, no sandbox refusal: the sandbox is on).
 # With a zproxy built without it: --io-uring is refused with one line
-# naming the problem, exit 64. Not in `make check` (a branch's prototype).
+# naming the problem, exit 64.
 . "${ZP_TESTLIB:?ZP_TESTLIB must name tests/integration/lib.sh}" || exit 1
 
 # built: does this zproxy take --io-uring? (Its refusal is case_refused.)
