@@ -105,19 +105,20 @@ static int			sb_ring[ZP_SB_RING];
 static volatile sig_atomic_t	sb_nrefused;	/* distinct calls refused */
 static volatile sig_atomic_t	sb_wakefd = -1;
 
-/* Allowed with any arguments, in every build. */
 /*
- * ZP_SANDBOX_RING (--io-uring, experimental): the ring's own calls. What a
+ * ZP_SANDBOX_RING (--io-uring, experimental): the ring's own calls (every
+ * ring is made before the filter goes on: no io_uring_setup). What a
  * ring does is not seccomp's to see: its recv and send (and any other
  * opcode a bug or an exploit queued) run in the kernel without passing
- * the filter. The relay queues recv, send and cancel only; an allow-list
- * of opcodes (IORING_REGISTER_RESTRICTIONS) would close the gap and is
- * not done yet.
+ * the filter. The relay queues recv, send, cancel and no-ops only; an
+ * allow-list of opcodes (IORING_REGISTER_RESTRICTIONS) would close the
+ * gap and is not done yet.
  */
 static const char *const sb_ring_calls[] = {
-	"io_uring_setup", "io_uring_enter", "io_uring_register",
+	"io_uring_enter", "io_uring_register",
 };
 
+/* Allowed with any arguments, in every build. */
 static const char *const sb_calls[] = {
 	/* the loop */
 	"epoll_wait", "epoll_pwait", "epoll_ctl",

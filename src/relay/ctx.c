@@ -70,7 +70,7 @@ zp_ctx_loop(struct zp_ctx *ctx, int flags)
 		 * loop waits again: one io_uring_enter for all of it.
 		 */
 		if (ctx->ring != NULL)
-			zp_ring_submit(ctx->ring);
+			(void)zp_ring_submit(ctx->ring);
 		rc = event_base_loop(ctx->base, flags | EVLOOP_ONCE);
 		if (rc != 0 || event_base_got_break(ctx->base) ||
 		    event_base_got_exit(ctx->base) ||

@@ -153,7 +153,8 @@ rdir_step(struct rdir *rd)
 	/* Nobody to deliver to: drop the store, read on until EOF. */
 	if (d->dst->dead && !d->done) {
 		d->done = 1;
-		if (!rd->reading)
+		/* A request in flight may still be on the buffer: skip past. */
+		if (!rd->reading && !rd->sending)
 			d->off = 0;
 		else
 			d->off += d->len;
@@ -167,7 +168,8 @@ rdir_step(struct rdir *rd)
 		rd->sending = 1;
 		rp->inflight++;
 	}
-	if (d->len == 0 && !rd->reading)
+	/* Back to the start only with no request on the buffer. */
+	if (d->len == 0 && !rd->reading && !rd->sending)
 		d->off = 0;
 	room = rp->bufsize - d->off - d->len;
 	if (!rd->reading && !d->eof && room > 0) {
@@ -310,7 +312,7 @@ rdir_init(struct zp_rpair *rp, struct rdir *rd, struct zp_dir *d, char *buf)
 
 struct zp_rpair *
 zp_rpair_new(struct zp_ring *ring, struct zp_dir *up, struct zp_dir *down,
-    size_t bufsize, zp_rpair_changed_fn *changed, void *arg)
+    size_t bufsize, zp_rpair_changed_fn *changed, void *arg, int *rc)
 {
 	struct zp_rpair	*rp;
 	char		*bufs;
@@ -329,9 +331,19 @@ zp_rpair_new(struct zp_ring *ring, struct zp_dir *up, struct zp_dir *down,
 	rp->cop.done = rpair_cancel_done;
 	rdir_init(rp, &rp->dir[0], up, bufs);
 	rdir_init(rp, &rp->dir[1], down, bufs + bufsize);
-	(void)rdir_step(&rp->dir[0]);
-	(void)rdir_step(&rp->dir[1]);
+	*rc = rdir_step(&rp->dir[0]);
+	*rc |= rdir_step(&rp->dir[1]);
 	return rp;
+}
+
+/* Is this request's record one of rp's? (zp_ring_neuter's question) */
+static int
+rpair_owns(void *arg, uint64_t data)
+{
+	struct zp_rpair	*rp = arg;
+	uintptr_t	 a = (uintptr_t)data, lo = (uintptr_t)rp;
+
+	return a >= lo && a < lo + sizeof(*rp);
 }
 
 /* Cancel op when it is in flight. */
@@ -379,9 +391,11 @@ zp_rpair_release(struct zp_rpair *rp)
 	 * and a recv or send of ours queued before the close would go to
 	 * that client's socket (seen: bytes of one pair in another's
 	 * stream). Submitted here, every request of ours holds its own
-	 * socket, whatever becomes of the number.
+	 * socket, whatever becomes of the number. What the kernel did not
+	 * take (out of memory) must not go later: made no-ops.
 	 */
-	zp_ring_submit(rp->ring);
+	if (zp_ring_submit(rp->ring) > 0)
+		zp_ring_neuter(rp->ring, rpair_owns, rp);
 	rpair_maybe_free(rp);
 }
 
@@ -394,8 +408,9 @@ zp_rpair_release(struct zp_rpair *rp)
 /* Built without io_uring: no context has a ring, no pair asks. */
 struct zp_rpair *
 zp_rpair_new(struct zp_ring *ring, struct zp_dir *up, struct zp_dir *down,
-    size_t bufsize, zp_rpair_changed_fn *changed, void *arg)
+    size_t bufsize, zp_rpair_changed_fn *changed, void *arg, int *rc)
 {
+	*rc = 0;
 	return NULL;
 }
 

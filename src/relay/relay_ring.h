@@ -48,11 +48,13 @@ typedef void	zp_rpair_changed_fn(void *arg, int rc);
 /*
  * Relay up and down (each other's reverse, ops set to copy and their
  * stores empty) through ring, with buffers of bufsize each. The first
- * recvs are queued at once. NULL when out of memory (nothing changed).
+ * recvs are queued at once; *rc has ZP_PUMP_DEAD when that failed (the
+ * halves are dead: the caller settles the pair, as after a change).
+ * NULL when out of memory (nothing changed).
  */
 struct zp_rpair	*zp_rpair_new(struct zp_ring *, struct zp_dir *up,
 		    struct zp_dir *down, size_t bufsize,
-		    zp_rpair_changed_fn *, void *arg);
+		    zp_rpair_changed_fn *, void *arg, int *rc);
 
 /*
  * The pair is closing: cancel every request in flight and never touch

@@ -173,7 +173,7 @@ zp_ring_sqe(struct zp_ring *r, struct zp_ring_op *op)
 	return sqe;
 }
 
-void
+unsigned
 zp_ring_submit(struct zp_ring *r)
 {
 	if (io_uring_sq_ready(&r->ring) > 0)
@@ -185,6 +185,27 @@ zp_ring_submit(struct zp_ring *r)
 	 */
 	if (io_uring_cq_ready(&r->ring) > 0)
 		event_active(r->ev, EV_READ, 0);
+	/* What the kernel did not take (out of memory): still queued. */
+	return io_uring_sq_ready(&r->ring);
+}
+
+void
+zp_ring_neuter(struct zp_ring *r, int (*owns)(void *, uint64_t), void *arg)
+{
+	struct io_uring_sq	*sq = &r->ring.sq;
+	struct io_uring_sqe	*sqe;
+	unsigned		 pos;
+	uint64_t		 data;
+
+	/* The queued ones, from the kernel's head (liburing's array is 1:1). */
+	for (pos = *sq->khead; pos != sq->sqe_tail; pos++) {
+		sqe = &sq->sqes[pos & sq->ring_mask];
+		data = sqe->user_data;
+		if (owns(arg, data)) {
+			io_uring_prep_nop(sqe);
+			io_uring_sqe_set_data64(sqe, data);
+		}
+	}
 }
 
 unsigned long
@@ -214,8 +235,10 @@ zp_ring_free(struct zp_ring *r)
 			if ((sqe = zp_ring_sqe(r, NULL)) != NULL)
 				io_uring_prep_cancel64(sqe, 0,
 				    IORING_ASYNC_CANCEL_ANY);
-			(void)io_uring_submit_and_wait_timeout(&r->ring, &cqe,
-			    1, &ts, NULL);
+			/* Not the ring's thread (SINGLE_ISSUER): give up. */
+			if (io_uring_submit_and_wait_timeout(&r->ring, &cqe,
+			    1, &ts, NULL) == -EEXIST)
+				break;
 			ring_reap(r);
 		}
 	}
@@ -255,8 +278,14 @@ zp_ring_sqe(struct zp_ring *r, struct zp_ring_op *op)
 	return NULL;
 }
 
-void
+unsigned
 zp_ring_submit(struct zp_ring *r)
+{
+	return 0;
+}
+
+void
+zp_ring_neuter(struct zp_ring *r, int (*owns)(void *, uint64_t), void *arg)
 {
 }
 

@@ -27,6 +27,7 @@
 #define ZP_RING_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct event_base;
 struct io_uring_sqe;
@@ -61,9 +62,18 @@ struct io_uring_sqe *zp_ring_sqe(struct zp_ring *, struct zp_ring_op *);
 
 /*
  * Hand what was queued to the kernel: at the end of a loop pass, and
- * before a descriptor named by a queued request is closed.
+ * before a descriptor named by a queued request is closed. Returns how
+ * many requests the kernel did not take (out of memory): still queued.
  */
-void		 zp_ring_submit(struct zp_ring *);
+unsigned	 zp_ring_submit(struct zp_ring *);
+
+/*
+ * Make the queued requests whose user_data owns(arg, user_data) says
+ * are the caller's into no-ops, their user_data kept: they complete
+ * without touching a descriptor about to close.
+ */
+void		 zp_ring_neuter(struct zp_ring *, int (*owns)(void *, uint64_t),
+		    void *arg);
 
 /* Requests queued or in flight. */
 unsigned long	 zp_ring_inflight(const struct zp_ring *);

@@ -176,9 +176,26 @@ static void *
 worker_main(void *arg)
 {
 	struct zp_worker	*w = arg;
+	int			 asked;
 
 	(void)zp_ctx_loop(&w->ctx, EVLOOP_NO_EXIT_ON_EMPTY);
-	if (!w->exiting)
+	asked = w->exiting;
+	/*
+	 * --io-uring: only this thread may submit to its ring
+	 * (SINGLE_ISSUER), so its pairs' cancels and the ring's last
+	 * completions are done here, before the thread ends, also when the
+	 * loop died (the root would close those pairs after the join).
+	 */
+	if (w->ctx.ring != NULL) {
+		if (!asked) {
+			w->exiting = 1;
+			w->ctx.stopping = 1;
+			zp_ctx_hooks(&w->ctx)->pairs_close(&w->ctx);
+		}
+		zp_ring_free(w->ctx.ring);
+		w->ctx.ring = NULL;
+	}
+	if (!asked)
 		worker_died(w);
 	return NULL;
 }

@@ -119,7 +119,7 @@ pair_connected(struct zp_pair *p)
 {
 	struct zp_ctx		*ctx = p->ctx;
 	struct timeval		 now;
-	int			 moved = p->state == ZP_PAIR_MOVING;
+	int			 moved = p->state == ZP_PAIR_MOVING, rc;
 	char			 hdr[ZP_PROXY_MAX];
 	size_t			 hlen = 0;
 
@@ -162,8 +162,8 @@ pair_connected(struct zp_pair *p)
 	 * --io-uring: a plain pair relays through the ring, its events
 	 * never made; out of memory, it goes on as any other.
 	 */
-	if (!moved && pair_ring_eligible(p) && pair_ring_start(p) == 0)
-		return 0;
+	if (!moved && pair_ring_eligible(p) && (rc = pair_ring_start(p)) >= 0)
+		return rc;
 	if ((!moved && pair_half_events(p, &p->client) == -1) ||
 	    pair_half_events(p, &p->upstream) == -1) {
 		zp_pair_close(p, ZP_END_NOMEM);

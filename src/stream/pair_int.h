@@ -342,11 +342,12 @@ int	pair_settle(struct zp_pair *) ZP_MAY_FREE;
 
 /*
  * pair_ring.c (--io-uring, experimental): may this newly connected pair
- * relay through the context's ring? Then start it there: 0, or -1 when
- * it could not (out of memory: it goes on with the pump's events).
+ * relay through the context's ring? Then start it there: 0; -1 when it
+ * could not (out of memory: it goes on with the pump's events); 1 when
+ * its first requests could not be queued and the pair ended (freed).
  */
 int	pair_ring_eligible(const struct zp_pair *);
-int	pair_ring_start(struct zp_pair *);
+int	pair_ring_start(struct zp_pair *) ZP_MAY_FREE;
 
 /* The pair closes: its ring requests are cancelled (zp_pair_close). */
 void	pair_ring_release(struct zp_pair *);

@@ -7,6 +7,7 @@
 
 #include "lib/clock.h"
 #include "relay/ctx.h"
+#include "relay/relay.h"
 #include "relay/relay_ring.h"
 #include "stream/pair.h"
 #include "stream/pair_int.h"
@@ -43,12 +44,19 @@ pair_ring_changed(void *arg, int rc)
 		pair_check(p);
 }
 
-int
+int ZP_MAY_FREE
 pair_ring_start(struct zp_pair *p)
 {
+	int	rc;
+
 	p->ring = zp_rpair_new(p->ctx->ring, &p->up, &p->down,
-	    p->ctx->cfg->buffer_size, pair_ring_changed, p);
-	return p->ring == NULL ? -1 : 0;
+	    p->ctx->cfg->buffer_size, pair_ring_changed, p, &rc);
+	if (p->ring == NULL)
+		return -1;
+	/* The first requests could not be queued: the halves are dead. */
+	if ((rc & ZP_PUMP_DEAD) && pair_settle(p) != 0)
+		return 1;
+	return 0;
 }
 
 void
