@@ -110,9 +110,9 @@ static volatile sig_atomic_t	sb_wakefd = -1;
  * ring is made before the filter goes on: no io_uring_setup). What a
  * ring does is not seccomp's to see: its recv and send (and any other
  * opcode a bug or an exploit queued) run in the kernel without passing
- * the filter. The relay queues recv, send, cancel and no-ops only; an
- * allow-list of opcodes (IORING_REGISTER_RESTRICTIONS) would close the
- * gap and is not done yet.
+ * the filter. The relay queues recv, send, cancel and no-ops only, and
+ * each ring refuses every other opcode (IORING_REGISTER_RESTRICTIONS,
+ * relay/ring.c): the ring's own allow-list.
  */
 static const char *const sb_ring_calls[] = {
 	"io_uring_enter", "io_uring_register",

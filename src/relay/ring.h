@@ -18,10 +18,11 @@
  *
  * io_uring's requests are not seen by seccomp: a recv or send made
  * through the ring is not checked against the sandbox's allow-list
- * (ops/sandbox.c lets io_uring_setup, _enter and _register through when
- * a ring is in use, and then the ring can do what its opcodes can). The
- * relay only ever queues recv, send and cancel; a reviewer should weigh
- * that against the filter's promise.
+ * (ops/sandbox.c lets io_uring_enter and _register through when a ring
+ * is in use). The ring has an allow-list of its own instead, registered
+ * while it is disabled: recv, send, cancel and no-op requests, no SQE
+ * flags, and no register call once it is enabled; anything else
+ * completes with -EACCES without running.
  */
 #ifndef ZP_RING_H
 #define ZP_RING_H
