@@ -208,22 +208,47 @@ rdir_settle(struct rdir *rd, int rc)
 		rp->changed(rp->arg, rc);
 }
 
+/*
+ * A request of rd's completed: one less in flight. 0 when the pair is
+ * gone (rp freed if that was its last); else rd's completion may be
+ * handled, and rdir_end() follows.
+ */
+static int
+rdir_begin(struct rdir *rd)
+{
+	struct zp_rpair	*rp = rd->rp;
+
+	rp->inflight--;
+	if (rd->d == NULL || rp->dying) {
+		rpair_maybe_free(rp);
+		return 0;
+	}
+	rp->in_cb = 1;
+	return 1;
+}
+
+/* Queue what rd can do next, tell the pair; rp is freed if it let go. */
+static void
+rdir_end(struct rdir *rd, int rc)
+{
+	struct zp_rpair	*rp = rd->rp;
+
+	rdir_settle(rd, rc);
+	rp->in_cb = 0;
+	rpair_maybe_free(rp);
+}
+
 /* A recv completed: bytes into the store (or dropped), the EOF, a failure. */
 static void
 rdir_recv_done(struct zp_ring_op *op, int res)
 {
 	struct rdir	*rd = (struct rdir *)op;
-	struct zp_rpair	*rp = rd->rp;
 	struct zp_dir	*d = rd->d;
 	int		 rc = 0;
 
-	rp->inflight--;
 	rd->reading = 0;
-	if (d == NULL || rp->dying) {
-		rpair_maybe_free(rp);
+	if (!rdir_begin(rd))
 		return;
-	}
-	rp->in_cb = 1;
 	if (res > 0) {
 		if (d->dst->dead)
 			d->discarded += (uint64_t)res;
@@ -242,9 +267,7 @@ rdir_recv_done(struct zp_ring_op *op, int res)
 		half_fail(d->src, -res);
 		d->eof = 1;
 	}
-	rdir_settle(rd, rc);
-	rp->in_cb = 0;
-	rpair_maybe_free(rp);
+	rdir_end(rd, rc);
 }
 
 /* A send completed: what it took is delivered; a short one goes on. */
@@ -253,18 +276,13 @@ rdir_send_done(struct zp_ring_op *op, int res)
 {
 	struct rdir	*rd = (struct rdir *)((char *)op -
 			    offsetof(struct rdir, sop));
-	struct zp_rpair	*rp = rd->rp;
 	struct zp_dir	*d = rd->d;
 	size_t		 i;
 	int		 rc = 0;
 
-	rp->inflight--;
 	rd->sending = 0;
-	if (d == NULL || rp->dying) {
-		rpair_maybe_free(rp);
+	if (!rdir_begin(rd))
 		return;
-	}
-	rp->in_cb = 1;
 	if (res > 0 && !d->dst->dead) {
 		assert((size_t)res <= d->len);
 		d->off += (size_t)res;
@@ -278,9 +296,7 @@ rdir_send_done(struct zp_ring_op *op, int res)
 			rc |= ZP_PUMP_DEAD;
 		half_fail(d->dst, -res);
 	}
-	rdir_settle(rd, rc);
-	rp->in_cb = 0;
-	rpair_maybe_free(rp);
+	rdir_end(rd, rc);
 }
 
 /* A cancel completed: it only counts. */
